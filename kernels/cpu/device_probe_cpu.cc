@@ -3,6 +3,8 @@
 
 #ifndef GPURUN_HAVE_CUDA
 namespace gpurun::kernels {
-int cuda_device_count() noexcept { return 0; }
+int cuda_device_count() noexcept {
+  return 0;
+}
 }  // namespace gpurun::kernels
 #endif

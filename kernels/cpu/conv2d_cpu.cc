@@ -1,0 +1,125 @@
+// conv2d_cpu.cc: the fast CPU convolution: per image, im2col into the caller's workspace, then one
+// OpenBLAS sgemm. The workspace keeps the training step free of allocations.
+#include <cblas.h>
+
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "gpurun/kernels/conv2d.h"
+
+namespace gpurun::kernels::cpu {
+namespace {
+
+// Rows of the column matrix: one per (c, p, q); columns: one per output pixel.
+std::size_t col_rows(const Conv2dDesc& d) {
+  return std::size_t(d.in_c) * d.k_h * d.k_w;
+}
+std::size_t col_cols(const Conv2dDesc& d) {
+  return std::size_t(d.out_h()) * d.out_w();
+}
+
+void check_workspace(const Conv2dDesc& d, const Workspace& ws) {
+  if (ws.data == nullptr || ws.floats < conv2d_workspace_floats(d)) {
+    throw std::invalid_argument("conv2d: workspace of " + std::to_string(ws.floats) +
+                                " floats, need " + std::to_string(conv2d_workspace_floats(d)));
+  }
+}
+
+void im2col(const Conv2dDesc& d, const float* x, float* cols) {
+  const int oh = d.out_h(), ow = d.out_w();
+  for (int c = 0; c < d.in_c; ++c)
+    for (int p = 0; p < d.k_h; ++p)
+      for (int q = 0; q < d.k_w; ++q) {
+        float* row = cols + ((std::size_t(c) * d.k_h + p) * d.k_w + q) * oh * ow;
+        const float* xc = x + std::size_t(c) * d.in_h * d.in_w;
+        for (int i = 0; i < oh; ++i) {
+          const int r = i * d.stride - d.pad + p;
+          float* out = row + std::size_t(i) * ow;
+          if (r < 0 || r >= d.in_h) {
+            std::memset(out, 0, sizeof(float) * ow);
+            continue;
+          }
+          const float* xr = xc + std::size_t(r) * d.in_w;
+          if (d.stride == 1 && d.pad == 0) {
+            std::memcpy(out, xr + q, sizeof(float) * ow);  // the common case: a plain row copy
+            continue;
+          }
+          for (int j = 0; j < ow; ++j) {
+            const int t = j * d.stride - d.pad + q;
+            out[j] = (t < 0 || t >= d.in_w) ? 0.0f : xr[t];
+          }
+        }
+      }
+}
+
+void col2im_add(const Conv2dDesc& d, const float* cols, float* x) {
+  const int oh = d.out_h(), ow = d.out_w();
+  for (int c = 0; c < d.in_c; ++c)
+    for (int p = 0; p < d.k_h; ++p)
+      for (int q = 0; q < d.k_w; ++q) {
+        const float* row = cols + ((std::size_t(c) * d.k_h + p) * d.k_w + q) * oh * ow;
+        float* xc = x + std::size_t(c) * d.in_h * d.in_w;
+        for (int i = 0; i < oh; ++i) {
+          const int r = i * d.stride - d.pad + p;
+          if (r < 0 || r >= d.in_h) continue;
+          float* xr = xc + std::size_t(r) * d.in_w;
+          const float* in = row + std::size_t(i) * ow;
+          for (int j = 0; j < ow; ++j) {
+            const int t = j * d.stride - d.pad + q;
+            if (t >= 0 && t < d.in_w) xr[t] += in[j];
+          }
+        }
+      }
+}
+
+}  // namespace
+
+std::size_t conv2d_workspace_floats(const Conv2dDesc& d) {
+  return col_rows(d) * col_cols(d);
+}
+
+void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws) {
+  validate(d);
+  check_workspace(d, ws);
+  const int K = int(col_rows(d)), P = int(col_cols(d));
+  const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
+  for (int n = 0; n < d.batch; ++n) {
+    im2col(d, x + n * xs, ws.data);
+    // y_n [out_c, P] = w [out_c, K] * cols [K, P]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.out_c, P, K, 1.0f, w, K, ws.data, P,
+                0.0f, y + n * ys, P);
+  }
+}
+
+void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* dy, float* dw,
+                             Workspace ws, Accumulate acc) {
+  validate(d);
+  check_workspace(d, ws);
+  const int K = int(col_rows(d)), P = int(col_cols(d));
+  const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
+  for (int n = 0; n < d.batch; ++n) {
+    im2col(d, x + n * xs, ws.data);
+    const float beta = (n == 0 && acc == Accumulate::kOverwrite) ? 0.0f : 1.0f;
+    // dw [out_c, K] += dy_n [out_c, P] * cols^T [P, K]
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.out_c, K, P, 1.0f, dy + n * ys, P,
+                ws.data, P, beta, dw, K);
+  }
+}
+
+void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, float* dx,
+                          Workspace ws) {
+  validate(d);
+  check_workspace(d, ws);
+  const int K = int(col_rows(d)), P = int(col_cols(d));
+  const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
+  std::memset(dx, 0, sizeof(float) * d.x_floats());
+  for (int n = 0; n < d.batch; ++n) {
+    // cols [K, P] = w^T [K, out_c] * dy_n [out_c, P], then scattered back onto the image
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, d.out_c, 1.0f, w, K, dy + n * ys, P,
+                0.0f, ws.data, P);
+    col2im_add(d, ws.data, dx + n * xs);
+  }
+}
+
+}  // namespace gpurun::kernels::cpu

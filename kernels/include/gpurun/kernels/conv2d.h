@@ -1,0 +1,59 @@
+// conv2d.h: 2-D convolution (cross-correlation, as in every framework), NCHW activations, OIHW
+// weights [out_c, in_c, k_h, k_w], no bias (bias + activation is bias_act.h). Forward, backward to
+// the weights and backward to the input. Three implementations share these signatures:
+//   ref::  plain loops, the test oracle;  cpu::  im2col + OpenBLAS sgemm;  cuda::  kernels/cuda/.
+#pragma once
+
+#include "gpurun/kernels/types.h"
+
+namespace gpurun::kernels {
+
+struct Conv2dDesc {
+  int batch = 0;
+  int in_c = 0, in_h = 0, in_w = 0;
+  int out_c = 0, k_h = 0, k_w = 0;
+  int stride = 1, pad = 0;
+
+  int out_h() const { return (in_h + 2 * pad - k_h) / stride + 1; }
+  int out_w() const { return (in_w + 2 * pad - k_w) / stride + 1; }
+  std::size_t x_floats() const { return std::size_t(batch) * in_c * in_h * in_w; }
+  std::size_t y_floats() const { return std::size_t(batch) * out_c * out_h() * out_w(); }
+  std::size_t w_floats() const { return std::size_t(out_c) * in_c * k_h * k_w; }
+};
+
+// Throws std::invalid_argument naming the bad field when a size is not positive or the kernel
+// does not fit the padded input.
+void validate(const Conv2dDesc& d);
+
+namespace ref {
+// y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] * x[n,c,i*s-pad+p, j*s-pad+q]
+void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y);
+// dw = sum over the batch (overwrites dw, or adds to it with Accumulate::kAdd)
+void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* dy, float* dw,
+                             Accumulate acc = Accumulate::kOverwrite);
+// dx overwritten
+void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, float* dx);
+}  // namespace ref
+
+namespace cpu {
+// Floats of scratch the cpu:: ops need (one image's im2col columns).
+std::size_t conv2d_workspace_floats(const Conv2dDesc& d);
+void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws);
+void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* dy, float* dw,
+                             Workspace ws, Accumulate acc = Accumulate::kOverwrite);
+void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, float* dx,
+                          Workspace ws);
+}  // namespace cpu
+
+namespace cuda {
+// Implemented in kernels/cuda/ when GPURUN_ENABLE_CUDA; device pointers, asynchronous on `s`.
+std::size_t conv2d_workspace_floats(const Conv2dDesc& d);
+void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws,
+                    Stream s);
+void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* dy, float* dw,
+                             Workspace ws, Accumulate acc, Stream s);
+void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, float* dx,
+                          Workspace ws, Stream s);
+}  // namespace cuda
+
+}  // namespace gpurun::kernels
