@@ -1,0 +1,155 @@
+// mnist_cnn: the MNIST CNN of the Keras benchmark (Conv2D 32 3x3 + ReLU -> Dense 128 + ReLU ->
+// Dense 10, softmax cross-entropy, SGD lr 0.2, 8 epochs, 64 images per rank), data-parallel over
+// Open MPI. Run it as one process, under `mpirun -n N`, or under `gpurun -n N --`:
+//   ./scripts/fetch-data.sh && build/examples/mnist_cnn/mnist_cnn --data data/mnist
+// Only this file turns errors into exit codes: 0 done (or stopped by a signal with a checkpoint),
+// 1 runtime error, 2 bad usage.
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdlib>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "gpurun/kernels/device_probe.h"
+#include "gpurun/kernels/threads.h"
+#include "gpurun/runtime/dataset.h"
+#include "gpurun/runtime/process_group.h"
+#include "gpurun/runtime/trainer.h"
+#include "report.h"
+
+namespace po = boost::program_options;
+namespace rt = gpurun::runtime;
+
+namespace {
+
+struct Options {
+  std::string data = "data/mnist";
+  std::string device = "auto";
+  std::string lr_scaling = "linear";
+  std::string report;
+  int threads = 0;
+  rt::TrainConfig train;
+};
+
+// Environment is read here, once: OMP_NUM_THREADS is what gpurun sets as CPUs per rank.
+int default_threads(const rt::ProcessGroup& pg) {
+  if (const char* omp = std::getenv("OMP_NUM_THREADS")) {
+    const int n = std::atoi(omp);
+    if (n > 0) return n;
+  }
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, pg.local_size()));
+}
+
+// Returns false (after printing) when the program should exit without training.
+bool parse(int argc, char** argv, Options& o, int& exit_code) {
+  po::options_description desc("mnist_cnn options");
+  double warmup = -1;
+  long long max_steps = -1;
+  unsigned long long seed = o.train.seed;
+  desc.add_options()("help,h", "show this help")(
+      "data", po::value(&o.data)->default_value(o.data),
+      "directory with train-/t10k- IDX files (raw or .gz); see scripts/fetch-data.sh")(
+      "epochs", po::value(&o.train.epochs)->default_value(o.train.epochs), "epochs")(
+      "batch-size", po::value(&o.train.batch_per_rank)->default_value(o.train.batch_per_rank),
+      "images per rank per step")("lr", po::value(&o.train.lr)->default_value(o.train.lr),
+                                  "single-rank learning rate")(
+      "lr-scaling", po::value(&o.lr_scaling)->default_value(o.lr_scaling),
+      "linear (lr x ranks, warmed up) or none")(
+      "warmup-epochs", po::value(&warmup),
+      "epochs of linear warm-up from --lr to the scaled rate (default 1 with linear, 0 with none)")(
+      "momentum", po::value(&o.train.momentum)->default_value(o.train.momentum), "SGD momentum")(
+      "weight-decay", po::value(&o.train.weight_decay)->default_value(o.train.weight_decay),
+      "SGD weight decay")("seed", po::value(&seed)->default_value(seed),
+                          "seed of the initial weights and the shuffles")(
+      "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto")(
+      "threads", po::value(&o.threads),
+      "BLAS threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node)")(
+      "report", po::value(&o.report), "write the run's report JSON to FILE")(
+      "checkpoint", po::value(&o.train.checkpoint_dir),
+      "checkpoint directory (written each epoch and on SIGUSR1/SIGUSR2/SIGTERM)")(
+      "resume", po::bool_switch(&o.train.resume), "continue from --checkpoint DIR")(
+      "max-steps", po::value(&max_steps),
+      "stop after this many global steps, checkpoint and evaluate (tests, benchmarks)")(
+      "eval-batch", po::value(&o.train.eval_batch)->default_value(o.train.eval_batch),
+      "images per evaluation batch");
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << "mnist_cnn: " << e.what() << "\n" << desc;
+    exit_code = 2;
+    return false;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    exit_code = 0;
+    return false;
+  }
+  if (o.lr_scaling == "linear") {
+    o.train.lr_scaling = rt::LrScaling::kLinear;
+  } else if (o.lr_scaling == "none") {
+    o.train.lr_scaling = rt::LrScaling::kNone;
+  } else {
+    std::cerr << "mnist_cnn: --lr-scaling must be linear or none, got " << o.lr_scaling << "\n";
+    exit_code = 2;
+    return false;
+  }
+  if (o.device != "cpu" && o.device != "cuda" && o.device != "auto") {
+    std::cerr << "mnist_cnn: --device must be cpu, cuda or auto, got " << o.device << "\n";
+    exit_code = 2;
+    return false;
+  }
+  if (vm.count("threads") && o.threads < 1) {
+    std::cerr << "mnist_cnn: --threads must be >= 1\n";
+    exit_code = 2;
+    return false;
+  }
+  o.train.warmup_epochs = warmup;
+  o.train.max_steps = max_steps;
+  o.train.seed = seed;
+  return true;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options o;
+  int code = 0;
+  if (!parse(argc, argv, o, code)) return code;
+  int rank = -1;
+  try {
+    auto pg = rt::make_process_group();
+    rank = pg->rank();
+    if (o.device == "cuda") {
+      throw std::runtime_error(
+          "--device cuda: the CUDA training path is not built yet; use --device cpu");
+    }
+    // auto: the CPU until the CUDA runtime exists, whatever cuda_device_count() says.
+    const std::string device = "cpu";
+    const int threads = o.threads > 0 ? o.threads : default_threads(*pg);
+    gpurun::kernels::cpu::set_num_threads(threads);
+    const rt::Dataset data = rt::load_mnist_dir(o.data);
+    std::ostream null_stream(nullptr);
+    std::ostream& log = rank == 0 ? std::cout : null_stream;
+    o.train.progress = rank == 0 && ::isatty(STDOUT_FILENO);
+    log << "mnist_cnn: " << data.name << " (" << data.train.count << " train, " << data.test.count
+        << " test), " << pg->size() << " rank(s) [" << pg->backend() << "], device " << device
+        << ", " << threads << " thread(s) per rank" << std::endl;
+    const rt::TrainResult r = rt::train(*pg, data, o.train, log);
+    if (rank == 0 && !o.report.empty()) {
+      ReportInput in{*pg, data, o.train, r, device, threads, o.lr_scaling};
+      write_report(o.report, in);
+      log << "report written to " << o.report << std::endl;
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << "mnist_cnn";
+    if (rank >= 0) std::cerr << " (rank " << rank << ")";
+    std::cerr << ": error: " << e.what() << std::endl;
+    return 1;
+  }
+}

@@ -1,0 +1,33 @@
+// checkpoint.h: what a resumed run needs to continue bit for bit: parameters, optimizer velocity,
+// the position (epoch, step within it, global step), the seed (the sampler's shuffle is a pure
+// function of (seed, epoch), so seed + position is the whole RNG state) and the partial sums of
+// the interrupted epoch. Written atomically: temp file, fsync, rename, fsync of the directory.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace gpurun::runtime {
+
+struct Checkpoint {
+  std::uint64_t seed = 0;
+  std::int32_t world_size = 1;
+  std::int32_t batch_per_rank = 0;
+  std::int64_t epoch = 0;        // the epoch to continue
+  std::int64_t step = 0;         // the next step within that epoch
+  std::int64_t global_step = 0;  // steps done since the start (drives the LR warmup)
+  double epoch_loss_sum = 0, epoch_correct = 0, epoch_seen = 0;
+  std::vector<float> params;
+  std::vector<float> velocity;  // empty when training without momentum
+};
+
+// DIR/checkpoint.bin
+std::string checkpoint_path(const std::string& dir);
+// Creates DIR if needed. Throws std::runtime_error naming the path on any failure.
+void save_checkpoint(const std::string& dir, const Checkpoint& c);
+// Throws std::runtime_error naming the file when it is missing, truncated or corrupt.
+Checkpoint load_checkpoint(const std::string& path);
+bool checkpoint_exists(const std::string& dir);
+
+}  // namespace gpurun::runtime

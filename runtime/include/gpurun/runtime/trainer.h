@@ -1,0 +1,66 @@
+// trainer.h: the data-parallel training loop. Each step: gather this rank's shard of the global
+// batch, forward + backward, ONE allreduce of the gradient buffer (which also carries the loss,
+// the correct count and the stop flag), then SGD with 1/world folded in. Initial weights come from
+// rank 0; evaluation is sharded and reduced; rank 0 writes checkpoints.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <string>
+#include <vector>
+
+#include "gpurun/runtime/dataset.h"
+#include "gpurun/runtime/process_group.h"
+
+namespace gpurun::runtime {
+
+enum class LrScaling { kLinear, kNone };
+
+struct TrainConfig {
+  int epochs = 8;
+  int batch_per_rank = 64;
+  float lr = 0.2f;  // the single-rank learning rate
+  LrScaling lr_scaling = LrScaling::kLinear;
+  double warmup_epochs = -1;  // < 0: 1 with linear scaling, 0 without
+  float momentum = 0.0f;
+  float weight_decay = 0.0f;
+  std::uint64_t seed = 42;
+  std::string checkpoint_dir;  // empty: no checkpoints
+  bool resume = false;
+  std::int64_t max_steps = -1;  // stop (and checkpoint) after this many global steps
+  int eval_batch = 256;
+  bool progress = false;  // rank 0 draws a progress bar (stdout is a terminal)
+};
+
+struct EpochStats {
+  int epoch = 0;  // 1-based, as printed
+  double loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0;
+  double seconds = 0, images_per_second = 0, allreduce_share = 0;
+};
+
+enum class StopReason { kFinished, kSignal, kMaxSteps };
+
+struct TrainResult {
+  std::vector<EpochStats> epochs;
+  StopReason stop = StopReason::kFinished;
+  int signal = 0;
+  double seconds_total = 0, train_seconds = 0, compute_seconds = 0, allreduce_seconds = 0;
+  std::int64_t images = 0;  // trained in this process's run, all ranks together
+  double final_loss = 0, train_accuracy = 0, test_accuracy = 0, test_loss = 0;
+  float lr_peak = 0;
+  std::int64_t global_steps = 0, steps_per_epoch = 0;
+  std::size_t param_count = 0;
+  bool resumed = false;
+  std::int64_t resumed_epoch = 0, resumed_step = 0;
+  std::uint64_t param_checksum = 0;  // FNV-1a of the final parameter bytes (bitwise comparisons)
+};
+
+// Throws on bad configuration or data; `log` receives rank 0's lines (pass a null stream on
+// other ranks).
+TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg, std::ostream& log);
+
+// The learning rate at a global step (exposed for tests).
+float learning_rate(const TrainConfig& cfg, int world_size, std::int64_t global_step,
+                    std::int64_t steps_per_epoch);
+
+}  // namespace gpurun::runtime

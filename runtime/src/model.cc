@@ -1,0 +1,126 @@
+// model.cc: the sequential model: binding layers to the flat buffers, forward, loss, backward.
+#include "gpurun/runtime/model.h"
+
+#include <algorithm>
+#include <stdexcept>
+#include <string>
+
+#include "gpurun/kernels/accuracy.h"
+#include "gpurun/kernels/softmax_xent.h"
+
+namespace gpurun::runtime {
+
+namespace k = gpurun::kernels;
+
+Model::Model(std::vector<std::unique_ptr<Layer>> layers, int classes, int max_batch)
+    : layers_(std::move(layers)), classes_(classes), max_batch_(max_batch) {
+  if (layers_.empty()) throw std::invalid_argument("model: no layers");
+  if (max_batch < 1) throw std::invalid_argument("model: max_batch must be >= 1");
+  for (std::size_t i = 1; i < layers_.size(); ++i) {
+    if (layers_[i - 1]->output_shape().size() != layers_[i]->input_shape().size()) {
+      throw std::invalid_argument("model: layer " + std::to_string(i) + " (" + layers_[i]->name() +
+                                  ") input does not match layer " + std::to_string(i - 1) +
+                                  " output");
+    }
+  }
+  if (layers_.back()->output_shape().size() != std::size_t(classes)) {
+    throw std::invalid_argument("model: last layer has " +
+                                std::to_string(layers_.back()->output_shape().size()) +
+                                " outputs, expected " + std::to_string(classes) + " classes");
+  }
+  for (auto& l : layers_) n_params_ += l->param_floats();
+  params_ = FloatBuffer(n_params_);
+  grads_ = FloatBuffer(n_params_ + kStatSlots);
+  std::size_t off = 0, ws = 0;
+  for (auto& l : layers_) {
+    l->bind(params_.data() + off, grads_.data() + off);
+    off += l->param_floats();
+    const std::size_t a = std::size_t(max_batch) * l->output_shape().size();
+    acts_.emplace_back(a);
+    dacts_.emplace_back(a);
+    ws = std::max(ws, l->workspace_floats(max_batch));
+  }
+  workspace_ = FloatBuffer(std::max<std::size_t>(ws, 1));
+  dlogits_ = FloatBuffer(std::size_t(max_batch) * classes);
+}
+
+std::size_t Model::param_count() const {
+  // Alignment padding is zero and never trained; count only real tensors.
+  std::size_t n = 0;
+  for (const auto& l : layers_) {
+    const Shape in = l->input_shape(), out = l->output_shape();
+    if (l->name() == "conv2d") {
+      const int kh = in.h - out.h + 1, kw = in.w - out.w + 1;
+      n += std::size_t(out.c) * in.c * kh * kw + out.c;
+    } else {
+      n += out.size() * in.size() + out.size();
+    }
+  }
+  return n;
+}
+
+void Model::init(std::uint64_t seed) {
+  params_.fill(0.0f);
+  Rng rng = Rng::derive(seed, 0x1A17, 0);
+  for (auto& l : layers_) l->init(rng);
+}
+
+void Model::run_forward(int batch, const float* x) {
+  if (batch < 1 || batch > max_batch_) {
+    throw std::invalid_argument("model: batch " + std::to_string(batch) + " outside [1, " +
+                                std::to_string(max_batch_) + "]");
+  }
+  const k::Workspace ws{workspace_.data(), workspace_.size()};
+  const float* in = x;
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    layers_[i]->forward(batch, in, acts_[i].data(), ws);
+    in = acts_[i].data();
+  }
+}
+
+StepResult Model::forward_backward(int batch, const float* x, const std::int32_t* labels) {
+  run_forward(batch, x);
+  const float* logits = acts_.back().data();
+  StepResult r;
+  std::int64_t correct = 0;
+  k::cpu::accuracy_count({batch, classes_}, logits, labels, &correct);
+  float loss = 0;
+  k::cpu::softmax_xent({batch, classes_, 1.0f / float(batch)}, logits, labels, dacts_.back().data(),
+                       &loss);
+  const k::Workspace ws{workspace_.data(), workspace_.size()};
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    const float* in = i == 0 ? x : acts_[i - 1].data();
+    float* din = i == 0 ? nullptr : dacts_[i - 1].data();
+    layers_[i]->backward(batch, in, acts_[i].data(), dacts_[i].data(), din,
+                         i == 0 ? InputGrad::kSkip : InputGrad::kCompute, ws);
+  }
+  r.loss_sum = loss;
+  r.correct = correct;
+  float* s = stats();
+  s[kLossSum] = loss;
+  s[kCorrect] = float(correct);
+  s[kStopFlag] = 0.0f;
+  s[3] = 0.0f;
+  return r;
+}
+
+StepResult Model::evaluate(int batch, const float* x, const std::int32_t* labels) {
+  run_forward(batch, x);
+  const float* logits = acts_.back().data();
+  StepResult r;
+  k::cpu::accuracy_count({batch, classes_}, logits, labels, &r.correct);
+  float loss = 0;
+  k::cpu::softmax_xent({batch, classes_, 1.0f}, logits, labels, dlogits_.data(), &loss);
+  r.loss_sum = loss;
+  return r;
+}
+
+std::unique_ptr<Model> make_mnist_cnn(Shape input, int classes, int max_batch) {
+  std::vector<std::unique_ptr<Layer>> layers;
+  layers.push_back(make_conv2d(input, 32, 3, k::Activation::kRelu));
+  layers.push_back(make_dense(layers.back()->output_shape(), 128, k::Activation::kRelu));
+  layers.push_back(make_dense(layers.back()->output_shape(), classes, k::Activation::kNone));
+  return std::make_unique<Model>(std::move(layers), classes, max_batch);
+}
+
+}  // namespace gpurun::runtime

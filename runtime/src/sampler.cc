@@ -1,0 +1,50 @@
+// sampler.cc: seeded Fisher-Yates shuffle and the rank's strided shard.
+#include "gpurun/runtime/sampler.h"
+
+#include <stdexcept>
+#include <string>
+
+#include "gpurun/runtime/rng.h"
+
+namespace gpurun::runtime {
+
+DistributedSampler::DistributedSampler(std::size_t n, int world, int rank, int batch,
+                                       std::uint64_t seed)
+    : n_(n), world_(world), rank_(rank), batch_(batch), seed_(seed) {
+  if (world < 1 || rank < 0 || rank >= world || batch < 1) {
+    throw std::invalid_argument("sampler: bad world_size " + std::to_string(world) + ", rank " +
+                                std::to_string(rank) + " or batch " + std::to_string(batch));
+  }
+  steps_ = n / (std::size_t(world) * batch);
+  if (steps_ == 0) {
+    throw std::invalid_argument("sampler: " + std::to_string(n) +
+                                " examples cannot fill one global batch of " +
+                                std::to_string(world) + " x " + std::to_string(batch));
+  }
+  perm_.resize(n);
+  set_epoch(0);
+}
+
+void DistributedSampler::set_epoch(std::int64_t epoch) {
+  for (std::size_t i = 0; i < n_; ++i) perm_[i] = std::int32_t(i);
+  Rng rng = Rng::derive(seed_, std::uint64_t(epoch), 0x5A3D1E5);
+  for (std::size_t i = n_ - 1; i > 0; --i) std::swap(perm_[i], perm_[rng.below(i + 1)]);
+}
+
+void DistributedSampler::step_indices(std::size_t step, std::int32_t* out) const {
+  if (step >= steps_) {
+    throw std::out_of_range("sampler: step " + std::to_string(step) + " >= steps per epoch " +
+                            std::to_string(steps_));
+  }
+  for (int k = 0; k < batch_; ++k) {
+    out[k] = perm_[(step * batch_ + k) * world_ + rank_];
+  }
+}
+
+std::vector<std::int32_t> eval_shard(std::size_t n, int world, int rank) {
+  std::vector<std::int32_t> out;
+  for (std::size_t i = rank; i < n; i += world) out.push_back(std::int32_t(i));
+  return out;
+}
+
+}  // namespace gpurun::runtime

@@ -1,0 +1,279 @@
+// trainer.cc: the training loop, evaluation, checkpoint/resume and the stop protocol.
+#include "gpurun/runtime/trainer.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+
+#include "gpurun/kernels/sgd.h"
+#include "gpurun/runtime/checkpoint.h"
+#include "gpurun/runtime/model.h"
+#include "gpurun/runtime/sampler.h"
+#include "gpurun/runtime/stop_signal.h"
+
+namespace gpurun::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+std::uint64_t fnv1a(const void* p, std::size_t n) {
+  const auto* b = static_cast<const unsigned char*>(p);
+  std::uint64_t h = 1469598103934665603ull;
+  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
+  return h;
+}
+
+struct EvalResult {
+  double loss = 0, accuracy = 0;
+};
+
+EvalResult evaluate(ProcessGroup& pg, Model& model, const Split& test, int eval_batch) {
+  const std::vector<std::int32_t> shard = eval_shard(test.count, pg.size(), pg.rank());
+  FloatBuffer x(std::size_t(eval_batch) * test.image_floats());
+  std::vector<std::int32_t> y(eval_batch);
+  double sums[3] = {0, 0, double(shard.size())};  // loss, correct, count
+  for (std::size_t off = 0; off < shard.size(); off += eval_batch) {
+    const int n = int(std::min<std::size_t>(eval_batch, shard.size() - off));
+    test.gather(shard.data() + off, n, x.data(), y.data());
+    const StepResult r = model.evaluate(n, x.data(), y.data());
+    sums[0] += r.loss_sum;
+    sums[1] += double(r.correct);
+  }
+  pg.allreduce_sum(sums, 3);
+  return {sums[0] / sums[2], sums[1] / sums[2]};
+}
+
+void draw_progress(std::ostream& log, int epoch, std::size_t step, std::size_t steps, double loss) {
+  constexpr int kWidth = 30;
+  const int filled = int(double(step) / double(steps) * kWidth);
+  log << "\repoch " << epoch << " [" << std::string(filled, '#')
+      << std::string(kWidth - filled, ' ') << "] " << step << "/" << steps << " loss " << loss
+      << std::flush;
+}
+
+}  // namespace
+
+float learning_rate(const TrainConfig& cfg, int world, std::int64_t t, std::int64_t spe) {
+  const float peak = cfg.lr_scaling == LrScaling::kLinear ? cfg.lr * float(world) : cfg.lr;
+  const double warm = cfg.warmup_epochs >= 0 ? cfg.warmup_epochs
+                                             : (cfg.lr_scaling == LrScaling::kLinear ? 1.0 : 0.0);
+  const double warm_steps = warm * double(spe);
+  // Goyal et al. 2017: ramp linearly from the single-rank rate to the scaled rate.
+  if (warm_steps > 0 && double(t) < warm_steps) {
+    return cfg.lr + float((peak - cfg.lr) * (double(t) / warm_steps));
+  }
+  return peak;
+}
+
+TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
+                  std::ostream& log) {
+  if (cfg.epochs < 1) throw std::invalid_argument("epochs must be >= 1");
+  if (cfg.batch_per_rank < 1) throw std::invalid_argument("batch size must be >= 1");
+  if (cfg.eval_batch < 1) throw std::invalid_argument("eval batch must be >= 1");
+  if (cfg.resume && cfg.checkpoint_dir.empty()) {
+    throw std::invalid_argument("--resume needs --checkpoint DIR");
+  }
+  const auto t_start = Clock::now();
+  const int world = pg.size(), rank = pg.rank();
+  const Split& train_set = data.train;
+  const Shape in{1, train_set.rows, train_set.cols};
+  auto model = make_mnist_cnn(in, data.classes, std::max(cfg.batch_per_rank, cfg.eval_batch));
+  const std::size_t n = model->param_floats();
+  FloatBuffer velocity(cfg.momentum != 0.0f ? n : 0);
+
+  // Rank 0's initial weights are the job's: broadcast so ranks agree even if their init differed.
+  model->init(cfg.seed);
+  pg.broadcast(model->params(), n * sizeof(float), 0);
+
+  DistributedSampler sampler(train_set.count, world, rank, cfg.batch_per_rank, cfg.seed);
+  const std::int64_t spe = std::int64_t(sampler.steps_per_epoch());
+
+  TrainResult res;
+  res.param_count = model->param_count();
+  res.steps_per_epoch = spe;
+  res.lr_peak = learning_rate(cfg, world, std::int64_t(1) << 60, spe);
+
+  // Resume: rank 0 reads the checkpoint and broadcasts it (ranks need not share a filesystem).
+  std::int64_t start_epoch = 0, start_step = 0, global_step = 0;
+  double ep_loss = 0, ep_correct = 0, ep_seen = 0;
+  if (cfg.resume) {
+    std::int32_t have = 0;
+    Checkpoint ck;
+    if (rank == 0 && checkpoint_exists(cfg.checkpoint_dir)) {
+      ck = load_checkpoint(checkpoint_path(cfg.checkpoint_dir));
+      if (ck.params.size() != n) {
+        throw std::runtime_error(checkpoint_path(cfg.checkpoint_dir) + ": holds " +
+                                 std::to_string(ck.params.size()) + " parameters, model has " +
+                                 std::to_string(n));
+      }
+      if (ck.seed != cfg.seed || ck.world_size != world ||
+          ck.batch_per_rank != cfg.batch_per_rank) {
+        log << "warning: checkpoint was written with seed " << ck.seed << ", " << ck.world_size
+            << " ranks x " << ck.batch_per_rank << "; this run has seed " << cfg.seed << ", "
+            << world << " x " << cfg.batch_per_rank << ": the data order will differ\n";
+      }
+      have = 1;
+    }
+    pg.broadcast(&have, sizeof have, 0);
+    if (have) {
+      std::int64_t pos[3] = {ck.epoch, ck.step, ck.global_step};
+      double sums[3] = {ck.epoch_loss_sum, ck.epoch_correct, ck.epoch_seen};
+      pg.broadcast(pos, sizeof pos, 0);
+      pg.broadcast(sums, sizeof sums, 0);
+      if (rank == 0) std::memcpy(model->params(), ck.params.data(), n * sizeof(float));
+      pg.broadcast(model->params(), n * sizeof(float), 0);
+      std::int32_t has_vel = rank == 0 ? std::int32_t(ck.velocity.size() == n) : 0;
+      pg.broadcast(&has_vel, sizeof has_vel, 0);
+      if (velocity.size() == n && has_vel) {
+        if (rank == 0) std::memcpy(velocity.data(), ck.velocity.data(), n * sizeof(float));
+        pg.broadcast(velocity.data(), n * sizeof(float), 0);
+      }
+      start_epoch = pos[0];
+      start_step = pos[1];
+      global_step = pos[2];
+      ep_loss = sums[0];
+      ep_correct = sums[1];
+      ep_seen = sums[2];
+      res.resumed = true;
+      res.resumed_epoch = start_epoch;
+      res.resumed_step = start_step;
+      log << "resumed from " << checkpoint_path(cfg.checkpoint_dir) << " at epoch "
+          << start_epoch + 1 << ", step " << start_step << "\n";
+    } else {
+      log << "no checkpoint in " << cfg.checkpoint_dir << ": starting from scratch\n";
+    }
+  }
+
+  auto make_checkpoint = [&](std::int64_t epoch, std::int64_t step) {
+    if (cfg.checkpoint_dir.empty() || rank != 0) return;
+    Checkpoint ck;
+    ck.seed = cfg.seed;
+    ck.world_size = world;
+    ck.batch_per_rank = cfg.batch_per_rank;
+    ck.epoch = epoch;
+    ck.step = step;
+    ck.global_step = global_step;
+    ck.epoch_loss_sum = ep_loss;
+    ck.epoch_correct = ep_correct;
+    ck.epoch_seen = ep_seen;
+    ck.params.assign(model->params(), model->params() + n);
+    if (velocity.size() == n) ck.velocity.assign(velocity.data(), velocity.data() + n);
+    save_checkpoint(cfg.checkpoint_dir, ck);
+  };
+
+  StopSignalGuard signals;
+  const std::size_t img = train_set.image_floats();
+  FloatBuffer x(std::size_t(cfg.batch_per_rank) * img);
+  std::vector<std::int32_t> y(cfg.batch_per_rank), idx(cfg.batch_per_rank);
+  float* grads = model->grads();
+  float* stats = model->stats();
+  const std::size_t reduce_floats = model->grad_buffer_floats();
+  log << "training: " << world << " rank(s) x " << cfg.batch_per_rank << " images, " << spe
+      << " steps/epoch, lr " << res.lr_peak << ", " << res.param_count << " parameters"
+      << std::endl;
+
+  for (std::int64_t epoch = start_epoch; epoch < cfg.epochs && res.stop == StopReason::kFinished;
+       ++epoch) {
+    sampler.set_epoch(epoch);
+    const auto t_epoch = Clock::now();
+    double ep_allreduce = 0;
+    std::int64_t ep_images = 0;
+    const std::int64_t first = epoch == start_epoch ? start_step : 0;
+    if (epoch != start_epoch) ep_loss = ep_correct = ep_seen = 0;
+    for (std::int64_t step = first; step < spe; ++step) {
+      if (cfg.max_steps >= 0 && global_step >= cfg.max_steps) {
+        res.stop = StopReason::kMaxSteps;
+        make_checkpoint(epoch, step);
+        break;
+      }
+      const auto t0 = Clock::now();
+      sampler.step_indices(std::size_t(step), idx.data());
+      train_set.gather(idx.data(), cfg.batch_per_rank, x.data(), y.data());
+      model->forward_backward(cfg.batch_per_rank, x.data(), y.data());
+      const int sig = StopSignalGuard::received();
+      stats[kStopFlag] = sig != 0 ? 1.0f : 0.0f;
+      const auto t1 = Clock::now();
+      pg.allreduce_sum(grads, reduce_floats);  // the step's one collective
+      const double t_ar = since(t1);
+      const auto t2 = Clock::now();
+      kernels::SgdDesc sd;
+      sd.n = n;
+      sd.lr = learning_rate(cfg, world, global_step, spe);
+      sd.momentum = cfg.momentum;
+      sd.weight_decay = cfg.weight_decay;
+      sd.grad_scale = 1.0f / float(world);
+      kernels::cpu::sgd_step(sd, model->params(), grads,
+                             velocity.size() ? velocity.data() : nullptr);
+      ++global_step;
+      ep_loss += stats[kLossSum];
+      ep_correct += stats[kCorrect];
+      ep_seen += double(cfg.batch_per_rank) * world;
+      ep_images += std::int64_t(cfg.batch_per_rank) * world;
+      ep_allreduce += t_ar;
+      res.allreduce_seconds += t_ar;
+      res.compute_seconds += std::chrono::duration<double>(t1 - t0).count() + since(t2);
+      if (cfg.progress && rank == 0 && (step % 20 == 0 || step + 1 == spe)) {
+        draw_progress(log, int(epoch) + 1, std::size_t(step + 1), std::size_t(spe),
+                      ep_loss / std::max(1.0, ep_seen));
+      }
+      if (stats[kStopFlag] > 0.0f) {
+        res.stop = StopReason::kSignal;
+        res.signal = sig;
+        make_checkpoint(epoch, step + 1);
+        break;
+      }
+    }
+    const double ep_seconds = since(t_epoch);
+    res.train_seconds += ep_seconds;
+    res.images += ep_images;
+    if (cfg.progress && rank == 0) log << "\r" << std::string(70, ' ') << "\r";
+    if (res.stop == StopReason::kSignal) break;
+    const EvalResult ev = evaluate(pg, *model, data.test, cfg.eval_batch);
+    res.test_accuracy = ev.accuracy;
+    res.test_loss = ev.loss;
+    res.final_loss = ep_loss / std::max(1.0, ep_seen);
+    res.train_accuracy = ep_correct / std::max(1.0, ep_seen);
+    if (res.stop == StopReason::kMaxSteps) break;  // a partial epoch: no epoch line
+    EpochStats es;
+    es.epoch = int(epoch) + 1;
+    es.loss = res.final_loss;
+    es.train_accuracy = res.train_accuracy;
+    es.test_loss = ev.loss;
+    es.test_accuracy = ev.accuracy;
+    es.seconds = ep_seconds;
+    es.images_per_second = ep_seconds > 0 ? double(ep_images) / ep_seconds : 0;
+    es.allreduce_share = ep_seconds > 0 ? ep_allreduce / ep_seconds : 0;
+    res.epochs.push_back(es);
+    char line[256];
+    std::snprintf(line, sizeof line,
+                  "epoch %d/%d  loss %.4f  train_acc %.2f%%  test_acc %.2f%%  %.2fs  %.0f img/s"
+                  "  allreduce %.1f%%",
+                  es.epoch, cfg.epochs, es.loss, 100 * es.train_accuracy, 100 * es.test_accuracy,
+                  es.seconds, es.images_per_second, 100 * es.allreduce_share);
+    log << line << std::endl;
+    make_checkpoint(epoch + 1, 0);
+  }
+  if (res.stop == StopReason::kSignal) {
+    log << "received " << signal_name(res.signal) << ": stopped at a step boundary (global step "
+        << global_step << ")";
+    if (!cfg.checkpoint_dir.empty()) {
+      log << ", checkpoint written to " << checkpoint_path(cfg.checkpoint_dir)
+          << "; continue with --resume";
+    } else {
+      log << "; no --checkpoint DIR was given, so nothing was saved";
+    }
+    log << std::endl;
+  }
+  res.global_steps = global_step;
+  res.param_checksum = fnv1a(model->params(), n * sizeof(float));
+  res.seconds_total = since(t_start);
+  return res;
+}
+
+}  // namespace gpurun::runtime
