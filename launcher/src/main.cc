@@ -1,1 +1,319 @@
-int main() { return 0; }
+// main.cc: the `gpurun` command. Subcommands: (launch) `gpurun [OPTIONS] -- PROGRAM [ARGS]`,
+// `gpurun info`, `gpurun hostlist expand|compress`, and the hidden `gpurun _rank` wrapper that
+// every rank runs. The only place where errors become exit codes.
+#include <fmt/format.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <iostream>
+
+#include "gpurun/launcher/error.h"
+#include "gpurun/launcher/hostlist.h"
+#include "gpurun/launcher/launch.h"
+#include "gpurun/launcher/plan.h"
+#include "report.h"
+#include "run.h"
+#include "system.h"
+
+namespace po = boost::program_options;
+using namespace gpurun::launcher;
+
+namespace {
+
+constexpr const char* kUsage =
+    R"(gpurun: launch data-parallel programs on the GPUs and nodes of a job
+
+usage:
+  gpurun [OPTIONS] [--] PROGRAM [ARGS...]   launch PROGRAM once per rank
+  gpurun info [--json] [--env-file FILE] [PLAN OPTIONS]
+                                            show the allocation and the rank plan
+  gpurun hostlist expand EXPR...            Slurm hostlist -> one host a line
+  gpurun hostlist compress HOST...          hosts -> Slurm hostlist
+
+The scheduler (Slurm, PBS Pro/Torque, LSF, gpuq, or none) is read from the environment; ranks
+start through its engine (srun, mpirun, mpirun+blaunch, jsrun, pbsdsh). Every rank gets RANK
+WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES
+CUDA_DEVICE_ORDER OMP_NUM_THREADS GPURUN_SCHEDULER GPURUN_JOB_ID. When one rank fails, all stop.
+)";
+
+struct Cli {
+  po::options_description plan{"plan options"};
+  po::options_description launch{"launch options"};
+  po::options_description info{"info options"};
+};
+
+void add_plan_options(po::options_description& d) {
+  d.add_options()("ntasks,n", po::value<int>(),
+                  "total ranks (default: the allocation's task slots; 1 GPU per rank locally)")(
+      "nproc-per-node", po::value<std::string>()->default_value("auto"),
+      "ranks per node: N, gpu (one per GPU) or auto")(
+      "gpus-per-rank", po::value<int>(), "GPUs each rank gets (default 1 where GPUs exist)")(
+      "cpus-per-rank", po::value<int>(),
+      "OMP_NUM_THREADS of each rank (default: from the scheduler)")(
+      "scheduler", po::value<std::string>()->default_value("auto"),
+      "auto|slurm|pbs|lsf|gpuq|local")(
+      "master-port", po::value<int>(),
+      "rendezvous port (default: derived from the job id, checked free)")(
+      "master-addr", po::value<std::string>(), "rendezvous host (default: rank 0's host)")(
+      "env-file", po::value<std::string>(),
+      "read KEY=VALUE lines as the whole environment (explain any job)");
+}
+
+PlanOptions plan_options(const po::variables_map& vm) {
+  PlanOptions o;
+  if (vm.count("ntasks")) o.ntasks = vm["ntasks"].as<int>();
+  parse_nproc_per_node(vm["nproc-per-node"].as<std::string>(), o);
+  if (vm.count("gpus-per-rank")) o.gpus_per_rank = vm["gpus-per-rank"].as<int>();
+  if (vm.count("cpus-per-rank")) o.cpus_per_rank = vm["cpus-per-rank"].as<int>();
+  if (vm.count("master-port")) {
+    int p = vm["master-port"].as<int>();
+    if (p < 1 || p > 65535) throw Error(fmt::format("--master-port {}: expected 1-65535", p));
+    o.master_port = p;
+  }
+  return o;
+}
+
+struct Setup {
+  Env env;
+  bool from_file = false;
+  Allocation alloc;
+  PlanOptions popts;
+  RankPlan plan;
+};
+
+Setup setup(const po::variables_map& vm) {
+  Setup s;
+  if (vm.count("env-file")) {
+    s.env = sys::read_env_file(vm["env-file"].as<std::string>());
+    s.from_file = true;
+  } else {
+    s.env = sys::process_env();
+  }
+  DetectInput in = sys::detect_input(s.env);
+  if (s.from_file) {
+    // Explaining someone else's job: this machine's CPUs and GPUs are not theirs.
+    in.hostname = "localhost";
+    in.cpu_count = 1;
+    in.device_gpu_count = 0;
+  }
+  std::string sched = vm["scheduler"].as<std::string>();
+  std::optional<Scheduler> forced;
+  if (sched != "auto") forced = parse_scheduler(sched, "--scheduler");
+  s.alloc = detect_allocation(in, forced);
+  s.popts = plan_options(vm);
+  if (!s.popts.master_port && !s.alloc.job_id && !s.from_file) {
+    // No job id to derive from: two local launches at once must not pick the same port.
+    s.popts.master_port = derive_master_port(fmt::format("local:{}", getpid()));
+    s.plan = make_plan(s.alloc, s.popts);
+    s.popts.master_port.reset();
+  } else {
+    s.plan = make_plan(s.alloc, s.popts);
+  }
+  if (vm.count("master-addr")) s.plan.master_addr = vm["master-addr"].as<std::string>();
+  return s;
+}
+
+int cmd_info(const std::vector<std::string>& args) {
+  po::options_description d("gpurun info [--json] [--env-file FILE] [PLAN OPTIONS]");
+  add_plan_options(d);
+  d.add_options()("json", "print JSON")("help,h", "this help");
+  po::variables_map vm;
+  po::store(po::command_line_parser(args).options(d).run(), vm);
+  po::notify(vm);
+  if (vm.count("help")) {
+    std::cout << d;
+    return 0;
+  }
+  Setup s = setup(vm);
+  if (vm.count("json"))
+    std::cout << info_json(s.alloc, s.plan).dump(2) << "\n";
+  else
+    std::cout << info_text(s.alloc, s.plan);
+  return 0;
+}
+
+int cmd_hostlist(const std::vector<std::string>& args) {
+  if (args.empty() || args[0] == "-h" || args[0] == "--help") {
+    std::cout << "usage: gpurun hostlist expand EXPR...    (one host a line)\n"
+                 "       gpurun hostlist compress HOST...  (one hostlist expression)\n"
+                 "       gpurun hostlist tasks EXPR...     (Slurm tasks-per-node, e.g. 2(x3),1)\n";
+    return args.empty() ? 2 : 0;
+  }
+  std::vector<std::string> rest(args.begin() + 1, args.end());
+  if (rest.empty())
+    throw Error(fmt::format("gpurun hostlist {}: expected at least one argument", args[0]));
+  try {
+    if (args[0] == "expand") {
+      std::string out;
+      for (const auto& e : rest) {
+        if (e.find_first_not_of(" \t\n,") == std::string::npos)
+          throw Error(
+              fmt::format("hostlist '{}' is empty: expected something like node[01-04]", e));
+        for (const auto& h : expand_hostlist(e)) out += h + "\n";
+      }
+      std::cout << out;
+    } else if (args[0] == "compress") {
+      std::vector<std::string> hosts;
+      for (const auto& a : rest)
+        for (const auto& h : expand_hostlist(a)) hosts.push_back(h);
+      std::cout << compress_hostlist(hosts) << "\n";
+    } else if (args[0] == "tasks") {
+      for (const auto& e : rest)
+        for (int n : expand_tasks_per_node(e)) std::cout << n << "\n";
+    } else {
+      throw Error(fmt::format("gpurun hostlist '{}': expected expand, compress or tasks", args[0]));
+    }
+  } catch (const HostlistError& e) {
+    fmt::print(stderr, "gpurun: {}\n{}\n", e.what(), e.pointer());
+    return 2;
+  }
+  return 0;
+}
+
+// Options that take a value, so that `gpurun -n 2 python train.py` finds where PROGRAM starts.
+bool takes_value(const std::string& a) {
+  static const char* v[] = {"-n",
+                            "--ntasks",
+                            "--nproc-per-node",
+                            "--gpus-per-rank",
+                            "--cpus-per-rank",
+                            "--scheduler",
+                            "--launcher",
+                            "--launcher-args",
+                            "--master-port",
+                            "--master-addr",
+                            "--env-file",
+                            "--start-timeout",
+                            "--kill-grace",
+                            "--stop-timeout",
+                            "--time-left",
+                            "--checkpoint-before",
+                            "--checkpoint-signal",
+                            "--control-addr"};
+  for (const char* x : v)
+    if (a == x) return true;
+  return false;
+}
+
+int cmd_launch(const std::vector<std::string>& args) {
+  std::vector<std::string> opts, program;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    if (args[i] == "--") {
+      program.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    if (args[i].empty() || args[i][0] != '-') {
+      program.assign(args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
+    opts.push_back(args[i]);
+    if (takes_value(args[i]) && i + 1 < args.size()) opts.push_back(args[++i]);
+  }
+  po::options_description d("options");
+  add_plan_options(d);
+  d.add_options()("launcher", po::value<std::string>()->default_value("auto"),
+                  "auto|srun|mpirun|blaunch|jsrun|pbsdsh|local")(
+      "launcher-args", po::value<std::string>(), "extra arguments for the engine, split on blanks")(
+      "dry-run", "print the exact command and every rank's environment; run nothing")(
+      "tag-output", "prefix every output line with its rank")(
+      "start-timeout", po::value<double>()->default_value(300), "seconds for all ranks to start")(
+      "kill-grace", po::value<double>()->default_value(5),
+      "seconds from TERM to KILL when stopping after a failure")(
+      "stop-timeout", po::value<double>()->default_value(25),
+      "seconds ranks get to exit after a forwarded SIGINT/SIGTERM")(
+      "time-left", po::value<double>(),
+      "seconds until the job ends (default: from SLURM_JOB_END_TIME)")(
+      "checkpoint-before", po::value<double>()->default_value(0),
+      "send --checkpoint-signal this many seconds before the job ends")(
+      "checkpoint-signal", po::value<std::string>()->default_value("USR1"),
+      "signal that asks ranks to checkpoint")(
+      "control-addr", po::value<std::string>(),
+      "address ranks use to reach gpurun (default: this host's name)")(
+      "quiet,q", "no gpurun: status lines (failures are still reported)")(
+      "version", "print the version")("help,h", "this help");
+  po::variables_map vm;
+  po::store(po::command_line_parser(opts).options(d).run(), vm);
+  po::notify(vm);
+  if (vm.count("help") || (args.empty())) {
+    std::cout << kUsage << "\n" << d;
+    return args.empty() ? 2 : 0;
+  }
+  if (vm.count("version")) {
+    std::cout << "gpurun 0.1.0\n";
+    return 0;
+  }
+  if (program.empty())
+    throw Error("no program to launch: usage: gpurun [OPTIONS] -- PROGRAM [ARGS...]");
+  Setup s = setup(vm);
+
+  LaunchOptions lo;
+  lo.launcher = vm["launcher"].as<std::string>();
+  if (vm.count("launcher-args")) {
+    std::istringstream is(vm["launcher-args"].as<std::string>());
+    std::string w;
+    while (is >> w) lo.launcher_args.push_back(w);
+  }
+  lo.tag_output = vm.count("tag-output") > 0;
+  lo.program = program;
+  lo.as_root = geteuid() == 0;
+  Env tool_env = s.env;
+  lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };
+  bool dry = vm.count("dry-run") > 0 || s.from_file;
+  lo.self_exe = dry ? "gpurun" : sys::self_exe();
+  if (s.alloc.scheduler == Scheduler::slurm && !s.alloc.step_task &&
+      (lo.launcher == "auto" || lo.launcher == "srun"))
+    if (auto srun = lo.find_tool("srun")) lo.srun_mpi_plugins = sys::srun_mpi_plugins(*srun);
+
+  if (dry) {
+    lo.plan_text = encode_plan(s.alloc, s.plan, s.popts);
+    LaunchCommand c = build_launch(s.alloc, s.plan, lo);
+    std::cout << dry_run_text(s.alloc, s.plan, c, program);
+    return 0;
+  }
+  if (s.alloc.step_task) return exec_in_step(s.alloc, s.plan, s.env, program);
+
+  RunConfig cfg;
+  cfg.alloc = s.alloc;
+  cfg.plan = s.plan;
+  cfg.plan_options = s.popts;
+  cfg.launch = lo;
+  cfg.env = s.env;
+  cfg.start_timeout = vm["start-timeout"].as<double>();
+  cfg.kill_grace = vm["kill-grace"].as<double>();
+  cfg.stop_timeout = vm["stop-timeout"].as<double>();
+  if (vm.count("time-left")) cfg.time_left = vm["time-left"].as<double>();
+  cfg.checkpoint_before = vm["checkpoint-before"].as<double>();
+  cfg.checkpoint_signal =
+      parse_signal(vm["checkpoint-signal"].as<std::string>(), "--checkpoint-signal");
+  if (vm.count("control-addr")) cfg.control_addr = vm["control-addr"].as<std::string>();
+  cfg.quiet = vm.count("quiet") > 0;
+  return run_supervisor(cfg);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  try {
+    if (!args.empty()) {
+      std::vector<std::string> rest(args.begin() + 1, args.end());
+      if (args[0] == "info") return cmd_info(rest);
+      if (args[0] == "hostlist") return cmd_hostlist(rest);
+      if (args[0] == "_rank") return run_rank_wrapper(rest);
+      if (args[0] == "help") {
+        std::cout << kUsage;
+        return 0;
+      }
+    }
+    return cmd_launch(args);
+  } catch (const po::error& e) {
+    fmt::print(stderr, "gpurun: {} (see gpurun --help)\n", e.what());
+    return 2;
+  } catch (const HostlistError& e) {
+    fmt::print(stderr, "gpurun: {}\n{}\n", e.what(), e.pointer());
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gpurun: {}\n", e.what());
+    return 2;
+  }
+}

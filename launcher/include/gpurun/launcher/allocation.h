@@ -1,0 +1,78 @@
+// allocation.h: what the scheduler gave this job, normalized across Slurm, PBS Pro/Torque, LSF,
+// gpuq and the bare machine. Detection is a pure function of an injected environment and file
+// reader (see DetectInput), so every scheduler is testable without one.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpurun::launcher {
+
+enum class Scheduler { slurm, pbs, lsf, gpuq, local };
+
+const char* to_string(Scheduler s);
+// Parses "slurm|pbs|lsf|gpuq|local"; throws Error naming `what` otherwise.
+Scheduler parse_scheduler(const std::string& name, const std::string& what);
+
+using Env = std::map<std::string, std::string>;
+
+struct NodeAlloc {
+  std::string host;  // as the scheduler names it (what its launch engine accepts)
+  int slots = 0;     // task slots the scheduler gave this node
+  int gpus = 0;      // GPUs visible to the job on this node
+};
+
+// When gpurun itself runs as one task of a scheduler step (srun, jsrun), the step has already
+// placed the ranks: gpurun only sets the rank environment and runs the program.
+struct StepTask {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  int local_world_size = 1;
+  int node_rank = 0;
+  std::string engine;  // "srun" or "jsrun"
+};
+
+struct Allocation {
+  Scheduler scheduler = Scheduler::local;
+  std::string flavor;  // "Slurm", "PBS Pro", "Torque", "LSF", "gpuq", "local"
+  std::optional<std::string> job_id;
+  std::vector<NodeAlloc> nodes;  // in the scheduler's order; rank 0's node first
+  // The visible GPU list of the node gpurun runs on, as CUDA_VISIBLE_DEVICES spells it
+  // (indices, GPU-/MIG- UUIDs); positions in a rank plan index into each node's own such list.
+  std::vector<std::string> local_gpu_ids;
+  std::optional<std::string> this_host;  // the scheduler's name for this node, if known
+  std::optional<int> cpus_per_task;      // from the scheduler, when it says
+  std::optional<std::int64_t> end_time;  // UNIX seconds when the job's time runs out
+  std::optional<StepTask> step_task;     // set when running inside an srun/jsrun task
+  bool oversubscribe_ok = false;         // local/gpuq: more ranks than CPUs is allowed
+  std::vector<std::string> notes;        // facts worth telling the user (fallbacks, fixes)
+  std::vector<std::string> sources;      // the variables/files the allocation came from
+
+  int total_slots() const;
+};
+
+struct DetectInput {
+  Env env;
+  // Returns a file's contents, or nullopt when it cannot be read.
+  std::function<std::optional<std::string>(const std::string& path)> read_file;
+  std::string hostname = "localhost";  // this machine's name (gethostname)
+  int cpu_count = 1;                   // CPUs this process may run on
+  int device_gpu_count = 0;            // CUDA devices the driver reports; 0 without a driver
+};
+
+// Picks the scheduler (or uses `forced`) and reads its allocation. Throws Error naming the
+// variable or file at fault when the environment contradicts itself.
+Allocation detect_allocation(const DetectInput& in, std::optional<Scheduler> forced = {});
+
+// Which scheduler's variables are present, in order slurm, lsf, pbs, gpuq, else local.
+Scheduler sniff_scheduler(const Env& env);
+
+// Splits a CUDA_VISIBLE_DEVICES-style list; "" and "NoDevFiles" mean no GPU.
+std::vector<std::string> parse_gpu_list(const std::string& value);
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,67 @@
+// launch.h: the engine command that starts the ranks (srun, mpirun, mpirun+blaunch, jsrun,
+// pbsdsh, or gpurun's own fork), the plan string handed to each rank's wrapper, and the
+// environment every rank gets. Pure: tool lookups are injected, so --dry-run goldens are stable.
+#pragma once
+
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpurun/launcher/allocation.h"
+#include "gpurun/launcher/plan.h"
+
+namespace gpurun::launcher {
+
+enum class Engine { srun, mpirun, blaunch, jsrun, pbsdsh, fork, step };
+const char* to_string(Engine e);
+
+struct LaunchOptions {
+  std::string launcher = "auto";           // --launcher auto|srun|mpirun|blaunch|jsrun|pbsdsh|local
+  std::vector<std::string> launcher_args;  // --launcher-args, split on blanks
+  bool tag_output = false;
+  std::string self_exe = "gpurun";          // what runs in each rank as the wrapper
+  std::vector<std::string> program;         // PROGRAM ARGS
+  bool as_root = false;                     // mpirun refuses root without --allow-run-as-root
+  std::string control = "<set-at-launch>";  // host:port:token of gpurun's control socket
+  std::string plan_text;                    // encode_plan() of the plan, handed to each wrapper
+  // Where a tool lives, or nullopt when it is not installed.
+  std::function<std::optional<std::string>(const std::string&)> find_tool;
+  // `srun --mpi=list` output split into plugin names; empty when unknown.
+  std::vector<std::string> srun_mpi_plugins;
+};
+
+struct LaunchCommand {
+  Engine engine = Engine::fork;
+  std::vector<std::string> argv;  // empty for Engine::fork and Engine::step
+  std::vector<std::pair<std::string, std::string>> engine_env;  // set for the engine process
+  // srun's arbitrary distribution: one host per rank, written to a file named by SLURM_HOSTFILE.
+  std::vector<std::string> slurm_hostfile;
+  std::vector<std::string> notes;  // fallbacks taken, and why
+};
+
+LaunchCommand build_launch(const Allocation& alloc, const RankPlan& plan, const LaunchOptions& o);
+
+// --- the plan as handed to each rank's wrapper -------------------------------------------
+// "v1;s=slurm;j=123;p=29500;c=4;g=-;n=gpu001*4*4,gpu002*4*4" (nodes: host*ranks*gpus).
+std::string encode_plan(const Allocation& alloc, const RankPlan& plan, const PlanOptions& opts);
+struct DecodedPlan {
+  Scheduler scheduler = Scheduler::local;
+  std::optional<std::string> job_id;
+  RankPlan plan;
+};
+// Rebuilds the same RankPlan with make_plan(); throws Error on a malformed string.
+DecodedPlan decode_plan(const std::string& text);
+
+// The environment of one rank: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK
+// MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER OMP_NUM_THREADS
+// GPURUN_SCHEDULER GPURUN_JOB_ID. `visible` is the node's visible GPU list (CUDA_VISIBLE_DEVICES
+// as the scheduler set it there); nullopt prints positions instead (a node we cannot see).
+std::vector<std::pair<std::string, std::string>> rank_environment(
+    const RankPlan& plan, const RankEntry& r, Scheduler s, const std::optional<std::string>& job_id,
+    const std::optional<std::vector<std::string>>& visible);
+
+// Shell-quotes a word for printing a command a user can paste.
+std::string shell_quote(const std::string& word);
+
+}  // namespace gpurun::launcher

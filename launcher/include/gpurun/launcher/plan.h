@@ -1,0 +1,60 @@
+// plan.h: turns an allocation and the user's options into a rank table (rank, node rank, local
+// rank, host, GPU positions), the rendezvous address and port. Pure: no I/O.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpurun/launcher/allocation.h"
+
+namespace gpurun::launcher {
+
+enum class NprocMode { automatic, count, gpu };
+
+struct PlanOptions {
+  std::optional<int> ntasks;                    // -n: total ranks
+  NprocMode nproc_mode = NprocMode::automatic;  // --nproc-per-node auto|gpu|N
+  int nproc_per_node = 0;                       // N when nproc_mode == count
+  std::optional<int> gpus_per_rank;             // --gpus-per-rank
+  std::optional<int> master_port;               // --master-port
+  std::optional<int> cpus_per_rank;             // --cpus-per-rank
+};
+
+// Parses "auto", "gpu" or a positive count for --nproc-per-node.
+void parse_nproc_per_node(const std::string& value, PlanOptions& opts);
+
+struct RankEntry {
+  int rank = 0;
+  int node_rank = 0;
+  int local_rank = 0;
+  int local_world_size = 1;
+  std::string host;
+  std::vector<int> gpus;  // positions in the node's visible GPU list
+};
+
+struct PlanNode {
+  std::string host;
+  int ranks = 0;
+  int gpus = 0;  // GPUs the allocation has on the node
+  int first_rank = 0;
+};
+
+struct RankPlan {
+  int world_size = 0;
+  std::vector<RankEntry> ranks;
+  std::vector<PlanNode> nodes;  // the nodes that run ranks, in rank order
+  std::string master_addr;
+  int master_port = 0;
+  int cpus_per_rank = 1;
+  std::vector<std::string> notes;
+};
+
+RankPlan make_plan(const Allocation& alloc, const PlanOptions& opts);
+
+// The rendezvous port for a job: a hash of the job id over [15000, 32000), below Linux's
+// ephemeral range so outgoing connections never hold it. The launcher checks it is free and
+// moves to the next one if not.
+int derive_master_port(const std::string& job_key);
+
+}  // namespace gpurun::launcher

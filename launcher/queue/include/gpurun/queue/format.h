@@ -1,0 +1,23 @@
+// Slurm-shaped text output for gpuq: squeue's columns and times, sacct's columns, ExitCode as
+// "code:signal", and scontrol-like `show`. Pure functions over the daemon's JSON job documents.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace gpurun::queue {
+
+std::string squeue_time(int64_t seconds);  // 0:21, 1:43:21, 2-01:43:21
+std::string time_limit_text(int64_t seconds);  // UNLIMITED, or squeue_time
+std::string sacct_elapsed(int64_t seconds);  // 00:00:21, 2-01:43:21
+std::string exit_code_text(int code, int signal);  // "1:0", "0:9"
+
+enum class QueueFormat { kDefault, kLong };
+// `jobs` as in the daemon's queue reply; now_ms for the TIME column.
+std::string format_queue(const nlohmann::json& jobs, int64_t now_ms, QueueFormat f, bool header);
+std::string format_history(const nlohmann::json& jobs, bool header);
+std::string format_show(const nlohmann::json& job, int64_t now_ms);
+
+}  // namespace gpurun::queue

@@ -1,0 +1,106 @@
+// gpuq job model: what a submitted job asks for (JobRequest, filled from #SBATCH lines and the
+// command line) and the job record the daemon stores (Job). Pure data plus string conversions.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpurun::queue {
+
+// Slurm's job states (squeue.1) that gpuq can reach.
+enum class JobState { kPending, kRunning, kCompleted, kFailed, kCancelled, kTimeout, kNodeFail };
+
+const char* state_name(JobState s);  // "PENDING", "RUNNING", ...
+const char* state_code(JobState s);  // "PD", "R", ...
+JobState parse_state(const std::string& name);  // inverse of state_name; throws on unknown
+bool is_final(JobState s);
+
+enum class DepKind { kAfterOk, kAfterAny, kAfterNotOk };
+const char* dep_kind_name(DepKind k);
+
+struct Dependency {
+  DepKind kind = DepKind::kAfterAny;
+  int64_t job_id = 0;
+};
+
+struct ArraySpec {
+  std::vector<int> indices;  // task ids in submit order
+  int max_running = 0;       // the %N cap; 0 = no cap
+};
+
+// --signal=[B:]SIG@SECS
+struct SignalSpec {
+  int signal = 0;  // 0 = none
+  int lead_seconds = 60;
+  bool batch_only = false;  // B: signal only the batch shell, not its process group
+};
+
+// Everything a submission asks for. Optional fields stay unset when neither the script nor the
+// command line gave them, so "command line overrides script" is a field-wise merge.
+struct JobRequest {
+  std::optional<std::string> job_name;
+  std::optional<int> gpus;
+  std::optional<int64_t> time_limit_s;  // 0 = unlimited
+  std::optional<std::string> output;
+  std::optional<std::string> error;
+  std::optional<std::string> chdir;
+  std::optional<std::vector<Dependency>> dependencies;
+  std::optional<ArraySpec> array;
+  std::optional<SignalSpec> signal;
+  std::optional<bool> requeue;
+  std::optional<bool> hold;
+  std::optional<int> priority;
+  std::vector<std::string> warnings;  // unsupported directives, ignored with a warning
+
+  // Fields set in `over` replace ours (command line over #SBATCH).
+  void merge_from(const JobRequest& over);
+};
+
+// A job as the daemon stores it. Array tasks are separate jobs sharing array_job_id.
+struct Job {
+  int64_t id = 0;
+  int64_t array_job_id = 0;  // 0 when not an array task
+  int array_task_id = -1;
+  int array_max_running = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::string user;
+  std::string name;
+  JobState state = JobState::kPending;
+  std::string reason;  // squeue's (Reason) for pending jobs, or why a job failed
+  int priority = 0;
+  int gpus_requested = 1;
+  int64_t time_limit_s = 0;
+  bool held = false;
+  bool requeue = false;
+  bool cancel_requested = false;
+  int restart_count = 0;
+  int64_t submit_ms = 0;
+  int64_t start_ms = 0;
+  int64_t end_ms = 0;
+  std::vector<int> gpus;  // allocated GPU ids while running, kept afterwards for history
+  int exit_code = 0;
+  int exit_signal = 0;
+  std::vector<Dependency> dependencies;
+  SignalSpec signal;
+  std::string submit_key;
+  // Spec fields that are only needed to start the job.
+  std::string script;
+  std::vector<std::string> args;
+  std::string cwd;
+  std::string output_pattern;
+  std::string error_pattern;  // empty = stderr goes to the output file
+  std::map<std::string, std::string> env;
+};
+
+// "12" or "12_3" for array tasks (squeue's JOBID column).
+std::string display_id(const Job& j);
+
+// Comma list <-> ids ("0,1,3").
+std::string join_ids(const std::vector<int>& ids);
+std::vector<int> parse_id_list(const std::string& text);  // throws naming the text
+
+}  // namespace gpurun::queue

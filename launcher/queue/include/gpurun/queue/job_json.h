@@ -1,0 +1,16 @@
+// JSON form of a gpuq job: the same document is stored in SQLite and sent to clients.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "gpurun/queue/job.h"
+
+namespace gpurun::queue {
+
+// kPublic drops what other users must not read (environment, script, arguments).
+enum class JobView { kFull, kPublic };
+
+nlohmann::json job_to_json(const Job& j, JobView view);
+Job job_from_json(const nlohmann::json& j);  // throws nlohmann::json::exception on bad documents
+
+}  // namespace gpurun::queue

@@ -1,0 +1,52 @@
+// #SBATCH parsing for gpuq: the directive lines of a batch script and the same options on the
+// command line, with Slurm's rules (sbatch.1): directives are lines that start exactly with
+// "#SBATCH", values are not shell-expanded, and parsing stops at the first line that is neither a
+// comment nor blank. Pure functions over strings; errors are thrown as std::invalid_argument with a
+// message naming the offending text.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "gpurun/queue/job.h"
+
+namespace gpurun::queue {
+
+// The option words of every #SBATCH line, in order (quotes honoured, "# comment" tails dropped).
+std::vector<std::string> sbatch_directive_words(const std::string& script);
+
+// Parses sbatch-style options. Stops at the first word that is not an option (the script, on the
+// command line) and stores its index in *first_positional (words.size() when none).
+JobRequest parse_sbatch_options(const std::vector<std::string>& words,
+                                size_t* first_positional = nullptr);
+
+// parse_sbatch_options(sbatch_directive_words(script)); a positional word in a directive is an error.
+JobRequest parse_sbatch_script(const std::string& script);
+
+// Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; "0", "UNLIMITED", "INFINITE" = 0 (none).
+int64_t parse_time_limit(const std::string& text);
+
+// "USR1", "SIGUSR1", "10" -> signal number; throws on unknown names.
+int parse_signal_name(const std::string& text);
+std::string signal_name(int sig);  // 10 -> "USR1"
+
+SignalSpec parse_signal_spec(const std::string& text);  // [{R|B}:]SIG[@SECS]
+std::vector<Dependency> parse_dependency(const std::string& text);
+ArraySpec parse_array(const std::string& text);  // 0-15:4,20%2
+int parse_gres_gpus(const std::string& text);     // gpu[:type]:N, several comma entries
+int parse_gpus(const std::string& text);          // [type:]N
+
+struct PatternVars {
+  int64_t job_id = 0;
+  int64_t array_job_id = 0;  // 0 = not an array task
+  int array_task_id = -1;
+  std::string job_name;
+  std::string user;
+  std::string host;
+};
+
+// Output file patterns (%j %J %A %a %x %u %N %n %t %s %%, optional zero-padding width: %4j).
+// A backslash anywhere turns substitution off, as in Slurm.
+std::string expand_output_pattern(const std::string& pattern, const PatternVars& vars);
+
+}  // namespace gpurun::queue

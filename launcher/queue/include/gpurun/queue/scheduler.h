@@ -1,0 +1,55 @@
+// gpuq's scheduling decision as a pure function: given the eligible waiting jobs, the free GPU ids,
+// the running jobs' expected end times and each user's decayed usage, which jobs start now and on
+// which GPUs, and why the others wait. Order: priority, then fair share (less decayed GPU usage
+// first), then submit time. EASY backfill: once the first job in that order cannot start, later
+// jobs start only if they fit now and do not delay it (they end before its reserved start, or use
+// GPUs it will not need then).
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace gpurun::queue {
+
+struct SchedJob {
+  int64_t id = 0;
+  uint32_t uid = 0;
+  int priority = 0;
+  int gpus = 1;
+  int64_t time_limit_s = 0;  // 0 = unlimited
+  int64_t submit_ms = 0;
+};
+
+struct SchedRunning {
+  int gpus = 0;
+  uint32_t uid = 0;
+  int64_t end_ms = 0;  // start + time limit; 0 = unknown (no limit)
+};
+
+struct SchedInput {
+  int64_t now_ms = 0;
+  std::vector<SchedJob> waiting;  // eligible only: not held, dependencies met, array cap free
+  std::vector<int> free_gpus;
+  std::vector<SchedRunning> running;
+  std::map<uint32_t, double> usage;  // decayed GPU-seconds per uid
+  int max_gpus_per_user = 0;         // 0 = no limit
+};
+
+struct SchedStart {
+  int64_t job_id = 0;
+  std::vector<int> gpus;
+};
+
+struct SchedOutput {
+  std::vector<SchedStart> starts;
+  std::map<int64_t, std::string> reasons;  // squeue reason for every waiting job not started
+};
+
+SchedOutput schedule(const SchedInput& in);
+
+// Exponential decay of past usage: value * 2^(-elapsed / half_life).
+double decay_usage(double value, int64_t elapsed_ms, int64_t half_life_ms);
+
+}  // namespace gpurun::queue

@@ -1,0 +1,368 @@
+// gpuq subcommands (client.h).
+#include "client.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <thread>
+
+#include <boost/program_options.hpp>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "gpurun/queue/format.h"
+#include "gpurun/queue/protocol.h"
+#include "gpurun/queue/sbatch.h"
+#include "runfiles.h"
+
+extern char** environ;
+
+namespace gpurun::queue {
+namespace po = boost::program_options;
+
+namespace {
+
+constexpr const char* kSystemSocket = "/run/gpuq.sock";
+
+// Sends one request; GPUQ_RETRY_SECONDS (default 0) retries while the daemon is unreachable or
+// drops the connection (a daemon restart). Submissions carry a key, so a retry never duplicates.
+nlohmann::json call(const std::string& socket, const nlohmann::json& req) {
+  double retry_s = 0;
+  if (const char* r = std::getenv("GPUQ_RETRY_SECONDS")) retry_s = std::atof(r);
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(retry_s * 1000));
+  const std::string bytes = frame(req.dump());
+  while (true) {
+    try {
+      Fd fd = connect_unix(socket);
+      write_all(fd.get(), bytes);
+      auto reply = nlohmann::json::parse(read_frame(fd.get(), kMaxReplyBytes));
+      if (!reply.value("ok", false))
+        throw std::invalid_argument(reply.value("error", std::string("request failed")));
+      return reply;
+    } catch (const std::invalid_argument&) {
+      throw;  // the daemon answered: retrying would not change its mind
+    } catch (const std::exception&) {
+      if (std::chrono::steady_clock::now() >= deadline) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+  }
+}
+
+// Options every client command shares; returns the parsed map or prints help and returns nullopt.
+struct Parsed {
+  po::variables_map vm;
+  std::string socket;
+};
+
+bool parse(const Args& a, po::options_description& desc, po::positional_options_description* pos,
+           const std::string& usage, Parsed* out) {
+  desc.add_options()("help,h", "show this help")(
+      "socket", po::value<std::string>(), "daemon socket (default: $GPUQ_SOCKET, /run/gpuq.sock, "
+                                          "or the per-user socket)");
+  auto parser = po::command_line_parser(a).options(desc);
+  if (pos) parser.positional(*pos);
+  po::store(parser.run(), out->vm);
+  if (out->vm.count("help")) {
+    std::cout << usage << "\n\n" << desc << "\n";
+    return false;
+  }
+  po::notify(out->vm);
+  out->socket = out->vm.count("socket") ? out->vm["socket"].as<std::string>() : default_socket_path();
+  return true;
+}
+
+std::string random_key() {
+  unsigned char b[16];
+  Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
+  if (!fd || ::read(fd.get(), b, sizeof(b)) != sizeof(b))
+    throw std::runtime_error("cannot read /dev/urandom");
+  std::string s;
+  for (unsigned char c : b) s += fmt::format("{:02x}", c);
+  return s;
+}
+
+std::string read_all(std::istream& in) {
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+int report_results(const nlohmann::json& reply, const char* what) {
+  int rc = 0;
+  for (const auto& r : reply["results"]) {
+    if (!r["ok"].get<bool>()) {
+      fmt::print(stderr, "gpuq: error: {} job {}: {}\n", what, r["job_id"].get<int64_t>(),
+                 r["error"].get<std::string>());
+      rc = 1;
+    }
+  }
+  return rc;
+}
+
+}  // namespace
+
+std::string default_socket_path() {
+  if (const char* s = std::getenv("GPUQ_SOCKET"); s && *s) return s;
+  if (access(kSystemSocket, F_OK) == 0) return kSystemSocket;
+  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) return std::string(x) + "/gpuq.sock";
+  return fmt::format("/tmp/gpuq-{}.sock", getuid());
+}
+
+int cmd_submit(const Args& a) {
+  const char* usage =
+      "usage: gpuq submit [OPTIONS] SCRIPT [ARGS...]\n"
+      "Submits a batch script. #SBATCH lines are read as sbatch reads them (up to the first\n"
+      "command); options given here override them. Without SCRIPT (or with -) the script is read\n"
+      "from standard input. Prints 'Submitted batch job N'.\n\n"
+      "Options (sbatch's): -J/--job-name NAME, --gres=gpu[:type]:N, -G/--gpus [type:]N,\n"
+      "  -t/--time TIME (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S), -o/--output PATTERN,\n"
+      "  -e/--error PATTERN (%j %x %u %A %a %%), -D/--chdir DIR,\n"
+      "  -d/--dependency afterok|afterany|afternotok:ID[:ID][,...], -a/--array 0-15[:step][%N],\n"
+      "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N\n"
+      "gpuq's: --parsable (print only the id), --socket PATH, -h/--help";
+  size_t end = a.size();
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i].empty() || a[i][0] != '-' || a[i] == "-") {
+      end = i;
+      break;
+    }
+    if (a[i] == "-h" || a[i] == "--help") {
+      std::cout << usage << "\n";
+      return 0;
+    }
+  }
+  (void)end;
+  size_t pos = 0;
+  parse_sbatch_options(a, &pos);  // validates early and finds the script
+  std::vector<std::string> options;
+  std::string socket = default_socket_path();
+  bool parsable = false;
+  for (size_t i = 0; i < pos; ++i) {
+    if (a[i] == "--parsable") {
+      parsable = true;
+    } else if (a[i] == "--socket" && i + 1 < pos) {
+      socket = a[++i];
+    } else if (a[i].rfind("--socket=", 0) == 0) {
+      socket = a[i].substr(9);
+    } else {
+      options.push_back(a[i]);
+    }
+  }
+  std::string script, script_name = "sbatch";
+  std::vector<std::string> args;
+  if (pos < a.size() && a[pos] != "-") {
+    std::ifstream in(a[pos], std::ios::binary);
+    if (!in) throw std::runtime_error(fmt::format("cannot read script '{}'", a[pos]));
+    script = read_all(in);
+    script_name = a[pos];
+    args.assign(a.begin() + pos + 1, a.end());
+  } else {
+    script = read_all(std::cin);
+    if (pos < a.size()) args.assign(a.begin() + pos + 1, a.end());
+  }
+  char cwd[4096];
+  if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
+  nlohmann::json env = nlohmann::json::object();
+  for (char** e = environ; *e; ++e) {
+    std::string kv = *e;
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  nlohmann::json req = {{"op", "submit"}, {"script", script}, {"script_name", script_name},
+                        {"args", args}, {"options", options}, {"cwd", cwd}, {"env", env},
+                        {"submit_key", random_key()}};
+  auto reply = call(socket, req);
+  for (const auto& w : reply["warnings"]) fmt::print(stderr, "gpuq: warning: {}\n", w.get<std::string>());
+  if (parsable)
+    fmt::print("{}\n", reply["job_id"].get<int64_t>());
+  else
+    fmt::print("Submitted batch job {}\n", reply["job_id"].get<int64_t>());
+  return 0;
+}
+
+int cmd_queue(const Args& a) {
+  po::options_description desc("gpuq queue options");
+  desc.add_options()("user,u", po::value<std::string>(), "only this user's jobs")(
+      "me", "only my jobs")("long,l", "add TIME_LIMIT and the GPU ids")(
+      "noheader", "no header line")("json", "the daemon's JSON document");
+  Parsed p;
+  if (!parse(a, desc, nullptr,
+             "usage: gpuq queue [-u USER | --me] [-l] [--noheader] [--json]\n"
+             "Lists pending and running jobs with squeue's columns.",
+             &p))
+    return 0;
+  nlohmann::json req = {{"op", "queue"}};
+  if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
+  if (p.vm.count("me")) {
+    const char* u = std::getenv("USER");
+    req["user"] = u ? u : "";
+  }
+  auto reply = call(p.socket, req);
+  if (p.vm.count("json")) {
+    std::cout << reply["jobs"].dump(2) << "\n";
+    return 0;
+  }
+  std::string text = format_queue(reply["jobs"], reply["now_ms"].get<int64_t>(),
+                                  p.vm.count("long") ? QueueFormat::kLong : QueueFormat::kDefault,
+                                  !p.vm.count("noheader"));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+int cmd_cancel(const Args& a) {
+  po::options_description desc("gpuq cancel options");
+  desc.add_options()("signal,s", po::value<std::string>(),
+                     "send this signal to the job's processes instead of cancelling it")(
+      "ids", po::value<std::vector<std::string>>()->multitoken(), "job ids (N or N_T)");
+  po::positional_options_description pos;
+  pos.add("ids", -1);
+  Parsed p;
+  if (!parse(a, desc, &pos,
+             "usage: gpuq cancel [--signal SIG] ID...\n"
+             "Cancels jobs (SIGTERM to the job's process group, SIGKILL after KillWait), or with\n"
+             "--signal only signals them. An array id cancels every task.",
+             &p))
+    return 0;
+  if (!p.vm.count("ids")) throw std::invalid_argument("gpuq cancel: no job id given");
+  nlohmann::json req = {{"op", "cancel"}, {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
+  if (p.vm.count("signal")) req["signal"] = parse_signal_name(p.vm["signal"].as<std::string>());
+  return report_results(call(p.socket, req), "cannot cancel");
+}
+
+int cmd_hold(const Args& a, bool hold) {
+  po::options_description desc(hold ? "gpuq hold options" : "gpuq release options");
+  desc.add_options()("ids", po::value<std::vector<std::string>>()->multitoken(), "job ids");
+  po::positional_options_description pos;
+  pos.add("ids", -1);
+  Parsed p;
+  if (!parse(a, desc, &pos,
+             hold ? "usage: gpuq hold ID...\nKeeps pending jobs from starting until released."
+                  : "usage: gpuq release ID...\nLets held jobs start again.",
+             &p))
+    return 0;
+  if (!p.vm.count("ids")) throw std::invalid_argument("no job id given");
+  nlohmann::json req = {{"op", hold ? "hold" : "release"},
+                        {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
+  return report_results(call(p.socket, req), hold ? "cannot hold" : "cannot release");
+}
+
+int cmd_drain(const Args& a, bool drain) {
+  po::options_description desc(drain ? "gpuq drain options" : "gpuq resume options");
+  Parsed p;
+  if (!parse(a, desc, nullptr,
+             drain ? "usage: gpuq drain\nRunning jobs finish; no new job starts (root only)."
+                   : "usage: gpuq resume\nStarts jobs again after a drain (root only).",
+             &p))
+    return 0;
+  call(p.socket, {{"op", drain ? "drain" : "resume"}});
+  fmt::print("{}\n", drain ? "draining: running jobs finish, no new job starts"
+                           : "resumed: jobs start again");
+  return 0;
+}
+
+namespace {
+nlohmann::json show_one(const std::string& socket, const std::string& id) {
+  auto reply = call(socket, {{"op", "show"}, {"ids", {id}}});
+  if (reply["jobs"].empty()) throw std::invalid_argument(fmt::format("invalid job id '{}'", id));
+  return reply["jobs"][0];
+}
+}  // namespace
+
+int cmd_show(const Args& a) {
+  po::options_description desc("gpuq show options");
+  desc.add_options()("json", "the job's JSON document")("id", po::value<std::string>(), "job id");
+  po::positional_options_description pos;
+  pos.add("id", 1);
+  Parsed p;
+  if (!parse(a, desc, &pos,
+             "usage: gpuq show [--json] ID\nShows one job (scontrol show job style). The "
+             "environment and script are shown to the job's owner only.",
+             &p))
+    return 0;
+  if (!p.vm.count("id")) throw std::invalid_argument("gpuq show: no job id given");
+  auto reply = call(p.socket, {{"op", "show"}, {"ids", {p.vm["id"].as<std::string>()}}});
+  if (p.vm.count("json")) {
+    std::cout << reply["jobs"].dump(2) << "\n";
+    return 0;
+  }
+  for (const auto& j : reply["jobs"]) std::cout << format_show(j, now_ms());
+  return 0;
+}
+
+int cmd_log(const Args& a) {
+  po::options_description desc("gpuq log options");
+  desc.add_options()("follow,f", "keep printing until the job ends")(
+      "stderr", "the error file (when --error separated it)")("id", po::value<std::string>(), "job id");
+  po::positional_options_description pos;
+  pos.add("id", 1);
+  Parsed p;
+  if (!parse(a, desc, &pos, "usage: gpuq log [-f] [--stderr] ID\nPrints a job's output file.", &p))
+    return 0;
+  if (!p.vm.count("id")) throw std::invalid_argument("gpuq log: no job id given");
+  const std::string id = p.vm["id"].as<std::string>();
+  auto job = show_one(p.socket, id);
+  if (!job.value("may_read", false))
+    throw std::invalid_argument(fmt::format("permission denied: job {} belongs to {}", id,
+                                            job["user"].get<std::string>()));
+  std::string path = job[p.vm.count("stderr") ? "stderr_path" : "stdout_path"].get<std::string>();
+  const bool follow = p.vm.count("follow") > 0;
+  Fd fd;
+  char buf[65536];
+  auto final_state = [](const nlohmann::json& j) {
+    auto s = j["state"].get<std::string>();
+    return s != "PENDING" && s != "RUNNING";
+  };
+  while (true) {
+    if (!fd) fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!fd && !follow) {
+      if (job["state"] == "PENDING") return 0;  // nothing written yet
+      throw std::runtime_error(fmt::format("cannot open {}: {}", path, strerror(errno)));
+    }
+    ssize_t n = 0;
+    while (fd && (n = ::read(fd.get(), buf, sizeof(buf))) > 0) std::fwrite(buf, 1, n, stdout);
+    std::fflush(stdout);
+    if (!follow) return 0;
+    if (final_state(job)) {
+      if (fd)  // one last read: the job may have written just before it ended
+        while ((n = ::read(fd.get(), buf, sizeof(buf))) > 0) std::fwrite(buf, 1, n, stdout);
+      return 0;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    job = show_one(p.socket, id);
+  }
+}
+
+int cmd_history(const Args& a) {
+  po::options_description desc("gpuq history options");
+  desc.add_options()("all-users,a", "every user's jobs (root sees all by default)")(
+      "user,u", po::value<std::string>(), "only this user's jobs")(
+      "limit,n", po::value<size_t>()->default_value(0), "only the newest N jobs (0 = all)")(
+      "noheader", "no header lines")("json", "the daemon's JSON documents");
+  Parsed p;
+  if (!parse(a, desc, nullptr,
+             "usage: gpuq history [-a | -u USER] [-n N] [--noheader] [--json]\n"
+             "Finished jobs, sacct-style: JobID JobName User State ExitCode(code:signal) Elapsed "
+             "GPUs.",
+             &p))
+    return 0;
+  nlohmann::json req = {{"op", "history"}, {"all_users", p.vm.count("all-users") > 0},
+                        {"limit", p.vm["limit"].as<size_t>()}};
+  if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
+  auto reply = call(p.socket, req);
+  if (p.vm.count("json")) {
+    std::cout << reply["jobs"].dump(2) << "\n";
+    return 0;
+  }
+  std::string text = format_history(reply["jobs"], !p.vm.count("noheader"));
+  std::fwrite(text.data(), 1, text.size(), stdout);
+  return 0;
+}
+
+}  // namespace gpurun::queue

@@ -1,0 +1,224 @@
+// gpuq daemon: startup, the Unix socket (SO_PEERCRED) and the poll loop (daemon.h).
+#include "daemon.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "runfiles.h"
+#include "store.h"
+
+namespace gpurun::queue {
+namespace {
+
+void make_dir(const std::string& path, mode_t mode) {
+  if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
+    throw std::runtime_error(fmt::format("cannot create {}: {}", path, strerror(errno)));
+  ::chmod(path.c_str(), mode);
+}
+
+constexpr int64_t kClientTimeoutMs = 10000;  // a client that sends nothing is dropped
+
+}  // namespace
+
+Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
+  as_root_ = geteuid() == 0;
+  make_dir(cfg_.state_dir, 0711);
+  run_dir_ = cfg_.state_dir + "/run";
+  spool_dir_ = cfg_.state_dir + "/spool";
+  make_dir(run_dir_, 0700);
+  make_dir(spool_dir_, 0711);  // jobs must reach their own script, but not list others'
+  char host[256] = {0};
+  gethostname(host, sizeof(host) - 1);
+  host_ = host;
+  if (auto dot = host_.find('.'); dot != std::string::npos) host_.resize(dot);
+
+  // One daemon per state dir. A killed daemon's lock can linger for a moment in a forked child
+  // that has not exec'd yet, so retry briefly before giving up.
+  std::string lock_path = cfg_.state_dir + "/daemon.lock";
+  lock_fd_ = Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock_fd_) throw std::runtime_error(fmt::format("cannot open {}: {}", lock_path, strerror(errno)));
+  for (int i = 0;; ++i) {
+    if (flock(lock_fd_.get(), LOCK_EX | LOCK_NB) == 0) break;
+    if (i == 100)
+      throw std::runtime_error(fmt::format(
+          "another gpuq daemon holds {} (one daemon per state directory)", lock_path));
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  store_ = std::make_unique<Store>(cfg_.state_dir + "/jobs.db");
+  draining_ = store_->meta("draining", "0") == "1";
+  for (const auto& [uid, u] : store_->load_usage()) usage_[uid] = {u.gpu_seconds, u.updated_ms};
+  for (const auto& row : store_->all_states()) {
+    states_[row.id] = row.state;
+    if (row.array_job_id) array_members_[row.array_job_id].push_back(row.id);
+  }
+  for (auto& j : store_->load_active()) active_.emplace(j.id, std::move(j));
+  // Supervisors are re-executions of this binary; SIG_IGN reaps them automatically, and their
+  // exits are seen through pidfds, which work for adopted (non-child) supervisors too.
+  signal(SIGCHLD, SIG_IGN);
+  signal(SIGPIPE, SIG_IGN);
+  recover();
+  open_socket();
+}
+
+Daemon::~Daemon() = default;
+
+void Daemon::open_socket() {
+  sockaddr_un addr{};
+  if (cfg_.socket_path.size() >= sizeof(addr.sun_path))
+    throw std::runtime_error(fmt::format("socket path '{}' is too long", cfg_.socket_path));
+  ::unlink(cfg_.socket_path.c_str());  // a stale socket of a killed daemon (we hold the lock)
+  listen_fd_ = Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_) throw std::runtime_error(fmt::format("socket(): {}", strerror(errno)));
+  addr.sun_family = AF_UNIX;
+  std::memcpy(addr.sun_path, cfg_.socket_path.c_str(), cfg_.socket_path.size() + 1);
+  // Root: everyone may connect and SO_PEERCRED tells who they are. A user's daemon: only them.
+  mode_t old = umask(as_root_ ? 0 : 0177);
+  int rc = ::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
+  umask(old);
+  if (rc != 0)
+    throw std::runtime_error(fmt::format("cannot bind {}: {}", cfg_.socket_path, strerror(errno)));
+  ::chmod(cfg_.socket_path.c_str(), as_root_ ? 0666 : 0600);
+  if (::listen(listen_fd_.get(), 512) != 0)
+    throw std::runtime_error(fmt::format("listen {}: {}", cfg_.socket_path, strerror(errno)));
+}
+
+void Daemon::accept_clients() {
+  while (true) {
+    int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
+    if (fd < 0) return;  // EAGAIN, or a transient error; poll tells us when to try again
+    Conn c;
+    c.fd = Fd(fd);
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
+    c.peer = {cred.uid, cred.gid, cred.pid};
+    c.opened_ms = now_ms();
+    conns_.emplace(fd, std::move(c));
+  }
+}
+
+void Daemon::reply(Conn& c, const nlohmann::json& r) {
+  // Replace invalid UTF-8 (job names, paths) instead of throwing inside dump().
+  c.out = frame(r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+  c.out_off = 0;
+}
+
+void Daemon::on_readable(Conn& c) {
+  char buf[65536];
+  while (c.out.empty()) {
+    ssize_t n = ::read(c.fd.get(), buf, sizeof(buf));
+    if (n == 0) {
+      c.out_off = SIZE_MAX;  // peer went away before a whole request: drop it
+      return;
+    }
+    if (n < 0) {
+      if (errno != EAGAIN && errno != EINTR) c.out_off = SIZE_MAX;
+      return;
+    }
+    bool complete = false;
+    try {
+      complete = c.reader.feed(buf, static_cast<size_t>(n));
+    } catch (const std::exception& e) {
+      reply(c, {{"ok", false}, {"error", e.what()}});
+      return;
+    }
+    if (!complete) continue;
+    nlohmann::json resp;
+    try {
+      auto req = nlohmann::json::parse(c.reader.payload());
+      if (!req.is_object()) throw std::invalid_argument("request is not a JSON object");
+      resp = handle(req, c.peer);
+    } catch (const nlohmann::json::parse_error& e) {
+      resp = {{"ok", false}, {"error", fmt::format("malformed request: {}", e.what())}};
+    } catch (const std::exception& e) {
+      resp = {{"ok", false}, {"error", e.what()}};
+    }
+    reply(c, resp);
+  }
+}
+
+bool Daemon::flush(Conn& c) {
+  if (c.out_off == SIZE_MAX) return false;
+  while (c.out_off < c.out.size()) {
+    ssize_t w = ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+    if (w < 0) return errno == EAGAIN || errno == EINTR;
+    c.out_off += static_cast<size_t>(w);
+  }
+  return c.out.empty();  // keep reading until a reply exists; close once it is sent
+}
+
+int Daemon::run() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGHUP);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  signal_fd_ = Fd(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  fmt::print(stderr, "gpuq daemon: {} GPUs [{}], socket {}, state {}\n", cfg_.gpus.size(),
+             join_ids(cfg_.gpus), cfg_.socket_path, cfg_.state_dir);
+  while (true) {
+    if (dirty_) {
+      dirty_ = false;
+      schedule_pass();
+    }
+    std::vector<pollfd> fds;
+    fds.push_back({listen_fd_.get(), POLLIN, 0});
+    fds.push_back({signal_fd_.get(), POLLIN, 0});
+    std::vector<int64_t> runner_ids;
+    for (auto& [id, r] : runners_) {
+      if (!r.pidfd) continue;
+      fds.push_back({r.pidfd.get(), POLLIN, 0});
+      runner_ids.push_back(id);
+    }
+    size_t conn_base = fds.size();
+    for (auto& [fd, c] : conns_)
+      fds.push_back({fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+    // Runners without a pidfd (pidfd_open unavailable) are polled every 100 ms.
+    bool polling = runner_ids.size() < runners_.size();
+    int rc = ::poll(fds.data(), fds.size(), polling ? 100 : 1000);
+    if (rc < 0 && errno != EINTR) throw std::runtime_error(fmt::format("poll: {}", strerror(errno)));
+    if (fds[1].revents & POLLIN) {
+      signalfd_siginfo si{};
+      if (::read(signal_fd_.get(), &si, sizeof(si)) > 0 && si.ssi_signo != SIGHUP) {
+        fmt::print(stderr, "gpuq daemon: signal {}, exiting; running jobs continue and are "
+                           "adopted by the next daemon\n", si.ssi_signo);
+        ::unlink(cfg_.socket_path.c_str());
+        return 0;
+      }
+    }
+    for (size_t i = 0; i < runner_ids.size(); ++i)
+      if (fds[2 + i].revents) on_supervisor_exit(runner_ids[i]);
+    if (polling) {
+      std::vector<int64_t> gone;
+      for (auto& [id, r] : runners_)
+        if (!r.pidfd && ::kill(r.pid, 0) != 0 && errno == ESRCH) gone.push_back(id);
+      for (auto id : gone) on_supervisor_exit(id);
+    }
+    int64_t now = now_ms();
+    for (size_t i = conn_base; i < fds.size(); ++i) {
+      auto it = conns_.find(fds[i].fd);
+      if (it == conns_.end()) continue;
+      Conn& c = it->second;
+      if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) on_readable(c);
+      if (!flush(c) || (c.out.empty() && now - c.opened_ms > kClientTimeoutMs)) conns_.erase(it);
+    }
+    if (fds[0].revents & POLLIN) accept_clients();
+  }
+}
+
+}  // namespace gpurun::queue

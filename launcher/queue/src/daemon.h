@@ -1,0 +1,114 @@
+// The gpuq daemon: one per machine (as root) or per user. Single-threaded: a poll loop over the
+// listening socket, client connections, a signalfd, and one pidfd per running job's supervisor.
+// All state lives in the SQLite store; the in-memory maps mirror the active (pending and running)
+// jobs so that scheduling and `gpuq queue` never scan the database.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "gpurun/queue/job.h"
+#include "gpurun/queue/protocol.h"
+
+namespace gpurun::queue {
+
+class Store;
+
+struct DaemonConfig {
+  std::vector<int> gpus;
+  std::string state_dir;
+  std::string socket_path;
+  int kill_wait_s = 30;              // Slurm's KillWait
+  int max_gpus_per_user = 0;         // 0 = no limit
+  int64_t fairshare_half_life_s = 7 * 24 * 3600;
+  std::string self_exe;              // this binary, re-executed as the per-job supervisor
+};
+
+struct Peer {
+  uid_t uid = 0;
+  gid_t gid = 0;
+  pid_t pid = 0;
+};
+
+class Daemon {
+ public:
+  explicit Daemon(DaemonConfig cfg);
+  ~Daemon();
+  int run();  // returns when SIGTERM/SIGINT arrives; running jobs keep running and are adopted later
+
+ private:
+  struct Conn {
+    Fd fd;
+    Peer peer;
+    FrameReader reader{kMaxRequestBytes};
+    std::string out;
+    size_t out_off = 0;
+    int64_t opened_ms = 0;
+  };
+  struct Runner {
+    pid_t pid = 0;
+    Fd pidfd;
+  };
+
+  // daemon.cc: sockets and the loop
+  void open_socket();
+  void accept_clients();
+  void on_readable(Conn& c);
+  bool flush(Conn& c);  // false when finished (close it)
+  void reply(Conn& c, const nlohmann::json& r);
+
+  // daemon_ops.cc: requests
+  nlohmann::json handle(const nlohmann::json& req, const Peer& peer);
+  nlohmann::json op_submit(const nlohmann::json& req, const Peer& peer);
+  nlohmann::json op_queue(const nlohmann::json& req, const Peer& peer);
+  nlohmann::json op_show(const nlohmann::json& req, const Peer& peer);
+  nlohmann::json op_cancel(const nlohmann::json& req, const Peer& peer);
+  nlohmann::json op_hold(const nlohmann::json& req, const Peer& peer, bool hold);
+  nlohmann::json op_history(const nlohmann::json& req, const Peer& peer);
+  nlohmann::json op_drain(const Peer& peer, bool drain);
+  std::vector<int64_t> resolve_ids(const nlohmann::json& req);  // "12", "12_3" -> job ids
+  bool may_control(const Peer& peer, const Job& j) const;
+  std::string output_path(const Job& j, bool error) const;
+
+  // daemon_jobs.cc: running jobs
+  void recover();
+  void schedule_pass();
+  void start_job(Job& j, const std::vector<int>& gpus);
+  void watch(int64_t job_id, pid_t pid, bool own_child);
+  void on_supervisor_exit(int64_t job_id);
+  void finish(Job& j, JobState state, int exit_code, int exit_signal, int64_t end_ms,
+              const std::string& reason);
+  void reap_orphans(int sid, int pgid);
+  void requeue_or_fail(Job& j, const std::string& why);
+  std::string dependency_reason(const Job& j) const;  // "" when satisfied
+  std::map<uint32_t, double> decayed_usage(int64_t now) const;
+
+  DaemonConfig cfg_;
+  std::string run_dir_, spool_dir_, host_;
+  std::unique_ptr<Store> store_;
+  Fd lock_fd_, listen_fd_, signal_fd_;
+  bool as_root_ = false;
+  bool draining_ = false;
+  bool dirty_ = true;  // something changed: run the scheduler
+  std::map<int, Conn> conns_;
+  std::map<int64_t, Job> active_;           // pending + running, by id
+  std::map<int64_t, Runner> runners_;       // running job id -> its supervisor
+  std::map<int64_t, JobState> states_;      // every job's state, for dependencies
+  std::map<int64_t, std::vector<int64_t>> array_members_;
+  std::map<int64_t, std::string> reasons_;  // last scheduler verdict per pending job
+  struct UsageRec {
+    double gpu_seconds = 0;
+    int64_t updated_ms = 0;
+  };
+  std::map<uint32_t, UsageRec> usage_;
+};
+
+}  // namespace gpurun::queue

@@ -1,0 +1,340 @@
+// gpuq daemon: starting, watching, adopting and finishing jobs, and the scheduling pass.
+//
+// Crash-safety protocol (see runfiles.h for the files):
+//   dispatch: commit RUNNING + GPUs -> write N.spec -> take N.lock -> spawn the supervisor (which
+//             inherits the lock) -> the supervisor writes N.status "running" before it forks the job.
+//   restart:  a RUNNING job whose lock is still held has a live supervisor: adopt it (pidfd). If the
+//             lock is free, the supervisor is gone: a "done" status says how the job ended; a
+//             "running" status means it died mid-job, so every process of the job is killed before
+//             its GPUs are released (NODE_FAIL, or back to the queue with --requeue); no status
+//             means the job never started, so it simply waits again.
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/file.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <set>
+#include <stdexcept>
+#include <thread>
+
+#include <fmt/format.h>
+
+#include "daemon.h"
+#include "gpurun/queue/scheduler.h"
+#include "runfiles.h"
+#include "store.h"
+
+extern char** environ;
+
+namespace gpurun::queue {
+namespace {
+
+void remove_run_files(const std::string& run_dir, int64_t id) {
+  auto p = run_paths(run_dir, id);
+  ::unlink(p.spec.c_str());
+  ::unlink(p.status.c_str());
+  ::unlink((p.status + ".tmp").c_str());
+  ::unlink(p.lock.c_str());
+}
+
+}  // namespace
+
+std::map<uint32_t, double> Daemon::decayed_usage(int64_t now) const {
+  std::map<uint32_t, double> out;
+  const int64_t half_life_ms = cfg_.fairshare_half_life_s * 1000;
+  for (const auto& [uid, u] : usage_)
+    out[uid] = decay_usage(u.gpu_seconds, now - u.updated_ms, half_life_ms);
+  for (const auto& [id, j] : active_)  // running jobs count while they run
+    if (j.state == JobState::kRunning)
+      out[j.uid] += j.gpus.size() * std::max<int64_t>(0, now - j.start_ms) / 1000.0;
+  return out;
+}
+
+std::string Daemon::dependency_reason(const Job& j) const {
+  for (const auto& d : j.dependencies) {
+    std::vector<int64_t> ids{d.job_id};
+    auto members = array_members_.find(d.job_id);
+    if (members != array_members_.end()) ids = members->second;  // the whole array
+    for (int64_t id : ids) {
+      auto it = states_.find(id);
+      if (it == states_.end()) return "DependencyNeverSatisfied";
+      if (!is_final(it->second)) return "Dependency";
+      bool ok = it->second == JobState::kCompleted;
+      if ((d.kind == DepKind::kAfterOk && !ok) || (d.kind == DepKind::kAfterNotOk && ok))
+        return "DependencyNeverSatisfied";  // Slurm leaves such jobs pending for good
+    }
+  }
+  return "";
+}
+
+void Daemon::schedule_pass() {
+  reasons_.clear();
+  const int64_t now = now_ms();
+  std::set<int> busy;
+  SchedInput in;
+  in.now_ms = now;
+  in.max_gpus_per_user = cfg_.max_gpus_per_user;
+  std::map<int64_t, int> array_busy;  // array id -> tasks running or offered in this pass
+  for (const auto& [id, j] : active_) {
+    if (j.state != JobState::kRunning) continue;
+    busy.insert(j.gpus.begin(), j.gpus.end());
+    in.running.push_back({static_cast<int>(j.gpus.size()), j.uid,
+                          j.time_limit_s ? j.start_ms + j.time_limit_s * 1000 : 0});
+    if (j.array_job_id) array_busy[j.array_job_id] += 1;
+  }
+  for (int g : cfg_.gpus)
+    if (!busy.count(g)) in.free_gpus.push_back(g);
+  for (const auto& [id, j] : active_) {
+    if (j.state != JobState::kPending) continue;
+    if (draining_) {
+      reasons_[id] = "ReqNodeNotAvail";
+      continue;
+    }
+    if (j.held) continue;
+    std::string why = dependency_reason(j);
+    if (!why.empty()) {
+      reasons_[id] = why;
+      continue;
+    }
+    if (j.array_job_id && j.array_max_running) {
+      // Only the first (cap - running) tasks are offered, so one pass cannot exceed the cap.
+      int& n = array_busy[j.array_job_id];
+      if (n >= j.array_max_running) {
+        reasons_[id] = "JobArrayTaskLimit";
+        continue;
+      }
+      n += 1;
+    }
+    in.waiting.push_back({id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms});
+  }
+  if (in.waiting.empty()) return;
+  in.usage = decayed_usage(now);
+  SchedOutput out = schedule(in);
+  for (auto& [id, r] : out.reasons) reasons_[id] = r;
+  for (const auto& s : out.starts) {
+    auto it = active_.find(s.job_id);
+    if (it == active_.end()) continue;
+    try {
+      start_job(it->second, s.gpus);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "gpuq daemon: cannot start job {}: {}\n", s.job_id, e.what());
+      finish(it->second, JobState::kFailed, 1, 0, now_ms(), e.what());
+    }
+  }
+}
+
+void Daemon::start_job(Job& j, const std::vector<int>& gpus) {
+  j.state = JobState::kRunning;
+  j.gpus = gpus;
+  j.start_ms = now_ms();
+  j.end_ms = 0;
+  j.reason.clear();
+  store_->update_job(j);  // durable before anything runs: GPUs are never handed out twice
+  states_[j.id] = j.state;
+
+  std::map<std::string, std::string> env = j.env;
+  std::string ids = join_ids(gpus);
+  env["GPUQ_JOB_ID"] = std::to_string(j.id);
+  env["GPUQ_GPUS"] = ids;
+  env["GPUQ_NUM_GPUS"] = std::to_string(gpus.size());
+  env["GPUQ_JOB_NAME"] = j.name;
+  env["GPUQ_JOB_USER"] = j.user;
+  env["GPUQ_SUBMIT_DIR"] = j.cwd;
+  env["GPUQ_NODELIST"] = host_;
+  env["GPUQ_RESTART_COUNT"] = std::to_string(j.restart_count);
+  if (j.array_job_id) {
+    env["GPUQ_ARRAY_JOB_ID"] = std::to_string(j.array_job_id);
+    env["GPUQ_ARRAY_TASK_ID"] = std::to_string(j.array_task_id);
+  }
+  env["CUDA_VISIBLE_DEVICES"] = ids;  // empty for CPU-only jobs: they see no GPU
+  env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  nlohmann::json spec = {
+      {"job_id", j.id}, {"uid", j.uid}, {"gid", j.gid}, {"user", j.user}, {"cwd", j.cwd},
+      {"script_path", fmt::format("{}/{}.sh", spool_dir_, j.id)}, {"script", j.script},
+      {"args", j.args}, {"env", env}, {"output", output_path(j, false)},
+      {"error", output_path(j, true)}, {"start_ms", j.start_ms}, {"time_limit_s", j.time_limit_s},
+      {"signal", j.signal.signal}, {"lead_seconds", j.signal.lead_seconds},
+      {"batch_only", j.signal.batch_only}, {"kill_wait_s", cfg_.kill_wait_s},
+      {"drop_privileges", as_root_}};
+  RunPaths paths = run_paths(run_dir_, j.id);
+  ::unlink(paths.status.c_str());
+  write_file_atomic(paths.spec, spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                    false);
+  Fd lock(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
+  if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
+    throw std::runtime_error(fmt::format("cannot lock {}: {}", paths.lock, strerror(errno)));
+
+  // posix_spawn (vfork-like) stays fast however large the daemon's memory grows.
+  constexpr int kLockFdInChild = 3;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, lock.get(), kLockFdInChild);  // dup2 clears CLOEXEC
+  posix_spawnattr_t attr;
+  posix_spawnattr_init(&attr);
+  sigset_t none, defaults;
+  sigemptyset(&none);
+  sigemptyset(&defaults);
+  sigaddset(&defaults, SIGCHLD);
+  sigaddset(&defaults, SIGPIPE);
+  posix_spawnattr_setsigmask(&attr, &none);
+  posix_spawnattr_setsigdefault(&attr, &defaults);
+  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
+                                      POSIX_SPAWN_SETSIGDEF);
+  std::string id_text = std::to_string(j.id), fd_text = std::to_string(kLockFdInChild);
+  char* argv[] = {const_cast<char*>("gpuq"), const_cast<char*>("__supervise"),
+                  const_cast<char*>(run_dir_.c_str()), const_cast<char*>(id_text.c_str()),
+                  const_cast<char*>(fd_text.c_str()), nullptr};
+  pid_t pid = 0;
+  int rc = posix_spawn(&pid, cfg_.self_exe.c_str(), &fa, &attr, argv, environ);
+  posix_spawn_file_actions_destroy(&fa);
+  posix_spawnattr_destroy(&attr);
+  if (rc != 0)
+    throw std::runtime_error(fmt::format("spawn {} __supervise: {}", cfg_.self_exe, strerror(rc)));
+  watch(j.id, pid, true);
+}
+
+void Daemon::watch(int64_t job_id, pid_t pid, bool) {
+  Runner r;
+  r.pid = pid;
+  r.pidfd = Fd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  // Without a pidfd (old kernel, or the pid already gone) the loop polls kill(pid, 0).
+  runners_[job_id] = std::move(r);
+}
+
+void Daemon::reap_orphans(int sid, int pgid) {
+  const int64_t give_up = now_ms() + 10000;
+  while (now_ms() < give_up) {
+    auto pids = find_job_processes(sid, pgid, 0);
+    if (pids.empty()) return;
+    for (int p : pids) ::kill(p, SIGKILL);
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  fmt::print(stderr, "gpuq daemon: processes of session {} survive SIGKILL\n", sid);
+}
+
+void Daemon::requeue_or_fail(Job& j, const std::string& why) {
+  if (!j.requeue) {
+    finish(j, JobState::kNodeFail, 0, 0, now_ms(), why);
+    return;
+  }
+  j.state = JobState::kPending;
+  j.restart_count += 1;
+  j.gpus.clear();
+  j.start_ms = 0;
+  j.reason = why;
+  store_->update_job(j);
+  states_[j.id] = j.state;
+  remove_run_files(run_dir_, j.id);
+  dirty_ = true;
+}
+
+void Daemon::on_supervisor_exit(int64_t id) {
+  runners_.erase(id);
+  auto it = active_.find(id);
+  if (it == active_.end() || it->second.state != JobState::kRunning) return;
+  Job& j = it->second;
+  RunPaths paths = run_paths(run_dir_, id);
+  auto st = read_status(paths.status);
+  if (st && st->phase == "done") {
+    JobState state = JobState::kFailed;
+    std::string reason = st->reason;
+    if (st->cancelled)
+      state = JobState::kCancelled;
+    else if (st->timed_out)
+      state = JobState::kTimeout;
+    else if (reason.empty() && st->exit_code == 0 && st->exit_signal == 0)
+      state = JobState::kCompleted;
+    else if (reason.empty())
+      reason = "NonZeroExitCode";
+    finish(j, state, st->exit_code, st->exit_signal, st->end_ms, reason);
+    return;
+  }
+  if (st) {  // died mid-job: nothing may survive it before its GPUs are free again
+    reap_orphans(st->supervisor_pid, st->pgid);
+    requeue_or_fail(j, fmt::format("the supervisor of job {} died", id));
+    return;
+  }
+  // No status: the job never started (the daemon died between committing and spawning).
+  j.state = JobState::kPending;
+  j.gpus.clear();
+  j.start_ms = 0;
+  store_->update_job(j);
+  states_[id] = j.state;
+  remove_run_files(run_dir_, id);
+  dirty_ = true;
+}
+
+void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int64_t end_ms,
+                    const std::string& reason) {
+  const bool was_running = j.state == JobState::kRunning;
+  j.state = state;
+  j.exit_code = exit_code;
+  j.exit_signal = exit_signal;
+  j.end_ms = end_ms ? end_ms : now_ms();
+  j.reason = reason;
+  Store::Txn txn(*store_);
+  store_->update_job(j);
+  if (was_running && !j.gpus.empty()) {
+    auto& u = usage_[j.uid];
+    int64_t now = now_ms();
+    u.gpu_seconds = decay_usage(u.gpu_seconds, now - u.updated_ms,
+                                cfg_.fairshare_half_life_s * 1000) +
+                    j.gpus.size() * std::max<int64_t>(0, j.end_ms - j.start_ms) / 1000.0;
+    u.updated_ms = now;
+    store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
+  }
+  txn.commit();
+  if (was_running) remove_run_files(run_dir_, j.id);
+  states_[j.id] = state;
+  reasons_.erase(j.id);
+  int64_t id = j.id;
+  active_.erase(id);  // j is gone from here on
+  dirty_ = true;
+}
+
+void Daemon::recover() {
+  std::vector<int64_t> running;
+  for (const auto& [id, j] : active_)
+    if (j.state == JobState::kRunning) running.push_back(id);
+  for (int64_t id : running) {
+    RunPaths paths = run_paths(run_dir_, id);
+    Fd lock(::open(paths.lock.c_str(), O_RDWR | O_CLOEXEC));
+    bool alive = lock && flock(lock.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
+    if (alive) {
+      // The lock holder writes its status first thing; give a just-spawned one a moment.
+      std::optional<SupervisorStatus> st;
+      for (int i = 0; i < 250 && !(st = read_status(paths.status)); ++i)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      if (st) {
+        watch(id, st->supervisor_pid, false);
+        if (active_[id].cancel_requested) ::kill(st->supervisor_pid, SIGTERM);
+        fmt::print(stderr, "gpuq daemon: adopted running job {} (supervisor {})\n", id,
+                   st->supervisor_pid);
+        continue;
+      }
+    }
+    lock.reset();
+    on_supervisor_exit(id);
+  }
+  // Leftovers of jobs that are no longer running (the daemon died while removing them).
+  for (const std::string& dir : {run_dir_, spool_dir_}) {
+    DIR* d = opendir(dir.c_str());
+    if (!d) continue;
+    while (dirent* e = readdir(d)) {
+      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
+      auto it = active_.find(std::atoll(e->d_name));
+      if (it == active_.end() || it->second.state != JobState::kRunning)
+        ::unlink((dir + "/" + e->d_name).c_str());
+    }
+    closedir(d);
+  }
+  dirty_ = true;
+}
+
+}  // namespace gpurun::queue

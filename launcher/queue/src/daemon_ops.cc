@@ -1,0 +1,318 @@
+// gpuq daemon: request handlers. Every handler validates its input and throws with a message that
+// names it; daemon.cc turns a throw into an error reply, so a bad request never stops the daemon.
+#include <pwd.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "daemon.h"
+#include "gpurun/queue/job_json.h"
+#include "gpurun/queue/sbatch.h"
+#include "runfiles.h"
+#include "store.h"
+
+namespace gpurun::queue {
+namespace {
+
+std::string user_name(uid_t uid, gid_t* gid) {
+  passwd pw{};
+  passwd* res = nullptr;
+  std::vector<char> buf(16384);
+  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &res) != 0 || !res)
+    throw std::runtime_error(fmt::format("uid {} has no passwd entry", uid));
+  if (gid) *gid = pw.pw_gid;
+  return pw.pw_name;
+}
+
+std::string basename_of(const std::string& p) {
+  auto slash = p.find_last_of('/');
+  return slash == std::string::npos ? p : p.substr(slash + 1);
+}
+
+nlohmann::json ok() { return {{"ok", true}}; }
+
+}  // namespace
+
+bool Daemon::may_control(const Peer& peer, const Job& j) const {
+  return peer.uid == 0 || peer.uid == j.uid || peer.uid == geteuid();
+}
+
+std::string Daemon::output_path(const Job& j, bool error) const {
+  const std::string& pat = error ? j.error_pattern : j.output_pattern;
+  if (pat.empty()) return "";
+  PatternVars v{j.id, j.array_job_id, j.array_task_id, j.name, j.user, host_};
+  std::string p = expand_output_pattern(pat, v);
+  return p[0] == '/' ? p : j.cwd + "/" + p;
+}
+
+nlohmann::json Daemon::handle(const nlohmann::json& req, const Peer& peer) {
+  if (!as_root_ && peer.uid != geteuid())
+    throw std::runtime_error(fmt::format("permission denied: this gpuq daemon serves uid {} only",
+                                         geteuid()));
+  const std::string op = req.at("op").get<std::string>();
+  if (op == "ping")
+    return {{"ok", true}, {"gpus", cfg_.gpus}, {"draining", draining_}, {"host", host_},
+            {"pid", getpid()}};
+  if (op == "submit") return op_submit(req, peer);
+  if (op == "queue") return op_queue(req, peer);
+  if (op == "show") return op_show(req, peer);
+  if (op == "cancel") return op_cancel(req, peer);
+  if (op == "hold") return op_hold(req, peer, true);
+  if (op == "release") return op_hold(req, peer, false);
+  if (op == "history") return op_history(req, peer);
+  if (op == "drain") return op_drain(peer, true);
+  if (op == "resume") return op_drain(peer, false);
+  throw std::invalid_argument(fmt::format("unknown request op '{}'", op));
+}
+
+nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
+  const std::string script = req.at("script").get<std::string>();
+  if (script.rfind("#!", 0) != 0)
+    throw std::invalid_argument(
+        "this does not look like a batch script: the first line must start with #! followed by "
+        "the path to an interpreter (e.g. #!/bin/bash)");
+  JobRequest r = parse_sbatch_script(script);
+  auto options = req.value("options", std::vector<std::string>{});
+  size_t pos = 0;
+  JobRequest cli = parse_sbatch_options(options, &pos);
+  if (pos != options.size())
+    throw std::invalid_argument(fmt::format("unexpected argument '{}' among options", options[pos]));
+  r.merge_from(cli);
+
+  const std::string key = req.value("submit_key", "");
+  if (!key.empty()) {
+    // A client that lost the reply (daemon killed mid-request) retries with the same key.
+    if (auto id = store_->find_submit_key(key + "#0"))
+      return {{"ok", true}, {"job_id", *id}, {"duplicate", true}, {"warnings", r.warnings}};
+  }
+  gid_t gid = 0;
+  std::string user = user_name(peer.uid, &gid);
+  std::string cwd = req.at("cwd").get<std::string>();
+  if (cwd.empty() || cwd[0] != '/') throw std::invalid_argument("cwd must be an absolute path");
+  if (r.chdir) cwd = (*r.chdir)[0] == '/' ? *r.chdir : cwd + "/" + *r.chdir;
+  int gpus = r.gpus.value_or(0);
+  if (gpus > static_cast<int>(cfg_.gpus.size()))
+    throw std::invalid_argument(fmt::format("the job asks for {} GPUs but this gpuq pool has {} "
+                                            "([{}])", gpus, cfg_.gpus.size(), join_ids(cfg_.gpus)));
+  std::vector<Dependency> deps = r.dependencies.value_or(std::vector<Dependency>{});
+  for (const auto& d : deps)
+    if (!states_.count(d.job_id) && !array_members_.count(d.job_id))
+      throw std::invalid_argument(fmt::format("job dependency problem: job {} does not exist", d.job_id));
+
+  Job base;
+  base.uid = peer.uid;
+  base.gid = gid;
+  base.user = user;
+  base.name = r.job_name.value_or(basename_of(req.value("script_name", "sbatch")));
+  base.priority = r.priority.value_or(0);
+  base.gpus_requested = gpus;
+  base.time_limit_s = r.time_limit_s.value_or(0);
+  base.held = r.hold.value_or(false);
+  base.requeue = r.requeue.value_or(false);
+  base.submit_ms = now_ms();
+  base.dependencies = deps;
+  base.signal = r.signal.value_or(SignalSpec{});
+  base.script = script;
+  base.args = req.value("args", std::vector<std::string>{});
+  base.cwd = cwd;
+  base.output_pattern = r.output.value_or(r.array ? "slurm-%A_%a.out" : "slurm-%j.out");
+  base.error_pattern = r.error.value_or("");
+  for (auto& [k, v] : req.value("env", nlohmann::json::object()).items()) {
+    // A submit from inside a Slurm job must not make gpurun believe this job runs under Slurm.
+    if (k.rfind("SLURM_", 0) == 0) continue;
+    base.env[k] = v.get<std::string>();
+  }
+
+  std::vector<int> indices = r.array ? r.array->indices : std::vector<int>{-1};
+  std::vector<Job> jobs;
+  Store::Txn txn(*store_);
+  for (size_t i = 0; i < indices.size(); ++i) {
+    Job j = base;
+    j.submit_key = key.empty() ? "" : fmt::format("{}#{}", key, i);
+    if (r.array) {
+      j.array_task_id = indices[i];
+      j.array_max_running = r.array->max_running;
+      j.array_job_id = jobs.empty() ? 0 : jobs.front().id;
+    }
+    store_->insert_job(j);
+    if (r.array && jobs.empty()) {
+      j.array_job_id = j.id;  // the array is named after its first task's id
+      store_->update_job(j);
+    }
+    jobs.push_back(std::move(j));
+  }
+  txn.commit();
+  for (auto& j : jobs) {
+    states_[j.id] = j.state;
+    if (j.array_job_id) array_members_[j.array_job_id].push_back(j.id);
+    active_.emplace(j.id, std::move(j));
+  }
+  dirty_ = true;
+  return {{"ok", true}, {"job_id", jobs.front().id}, {"tasks", jobs.size()},
+          {"warnings", r.warnings}};
+}
+
+nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
+  std::string user = req.value("user", "");
+  nlohmann::json jobs = nlohmann::json::array();
+  for (const auto& [id, j] : active_) {
+    if (!user.empty() && j.user != user) continue;
+    auto o = job_to_json(j, JobView::kPublic);
+    if (j.state == JobState::kPending) {
+      auto it = reasons_.find(id);
+      o["reason"] = j.held ? "JobHeldUser" : it != reasons_.end() ? it->second : "None";
+    }
+    o["nodelist"] = host_;
+    jobs.push_back(std::move(o));
+  }
+  return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now_ms()}};
+}
+
+std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req) {
+  std::vector<int64_t> out;
+  for (const auto& item : req.at("ids")) {
+    std::string text = item.is_string() ? item.get<std::string>() : item.dump();
+    auto us = text.find('_');
+    auto number = [&](const std::string& s) {
+      if (s.empty() || s.size() > 15 || s.find_first_not_of("0123456789") != std::string::npos)
+        throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+      return std::stoll(s);
+    };
+    int64_t id = number(text.substr(0, us));
+    auto members = array_members_.find(id);
+    if (us != std::string::npos) {
+      int64_t task = number(text.substr(us + 1));
+      bool found = false;
+      if (members != array_members_.end())
+        for (int64_t m : members->second) {
+          auto a = active_.find(m);
+          auto job = a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(m);
+          if (job && job->array_task_id == task) {
+            out.push_back(m);
+            found = true;
+          }
+        }
+      if (!found) throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+    } else if (members != array_members_.end()) {
+      out.insert(out.end(), members->second.begin(), members->second.end());
+    } else if (states_.count(id)) {
+      out.push_back(id);
+    } else {
+      throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+    }
+  }
+  return out;
+}
+
+nlohmann::json Daemon::op_show(const nlohmann::json& req, const Peer& peer) {
+  nlohmann::json jobs = nlohmann::json::array();
+  for (int64_t id : resolve_ids(req)) {
+    auto a = active_.find(id);
+    std::optional<Job> j = a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(id);
+    if (!j) continue;
+    bool mine = may_control(peer, *j);
+    auto o = job_to_json(*j, mine ? JobView::kFull : JobView::kPublic);
+    if (j->state == JobState::kPending) {
+      auto it = reasons_.find(id);
+      o["reason"] = j->held ? "JobHeldUser" : it != reasons_.end() ? it->second : "None";
+    }
+    o["nodelist"] = host_;
+    o["may_read"] = mine;
+    if (mine) {
+      o["stdout_path"] = output_path(*j, false);
+      o["stderr_path"] = j->error_pattern.empty() ? o["stdout_path"] : nlohmann::json(output_path(*j, true));
+    }
+    jobs.push_back(std::move(o));
+  }
+  return {{"ok", true}, {"jobs", std::move(jobs)}};
+}
+
+nlohmann::json Daemon::op_cancel(const nlohmann::json& req, const Peer& peer) {
+  int sig = req.value("signal", 0);
+  if (sig < 0 || sig >= 65) throw std::invalid_argument(fmt::format("invalid signal {}", sig));
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
+  for (int64_t id : resolve_ids(req)) {
+    auto it = active_.find(id);
+    std::string err;
+    if (it == active_.end()) {
+      err = fmt::format("job {} has already finished", id);
+    } else if (!may_control(peer, it->second)) {
+      err = fmt::format("permission denied: job {} belongs to {}", id, it->second.user);
+    } else {
+      Job& j = it->second;
+      if (sig != 0) {
+        auto r = runners_.find(id);
+        if (j.state != JobState::kRunning || r == runners_.end()) {
+          err = fmt::format("job {} is not running", id);
+        } else {
+          sigval v{};
+          v.sival_int = sig;
+          sigqueue(r->second.pid, SIGUSR1, v);
+        }
+      } else if (j.state == JobState::kPending) {
+        finish(j, JobState::kCancelled, 0, 0, now_ms(), fmt::format("CANCELLED by {}", peer.uid));
+      } else {
+        j.cancel_requested = true;
+        store_->update_job(j);  // durable first: a restarted daemon re-sends the cancel
+        auto r = runners_.find(id);
+        if (r != runners_.end()) ::kill(r->second.pid, SIGTERM);
+      }
+    }
+    if (!err.empty()) all_ok = false;
+    results.push_back({{"job_id", id}, {"ok", err.empty()}, {"error", err}});
+  }
+  return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
+}
+
+nlohmann::json Daemon::op_hold(const nlohmann::json& req, const Peer& peer, bool hold) {
+  nlohmann::json results = nlohmann::json::array();
+  bool all_ok = true;
+  for (int64_t id : resolve_ids(req)) {
+    auto it = active_.find(id);
+    std::string err;
+    if (it == active_.end() || it->second.state != JobState::kPending)
+      err = fmt::format("job {} is not pending", id);
+    else if (!may_control(peer, it->second))
+      err = fmt::format("permission denied: job {} belongs to {}", id, it->second.user);
+    else if (it->second.held != hold) {
+      it->second.held = hold;
+      store_->update_job(it->second);
+      dirty_ = true;
+    }
+    if (!err.empty()) all_ok = false;
+    results.push_back({{"job_id", id}, {"ok", err.empty()}, {"error", err}});
+  }
+  return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
+}
+
+nlohmann::json Daemon::op_history(const nlohmann::json& req, const Peer& peer) {
+  std::optional<uint32_t> uid = peer.uid;
+  if (req.value("all_users", false) || peer.uid == 0) uid.reset();
+  if (req.contains("user")) {
+    gid_t g;
+    std::string want = req["user"].get<std::string>();
+    passwd* pw = getpwnam(want.c_str());
+    if (!pw) throw std::invalid_argument(fmt::format("unknown user '{}'", want));
+    uid = pw->pw_uid;
+    (void)g;
+  }
+  size_t limit = req.value("limit", size_t{0});
+  nlohmann::json jobs = nlohmann::json::array();
+  for (const auto& j : store_->history(uid, limit)) jobs.push_back(job_to_json(j, JobView::kPublic));
+  return {{"ok", true}, {"jobs", std::move(jobs)}};
+}
+
+nlohmann::json Daemon::op_drain(const Peer& peer, bool drain) {
+  if (peer.uid != 0 && peer.uid != geteuid())
+    throw std::runtime_error("permission denied: only root (or the daemon's owner) may drain or resume");
+  draining_ = drain;
+  store_->set_meta("draining", drain ? "1" : "0");
+  dirty_ = true;
+  return {{"ok", true}, {"draining", draining_}};
+}
+
+}  // namespace gpurun::queue

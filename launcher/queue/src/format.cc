@@ -1,0 +1,164 @@
+// squeue/sacct/scontrol-style formatting (format.h).
+#include "gpurun/queue/format.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+
+#include "gpurun/queue/sbatch.h"
+
+namespace gpurun::queue {
+namespace {
+
+// squeue's "%.Nx": right-aligned in N columns, cut to N characters.
+std::string right(const std::string& s, size_t w) {
+  std::string t = s.size() > w ? s.substr(0, w) : s;
+  return std::string(w - t.size(), ' ') + t;
+}
+
+// sacct cuts long values to width-1 characters plus '+'.
+std::string sacct_cell(const std::string& s, size_t w, bool left) {
+  std::string t = s.size() > w ? s.substr(0, w - 1) + "+" : s;
+  std::string pad(w - t.size(), ' ');
+  return left ? t + pad : pad + t;
+}
+
+std::string id_list(const nlohmann::json& gpus) {
+  std::string out;
+  for (const auto& g : gpus) out += (out.empty() ? "" : ",") + std::to_string(g.get<int>());
+  return out;
+}
+
+int64_t elapsed_s(const nlohmann::json& j, int64_t now_ms) {
+  int64_t start = j.value("start_ms", int64_t{0});
+  if (start == 0) return 0;
+  int64_t end = j.value("end_ms", int64_t{0});
+  return std::max<int64_t>(0, ((end ? end : now_ms) - start) / 1000);
+}
+
+}  // namespace
+
+std::string squeue_time(int64_t s) {
+  int64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;
+  if (d > 0) return fmt::format("{}-{:02}:{:02}:{:02}", d, h, m, sec);
+  if (h > 0) return fmt::format("{}:{:02}:{:02}", h, m, sec);
+  return fmt::format("{}:{:02}", m, sec);
+}
+
+std::string time_limit_text(int64_t s) { return s == 0 ? "UNLIMITED" : squeue_time(s); }
+
+std::string sacct_elapsed(int64_t s) {
+  int64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;
+  if (d > 0) return fmt::format("{}-{:02}:{:02}:{:02}", d, h, m, sec);
+  return fmt::format("{:02}:{:02}:{:02}", h, m, sec);
+}
+
+std::string exit_code_text(int code, int signal) { return fmt::format("{}:{}", code, signal); }
+
+std::string format_queue(const nlohmann::json& jobs, int64_t now_ms, QueueFormat f, bool header) {
+  const bool lng = f == QueueFormat::kLong;
+  std::string out;
+  if (header) {
+    out += right("JOBID", 18) + " " + right("NAME", 8) + " " + right("USER", 8) + " " +
+           right("ST", 2) + " " + right("TIME", 10) + " ";
+    if (lng) out += right("TIME_LIMIT", 10) + " ";
+    out += right("GPUS", 4) + " NODELIST(REASON)\n";
+  }
+  // Running jobs first (by id), then pending ones (by id), as squeue shows them by state.
+  std::vector<const nlohmann::json*> order;
+  for (const auto& j : jobs) order.push_back(&j);
+  std::stable_sort(order.begin(), order.end(), [](const nlohmann::json* a, const nlohmann::json* b) {
+    bool ra = a->at("state") == "RUNNING", rb = b->at("state") == "RUNNING";
+    return ra > rb;
+  });
+  out.reserve(order.size() * 80);
+  for (const nlohmann::json* jp : order) {
+    const auto& j = *jp;
+    bool running = j["state"] == "RUNNING";
+    std::string st = running ? "R" : "PD";
+    out += right(j["display_id"].get<std::string>(), 18) + " " +
+           right(j["name"].get<std::string>(), 8) + " " + right(j["user"].get<std::string>(), 8) +
+           " " + right(st, 2) + " " + right(squeue_time(elapsed_s(j, now_ms)), 10) + " ";
+    if (lng) out += right(time_limit_text(j.value("time_limit_s", int64_t{0})), 10) + " ";
+    out += right(std::to_string(j.value("gpus_requested", 0)), 4) + " ";
+    if (running) {
+      out += j.value("nodelist", std::string());
+      if (lng) out += fmt::format(" gpu:{}", id_list(j["gpus"]));
+    } else {
+      out += "(" + j.value("reason", std::string("None")) + ")";
+    }
+    out += "\n";
+  }
+  return out;
+}
+
+std::string format_history(const nlohmann::json& jobs, bool header) {
+  std::string out;
+  if (header) {
+    out += sacct_cell("JobID", 12, true) + " " + sacct_cell("JobName", 10, false) + " " +
+           sacct_cell("User", 9, false) + " " + sacct_cell("State", 10, false) + " " +
+           sacct_cell("ExitCode", 8, false) + " " + sacct_cell("Elapsed", 10, false) + " " +
+           sacct_cell("GPUs", 8, false) + "\n";
+    out += std::string(12, '-') + " " + std::string(10, '-') + " " + std::string(9, '-') + " " +
+           std::string(10, '-') + " " + std::string(8, '-') + " " + std::string(10, '-') + " " +
+           std::string(8, '-') + "\n";
+  }
+  for (const auto& j : jobs) {
+    std::string state = j["state"].get<std::string>();
+    std::string reason = j.value("reason", std::string());
+    if (state == "CANCELLED" && reason.rfind("CANCELLED by", 0) == 0) state = reason;
+    out += sacct_cell(j["display_id"].get<std::string>(), 12, true) + " " +
+           sacct_cell(j["name"].get<std::string>(), 10, false) + " " +
+           sacct_cell(j["user"].get<std::string>(), 9, false) + " " + sacct_cell(state, 10, false) +
+           " " + sacct_cell(exit_code_text(j.value("exit_code", 0), j.value("exit_signal", 0)), 8, false) +
+           " " + sacct_cell(sacct_elapsed(elapsed_s(j, 0)), 10, false) + " " +
+           sacct_cell(id_list(j["gpus"]), 8, false) + "\n";
+  }
+  return out;
+}
+
+std::string format_show(const nlohmann::json& j, int64_t now_ms) {
+  auto ts = [](int64_t ms) {
+    if (ms == 0) return std::string("None");
+    time_t t = static_cast<time_t>(ms / 1000);
+    char buf[32];
+    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", localtime(&t));
+    return std::string(buf);
+  };
+  std::string deps;
+  for (const auto& d : j["dependencies"])
+    deps += (deps.empty() ? "" : ",") + fmt::format("{}:{}", d["type"].get<std::string>(),
+                                                      d["job_id"].get<int64_t>());
+  std::string out = fmt::format("JobId={} JobName={}\n", j["display_id"].get<std::string>(),
+                                j["name"].get<std::string>());
+  if (j["array_job_id"].get<int64_t>() != 0)
+    out += fmt::format("   ArrayJobId={} ArrayTaskId={} ArrayTaskThrottle={}\n",
+                       j["array_job_id"].get<int64_t>(), j["array_task_id"].get<int>(),
+                       j["array_max_running"].get<int>());
+  out += fmt::format("   UserId={}({}) GroupId={} Priority={}\n", j["user"].get<std::string>(),
+                     j["uid"].get<uint32_t>(), j["gid"].get<uint32_t>(), j["priority"].get<int>());
+  out += fmt::format("   JobState={} Reason={} Dependency={}\n", j["state"].get<std::string>(),
+                     j.value("reason", std::string()).empty() ? "None" : j["reason"].get<std::string>(),
+                     deps.empty() ? "(null)" : deps);
+  out += fmt::format("   Requeue={} Restarts={} ExitCode={}\n", j["requeue"].get<bool>() ? 1 : 0,
+                     j["restart_count"].get<int>(),
+                     exit_code_text(j["exit_code"].get<int>(), j["exit_signal"].get<int>()));
+  out += fmt::format("   RunTime={} TimeLimit={}\n", squeue_time(elapsed_s(j, now_ms)),
+                     time_limit_text(j["time_limit_s"].get<int64_t>()));
+  out += fmt::format("   SubmitTime={} StartTime={} EndTime={}\n", ts(j["submit_ms"]),
+                     ts(j["start_ms"]), ts(j["end_ms"]));
+  out += fmt::format("   NodeList={} NumGPUs={} GPUs={}\n", j.value("nodelist", std::string()),
+                     j["gpus_requested"].get<int>(), id_list(j["gpus"]));
+  int sig = j["signal"]["signal"].get<int>();
+  if (sig)
+    out += fmt::format("   Signal={}@{}{}\n", signal_name(sig), j["signal"]["lead_seconds"].get<int>(),
+                       j["signal"]["batch_only"].get<bool>() ? " (batch shell only)" : "");
+  out += fmt::format("   WorkDir={}\n", j.value("cwd", std::string()));
+  if (j.contains("stdout_path")) {
+    out += fmt::format("   StdOut={}\n", j["stdout_path"].get<std::string>());
+    out += fmt::format("   StdErr={}\n", j["stderr_path"].get<std::string>());
+  }
+  return out;
+}
+
+}  // namespace gpurun::queue

@@ -1,0 +1,96 @@
+// String conversions for the gpuq job model (job.h).
+#include "gpurun/queue/job.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+namespace gpurun::queue {
+namespace {
+struct StateNames {
+  JobState state;
+  const char* name;
+  const char* code;
+};
+constexpr StateNames kStates[] = {
+    {JobState::kPending, "PENDING", "PD"},     {JobState::kRunning, "RUNNING", "R"},
+    {JobState::kCompleted, "COMPLETED", "CD"}, {JobState::kFailed, "FAILED", "F"},
+    {JobState::kCancelled, "CANCELLED", "CA"}, {JobState::kTimeout, "TIMEOUT", "TO"},
+    {JobState::kNodeFail, "NODE_FAIL", "NF"},
+};
+}  // namespace
+
+const char* state_name(JobState s) {
+  for (const auto& e : kStates)
+    if (e.state == s) return e.name;
+  return "UNKNOWN";
+}
+
+const char* state_code(JobState s) {
+  for (const auto& e : kStates)
+    if (e.state == s) return e.code;
+  return "?";
+}
+
+JobState parse_state(const std::string& name) {
+  for (const auto& e : kStates)
+    if (name == e.name || name == e.code) return e.state;
+  throw std::invalid_argument(fmt::format("unknown job state '{}'", name));
+}
+
+bool is_final(JobState s) { return s != JobState::kPending && s != JobState::kRunning; }
+
+const char* dep_kind_name(DepKind k) {
+  switch (k) {
+    case DepKind::kAfterOk:
+      return "afterok";
+    case DepKind::kAfterNotOk:
+      return "afternotok";
+    case DepKind::kAfterAny:
+      break;
+  }
+  return "afterany";
+}
+
+void JobRequest::merge_from(const JobRequest& o) {
+  if (o.job_name) job_name = o.job_name;
+  if (o.gpus) gpus = o.gpus;
+  if (o.time_limit_s) time_limit_s = o.time_limit_s;
+  if (o.output) output = o.output;
+  if (o.error) error = o.error;
+  if (o.chdir) chdir = o.chdir;
+  if (o.dependencies) dependencies = o.dependencies;
+  if (o.array) array = o.array;
+  if (o.signal) signal = o.signal;
+  if (o.requeue) requeue = o.requeue;
+  if (o.hold) hold = o.hold;
+  if (o.priority) priority = o.priority;
+  warnings.insert(warnings.end(), o.warnings.begin(), o.warnings.end());
+}
+
+std::string display_id(const Job& j) {
+  if (j.array_job_id != 0) return fmt::format("{}_{}", j.array_job_id, j.array_task_id);
+  return std::to_string(j.id);
+}
+
+std::string join_ids(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+
+std::vector<int> parse_id_list(const std::string& text) {
+  std::vector<int> out;
+  if (text.empty()) return out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
+        item.size() > 6)
+      throw std::invalid_argument(fmt::format("bad id '{}' in list '{}'", item, text));
+    out.push_back(std::stoi(item));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace gpurun::queue

@@ -1,0 +1,98 @@
+// Job <-> JSON (job_json.h).
+#include "gpurun/queue/job_json.h"
+
+namespace gpurun::queue {
+
+nlohmann::json job_to_json(const Job& j, JobView view) {
+  nlohmann::json deps = nlohmann::json::array();
+  for (const auto& d : j.dependencies) deps.push_back({{"type", dep_kind_name(d.kind)}, {"job_id", d.job_id}});
+  nlohmann::json o = {
+      {"job_id", j.id},
+      {"display_id", display_id(j)},
+      {"array_job_id", j.array_job_id},
+      {"array_task_id", j.array_task_id},
+      {"array_max_running", j.array_max_running},
+      {"uid", j.uid},
+      {"gid", j.gid},
+      {"user", j.user},
+      {"name", j.name},
+      {"state", state_name(j.state)},
+      {"reason", j.reason},
+      {"priority", j.priority},
+      {"gpus_requested", j.gpus_requested},
+      {"time_limit_s", j.time_limit_s},
+      {"held", j.held},
+      {"requeue", j.requeue},
+      {"cancel_requested", j.cancel_requested},
+      {"restart_count", j.restart_count},
+      {"submit_ms", j.submit_ms},
+      {"start_ms", j.start_ms},
+      {"end_ms", j.end_ms},
+      {"gpus", j.gpus},
+      {"exit_code", j.exit_code},
+      {"exit_signal", j.exit_signal},
+      {"dependencies", deps},
+      {"signal", {{"signal", j.signal.signal}, {"lead_seconds", j.signal.lead_seconds},
+                  {"batch_only", j.signal.batch_only}}},
+      {"cwd", j.cwd},
+      {"output", j.output_pattern},
+      {"error", j.error_pattern},
+  };
+  if (view == JobView::kFull) {
+    o["script"] = j.script;
+    o["args"] = j.args;
+    o["env"] = j.env;
+    o["submit_key"] = j.submit_key;
+  }
+  return o;
+}
+
+Job job_from_json(const nlohmann::json& o) {
+  Job j;
+  j.id = o.at("job_id").get<int64_t>();
+  j.array_job_id = o.value("array_job_id", int64_t{0});
+  j.array_task_id = o.value("array_task_id", -1);
+  j.array_max_running = o.value("array_max_running", 0);
+  j.uid = o.at("uid").get<uint32_t>();
+  j.gid = o.value("gid", uint32_t{0});
+  j.user = o.value("user", "");
+  j.name = o.value("name", "");
+  j.state = parse_state(o.at("state").get<std::string>());
+  j.reason = o.value("reason", "");
+  j.priority = o.value("priority", 0);
+  j.gpus_requested = o.value("gpus_requested", 1);
+  j.time_limit_s = o.value("time_limit_s", int64_t{0});
+  j.held = o.value("held", false);
+  j.requeue = o.value("requeue", false);
+  j.cancel_requested = o.value("cancel_requested", false);
+  j.restart_count = o.value("restart_count", 0);
+  j.submit_ms = o.value("submit_ms", int64_t{0});
+  j.start_ms = o.value("start_ms", int64_t{0});
+  j.end_ms = o.value("end_ms", int64_t{0});
+  j.gpus = o.value("gpus", std::vector<int>{});
+  j.exit_code = o.value("exit_code", 0);
+  j.exit_signal = o.value("exit_signal", 0);
+  for (const auto& d : o.value("dependencies", nlohmann::json::array())) {
+    std::string t = d.at("type").get<std::string>();
+    DepKind k = t == "afterok" ? DepKind::kAfterOk
+                : t == "afternotok" ? DepKind::kAfterNotOk
+                                    : DepKind::kAfterAny;
+    j.dependencies.push_back({k, d.at("job_id").get<int64_t>()});
+  }
+  if (o.contains("signal")) {
+    const auto& s = o["signal"];
+    j.signal.signal = s.value("signal", 0);
+    j.signal.lead_seconds = s.value("lead_seconds", 60);
+    j.signal.batch_only = s.value("batch_only", false);
+  }
+  j.cwd = o.value("cwd", "");
+  j.output_pattern = o.value("output", "");
+  j.error_pattern = o.value("error", "");
+  j.script = o.value("script", "");
+  j.args = o.value("args", std::vector<std::string>{});
+  j.env = o.value("env", std::map<std::string, std::string>{});
+  j.submit_key = o.value("submit_key", "");
+  return j;
+}
+
+}  // namespace gpurun::queue

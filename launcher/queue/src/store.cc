@@ -1,0 +1,220 @@
+// SQLite job store for gpuq (store.h).
+#include "store.h"
+
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+#include "gpurun/queue/job_json.h"
+
+namespace gpurun::queue {
+namespace {
+// Resets a cached statement when the scope ends, so it can be reused and holds no read lock.
+struct Reset {
+  sqlite3_stmt* st;
+  ~Reset() {
+    sqlite3_reset(st);
+    sqlite3_clear_bindings(st);
+  }
+};
+}  // namespace
+
+Store::Store(const std::string& path) : path_(path) {
+  int rc = sqlite3_open_v2(path.c_str(), &db_,
+                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  if (rc != SQLITE_OK) {
+    std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
+    sqlite3_close(db_);
+    db_ = nullptr;
+    throw std::runtime_error(fmt::format("cannot open job store {}: {}", path, msg));
+  }
+  sqlite3_busy_timeout(db_, 5000);
+  exec("PRAGMA journal_mode=WAL");
+  exec("PRAGMA synchronous=FULL");
+  exec("CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, submit_key TEXT UNIQUE,"
+       " state TEXT NOT NULL, uid INTEGER NOT NULL, array_job_id INTEGER NOT NULL DEFAULT 0,"
+       " data TEXT NOT NULL)");
+  exec("CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state)");
+  exec("CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_job_id)");
+  exec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)");
+  exec("CREATE TABLE IF NOT EXISTS usage(uid INTEGER PRIMARY KEY, gpu_seconds REAL NOT NULL,"
+       " updated_ms INTEGER NOT NULL)");
+}
+
+Store::~Store() {
+  for (auto& [_, st] : stmts_) sqlite3_finalize(st);
+  sqlite3_close(db_);
+}
+
+void Store::fail(const std::string& what) {
+  throw std::runtime_error(fmt::format("job store {}: {}: {}", path_, what, sqlite3_errmsg(db_)));
+}
+
+void Store::exec(const char* sql) {
+  char* err = nullptr;
+  if (sqlite3_exec(db_, sql, nullptr, nullptr, &err) != SQLITE_OK) {
+    std::string msg = err ? err : "?";
+    sqlite3_free(err);
+    throw std::runtime_error(fmt::format("job store {}: '{}': {}", path_, sql, msg));
+  }
+}
+
+sqlite3_stmt* Store::prepare(const std::string& sql) {
+  auto it = stmts_.find(sql);
+  if (it != stmts_.end()) return it->second;
+  sqlite3_stmt* st = nullptr;
+  if (sqlite3_prepare_v2(db_, sql.c_str(), -1, &st, nullptr) != SQLITE_OK) fail("prepare " + sql);
+  stmts_[sql] = st;
+  return st;
+}
+
+Store::Txn::Txn(Store& s) : s_(s) { s_.exec("BEGIN IMMEDIATE"); }
+Store::Txn::~Txn() {
+  if (!done_) {
+    char* err = nullptr;
+    sqlite3_exec(s_.db_, "ROLLBACK", nullptr, nullptr, &err);
+    sqlite3_free(err);
+  }
+}
+void Store::Txn::commit() {
+  s_.exec("COMMIT");
+  done_ = true;
+}
+
+void Store::insert_job(Job& j) {
+  auto* st = prepare(
+      "INSERT INTO jobs(submit_key, state, uid, array_job_id, data) VALUES(?, ?, ?, ?, ?)");
+  Reset r{st};
+  std::string data = job_to_json(j, JobView::kFull).dump();
+  if (j.submit_key.empty())
+    sqlite3_bind_null(st, 1);
+  else
+    sqlite3_bind_text(st, 1, j.submit_key.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, state_name(j.state), -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 3, j.uid);
+  sqlite3_bind_int64(st, 4, j.array_job_id);
+  sqlite3_bind_text(st, 5, data.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st) != SQLITE_DONE) fail("insert job");
+  j.id = sqlite3_last_insert_rowid(db_);
+}
+
+void Store::update_job(const Job& j) {
+  auto* st = prepare("UPDATE jobs SET state = ?, array_job_id = ?, data = ? WHERE id = ?");
+  Reset r{st};
+  std::string data = job_to_json(j, JobView::kFull).dump();
+  sqlite3_bind_text(st, 1, state_name(j.state), -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, 2, j.array_job_id);
+  sqlite3_bind_text(st, 3, data.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 4, j.id);
+  if (sqlite3_step(st) != SQLITE_DONE) fail(fmt::format("update job {}", j.id));
+}
+
+std::vector<Job> Store::query_jobs(sqlite3_stmt* st) {
+  std::vector<Job> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    int64_t id = sqlite3_column_int64(st, 0);
+    const char* text = reinterpret_cast<const char*>(sqlite3_column_text(st, 1));
+    try {
+      auto doc = nlohmann::json::parse(text ? text : "");
+      doc["job_id"] = id;  // the row id is the truth (the document is written before the id exists)
+      out.push_back(job_from_json(doc));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(fmt::format("job store {}: job {} is unreadable: {}", path_, id, e.what()));
+    }
+  }
+  if (rc != SQLITE_DONE) fail("query jobs");
+  return out;
+}
+
+std::vector<Job> Store::load_active() {
+  auto* st = prepare("SELECT id, data FROM jobs WHERE state IN ('PENDING','RUNNING') ORDER BY id");
+  Reset r{st};
+  return query_jobs(st);
+}
+
+std::optional<Job> Store::load_job(int64_t id) {
+  auto* st = prepare("SELECT id, data FROM jobs WHERE id = ?");
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, id);
+  auto v = query_jobs(st);
+  if (v.empty()) return std::nullopt;
+  return v.front();
+}
+
+std::vector<Job> Store::load_array(int64_t array_job_id) {
+  auto* st = prepare("SELECT id, data FROM jobs WHERE array_job_id = ? ORDER BY id");
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, array_job_id);
+  return query_jobs(st);
+}
+
+std::optional<int64_t> Store::find_submit_key(const std::string& key) {
+  auto* st = prepare("SELECT id FROM jobs WHERE submit_key = ?");
+  Reset r{st};
+  sqlite3_bind_text(st, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st) == SQLITE_ROW) return sqlite3_column_int64(st, 0);
+  return std::nullopt;
+}
+
+std::vector<Job> Store::history(std::optional<uint32_t> uid, size_t limit) {
+  std::string sql =
+      "SELECT id, data FROM (SELECT id, data FROM jobs WHERE state NOT IN ('PENDING','RUNNING')";
+  if (uid) sql += " AND uid = ?1";
+  sql += " ORDER BY id DESC";
+  if (limit) sql += " LIMIT ?2";
+  sql += ") ORDER BY id";
+  auto* st = prepare(sql);
+  Reset r{st};
+  if (uid) sqlite3_bind_int64(st, 1, *uid);
+  if (limit) sqlite3_bind_int64(st, 2, static_cast<int64_t>(limit));
+  return query_jobs(st);
+}
+
+std::vector<Store::StateRow> Store::all_states() {
+  auto* st = prepare("SELECT id, array_job_id, state FROM jobs ORDER BY id");
+  Reset r{st};
+  std::vector<StateRow> out;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    out.push_back({sqlite3_column_int64(st, 0), sqlite3_column_int64(st, 1),
+                   parse_state(reinterpret_cast<const char*>(sqlite3_column_text(st, 2)))});
+  return out;
+}
+
+std::string Store::meta(const std::string& key, const std::string& fallback) {
+  auto* st = prepare("SELECT value FROM meta WHERE key = ?");
+  Reset r{st};
+  sqlite3_bind_text(st, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st) == SQLITE_ROW)
+    return reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+  return fallback;
+}
+
+void Store::set_meta(const std::string& key, const std::string& value) {
+  auto* st = prepare("INSERT OR REPLACE INTO meta(key, value) VALUES(?, ?)");
+  Reset r{st};
+  sqlite3_bind_text(st, 1, key.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 2, value.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st) != SQLITE_DONE) fail("set meta " + key);
+}
+
+std::map<uint32_t, Store::Usage> Store::load_usage() {
+  auto* st = prepare("SELECT uid, gpu_seconds, updated_ms FROM usage");
+  Reset r{st};
+  std::map<uint32_t, Usage> out;
+  while (sqlite3_step(st) == SQLITE_ROW)
+    out[static_cast<uint32_t>(sqlite3_column_int64(st, 0))] = {sqlite3_column_double(st, 1),
+                                                               sqlite3_column_int64(st, 2)};
+  return out;
+}
+
+void Store::save_usage(uint32_t uid, const Usage& u) {
+  auto* st = prepare("INSERT OR REPLACE INTO usage(uid, gpu_seconds, updated_ms) VALUES(?, ?, ?)");
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, uid);
+  sqlite3_bind_double(st, 2, u.gpu_seconds);
+  sqlite3_bind_int64(st, 3, u.updated_ms);
+  if (sqlite3_step(st) != SQLITE_DONE) fail("save usage");
+}
+
+}  // namespace gpurun::queue

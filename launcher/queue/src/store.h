@@ -1,0 +1,76 @@
+// gpuq's durable job store: one SQLite database in WAL mode with synchronous=FULL, so a commit is
+// on disk before the daemon replies (a reply means the job survives kill -9 and power loss).
+// NORMAL would be enough for kill -9 alone, but the issue asks for "durable at commit" and a WAL
+// commit costs one fsync of the log, well inside the submit budget. Ids come from AUTOINCREMENT, so
+// an id is never handed out twice, even after the newest jobs are deleted.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpurun/queue/job.h"
+
+namespace gpurun::queue {
+
+class Store {
+ public:
+  explicit Store(const std::string& path);  // creates the schema when missing
+  ~Store();
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  // Scoped transaction: commits in commit(), rolls back if destroyed first.
+  class Txn {
+   public:
+    explicit Txn(Store& s);
+    ~Txn();
+    void commit();
+
+   private:
+    Store& s_;
+    bool done_ = false;
+  };
+
+  void insert_job(Job& j);  // assigns j.id
+  void update_job(const Job& j);
+  std::vector<Job> load_active();  // PENDING and RUNNING, by id
+  std::optional<Job> load_job(int64_t id);
+  std::vector<Job> load_array(int64_t array_job_id);
+  std::optional<int64_t> find_submit_key(const std::string& key);
+  // Finished jobs, newest last; uid filter when set; at most `limit` (0 = all).
+  std::vector<Job> history(std::optional<uint32_t> uid, size_t limit);
+
+  struct StateRow {
+    int64_t id;
+    int64_t array_job_id;
+    JobState state;
+  };
+  std::vector<StateRow> all_states();  // every job, cheap (no documents parsed)
+
+  std::string meta(const std::string& key, const std::string& fallback);
+  void set_meta(const std::string& key, const std::string& value);
+
+  struct Usage {
+    double gpu_seconds = 0;
+    int64_t updated_ms = 0;
+  };
+  std::map<uint32_t, Usage> load_usage();
+  void save_usage(uint32_t uid, const Usage& u);
+
+ private:
+  void exec(const char* sql);
+  sqlite3_stmt* prepare(const std::string& sql);  // cached per SQL text
+  std::vector<Job> query_jobs(sqlite3_stmt* st);
+  [[noreturn]] void fail(const std::string& what);
+
+  std::string path_;
+  sqlite3* db_ = nullptr;
+  std::map<std::string, sqlite3_stmt*> stmts_;
+};
+
+}  // namespace gpurun::queue

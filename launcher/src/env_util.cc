@@ -1,0 +1,91 @@
+// env_util.cc: see env_util.h.
+#include "env_util.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cctype>
+#include <sstream>
+
+#include "gpurun/launcher/error.h"
+
+namespace gpurun::launcher::detail {
+
+std::optional<std::string> get(const Env& env, const std::string& key) {
+  auto it = env.find(key);
+  if (it == env.end()) return std::nullopt;
+  return it->second;
+}
+
+std::optional<std::pair<std::string, std::string>> first_of(const Env& env,
+                                                            const std::vector<std::string>& keys) {
+  for (const auto& k : keys) {
+    auto v = get(env, k);
+    if (v && !trim(*v).empty()) return std::make_pair(k, trim(*v));
+  }
+  return std::nullopt;
+}
+
+long parse_count(const std::string& name, const std::string& value) {
+  std::string v = trim(value);
+  if (v.empty() || v.size() > 9 ||
+      !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
+    throw Error(fmt::format("{}='{}': expected a non-negative whole number", name, value));
+  return std::stol(v);
+}
+
+std::optional<long> get_count(const Env& env, const std::string& key) {
+  auto v = get(env, key);
+  if (!v || trim(*v).empty()) return std::nullopt;
+  return parse_count(key, *v);
+}
+
+std::vector<std::string> split_ws(const std::string& s) {
+  std::istringstream is(s);
+  std::vector<std::string> out;
+  std::string w;
+  while (is >> w) out.push_back(w);
+  return out;
+}
+
+std::vector<std::string> split_lines(const std::string& s) {
+  std::vector<std::string> out;
+  std::istringstream is(s);
+  std::string line;
+  while (std::getline(is, line)) {
+    line = trim(line);
+    if (!line.empty()) out.push_back(line);
+  }
+  return out;
+}
+
+std::string trim(const std::string& s) {
+  std::size_t b = 0, e = s.size();
+  while (b < e && std::isspace(static_cast<unsigned char>(s[b]))) ++b;
+  while (e > b && std::isspace(static_cast<unsigned char>(s[e - 1]))) --e;
+  return s.substr(b, e - b);
+}
+
+std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var) {
+  auto path = get(in.env, var);
+  if (!path || trim(*path).empty()) throw Error(fmt::format("{} is not set", var));
+  auto text = in.read_file ? in.read_file(*path) : std::nullopt;
+  if (!text)
+    throw Error(
+        fmt::format("{}={}: the host file cannot be read (missing or not readable)", var, *path));
+  std::vector<NodeAlloc> nodes;
+  for (const auto& line : split_lines(*text)) {
+    // Torque/PBS may append ":ppn" or extra columns; the host is the first word.
+    std::string host = split_ws(line)[0];
+    auto it = std::find_if(nodes.begin(), nodes.end(),
+                           [&](const NodeAlloc& n) { return n.host == host; });
+    if (it == nodes.end())
+      nodes.push_back(NodeAlloc{host, 1, 0});
+    else
+      ++it->slots;
+  }
+  if (nodes.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, *path));
+  return nodes;
+}
+
+}  // namespace gpurun::launcher::detail

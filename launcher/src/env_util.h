@@ -1,0 +1,29 @@
+// env_util.h: small helpers for reading an injected environment map with errors that name the
+// variable at fault. Private to the launcher.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpurun/launcher/allocation.h"
+
+namespace gpurun::launcher::detail {
+
+std::optional<std::string> get(const Env& env, const std::string& key);
+// The first of `keys` that is set (and non-empty), with its name.
+std::optional<std::pair<std::string, std::string>> first_of(const Env& env,
+                                                            const std::vector<std::string>& keys);
+// Parses a non-negative integer held by variable `name`; throws Error naming it.
+long parse_count(const std::string& name, const std::string& value);
+std::optional<long> get_count(const Env& env, const std::string& key);
+std::vector<std::string> split_ws(const std::string& s);
+std::vector<std::string> split_lines(const std::string& s);
+std::string trim(const std::string& s);
+
+// Reads a host file (one host per slot, as PBS_NODEFILE/LSB_DJOB_HOSTFILE) named by variable
+// `var`; groups lines into nodes by host in order of first appearance. Throws Error naming the
+// variable when the file is missing or empty.
+std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var);
+
+}  // namespace gpurun::launcher::detail

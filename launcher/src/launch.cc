@@ -1,0 +1,209 @@
+// launch.cc: engine selection and command lines (see launch.h).
+//
+// Every engine starts the same wrapper, `gpurun _rank --plan P --control C -- PROGRAM ARGS`,
+// once per rank; the wrapper learns its global rank from the engine's variables and derives the
+// rest from the plan, so the engines only have to place ranks in plan order (block per node).
+#include "gpurun/launcher/launch.h"
+
+#include <fmt/format.h>
+
+#include <sstream>
+
+#include "gpurun/launcher/error.h"
+#include "gpurun/launcher/hostlist.h"
+
+namespace gpurun::launcher {
+
+const char* to_string(Engine e) {
+  switch (e) {
+    case Engine::srun:
+      return "srun";
+    case Engine::mpirun:
+      return "mpirun";
+    case Engine::blaunch:
+      return "mpirun+blaunch";
+    case Engine::jsrun:
+      return "jsrun";
+    case Engine::pbsdsh:
+      return "pbsdsh";
+    case Engine::fork:
+      return "local";
+    case Engine::step:
+      return "step";
+  }
+  return "?";
+}
+
+std::string shell_quote(const std::string& w) {
+  if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
+                                        "0123456789_-+=./:,@%^") == std::string::npos)
+    return w;
+  std::string q = "'";
+  for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return q + "'";
+}
+
+namespace {
+
+std::optional<std::string> find(const LaunchOptions& o, const std::string& tool) {
+  return o.find_tool ? o.find_tool(tool) : std::nullopt;
+}
+
+// Engines a scheduler prefers, best first, for --launcher auto.
+Engine auto_engine(const Allocation& a, const LaunchOptions& o, std::vector<std::string>& notes) {
+  switch (a.scheduler) {
+    case Scheduler::slurm:
+      if (find(o, "srun")) return Engine::srun;
+      if (find(o, "mpirun")) {
+        notes.push_back("srun not found on PATH: launching with mpirun inside the allocation");
+        return Engine::mpirun;
+      }
+      notes.push_back("srun not found on PATH (the command below needs it)");
+      return Engine::srun;
+    case Scheduler::lsf:
+      if (find(o, "jsrun")) return Engine::jsrun;
+      return Engine::blaunch;
+    case Scheduler::pbs:
+      if (find(o, "mpirun")) {
+        notes.push_back(
+            "PBS: mpirun starts remote ranks through TM when Open MPI was built with it, else ssh");
+        return Engine::mpirun;
+      }
+      if (find(o, "pbsdsh")) {
+        notes.push_back("mpirun not found on PATH: falling back to pbsdsh");
+        return Engine::pbsdsh;
+      }
+      notes.push_back("mpirun not found on PATH (the command below needs it)");
+      return Engine::mpirun;
+    case Scheduler::gpuq:
+    case Scheduler::local:
+      if (find(o, "mpirun")) return Engine::mpirun;
+      notes.push_back("mpirun not found on PATH: gpurun starts the ranks itself (no MPI wire-up)");
+      return Engine::fork;
+  }
+  return Engine::fork;
+}
+
+Engine parse_engine(const std::string& name) {
+  if (name == "srun") return Engine::srun;
+  if (name == "mpirun") return Engine::mpirun;
+  if (name == "blaunch") return Engine::blaunch;
+  if (name == "jsrun") return Engine::jsrun;
+  if (name == "pbsdsh") return Engine::pbsdsh;
+  if (name == "local") return Engine::fork;
+  throw Error(fmt::format(
+      "--launcher '{}': expected auto, srun, mpirun, blaunch, jsrun, pbsdsh or local", name));
+}
+
+std::vector<std::string> wrapper(const LaunchOptions& o, const std::string& plan) {
+  std::vector<std::string> w{o.self_exe, "_rank", "--plan", plan, "--control", o.control, "--"};
+  w.insert(w.end(), o.program.begin(), o.program.end());
+  return w;
+}
+
+std::string host_slots(const RankPlan& p) {
+  std::string s;
+  for (const auto& n : p.nodes) s += fmt::format("{}{}:{}", s.empty() ? "" : ",", n.host, n.ranks);
+  return s;
+}
+
+void append(std::vector<std::string>& v, const std::vector<std::string>& more) {
+  v.insert(v.end(), more.begin(), more.end());
+}
+
+std::vector<std::string> mpirun_argv(const Allocation& a, const RankPlan& p, const LaunchOptions& o,
+                                     const std::string& exe) {
+  std::vector<std::string> v{exe};
+  if (o.as_root) v.push_back("--allow-run-as-root");
+  v.insert(v.end(), {"-n", std::to_string(p.world_size)});
+  bool single_machine = a.scheduler == Scheduler::local || a.scheduler == Scheduler::gpuq;
+  if (single_machine) {
+    v.push_back("--oversubscribe");
+  } else {
+    // Fill each node's slots before the next: the wrapper checks the placement.
+    v.insert(v.end(), {"--host", host_slots(p), "--map-by", "slot"});
+    for (const char* var : {"PATH", "LD_LIBRARY_PATH"}) v.insert(v.end(), {"-x", var});
+  }
+  if (o.tag_output) v.push_back("--tag-output");
+  return v;
+}
+
+}  // namespace
+
+LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchOptions& o) {
+  LaunchCommand c;
+  if (a.step_task) {
+    c.engine = Engine::step;
+    if (o.launcher != "auto")
+      c.notes.push_back(fmt::format("--launcher {} ignored: already inside a {} step", o.launcher,
+                                    a.step_task->engine));
+    return c;
+  }
+  c.engine = o.launcher == "auto" ? auto_engine(a, o, c.notes) : parse_engine(o.launcher);
+  switch (c.engine) {
+    case Engine::fork:
+    case Engine::step:
+      return c;
+    case Engine::srun: {
+      std::vector<std::string> hosts;
+      for (const auto& n : p.nodes) hosts.push_back(n.host);
+      c.argv = {find(o, "srun").value_or("srun"), "--kill-on-bad-exit=1",
+                fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size),
+                "--nodelist=" + compress_hostlist(hosts)};
+      bool uniform = true;
+      for (const auto& n : p.nodes) uniform = uniform && n.ranks == p.nodes.front().ranks;
+      if (uniform) {
+        c.argv.push_back(fmt::format("--ntasks-per-node={}", p.nodes.front().ranks));
+      } else {
+        // Uneven counts: srun's arbitrary distribution reads one host per task from a file.
+        c.argv.push_back("--distribution=arbitrary");
+        for (const auto& r : p.ranks) c.slurm_hostfile.push_back(r.host);
+      }
+      c.argv.push_back(fmt::format("--cpus-per-task={}", p.cpus_per_rank));
+      bool pmix = false;
+      for (const auto& m : o.srun_mpi_plugins) pmix = pmix || m.rfind("pmix", 0) == 0;
+      if (pmix) c.argv.push_back("--mpi=pmix");
+      if (o.tag_output) c.argv.push_back("--label");
+      break;
+    }
+    case Engine::mpirun:
+      c.argv = mpirun_argv(a, p, o, find(o, "mpirun").value_or("mpirun"));
+      break;
+    case Engine::blaunch: {
+      c.argv = mpirun_argv(a, p, o, find(o, "mpirun").value_or("mpirun"));
+      if (auto bl = find(o, "blaunch")) {
+        c.argv.insert(c.argv.begin() + 1, {"--mca", "plm_rsh_agent", *bl});
+      } else if (o.launcher == "blaunch") {
+        throw Error("--launcher blaunch: blaunch not found in LSF_BINDIR or on PATH");
+      } else {
+        c.engine = Engine::mpirun;
+        c.notes.push_back("blaunch not found in LSF_BINDIR or on PATH: mpirun falls back to ssh");
+      }
+      break;
+    }
+    case Engine::jsrun: {
+      c.argv = {find(o, "jsrun").value_or("jsrun"),
+                fmt::format("--nrs={}", p.world_size),
+                "--tasks_per_rs=1",
+                fmt::format("--cpu_per_rs={}", p.cpus_per_rank),
+                fmt::format("--gpu_per_rs={}", p.ranks.front().gpus.size()),
+                fmt::format("--rs_per_host={}", p.nodes.front().ranks),
+                "--launch_distribution=packed"};
+      if (o.tag_output) c.argv.push_back("--stdio_mode=prepended");
+      break;
+    }
+    case Engine::pbsdsh:
+      if (p.world_size != a.total_slots())
+        throw Error(fmt::format(
+            "--launcher pbsdsh starts one rank per PBS_NODEFILE line ({}), but the plan has {} "
+            "ranks: use mpirun, or request {} slots",
+            a.total_slots(), p.world_size, p.world_size));
+      c.argv = {find(o, "pbsdsh").value_or("pbsdsh"), "-v"};
+      break;
+  }
+  append(c.argv, o.launcher_args);
+  append(c.argv, wrapper(o, o.plan_text));
+  return c;
+}
+
+}  // namespace gpurun::launcher

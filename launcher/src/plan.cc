@@ -1,0 +1,170 @@
+// plan.cc: rank placement (block: fill each node in allocation order), GPU positions per rank,
+// rendezvous address. Impossible requests are refused here, before anything starts.
+#include "gpurun/launcher/plan.h"
+
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <cstdint>
+
+#include "gpurun/launcher/error.h"
+
+namespace gpurun::launcher {
+
+void parse_nproc_per_node(const std::string& value, PlanOptions& opts) {
+  if (value == "auto") {
+    opts.nproc_mode = NprocMode::automatic;
+  } else if (value == "gpu") {
+    opts.nproc_mode = NprocMode::gpu;
+  } else {
+    if (value.empty() || value.size() > 6 ||
+        value.find_first_not_of("0123456789") != std::string::npos || std::stoi(value) < 1)
+      throw Error(
+          fmt::format("--nproc-per-node '{}': expected auto, gpu, or a positive count", value));
+    opts.nproc_mode = NprocMode::count;
+    opts.nproc_per_node = std::stoi(value);
+  }
+}
+
+int derive_master_port(const std::string& job_key) {
+  std::uint64_t h = 1469598103934665603ull;  // FNV-1a
+  for (unsigned char c : job_key) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return 15000 + static_cast<int>(h % 17000);
+}
+
+namespace {
+
+std::string slots_summary(const Allocation& a) {
+  std::string s;
+  for (const auto& n : a.nodes)
+    s += fmt::format("{}{}: {}", s.empty() ? "" : ", ", n.host, n.slots);
+  return s;
+}
+
+// Ranks each node can take under the chosen --nproc-per-node.
+std::vector<int> capacities(const Allocation& a, const PlanOptions& o) {
+  std::vector<int> cap;
+  bool single_machine = a.scheduler == Scheduler::local || a.scheduler == Scheduler::gpuq;
+  for (const auto& n : a.nodes) {
+    switch (o.nproc_mode) {
+      case NprocMode::count:
+        if (o.nproc_per_node > n.slots && !a.oversubscribe_ok)
+          throw Error(
+              fmt::format("--nproc-per-node {} but node {} has only {} task slots in this {} job",
+                          o.nproc_per_node, n.host, n.slots, a.flavor));
+        cap.push_back(o.nproc_per_node);
+        break;
+      case NprocMode::gpu:
+        if (n.gpus == 0)
+          throw Error(fmt::format(
+              "--nproc-per-node gpu but node {} has no GPUs visible to this job", n.host));
+        if (n.gpus > n.slots && !a.oversubscribe_ok)
+          throw Error(
+              fmt::format("--nproc-per-node gpu wants {} ranks on {} but it has only {} task slots",
+                          n.gpus, n.host, n.slots));
+        cap.push_back(n.gpus);
+        break;
+      case NprocMode::automatic:
+        if (single_machine)
+          cap.push_back(o.ntasks ? *o.ntasks : std::max(1, n.gpus));
+        else
+          cap.push_back(n.slots);
+        break;
+    }
+  }
+  return cap;
+}
+
+}  // namespace
+
+RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
+  if (a.nodes.empty()) throw Error("the allocation has no nodes");
+  if (o.ntasks && *o.ntasks < 1)
+    throw Error(fmt::format("-n {}: expected at least 1 rank", *o.ntasks));
+  if (o.gpus_per_rank && *o.gpus_per_rank < 0)
+    throw Error(fmt::format("--gpus-per-rank {}: expected 0 or more", *o.gpus_per_rank));
+
+  RankPlan p;
+  std::vector<int> per_node;
+  if (a.step_task) {
+    // Inside srun/jsrun the step already placed the ranks; -n can only agree with it.
+    const StepTask& t = *a.step_task;
+    if (o.ntasks && *o.ntasks != t.world_size)
+      throw Error(fmt::format(
+          "-n {} but gpurun runs as one task of a {} step with {} tasks: drop -n, or run gpurun "
+          "once per job (not under {}) and let it launch the ranks",
+          *o.ntasks, t.engine, t.world_size, t.engine));
+    for (const auto& n : a.nodes) per_node.push_back(n.slots);
+  } else {
+    std::vector<int> cap = capacities(a, o);
+    long total_cap = 0;
+    for (int c : cap) total_cap += c;
+    int want = o.ntasks ? *o.ntasks : static_cast<int>(total_cap);
+    if (want > total_cap)
+      throw Error(fmt::format("-n {} asks for more ranks than the allocation's {} slots ({})", want,
+                              total_cap, slots_summary(a)));
+    int left = want;
+    for (int c : cap) {
+      int take = std::min(c, left);
+      per_node.push_back(take);
+      left -= take;
+    }
+  }
+
+  int rank = 0;
+  for (std::size_t i = 0; i < a.nodes.size(); ++i) {
+    int k = per_node[i];
+    if (k == 0) continue;
+    const NodeAlloc& n = a.nodes[i];
+    int node_rank = static_cast<int>(p.nodes.size());
+    p.nodes.push_back({n.host, k, n.gpus, rank});
+    int gpr;
+    bool shared = false;
+    if (o.gpus_per_rank) {
+      gpr = *o.gpus_per_rank;
+      if (k * gpr > n.gpus)
+        throw Error(fmt::format("{} ranks x {} GPUs per rank need {} GPUs on node {}, which has {}",
+                                k, gpr, k * gpr, n.host, n.gpus));
+    } else if (n.gpus == 0) {
+      gpr = 0;
+    } else if (k <= n.gpus) {
+      gpr = 1;
+    } else {
+      gpr = 1;
+      shared = true;
+      p.notes.push_back(
+          fmt::format("{} ranks share {} GPU{} on {}", k, n.gpus, n.gpus == 1 ? "" : "s", n.host));
+    }
+    for (int lr = 0; lr < k; ++lr) {
+      RankEntry e{rank++, node_rank, lr, k, n.host, {}};
+      if (shared) {
+        e.gpus.push_back(static_cast<int>(static_cast<long>(lr) * n.gpus / k));
+      } else {
+        for (int g = 0; g < gpr; ++g) e.gpus.push_back(lr * gpr + g);
+      }
+      p.ranks.push_back(std::move(e));
+    }
+  }
+  p.world_size = rank;
+
+  bool single_machine = a.scheduler == Scheduler::local || a.scheduler == Scheduler::gpuq;
+  p.master_addr = single_machine ? "127.0.0.1" : p.nodes.front().host;
+  p.master_port = o.master_port ? *o.master_port
+                                : derive_master_port(fmt::format("{}:{}", to_string(a.scheduler),
+                                                                 a.job_id.value_or("none")));
+  if (o.cpus_per_rank) {
+    if (*o.cpus_per_rank < 1) throw Error("--cpus-per-rank: expected at least 1");
+    p.cpus_per_rank = *o.cpus_per_rank;
+  } else if (a.cpus_per_task) {
+    p.cpus_per_rank = *a.cpus_per_task;
+  } else if (single_machine) {
+    p.cpus_per_rank = std::max(1, a.nodes.front().slots / std::max(1, p.nodes.front().ranks));
+    if (a.scheduler == Scheduler::gpuq) p.cpus_per_rank = 1;
+  }
+  return p;
+}
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,133 @@
+// report.cc: see report.h. The JSON fields are the contract of DESIGN.md (`gpurun info --json`).
+#include "report.h"
+
+#include <fmt/format.h>
+
+#include <ctime>
+
+namespace gpurun::launcher {
+namespace {
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string s;
+  for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
+  return s;
+}
+
+std::string utc(std::int64_t t) {
+  std::time_t tt = static_cast<std::time_t>(t);
+  std::tm tm{};
+  gmtime_r(&tt, &tm);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%d %H:%M:%S UTC", &tm);
+  return buf;
+}
+
+}  // namespace
+
+nlohmann::json info_json(const Allocation& a, const RankPlan& p) {
+  using nlohmann::json;
+  json j;
+  j["scheduler"] = to_string(a.scheduler);
+  j["flavor"] = a.flavor;
+  j["job_id"] = a.job_id ? json(*a.job_id) : json(nullptr);
+  j["world_size"] = p.world_size;
+  j["nodes"] = json::array();
+  for (const auto& n : a.nodes)
+    j["nodes"].push_back({{"host", n.host}, {"slots", n.slots}, {"gpus", n.gpus}});
+  j["master_addr"] = p.master_addr;
+  j["master_port"] = p.master_port;
+  j["cpus_per_rank"] = p.cpus_per_rank;
+  j["ranks"] = json::array();
+  for (const auto& r : p.ranks)
+    j["ranks"].push_back({{"rank", r.rank},
+                          {"host", r.host},
+                          {"node_rank", r.node_rank},
+                          {"local_rank", r.local_rank},
+                          {"gpus", r.gpus}});
+  j["this_host"] = a.this_host ? json(*a.this_host) : json(nullptr);
+  j["visible_gpus"] = a.local_gpu_ids;
+  j["end_time"] = a.end_time ? json(*a.end_time) : json(nullptr);
+  if (a.step_task)
+    j["step_task"] = {{"engine", a.step_task->engine},
+                      {"rank", a.step_task->rank},
+                      {"local_rank", a.step_task->local_rank},
+                      {"node_rank", a.step_task->node_rank}};
+  else
+    j["step_task"] = nullptr;
+  std::vector<std::string> notes = a.notes;
+  notes.insert(notes.end(), p.notes.begin(), p.notes.end());
+  j["notes"] = notes;
+  j["sources"] = a.sources;
+  return j;
+}
+
+std::string info_text(const Allocation& a, const RankPlan& p) {
+  std::string s;
+  s += fmt::format("scheduler   {} ({}){}\n", to_string(a.scheduler), a.flavor,
+                   a.job_id ? ", job " + *a.job_id : "");
+  s += fmt::format("nodes       {}\n", a.nodes.size());
+  for (const auto& n : a.nodes)
+    s += fmt::format("            {:<20} {} slot{}, {} GPU{}\n", n.host, n.slots,
+                     n.slots == 1 ? "" : "s", n.gpus, n.gpus == 1 ? "" : "s");
+  s += fmt::format("this node   {}, visible GPUs: {}\n", a.this_host.value_or("?"),
+                   a.local_gpu_ids.empty() ? "none" : join(a.local_gpu_ids, ","));
+  if (a.end_time) s += fmt::format("ends        {}\n", utc(*a.end_time));
+  if (a.step_task)
+    s += fmt::format(
+        "step        inside a {} task: this process is rank {} of {} (local rank {})\n",
+        a.step_task->engine, a.step_task->rank, a.step_task->world_size, a.step_task->local_rank);
+  s += fmt::format("plan        {} rank{} on {} node{}, {} CPU{} per rank\n", p.world_size,
+                   p.world_size == 1 ? "" : "s", p.nodes.size(), p.nodes.size() == 1 ? "" : "s",
+                   p.cpus_per_rank, p.cpus_per_rank == 1 ? "" : "s");
+  s += fmt::format("master      {}:{}\n", p.master_addr, p.master_port);
+  s += fmt::format("from        {}\n", join(a.sources, ", "));
+  for (const auto& n : a.notes) s += fmt::format("note        {}\n", n);
+  for (const auto& n : p.notes) s += fmt::format("note        {}\n", n);
+  s += fmt::format("\n{:>6}  {:<20} {:>4} {:>5}  {}\n", "RANK", "HOST", "NODE", "LOCAL", "GPUS");
+  for (const auto& r : p.ranks) {
+    std::vector<std::string> g;
+    for (int x : r.gpus) g.push_back(std::to_string(x));
+    s += fmt::format("{:>6}  {:<20} {:>4} {:>5}  {}\n", r.rank, r.host, r.node_rank, r.local_rank,
+                     g.empty() ? "-" : join(g, ","));
+  }
+  return s;
+}
+
+std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCommand& c,
+                         const std::vector<std::string>& program) {
+  std::string s;
+  s += fmt::format("# scheduler {}{}, engine {}\n", to_string(a.scheduler),
+                   a.job_id ? " job " + *a.job_id : "", to_string(c.engine));
+  for (const auto& n : a.notes) s += "# note: " + n + "\n";
+  for (const auto& n : p.notes) s += "# note: " + n + "\n";
+  for (const auto& n : c.notes) s += "# note: " + n + "\n";
+  std::vector<std::string> words;
+  if (c.engine == Engine::step) {
+    s +=
+        fmt::format("# inside a {} task: gpurun sets rank {}'s environment and execs the program\n",
+                    a.step_task->engine, a.step_task->rank);
+    for (const auto& w : program) words.push_back(shell_quote(w));
+  } else if (c.engine == Engine::fork) {
+    s += fmt::format("# gpurun starts {} rank wrapper{} itself, rank given in GPURUN_RANK\n",
+                     p.world_size, p.world_size == 1 ? "" : "s");
+    for (const auto& w : program) words.push_back(shell_quote(w));
+  } else {
+    for (const auto& w : c.argv) words.push_back(shell_quote(w));
+  }
+  for (const auto& [k, v] : c.engine_env) s += fmt::format("{}={} \\\n  ", k, shell_quote(v));
+  if (!c.slurm_hostfile.empty()) s += "SLURM_HOSTFILE=<one host per rank> \\\n  ";
+  s += join(words, " ") + "\n";
+  for (const auto& r : p.ranks) {
+    bool here = a.this_host && r.host == *a.this_host;
+    bool single = a.nodes.size() == 1;
+    std::optional<std::vector<std::string>> vis;
+    if (here || single) vis = a.local_gpu_ids;
+    s += fmt::format("\n# rank {} on {}\n", r.rank, r.host);
+    for (const auto& [k, v] : rank_environment(p, r, a.scheduler, a.job_id, vis))
+      s += fmt::format("{}={}\n", k, v);
+  }
+  return s;
+}
+
+}  // namespace gpurun::launcher

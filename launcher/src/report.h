@@ -1,0 +1,19 @@
+// report.h: `gpurun info` and `--dry-run` output, text and JSON. Private.
+#pragma once
+
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gpurun/launcher/allocation.h"
+#include "gpurun/launcher/launch.h"
+#include "gpurun/launcher/plan.h"
+
+namespace gpurun::launcher {
+
+nlohmann::json info_json(const Allocation& a, const RankPlan& p);
+std::string info_text(const Allocation& a, const RankPlan& p);
+// The exact command, then every rank's environment.
+std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCommand& c,
+                         const std::vector<std::string>& program);
+
+}  // namespace gpurun::launcher

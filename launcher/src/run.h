@@ -1,0 +1,44 @@
+// run.h: running a launch for real. The supervisor (gpurun itself) starts the engine, listens on
+// a control socket where every rank's wrapper reports HELLO and EXIT, forwards signals, and ends
+// the whole job when one rank fails. The wrapper (`gpurun _rank`) runs in every rank. Private.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpurun/launcher/allocation.h"
+#include "gpurun/launcher/launch.h"
+#include "gpurun/launcher/plan.h"
+
+namespace gpurun::launcher {
+
+struct RunConfig {
+  Allocation alloc;
+  RankPlan plan;
+  PlanOptions plan_options;
+  LaunchOptions launch;
+  Env env;                          // gpurun's own environment
+  double start_timeout = 300;       // every rank must report within this
+  double kill_grace = 5;            // TERM -> KILL when stopping after a failure
+  double stop_timeout = 25;         // after forwarding SIGINT/SIGTERM, before stopping hard
+  std::optional<double> time_left;  // --time-left, else from the allocation's end time
+  double checkpoint_before = 0;     // seconds before the end to send checkpoint_signal
+  int checkpoint_signal = 10;       // SIGUSR1
+  std::optional<std::string> control_addr;
+  bool quiet = false;
+};
+
+int run_supervisor(RunConfig& cfg);
+// `gpurun _rank --plan P --control C -- PROGRAM ARGS`
+int run_rank_wrapper(const std::vector<std::string>& args);
+// Inside an srun/jsrun task: set the rank environment and exec the program (never returns on
+// success).
+int exec_in_step(const Allocation& alloc, const RankPlan& plan, const Env& env,
+                 const std::vector<std::string>& program);
+
+std::string signal_name(int sig);
+// "USR1", "SIGUSR1" or "10"; throws Error naming `what`.
+int parse_signal(const std::string& text, const std::string& what);
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,160 @@
+// system.cc: see system.h.
+#include "system.h"
+
+#include <dirent.h>
+#include <dlfcn.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+
+#include "env_util.h"
+#include "gpurun/launcher/error.h"
+#include "gpurun/launcher/launch.h"
+
+extern char** environ;
+
+namespace gpurun::launcher::sys {
+
+Env process_env() {
+  Env env;
+  for (char** e = environ; e && *e; ++e) {
+    std::string kv(*e);
+    auto eq = kv.find('=');
+    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  return env;
+}
+
+Env read_env_file(const std::string& path) {
+  auto text = read_file(path);
+  if (!text) throw Error(fmt::format("--env-file {}: cannot be read", path));
+  Env env;
+  std::istringstream is(*text);
+  std::string line;
+  int n = 0;
+  while (std::getline(is, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    std::string t = detail::trim(line);
+    if (t.empty() || t[0] == '#') continue;
+    if (t.rfind("export ", 0) == 0) t = detail::trim(t.substr(7));
+    auto eq = t.find('=');
+    if (eq == std::string::npos || eq == 0)
+      throw Error(fmt::format("--env-file {}:{}: expected KEY=VALUE, got '{}'", path, n, line));
+    env[t.substr(0, eq)] = t.substr(eq + 1);
+  }
+  return env;
+}
+
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+std::string hostname() {
+  std::array<char, 256> buf{};
+  if (gethostname(buf.data(), buf.size() - 1) != 0) return "localhost";
+  return buf.data();
+}
+
+int cpu_count() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
+  long n = sysconf(_SC_NPROCESSORS_ONLN);
+  return n > 0 ? static_cast<int>(n) : 1;
+}
+
+int cuda_device_count() {
+  // The NVIDIA driver lists one folder per GPU here; reading it costs microseconds, where
+  // cuInit costs tens of milliseconds of every launch.
+  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
+    int n = 0;
+    while (dirent* e = readdir(d))
+      if (e->d_name[0] != '.') ++n;
+    closedir(d);
+    return n;
+  }
+  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
+  if (!lib) return 0;
+  using InitFn = int (*)(unsigned);
+  using CountFn = int (*)(int*);
+  auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
+  auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
+  int n = 0;
+  if (!init || !count || init(0) != 0 || count(&n) != 0) n = 0;
+  return n;  // the driver stays loaded: unloading it is not supported
+}
+
+std::optional<std::string> find_tool(const Env& env, const std::string& name) {
+  auto executable = [](const std::string& p) {
+    struct stat st {};
+    return stat(p.c_str(), &st) == 0 && S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0;
+  };
+  if (name == "blaunch" || name == "jsrun") {
+    if (auto bindir = detail::get(env, "LSF_BINDIR"))
+      if (executable(*bindir + "/" + name)) return *bindir + "/" + name;
+  }
+  auto path = detail::get(env, "PATH");
+  if (!path) return std::nullopt;
+  std::size_t b = 0;
+  while (b <= path->size()) {
+    std::size_t e = path->find(':', b);
+    if (e == std::string::npos) e = path->size();
+    std::string dir = path->substr(b, e - b);
+    if (!dir.empty() && executable(dir + "/" + name)) return dir + "/" + name;
+    b = e + 1;
+  }
+  return std::nullopt;
+}
+
+std::vector<std::string> srun_mpi_plugins(const std::string& srun) {
+  std::string cmd = shell_quote(srun) + " --mpi=list 2>&1";
+  std::vector<std::string> out;
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return out;
+  std::array<char, 512> buf{};
+  std::string text;
+  while (fgets(buf.data(), buf.size(), p)) text += buf.data();
+  pclose(p);
+  // 22.05 prints "srun: MPI types are...\nsrun: none\nsrun: pmix\n"; 23.x prints "MPI plugin
+  // types are...\n\tnone\n\tpmix\n": take the last word of each line.
+  for (const auto& line : detail::split_lines(text)) {
+    auto w = detail::split_ws(line);
+    if (w.empty()) continue;
+    const std::string& last = w.back();
+    if (last.find_first_not_of("abcdefghijklmnopqrstuvwxyz0123456789_") == std::string::npos &&
+        w.size() <= 2)
+      out.push_back(last);
+  }
+  return out;
+}
+
+DetectInput detect_input(const Env& env) {
+  DetectInput in;
+  in.env = env;
+  in.read_file = [](const std::string& p) { return read_file(p); };
+  in.hostname = hostname();
+  in.cpu_count = cpu_count();
+  // Only the bare machine without CUDA_VISIBLE_DEVICES needs the device count.
+  if (!env.count("CUDA_VISIBLE_DEVICES")) in.device_gpu_count = cuda_device_count();
+  return in;
+}
+
+std::string self_exe() {
+  std::array<char, 4096> buf{};
+  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  if (n <= 0) return "gpurun";
+  return std::string(buf.data(), static_cast<std::size_t>(n));
+}
+
+}  // namespace gpurun::launcher::sys

@@ -1,0 +1,29 @@
+// system.h: the edge where gpurun reads the real machine: process environment, files, host
+// name, CPUs, CUDA devices, tools on PATH. Everything past this edge works on injected values.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gpurun/launcher/allocation.h"
+
+namespace gpurun::launcher::sys {
+
+Env process_env();
+// Reads KEY=VALUE lines (split at the first '='; blank lines and # comments skipped).
+Env read_env_file(const std::string& path);
+std::optional<std::string> read_file(const std::string& path);
+std::string hostname();
+int cpu_count();
+// CUDA devices through the driver API, loaded with dlopen so gpurun needs no CUDA at build or
+// run time; 0 when there is no driver or no device.
+int cuda_device_count();
+// A tool on env's PATH (and, for blaunch/jsrun, in LSF_BINDIR).
+std::optional<std::string> find_tool(const Env& env, const std::string& name);
+// Plugin names from `srun --mpi=list`; empty when srun is missing or says nothing.
+std::vector<std::string> srun_mpi_plugins(const std::string& srun);
+DetectInput detect_input(const Env& env);
+std::string self_exe();
+
+}  // namespace gpurun::launcher::sys
