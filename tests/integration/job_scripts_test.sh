@@ -43,10 +43,10 @@ common() {
   done <"$f"
   ((n > 0)) || err "$f: no '$prefix' directives"
   local g
-  g=$(grep -c 'gpurun .* -- .*mnist_cnn ' "$f" || true)
+  g=$(grep -c 'gpurun.* -- .*mnist_cnn' "$f" || true)
   [[ $g -eq 1 ]] || err "$f: expected one 'gpurun ... -- .../mnist_cnn ...' line, found $g"
-  grep 'gpurun .* -- .*mnist_cnn ' "$f" | grep -q -- '--checkpoint ' || err "$f: mnist_cnn line lacks --checkpoint DIR"
-  grep 'gpurun .* -- .*mnist_cnn ' "$f" | grep -q -- '--resume' || err "$f: mnist_cnn line lacks --resume"
+  grep 'gpurun.* -- .*mnist_cnn' "$f" | grep -q -- '--checkpoint ' || err "$f: mnist_cnn line lacks --checkpoint DIR"
+  grep 'gpurun.* -- .*mnist_cnn' "$f" | grep -q -- '--resume' || err "$f: mnist_cnn line lacks --resume"
 }
 
 # ---------------------------------------------------------------- Slurm
