@@ -1,0 +1,246 @@
+// ops_vs_reference_test.cc: every cpu:: op against its ref:: oracle on several shapes (strides,
+// padding, odd sizes, the MNIST CNN's own shapes), plus the ops' documented edge cases.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+
+#include "gpurun/kernels/accuracy.h"
+#include "gpurun/kernels/bias_act.h"
+#include "gpurun/kernels/conv2d.h"
+#include "gpurun/kernels/dense.h"
+#include "gpurun/kernels/sgd.h"
+#include "gpurun/kernels/softmax_xent.h"
+#include "gpurun/kernels/threads.h"
+#include "test_util.h"
+
+namespace gpurun::kernels {
+namespace {
+
+using testing::all_close;
+using testing::random_vec;
+
+struct ConvCase {
+  int batch, in_c, in_h, in_w, out_c, k, stride, pad;
+};
+
+class ConvVsRef : public ::testing::TestWithParam<ConvCase> {};
+
+TEST_P(ConvVsRef, ForwardAndBothBackwardsMatch) {
+  const ConvCase c = GetParam();
+  Conv2dDesc d;
+  d.batch = c.batch;
+  d.in_c = c.in_c;
+  d.in_h = c.in_h;
+  d.in_w = c.in_w;
+  d.out_c = c.out_c;
+  d.k_h = d.k_w = c.k;
+  d.stride = c.stride;
+  d.pad = c.pad;
+  const auto x = random_vec(d.x_floats(), 1), w = random_vec(d.w_floats(), 2);
+  const auto dy = random_vec(d.y_floats(), 3);
+  std::vector<float> ws(cpu::conv2d_workspace_floats(d));
+  const Workspace W{ws.data(), ws.size()};
+
+  std::vector<float> y(d.y_floats()), y_ref(d.y_floats());
+  cpu::conv2d_forward(d, x.data(), w.data(), y.data(), W);
+  ref::conv2d_forward(d, x.data(), w.data(), y_ref.data());
+  EXPECT_TRUE(all_close(y, y_ref, 1e-5f, 1e-4f));
+
+  std::vector<float> dw(d.w_floats(), 7.0f), dw_ref(d.w_floats(), 7.0f);
+  cpu::conv2d_backward_weights(d, x.data(), dy.data(), dw.data(), W);
+  ref::conv2d_backward_weights(d, x.data(), dy.data(), dw_ref.data());
+  EXPECT_TRUE(all_close(dw, dw_ref, 1e-4f, 1e-4f));
+
+  // Accumulate adds to what is there.
+  std::vector<float> acc(d.w_floats(), 1.0f), acc_ref(d.w_floats());
+  cpu::conv2d_backward_weights(d, x.data(), dy.data(), acc.data(), W, Accumulate::kAdd);
+  for (std::size_t i = 0; i < acc_ref.size(); ++i) acc_ref[i] = dw_ref[i] + 1.0f;
+  EXPECT_TRUE(all_close(acc, acc_ref, 1e-4f, 1e-4f));
+
+  std::vector<float> dx(d.x_floats(), 5.0f), dx_ref(d.x_floats());
+  cpu::conv2d_backward_data(d, w.data(), dy.data(), dx.data(), W);
+  ref::conv2d_backward_data(d, w.data(), dy.data(), dx_ref.data());
+  EXPECT_TRUE(all_close(dx, dx_ref, 1e-5f, 1e-4f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, ConvVsRef,
+                         ::testing::Values(ConvCase{2, 1, 28, 28, 32, 3, 1, 0},  // MNIST CNN
+                                           ConvCase{3, 2, 7, 9, 4, 3, 1, 1},
+                                           ConvCase{2, 3, 8, 8, 5, 3, 2, 0},
+                                           ConvCase{1, 2, 6, 5, 3, 2, 2, 1},
+                                           ConvCase{4, 1, 5, 5, 1, 5, 1, 0}));
+
+TEST(ConvVsRef, RejectsBadShapesAndSmallWorkspace) {
+  Conv2dDesc d;
+  d.batch = 1;
+  d.in_c = 1;
+  d.in_h = d.in_w = 2;
+  d.out_c = 1;
+  d.k_h = d.k_w = 3;
+  EXPECT_THROW(validate(d), std::invalid_argument);  // kernel larger than the input
+  d.in_h = d.in_w = 4;
+  std::vector<float> x(16), w(9), y(4), ws(1);
+  EXPECT_THROW(cpu::conv2d_forward(d, x.data(), w.data(), y.data(), {ws.data(), ws.size()}),
+               std::invalid_argument);
+}
+
+struct DenseCase {
+  int batch, in, out;
+};
+class DenseVsRef : public ::testing::TestWithParam<DenseCase> {};
+
+TEST_P(DenseVsRef, ForwardAndBackwardsMatch) {
+  const DenseCase c = GetParam();
+  const DenseDesc d{c.batch, c.in, c.out};
+  const auto x = random_vec(std::size_t(c.batch) * c.in, 11);
+  const auto w = random_vec(std::size_t(c.out) * c.in, 12);
+  const auto dy = random_vec(std::size_t(c.batch) * c.out, 13);
+  std::vector<float> y(std::size_t(c.batch) * c.out), y_ref(y.size());
+  cpu::dense_forward(d, x.data(), w.data(), y.data());
+  ref::dense_forward(d, x.data(), w.data(), y_ref.data());
+  EXPECT_TRUE(all_close(y, y_ref, 1e-4f, 1e-4f));
+  std::vector<float> dw(w.size()), dw_ref(w.size());
+  cpu::dense_backward_weights(d, x.data(), dy.data(), dw.data());
+  ref::dense_backward_weights(d, x.data(), dy.data(), dw_ref.data());
+  EXPECT_TRUE(all_close(dw, dw_ref, 1e-4f, 1e-4f));
+  std::vector<float> dx(x.size()), dx_ref(x.size());
+  cpu::dense_backward_data(d, w.data(), dy.data(), dx.data());
+  ref::dense_backward_data(d, w.data(), dy.data(), dx_ref.data());
+  EXPECT_TRUE(all_close(dx, dx_ref, 1e-4f, 1e-4f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, DenseVsRef,
+                         ::testing::Values(DenseCase{1, 1, 1}, DenseCase{3, 17, 5},
+                                           DenseCase{64, 128, 10}, DenseCase{8, 2163, 128},
+                                           DenseCase{7, 300, 33}));
+
+TEST(DenseVsRef, SameResultWithTwoBlasThreads) {
+  cpu::set_num_threads(2);
+  const DenseDesc d{64, 4096, 128};
+  const auto x = random_vec(std::size_t(d.batch) * d.in, 21),
+             w = random_vec(std::size_t(d.out) * d.in, 22);
+  std::vector<float> y(std::size_t(d.batch) * d.out), y_ref(y.size());
+  cpu::dense_forward(d, x.data(), w.data(), y.data());
+  ref::dense_forward(d, x.data(), w.data(), y_ref.data());
+  EXPECT_TRUE(all_close(y, y_ref, 1e-3f, 1e-4f));
+  cpu::set_num_threads(1);
+  EXPECT_EQ(cpu::num_threads(), 1);
+  EXPECT_THROW(cpu::set_num_threads(0), std::invalid_argument);
+}
+
+TEST(BiasActVsRef, ReluAndIdentityMatch) {
+  for (Activation act : {Activation::kRelu, Activation::kNone}) {
+    const BiasActDesc d{5, 7, 13, act};
+    const auto b = random_vec(7, 31);
+    auto y = random_vec(d.floats(), 32), y_ref = y;
+    cpu::bias_act_forward(d, y.data(), b.data());
+    ref::bias_act_forward(d, y_ref.data(), b.data());
+    EXPECT_TRUE(all_close(y, y_ref, 0.0f, 0.0f));
+    if (act == Activation::kRelu) {
+      for (float v : y) EXPECT_GE(v, 0.0f);
+    }
+    auto dy = random_vec(d.floats(), 33), dy_ref = dy;
+    std::vector<float> db(7), db_ref(7);
+    cpu::bias_act_backward(d, y.data(), dy.data(), db.data());
+    ref::bias_act_backward(d, y_ref.data(), dy_ref.data(), db_ref.data());
+    EXPECT_TRUE(all_close(dy, dy_ref, 0.0f, 0.0f));
+    EXPECT_TRUE(all_close(db, db_ref, 1e-5f, 1e-5f));
+  }
+}
+
+TEST(SoftmaxXentVsRef, MatchesAndIsStableForHugeLogits) {
+  const SoftmaxXentDesc d{6, 10, 1.0f / 6};
+  auto z = random_vec(60, 41, -5, 5);
+  z[3] = 1e30f;  // would overflow a naive exp
+  z[15] = -1e30f;
+  const std::vector<std::int32_t> labels = {3, 5, 0, 9, 1, 2};
+  std::vector<float> g(60), g_ref(60);
+  float loss = 0, loss_ref = 0;
+  cpu::softmax_xent(d, z.data(), labels.data(), g.data(), &loss);
+  ref::softmax_xent(d, z.data(), labels.data(), g_ref.data(), &loss_ref);
+  EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_NEAR(loss, loss_ref, 1e-4f * std::fabs(loss_ref) + 1e-4f);
+  EXPECT_TRUE(all_close(g, g_ref, 1e-6f, 1e-5f));
+  // Each row of the gradient sums to zero (softmax sums to one, minus the one-hot).
+  for (int n = 0; n < 6; ++n) {
+    double s = 0;
+    for (int c = 0; c < 10; ++c) s += g[n * 10 + c];
+    EXPECT_NEAR(s, 0.0, 1e-6);
+  }
+  // In-place (dlogits aliasing logits) gives the same gradient.
+  auto inplace = z;
+  float loss2 = 0;
+  cpu::softmax_xent(d, inplace.data(), labels.data(), inplace.data(), &loss2);
+  EXPECT_TRUE(all_close(inplace, g, 0.0f, 0.0f));
+}
+
+TEST(SoftmaxXentVsRef, UniformLogitsGiveLogClasses) {
+  const SoftmaxXentDesc d{2, 10, 1.0f};
+  std::vector<float> z(20, 0.5f), g(20);
+  const std::vector<std::int32_t> labels = {0, 7};
+  float loss = 0;
+  cpu::softmax_xent(d, z.data(), labels.data(), g.data(), &loss);
+  EXPECT_NEAR(loss, 2 * std::log(10.0), 1e-5);
+}
+
+TEST(SoftmaxXentVsRef, LabelOutOfRangeThrowsNamingPosition) {
+  const SoftmaxXentDesc d{2, 3, 1.0f};
+  std::vector<float> z(6), g(6);
+  const std::vector<std::int32_t> labels = {0, 3};
+  float loss = 0;
+  try {
+    cpu::softmax_xent(d, z.data(), labels.data(), g.data(), &loss);
+    FAIL() << "no exception";
+  } catch (const std::out_of_range& e) {
+    EXPECT_NE(std::string(e.what()).find("position 1"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SgdVsRef, PlainMomentumAndWeightDecayMatch) {
+  for (float m : {0.0f, 0.9f}) {
+    for (float wd : {0.0f, 1e-3f}) {
+      SgdDesc d;
+      d.n = 1000;
+      d.lr = 0.1f;
+      d.momentum = m;
+      d.weight_decay = wd;
+      d.grad_scale = 0.5f;
+      auto p = random_vec(1000, 51), p_ref = p;
+      const auto g = random_vec(1000, 52);
+      std::vector<float> v(1000), v_ref(1000);
+      for (int step = 0; step < 3; ++step) {
+        cpu::sgd_step(d, p.data(), g.data(), m != 0 ? v.data() : nullptr);
+        ref::sgd_step(d, p_ref.data(), g.data(), m != 0 ? v_ref.data() : nullptr);
+      }
+      EXPECT_TRUE(all_close(p, p_ref, 1e-6f, 1e-5f)) << "momentum " << m << " wd " << wd;
+    }
+  }
+  // One hand-computed step: p = 1, g = 2, scale 0.5, wd 0.1, lr 0.1, momentum 0.9, v = 0:
+  // g' = 1 + 0.1 = 1.1, v = 1.1, p = 1 - 0.11 = 0.89.
+  SgdDesc d;
+  d.n = 1;
+  d.lr = 0.1f;
+  d.momentum = 0.9f;
+  d.weight_decay = 0.1f;
+  d.grad_scale = 0.5f;
+  float p = 1.0f, g = 2.0f, v = 0.0f;
+  cpu::sgd_step(d, &p, &g, &v);
+  EXPECT_FLOAT_EQ(v, 1.1f);
+  EXPECT_FLOAT_EQ(p, 0.89f);
+  EXPECT_THROW(cpu::sgd_step(d, &p, &g, nullptr), std::invalid_argument);
+}
+
+TEST(AccuracyVsRef, CountsArgmaxWithFirstMaxWinningTies) {
+  const AccuracyDesc d{4, 3};
+  const std::vector<float> z = {1, 5, 2, /**/ 3, 3, 0, /**/ 0, 0, 9, /**/ 7, 1, 1};
+  const std::vector<std::int32_t> labels = {1, 1, 2, 0};  // row 1 ties: arg-max is 0, a miss
+  std::int64_t c = -1, c_ref = -1;
+  cpu::accuracy_count(d, z.data(), labels.data(), &c);
+  ref::accuracy_count(d, z.data(), labels.data(), &c_ref);
+  EXPECT_EQ(c, 3);
+  EXPECT_EQ(c_ref, 3);
+}
+
+}  // namespace
+}  // namespace gpurun::kernels
