@@ -2,20 +2,19 @@
 #include "client.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
+#include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
-
-#include <boost/program_options.hpp>
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/protocol.h"
@@ -36,7 +35,8 @@ constexpr const char* kSystemSocket = "/run/gpuq.sock";
 nlohmann::json call(const std::string& socket, const nlohmann::json& req) {
   double retry_s = 0;
   if (const char* r = std::getenv("GPUQ_RETRY_SECONDS")) retry_s = std::atof(r);
-  auto deadline = std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(retry_s * 1000));
+  auto deadline =
+      std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(retry_s * 1000));
   const std::string bytes = frame(req.dump());
   while (true) {
     try {
@@ -64,8 +64,9 @@ struct Parsed {
 bool parse(const Args& a, po::options_description& desc, po::positional_options_description* pos,
            const std::string& usage, Parsed* out) {
   desc.add_options()("help,h", "show this help")(
-      "socket", po::value<std::string>(), "daemon socket (default: $GPUQ_SOCKET, /run/gpuq.sock, "
-                                          "or the per-user socket)");
+      "socket", po::value<std::string>(),
+      "daemon socket (default: $GPUQ_SOCKET, /run/gpuq.sock, "
+      "or the per-user socket)");
   auto parser = po::command_line_parser(a).options(desc);
   if (pos) parser.positional(*pos);
   po::store(parser.run(), out->vm);
@@ -74,7 +75,8 @@ bool parse(const Args& a, po::options_description& desc, po::positional_options_
     return false;
   }
   po::notify(out->vm);
-  out->socket = out->vm.count("socket") ? out->vm["socket"].as<std::string>() : default_socket_path();
+  out->socket =
+      out->vm.count("socket") ? out->vm["socket"].as<std::string>() : default_socket_path();
   return true;
 }
 
@@ -175,11 +177,12 @@ int cmd_submit(const Args& a) {
     auto eq = kv.find('=');
     if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
-  nlohmann::json req = {{"op", "submit"}, {"script", script}, {"script_name", script_name},
-                        {"args", args}, {"options", options}, {"cwd", cwd}, {"env", env},
-                        {"submit_key", random_key()}};
+  nlohmann::json req = {{"op", "submit"}, {"script", script},          {"script_name", script_name},
+                        {"args", args},   {"options", options},        {"cwd", cwd},
+                        {"env", env},     {"submit_key", random_key()}};
   auto reply = call(socket, req);
-  for (const auto& w : reply["warnings"]) fmt::print(stderr, "gpuq: warning: {}\n", w.get<std::string>());
+  for (const auto& w : reply["warnings"])
+    fmt::print(stderr, "gpuq: warning: {}\n", w.get<std::string>());
   if (parsable)
     fmt::print("{}\n", reply["job_id"].get<int64_t>());
   else
@@ -299,7 +302,8 @@ int cmd_show(const Args& a) {
 int cmd_log(const Args& a) {
   po::options_description desc("gpuq log options");
   desc.add_options()("follow,f", "keep printing until the job ends")(
-      "stderr", "the error file (when --error separated it)")("id", po::value<std::string>(), "job id");
+      "stderr", "the error file (when --error separated it)")("id", po::value<std::string>(),
+                                                              "job id");
   po::positional_options_description pos;
   pos.add("id", 1);
   Parsed p;
@@ -309,8 +313,8 @@ int cmd_log(const Args& a) {
   const std::string id = p.vm["id"].as<std::string>();
   auto job = show_one(p.socket, id);
   if (!job.value("may_read", false))
-    throw std::invalid_argument(fmt::format("permission denied: job {} belongs to {}", id,
-                                            job["user"].get<std::string>()));
+    throw std::invalid_argument(
+        fmt::format("permission denied: job {} belongs to {}", id, job["user"].get<std::string>()));
   std::string path = job[p.vm.count("stderr") ? "stderr_path" : "stdout_path"].get<std::string>();
   const bool follow = p.vm.count("follow") > 0;
   Fd fd;
@@ -352,7 +356,8 @@ int cmd_history(const Args& a) {
              "GPUs.",
              &p))
     return 0;
-  nlohmann::json req = {{"op", "history"}, {"all_users", p.vm.count("all-users") > 0},
+  nlohmann::json req = {{"op", "history"},
+                        {"all_users", p.vm.count("all-users") > 0},
                         {"limit", p.vm["limit"].as<size_t>()}};
   if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
   auto reply = call(p.socket, req);

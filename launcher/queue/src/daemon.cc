@@ -2,6 +2,7 @@
 #include "daemon.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/file.h>
@@ -15,8 +16,6 @@
 #include <cstring>
 #include <stdexcept>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "runfiles.h"
 #include "store.h"
@@ -50,12 +49,13 @@ Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
   // that has not exec'd yet, so retry briefly before giving up.
   std::string lock_path = cfg_.state_dir + "/daemon.lock";
   lock_fd_ = Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
-  if (!lock_fd_) throw std::runtime_error(fmt::format("cannot open {}: {}", lock_path, strerror(errno)));
+  if (!lock_fd_)
+    throw std::runtime_error(fmt::format("cannot open {}: {}", lock_path, strerror(errno)));
   for (int i = 0;; ++i) {
     if (flock(lock_fd_.get(), LOCK_EX | LOCK_NB) == 0) break;
     if (i == 100)
-      throw std::runtime_error(fmt::format(
-          "another gpuq daemon holds {} (one daemon per state directory)", lock_path));
+      throw std::runtime_error(
+          fmt::format("another gpuq daemon holds {} (one daemon per state directory)", lock_path));
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
   store_ = std::make_unique<Store>(cfg_.state_dir + "/jobs.db");
@@ -154,7 +154,8 @@ void Daemon::on_readable(Conn& c) {
 bool Daemon::flush(Conn& c) {
   if (c.out_off == SIZE_MAX) return false;
   while (c.out_off < c.out.size()) {
-    ssize_t w = ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
+    ssize_t w =
+        ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
     if (w < 0) return errno == EAGAIN || errno == EINTR;
     c.out_off += static_cast<size_t>(w);
   }
@@ -191,12 +192,15 @@ int Daemon::run() {
     // Runners without a pidfd (pidfd_open unavailable) are polled every 100 ms.
     bool polling = runner_ids.size() < runners_.size();
     int rc = ::poll(fds.data(), fds.size(), polling ? 100 : 1000);
-    if (rc < 0 && errno != EINTR) throw std::runtime_error(fmt::format("poll: {}", strerror(errno)));
+    if (rc < 0 && errno != EINTR)
+      throw std::runtime_error(fmt::format("poll: {}", strerror(errno)));
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo si{};
       if (::read(signal_fd_.get(), &si, sizeof(si)) > 0 && si.ssi_signo != SIGHUP) {
-        fmt::print(stderr, "gpuq daemon: signal {}, exiting; running jobs continue and are "
-                           "adopted by the next daemon\n", si.ssi_signo);
+        fmt::print(stderr,
+                   "gpuq daemon: signal {}, exiting; running jobs continue and are "
+                   "adopted by the next daemon\n",
+                   si.ssi_signo);
         ::unlink(cfg_.socket_path.c_str());
         return 0;
       }

@@ -9,11 +9,10 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
@@ -26,10 +25,10 @@ struct DaemonConfig {
   std::vector<int> gpus;
   std::string state_dir;
   std::string socket_path;
-  int kill_wait_s = 30;              // Slurm's KillWait
-  int max_gpus_per_user = 0;         // 0 = no limit
+  int kill_wait_s = 30;       // Slurm's KillWait
+  int max_gpus_per_user = 0;  // 0 = no limit
   int64_t fairshare_half_life_s = 7 * 24 * 3600;
-  std::string self_exe;              // this binary, re-executed as the per-job supervisor
+  std::string self_exe;  // this binary, re-executed as the per-job supervisor
 };
 
 struct Peer {
@@ -42,7 +41,8 @@ class Daemon {
  public:
   explicit Daemon(DaemonConfig cfg);
   ~Daemon();
-  int run();  // returns when SIGTERM/SIGINT arrives; running jobs keep running and are adopted later
+  int run();  // returns when SIGTERM/SIGINT arrives; running jobs keep running and are adopted
+              // later
 
  private:
   struct Conn {
@@ -99,9 +99,9 @@ class Daemon {
   bool draining_ = false;
   bool dirty_ = true;  // something changed: run the scheduler
   std::map<int, Conn> conns_;
-  std::map<int64_t, Job> active_;           // pending + running, by id
-  std::map<int64_t, Runner> runners_;       // running job id -> its supervisor
-  std::map<int64_t, JobState> states_;      // every job's state, for dependencies
+  std::map<int64_t, Job> active_;       // pending + running, by id
+  std::map<int64_t, Runner> runners_;   // running job id -> its supervisor
+  std::map<int64_t, JobState> states_;  // every job's state, for dependencies
   std::map<int64_t, std::vector<int64_t>> array_members_;
   std::map<int64_t, std::string> reasons_;  // last scheduler verdict per pending job
   struct UsageRec {

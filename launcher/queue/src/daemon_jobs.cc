@@ -2,14 +2,17 @@
 //
 // Crash-safety protocol (see runfiles.h for the files):
 //   dispatch: commit RUNNING + GPUs -> write N.spec -> take N.lock -> spawn the supervisor (which
-//             inherits the lock) -> the supervisor writes N.status "running" before it forks the job.
-//   restart:  a RUNNING job whose lock is still held has a live supervisor: adopt it (pidfd). If the
+//             inherits the lock) -> the supervisor writes N.status "running" before it forks the
+//             job.
+//   restart:  a RUNNING job whose lock is still held has a live supervisor: adopt it (pidfd). If
+//   the
 //             lock is free, the supervisor is gone: a "done" status says how the job ended; a
 //             "running" status means it died mid-job, so every process of the job is killed before
 //             its GPUs are released (NODE_FAIL, or back to the queue with --requeue); no status
 //             means the job never started, so it simply waits again.
 #include <dirent.h>
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/file.h>
@@ -22,8 +25,6 @@
 #include <set>
 #include <stdexcept>
 #include <thread>
-
-#include <fmt/format.h>
 
 #include "daemon.h"
 #include "gpurun/queue/scheduler.h"
@@ -154,14 +155,24 @@ void Daemon::start_job(Job& j, const std::vector<int>& gpus) {
   }
   env["CUDA_VISIBLE_DEVICES"] = ids;  // empty for CPU-only jobs: they see no GPU
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
-  nlohmann::json spec = {
-      {"job_id", j.id}, {"uid", j.uid}, {"gid", j.gid}, {"user", j.user}, {"cwd", j.cwd},
-      {"script_path", fmt::format("{}/{}.sh", spool_dir_, j.id)}, {"script", j.script},
-      {"args", j.args}, {"env", env}, {"output", output_path(j, false)},
-      {"error", output_path(j, true)}, {"start_ms", j.start_ms}, {"time_limit_s", j.time_limit_s},
-      {"signal", j.signal.signal}, {"lead_seconds", j.signal.lead_seconds},
-      {"batch_only", j.signal.batch_only}, {"kill_wait_s", cfg_.kill_wait_s},
-      {"drop_privileges", as_root_}};
+  nlohmann::json spec = {{"job_id", j.id},
+                         {"uid", j.uid},
+                         {"gid", j.gid},
+                         {"user", j.user},
+                         {"cwd", j.cwd},
+                         {"script_path", fmt::format("{}/{}.sh", spool_dir_, j.id)},
+                         {"script", j.script},
+                         {"args", j.args},
+                         {"env", env},
+                         {"output", output_path(j, false)},
+                         {"error", output_path(j, true)},
+                         {"start_ms", j.start_ms},
+                         {"time_limit_s", j.time_limit_s},
+                         {"signal", j.signal.signal},
+                         {"lead_seconds", j.signal.lead_seconds},
+                         {"batch_only", j.signal.batch_only},
+                         {"kill_wait_s", cfg_.kill_wait_s},
+                         {"drop_privileges", as_root_}};
   RunPaths paths = run_paths(run_dir_, j.id);
   ::unlink(paths.status.c_str());
   write_file_atomic(paths.spec, spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
@@ -184,12 +195,12 @@ void Daemon::start_job(Job& j, const std::vector<int>& gpus) {
   sigaddset(&defaults, SIGPIPE);
   posix_spawnattr_setsigmask(&attr, &none);
   posix_spawnattr_setsigdefault(&attr, &defaults);
-  posix_spawnattr_setflags(&attr, POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK |
-                                      POSIX_SPAWN_SETSIGDEF);
+  posix_spawnattr_setflags(&attr,
+                           POSIX_SPAWN_SETSID | POSIX_SPAWN_SETSIGMASK | POSIX_SPAWN_SETSIGDEF);
   std::string id_text = std::to_string(j.id), fd_text = std::to_string(kLockFdInChild);
-  char* argv[] = {const_cast<char*>("gpuq"), const_cast<char*>("__supervise"),
+  char* argv[] = {const_cast<char*>("gpuq"),           const_cast<char*>("__supervise"),
                   const_cast<char*>(run_dir_.c_str()), const_cast<char*>(id_text.c_str()),
-                  const_cast<char*>(fd_text.c_str()), nullptr};
+                  const_cast<char*>(fd_text.c_str()),  nullptr};
   pid_t pid = 0;
   int rc = posix_spawn(&pid, cfg_.self_exe.c_str(), &fa, &attr, argv, environ);
   posix_spawn_file_actions_destroy(&fa);
@@ -283,9 +294,9 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
   if (was_running && !j.gpus.empty()) {
     auto& u = usage_[j.uid];
     int64_t now = now_ms();
-    u.gpu_seconds = decay_usage(u.gpu_seconds, now - u.updated_ms,
-                                cfg_.fairshare_half_life_s * 1000) +
-                    j.gpus.size() * std::max<int64_t>(0, j.end_ms - j.start_ms) / 1000.0;
+    u.gpu_seconds =
+        decay_usage(u.gpu_seconds, now - u.updated_ms, cfg_.fairshare_half_life_s * 1000) +
+        j.gpus.size() * std::max<int64_t>(0, j.end_ms - j.start_ms) / 1000.0;
     u.updated_ms = now;
     store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
   }

@@ -1,12 +1,11 @@
 // gpuq daemon: request handlers. Every handler validates its input and throws with a message that
 // names it; daemon.cc turns a throw into an error reply, so a bad request never stops the daemon.
+#include <fmt/format.h>
 #include <pwd.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "daemon.h"
 #include "gpurun/queue/job_json.h"
@@ -32,8 +31,6 @@ std::string basename_of(const std::string& p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
-nlohmann::json ok() { return {{"ok", true}}; }
-
 }  // namespace
 
 bool Daemon::may_control(const Peer& peer, const Job& j) const {
@@ -50,11 +47,14 @@ std::string Daemon::output_path(const Job& j, bool error) const {
 
 nlohmann::json Daemon::handle(const nlohmann::json& req, const Peer& peer) {
   if (!as_root_ && peer.uid != geteuid())
-    throw std::runtime_error(fmt::format("permission denied: this gpuq daemon serves uid {} only",
-                                         geteuid()));
+    throw std::runtime_error(
+        fmt::format("permission denied: this gpuq daemon serves uid {} only", geteuid()));
   const std::string op = req.at("op").get<std::string>();
   if (op == "ping")
-    return {{"ok", true}, {"gpus", cfg_.gpus}, {"draining", draining_}, {"host", host_},
+    return {{"ok", true},
+            {"gpus", cfg_.gpus},
+            {"draining", draining_},
+            {"host", host_},
             {"pid", getpid()}};
   if (op == "submit") return op_submit(req, peer);
   if (op == "queue") return op_queue(req, peer);
@@ -79,7 +79,8 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   size_t pos = 0;
   JobRequest cli = parse_sbatch_options(options, &pos);
   if (pos != options.size())
-    throw std::invalid_argument(fmt::format("unexpected argument '{}' among options", options[pos]));
+    throw std::invalid_argument(
+        fmt::format("unexpected argument '{}' among options", options[pos]));
   r.merge_from(cli);
 
   const std::string key = req.value("submit_key", "");
@@ -95,12 +96,15 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   if (r.chdir) cwd = (*r.chdir)[0] == '/' ? *r.chdir : cwd + "/" + *r.chdir;
   int gpus = r.gpus.value_or(0);
   if (gpus > static_cast<int>(cfg_.gpus.size()))
-    throw std::invalid_argument(fmt::format("the job asks for {} GPUs but this gpuq pool has {} "
-                                            "([{}])", gpus, cfg_.gpus.size(), join_ids(cfg_.gpus)));
+    throw std::invalid_argument(
+        fmt::format("the job asks for {} GPUs but this gpuq pool has {} "
+                    "([{}])",
+                    gpus, cfg_.gpus.size(), join_ids(cfg_.gpus)));
   std::vector<Dependency> deps = r.dependencies.value_or(std::vector<Dependency>{});
   for (const auto& d : deps)
     if (!states_.count(d.job_id) && !array_members_.count(d.job_id))
-      throw std::invalid_argument(fmt::format("job dependency problem: job {} does not exist", d.job_id));
+      throw std::invalid_argument(
+          fmt::format("job dependency problem: job {} does not exist", d.job_id));
 
   Job base;
   base.uid = peer.uid;
@@ -120,7 +124,9 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   base.cwd = cwd;
   base.output_pattern = r.output.value_or(r.array ? "slurm-%A_%a.out" : "slurm-%j.out");
   base.error_pattern = r.error.value_or("");
-  for (auto& [k, v] : req.value("env", nlohmann::json::object()).items()) {
+  const nlohmann::json env = req.value("env", nlohmann::json::object());
+  if (!env.is_object()) throw std::invalid_argument("env must be an object");
+  for (auto& [k, v] : env.items()) {
     // A submit from inside a Slurm job must not make gpurun believe this job runs under Slurm.
     if (k.rfind("SLURM_", 0) == 0) continue;
     base.env[k] = v.get<std::string>();
@@ -151,8 +157,8 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
     active_.emplace(j.id, std::move(j));
   }
   dirty_ = true;
-  return {{"ok", true}, {"job_id", jobs.front().id}, {"tasks", jobs.size()},
-          {"warnings", r.warnings}};
+  return {
+      {"ok", true}, {"job_id", jobs.front().id}, {"tasks", jobs.size()}, {"warnings", r.warnings}};
 }
 
 nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
@@ -211,7 +217,8 @@ nlohmann::json Daemon::op_show(const nlohmann::json& req, const Peer& peer) {
   nlohmann::json jobs = nlohmann::json::array();
   for (int64_t id : resolve_ids(req)) {
     auto a = active_.find(id);
-    std::optional<Job> j = a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(id);
+    std::optional<Job> j =
+        a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(id);
     if (!j) continue;
     bool mine = may_control(peer, *j);
     auto o = job_to_json(*j, mine ? JobView::kFull : JobView::kPublic);
@@ -223,7 +230,8 @@ nlohmann::json Daemon::op_show(const nlohmann::json& req, const Peer& peer) {
     o["may_read"] = mine;
     if (mine) {
       o["stdout_path"] = output_path(*j, false);
-      o["stderr_path"] = j->error_pattern.empty() ? o["stdout_path"] : nlohmann::json(output_path(*j, true));
+      o["stderr_path"] =
+          j->error_pattern.empty() ? o["stdout_path"] : nlohmann::json(output_path(*j, true));
     }
     jobs.push_back(std::move(o));
   }
@@ -302,13 +310,15 @@ nlohmann::json Daemon::op_history(const nlohmann::json& req, const Peer& peer) {
   }
   size_t limit = req.value("limit", size_t{0});
   nlohmann::json jobs = nlohmann::json::array();
-  for (const auto& j : store_->history(uid, limit)) jobs.push_back(job_to_json(j, JobView::kPublic));
+  for (const auto& j : store_->history(uid, limit))
+    jobs.push_back(job_to_json(j, JobView::kPublic));
   return {{"ok", true}, {"jobs", std::move(jobs)}};
 }
 
 nlohmann::json Daemon::op_drain(const Peer& peer, bool drain) {
   if (peer.uid != 0 && peer.uid != geteuid())
-    throw std::runtime_error("permission denied: only root (or the daemon's owner) may drain or resume");
+    throw std::runtime_error(
+        "permission denied: only root (or the daemon's owner) may drain or resume");
   draining_ = drain;
   store_->set_meta("draining", drain ? "1" : "0");
   dirty_ = true;

@@ -1,9 +1,9 @@
 // squeue/sacct/scontrol-style formatting (format.h).
 #include "gpurun/queue/format.h"
 
-#include <algorithm>
-
 #include <fmt/format.h>
+
+#include <algorithm>
 
 #include "gpurun/queue/sbatch.h"
 
@@ -45,7 +45,9 @@ std::string squeue_time(int64_t s) {
   return fmt::format("{}:{:02}", m, sec);
 }
 
-std::string time_limit_text(int64_t s) { return s == 0 ? "UNLIMITED" : squeue_time(s); }
+std::string time_limit_text(int64_t s) {
+  return s == 0 ? "UNLIMITED" : squeue_time(s);
+}
 
 std::string sacct_elapsed(int64_t s) {
   int64_t d = s / 86400, h = (s / 3600) % 24, m = (s / 60) % 60, sec = s % 60;
@@ -53,7 +55,9 @@ std::string sacct_elapsed(int64_t s) {
   return fmt::format("{:02}:{:02}:{:02}", h, m, sec);
 }
 
-std::string exit_code_text(int code, int signal) { return fmt::format("{}:{}", code, signal); }
+std::string exit_code_text(int code, int signal) {
+  return fmt::format("{}:{}", code, signal);
+}
 
 std::string format_queue(const nlohmann::json& jobs, int64_t now_ms, QueueFormat f, bool header) {
   const bool lng = f == QueueFormat::kLong;
@@ -67,10 +71,11 @@ std::string format_queue(const nlohmann::json& jobs, int64_t now_ms, QueueFormat
   // Running jobs first (by id), then pending ones (by id), as squeue shows them by state.
   std::vector<const nlohmann::json*> order;
   for (const auto& j : jobs) order.push_back(&j);
-  std::stable_sort(order.begin(), order.end(), [](const nlohmann::json* a, const nlohmann::json* b) {
-    bool ra = a->at("state") == "RUNNING", rb = b->at("state") == "RUNNING";
-    return ra > rb;
-  });
+  std::stable_sort(order.begin(), order.end(),
+                   [](const nlohmann::json* a, const nlohmann::json* b) {
+                     bool ra = a->at("state") == "RUNNING", rb = b->at("state") == "RUNNING";
+                     return ra > rb;
+                   });
   out.reserve(order.size() * 80);
   for (const nlohmann::json* jp : order) {
     const auto& j = *jp;
@@ -107,12 +112,14 @@ std::string format_history(const nlohmann::json& jobs, bool header) {
     std::string state = j["state"].get<std::string>();
     std::string reason = j.value("reason", std::string());
     if (state == "CANCELLED" && reason.rfind("CANCELLED by", 0) == 0) state = reason;
-    out += sacct_cell(j["display_id"].get<std::string>(), 12, true) + " " +
-           sacct_cell(j["name"].get<std::string>(), 10, false) + " " +
-           sacct_cell(j["user"].get<std::string>(), 9, false) + " " + sacct_cell(state, 10, false) +
-           " " + sacct_cell(exit_code_text(j.value("exit_code", 0), j.value("exit_signal", 0)), 8, false) +
-           " " + sacct_cell(sacct_elapsed(elapsed_s(j, 0)), 10, false) + " " +
-           sacct_cell(id_list(j["gpus"]), 8, false) + "\n";
+    out +=
+        sacct_cell(j["display_id"].get<std::string>(), 12, true) + " " +
+        sacct_cell(j["name"].get<std::string>(), 10, false) + " " +
+        sacct_cell(j["user"].get<std::string>(), 9, false) + " " + sacct_cell(state, 10, false) +
+        " " +
+        sacct_cell(exit_code_text(j.value("exit_code", 0), j.value("exit_signal", 0)), 8, false) +
+        " " + sacct_cell(sacct_elapsed(elapsed_s(j, 0)), 10, false) + " " +
+        sacct_cell(id_list(j["gpus"]), 8, false) + "\n";
   }
   return out;
 }
@@ -127,8 +134,8 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
   };
   std::string deps;
   for (const auto& d : j["dependencies"])
-    deps += (deps.empty() ? "" : ",") + fmt::format("{}:{}", d["type"].get<std::string>(),
-                                                      d["job_id"].get<int64_t>());
+    deps += (deps.empty() ? "" : ",") +
+            fmt::format("{}:{}", d["type"].get<std::string>(), d["job_id"].get<int64_t>());
   std::string out = fmt::format("JobId={} JobName={}\n", j["display_id"].get<std::string>(),
                                 j["name"].get<std::string>());
   if (j["array_job_id"].get<int64_t>() != 0)
@@ -137,9 +144,10 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
                        j["array_max_running"].get<int>());
   out += fmt::format("   UserId={}({}) GroupId={} Priority={}\n", j["user"].get<std::string>(),
                      j["uid"].get<uint32_t>(), j["gid"].get<uint32_t>(), j["priority"].get<int>());
-  out += fmt::format("   JobState={} Reason={} Dependency={}\n", j["state"].get<std::string>(),
-                     j.value("reason", std::string()).empty() ? "None" : j["reason"].get<std::string>(),
-                     deps.empty() ? "(null)" : deps);
+  out += fmt::format(
+      "   JobState={} Reason={} Dependency={}\n", j["state"].get<std::string>(),
+      j.value("reason", std::string()).empty() ? "None" : j["reason"].get<std::string>(),
+      deps.empty() ? "(null)" : deps);
   out += fmt::format("   Requeue={} Restarts={} ExitCode={}\n", j["requeue"].get<bool>() ? 1 : 0,
                      j["restart_count"].get<int>(),
                      exit_code_text(j["exit_code"].get<int>(), j["exit_signal"].get<int>()));
@@ -151,8 +159,9 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
                      j["gpus_requested"].get<int>(), id_list(j["gpus"]));
   int sig = j["signal"]["signal"].get<int>();
   if (sig)
-    out += fmt::format("   Signal={}@{}{}\n", signal_name(sig), j["signal"]["lead_seconds"].get<int>(),
-                       j["signal"]["batch_only"].get<bool>() ? " (batch shell only)" : "");
+    out +=
+        fmt::format("   Signal={}@{}{}\n", signal_name(sig), j["signal"]["lead_seconds"].get<int>(),
+                    j["signal"]["batch_only"].get<bool>() ? " (batch shell only)" : "");
   out += fmt::format("   WorkDir={}\n", j.value("cwd", std::string()));
   if (j.contains("stdout_path")) {
     out += fmt::format("   StdOut={}\n", j["stdout_path"].get<std::string>());

@@ -1,10 +1,10 @@
 // String conversions for the gpuq job model (job.h).
 #include "gpurun/queue/job.h"
 
-#include <stdexcept>
-
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include <stdexcept>
 
 namespace gpurun::queue {
 namespace {
@@ -39,7 +39,9 @@ JobState parse_state(const std::string& name) {
   throw std::invalid_argument(fmt::format("unknown job state '{}'", name));
 }
 
-bool is_final(JobState s) { return s != JobState::kPending && s != JobState::kRunning; }
+bool is_final(JobState s) {
+  return s != JobState::kPending && s != JobState::kRunning;
+}
 
 const char* dep_kind_name(DepKind k) {
   switch (k) {
@@ -74,7 +76,9 @@ std::string display_id(const Job& j) {
   return std::to_string(j.id);
 }
 
-std::string join_ids(const std::vector<int>& ids) { return fmt::format("{}", fmt::join(ids, ",")); }
+std::string join_ids(const std::vector<int>& ids) {
+  return fmt::format("{}", fmt::join(ids, ","));
+}
 
 std::vector<int> parse_id_list(const std::string& text) {
   std::vector<int> out;
@@ -82,7 +86,8 @@ std::vector<int> parse_id_list(const std::string& text) {
   size_t pos = 0;
   while (pos <= text.size()) {
     size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::string item =
+        text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
     if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
         item.size() > 6)
       throw std::invalid_argument(fmt::format("bad id '{}' in list '{}'", item, text));

@@ -5,7 +5,8 @@ namespace gpurun::queue {
 
 nlohmann::json job_to_json(const Job& j, JobView view) {
   nlohmann::json deps = nlohmann::json::array();
-  for (const auto& d : j.dependencies) deps.push_back({{"type", dep_kind_name(d.kind)}, {"job_id", d.job_id}});
+  for (const auto& d : j.dependencies)
+    deps.push_back({{"type", dep_kind_name(d.kind)}, {"job_id", d.job_id}});
   nlohmann::json o = {
       {"job_id", j.id},
       {"display_id", display_id(j)},
@@ -32,8 +33,10 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"exit_code", j.exit_code},
       {"exit_signal", j.exit_signal},
       {"dependencies", deps},
-      {"signal", {{"signal", j.signal.signal}, {"lead_seconds", j.signal.lead_seconds},
-                  {"batch_only", j.signal.batch_only}}},
+      {"signal",
+       {{"signal", j.signal.signal},
+        {"lead_seconds", j.signal.lead_seconds},
+        {"batch_only", j.signal.batch_only}}},
       {"cwd", j.cwd},
       {"output", j.output_pattern},
       {"error", j.error_pattern},
@@ -74,7 +77,7 @@ Job job_from_json(const nlohmann::json& o) {
   j.exit_signal = o.value("exit_signal", 0);
   for (const auto& d : o.value("dependencies", nlohmann::json::array())) {
     std::string t = d.at("type").get<std::string>();
-    DepKind k = t == "afterok" ? DepKind::kAfterOk
+    DepKind k = t == "afterok"      ? DepKind::kAfterOk
                 : t == "afternotok" ? DepKind::kAfterNotOk
                                     : DepKind::kAfterAny;
     j.dependencies.push_back({k, d.at("job_id").get<int64_t>()});

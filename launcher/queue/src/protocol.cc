@@ -1,6 +1,7 @@
 // Length-prefixed framing and fd helpers for gpuq (protocol.h).
 #include "gpurun/queue/protocol.h"
 
+#include <fmt/format.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -9,8 +10,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include <fmt/format.h>
-
 namespace gpurun::queue {
 
 Fd& Fd::operator=(Fd&& o) noexcept {
@@ -18,7 +17,9 @@ Fd& Fd::operator=(Fd&& o) noexcept {
   return *this;
 }
 
-Fd::~Fd() { reset(); }
+Fd::~Fd() {
+  reset();
+}
 
 void Fd::reset(int fd) {
   if (fd_ >= 0) ::close(fd_);
@@ -68,9 +69,10 @@ Fd connect_unix(const std::string& path) {
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, path.c_str(), path.size() + 1);
   if (::connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0)
-    throw std::runtime_error(fmt::format("cannot connect to the gpuq daemon at {}: {} (is `gpuq "
-                                         "daemon` running? set --socket or GPUQ_SOCKET)",
-                                         path, strerror(errno)));
+    throw std::runtime_error(
+        fmt::format("cannot connect to the gpuq daemon at {}: {} (is `gpuq "
+                    "daemon` running? set --socket or GPUQ_SOCKET)",
+                    path, strerror(errno)));
   return fd;
 }
 

@@ -2,6 +2,7 @@
 #include "runfiles.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -10,8 +11,6 @@
 #include <fstream>
 #include <sstream>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 #include "gpurun/queue/protocol.h"
 
@@ -56,10 +55,14 @@ std::optional<std::string> read_file(const std::string& path) {
 }
 
 nlohmann::json status_to_json(const SupervisorStatus& s) {
-  return {{"phase", s.phase},         {"supervisor_pid", s.supervisor_pid},
-          {"pgid", s.pgid},           {"exit_code", s.exit_code},
-          {"exit_signal", s.exit_signal}, {"timed_out", s.timed_out},
-          {"cancelled", s.cancelled}, {"end_ms", s.end_ms},
+  return {{"phase", s.phase},
+          {"supervisor_pid", s.supervisor_pid},
+          {"pgid", s.pgid},
+          {"exit_code", s.exit_code},
+          {"exit_signal", s.exit_signal},
+          {"timed_out", s.timed_out},
+          {"cancelled", s.cancelled},
+          {"end_ms", s.end_ms},
           {"reason", s.reason}};
 }
 

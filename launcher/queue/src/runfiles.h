@@ -8,11 +8,10 @@
 #pragma once
 
 #include <cstdint>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 namespace gpurun::queue {
 
@@ -37,7 +36,8 @@ struct SupervisorStatus {
   std::string reason;  // why the job could not start (chdir, output file, exec), if so
 };
 nlohmann::json status_to_json(const SupervisorStatus& s);
-std::optional<SupervisorStatus> read_status(const std::string& path);  // nullopt: missing/unreadable
+std::optional<SupervisorStatus> read_status(
+    const std::string& path);  // nullopt: missing/unreadable
 
 int64_t now_ms();
 

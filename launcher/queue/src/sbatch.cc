@@ -1,17 +1,19 @@
 // #SBATCH and sbatch-option parsing (see sbatch.h for the rules followed).
 #include "gpurun/queue/sbatch.h"
 
+#include <fmt/format.h>
+
 #include <csignal>
 #include <cstring>
 #include <set>
 #include <stdexcept>
 
-#include <fmt/format.h>
-
 namespace gpurun::queue {
 namespace {
 
-[[noreturn]] void bad(const std::string& what) { throw std::invalid_argument(what); }
+[[noreturn]] void bad(const std::string& what) {
+  throw std::invalid_argument(what);
+}
 
 bool all_digits(const std::string& s) {
   return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
@@ -73,17 +75,39 @@ std::vector<std::string> split_words(const std::string& line) {
 // Options gpuq knows but ignores (with a warning). true = takes a value.
 const std::map<std::string, bool>& ignored_options() {
   static const std::map<std::string, bool> m = {
-      {"-N", true},          {"--nodes", true},         {"-n", true},
-      {"--ntasks", true},    {"-c", true},              {"--cpus-per-task", true},
-      {"--mem", true},       {"--mem-per-cpu", true},   {"--mem-per-gpu", true},
-      {"-p", true},          {"--partition", true},     {"-A", true},
-      {"--account", true},   {"-q", true},              {"--qos", true},
-      {"--reservation", true}, {"--mail-type", true},   {"--mail-user", true},
-      {"--export", true},    {"--ntasks-per-node", true}, {"--constraint", true},
-      {"-C", true},          {"--exclusive", false},    {"--open-mode", true},
-      {"--nice", true},      {"--tasks-per-node", true}, {"--gpus-per-task", true},
-      {"--cpus-per-gpu", true}, {"--parsable", false},  {"--wait", false},
-      {"-W", false},         {"--get-user-env", false}, {"--propagate", true},
+      {"-N", true},
+      {"--nodes", true},
+      {"-n", true},
+      {"--ntasks", true},
+      {"-c", true},
+      {"--cpus-per-task", true},
+      {"--mem", true},
+      {"--mem-per-cpu", true},
+      {"--mem-per-gpu", true},
+      {"-p", true},
+      {"--partition", true},
+      {"-A", true},
+      {"--account", true},
+      {"-q", true},
+      {"--qos", true},
+      {"--reservation", true},
+      {"--mail-type", true},
+      {"--mail-user", true},
+      {"--export", true},
+      {"--ntasks-per-node", true},
+      {"--constraint", true},
+      {"-C", true},
+      {"--exclusive", false},
+      {"--open-mode", true},
+      {"--nice", true},
+      {"--tasks-per-node", true},
+      {"--gpus-per-task", true},
+      {"--cpus-per-gpu", true},
+      {"--parsable", false},
+      {"--wait", false},
+      {"-W", false},
+      {"--get-user-env", false},
+      {"--propagate", true},
   };
   return m;
 }
@@ -91,18 +115,30 @@ const std::map<std::string, bool>& ignored_options() {
 // Options gpuq implements. true = takes a value.
 const std::map<std::string, std::pair<std::string, bool>>& known_options() {
   static const std::map<std::string, std::pair<std::string, bool>> m = {
-      {"-J", {"--job-name", true}},   {"--job-name", {"--job-name", true}},
-      {"--gres", {"--gres", true}},   {"-G", {"--gpus", true}},
-      {"--gpus", {"--gpus", true}},   {"--gpus-per-node", {"--gpus", true}},
-      {"-t", {"--time", true}},       {"--time", {"--time", true}},
-      {"-o", {"--output", true}},     {"--output", {"--output", true}},
-      {"-e", {"--error", true}},      {"--error", {"--error", true}},
-      {"-D", {"--chdir", true}},      {"--chdir", {"--chdir", true}},
-      {"-d", {"--dependency", true}}, {"--dependency", {"--dependency", true}},
-      {"-a", {"--array", true}},      {"--array", {"--array", true}},
-      {"--signal", {"--signal", true}}, {"--requeue", {"--requeue", false}},
-      {"--no-requeue", {"--no-requeue", false}}, {"-H", {"--hold", false}},
-      {"--hold", {"--hold", false}},  {"--priority", {"--priority", true}},
+      {"-J", {"--job-name", true}},
+      {"--job-name", {"--job-name", true}},
+      {"--gres", {"--gres", true}},
+      {"-G", {"--gpus", true}},
+      {"--gpus", {"--gpus", true}},
+      {"--gpus-per-node", {"--gpus", true}},
+      {"-t", {"--time", true}},
+      {"--time", {"--time", true}},
+      {"-o", {"--output", true}},
+      {"--output", {"--output", true}},
+      {"-e", {"--error", true}},
+      {"--error", {"--error", true}},
+      {"-D", {"--chdir", true}},
+      {"--chdir", {"--chdir", true}},
+      {"-d", {"--dependency", true}},
+      {"--dependency", {"--dependency", true}},
+      {"-a", {"--array", true}},
+      {"--array", {"--array", true}},
+      {"--signal", {"--signal", true}},
+      {"--requeue", {"--requeue", false}},
+      {"--no-requeue", {"--no-requeue", false}},
+      {"-H", {"--hold", false}},
+      {"--hold", {"--hold", false}},
+      {"--priority", {"--priority", true}},
   };
   return m;
 }
@@ -159,8 +195,8 @@ std::vector<std::string> sbatch_directive_words(const std::string& script) {
     }
     first = false;
     size_t k = line.find_first_not_of(" \t\r");
-    if (k == std::string::npos) continue;  // blank
-    if (line[k] != '#') break;             // first command: Slurm stops here
+    if (k == std::string::npos) continue;         // blank
+    if (line[k] != '#') break;                    // first command: Slurm stops here
     if (line.rfind("#SBATCH", 0) != 0) continue;  // other comments, "# SBATCH" included
     std::string tail = line.substr(7);
     if (!tail.empty() && tail[0] != ' ' && tail[0] != '\t') continue;  // "#SBATCHX"
@@ -324,7 +360,8 @@ std::vector<Dependency> parse_dependency(const std::string& text) {
     } else if (parts[0] == "afternotok") {
       kind = DepKind::kAfterNotOk;
     } else {
-      bad(fmt::format("--dependency '{}': type '{}' is not supported (use afterok, afterany or "
+      bad(
+          fmt::format("--dependency '{}': type '{}' is not supported (use afterok, afterany or "
                       "afternotok)",
                       text, parts[0]));
     }
@@ -430,16 +467,38 @@ std::string expand_output_pattern(const std::string& pattern, const PatternVars&
     }
     auto num = [&](int64_t n) { return fmt::format("{:0{}}", n, width); };
     switch (pattern[j]) {
-      case '%': out += '%'; break;
-      case 'j': case 'J': out += num(v.job_id); break;
-      case 'A': out += num(v.array_job_id ? v.array_job_id : v.job_id); break;
-      case 'a': out += v.array_task_id >= 0 ? num(v.array_task_id) : num(4294967294LL); break;
-      case 'x': out += v.job_name; break;
-      case 'u': out += v.user; break;
-      case 'N': out += v.host; break;
-      case 'n': case 't': out += num(0); break;
-      case 's': out += "batch"; break;
-      default: out += pattern.substr(i, j - i + 1); break;  // unknown: kept literally
+      case '%':
+        out += '%';
+        break;
+      case 'j':
+      case 'J':
+        out += num(v.job_id);
+        break;
+      case 'A':
+        out += num(v.array_job_id ? v.array_job_id : v.job_id);
+        break;
+      case 'a':
+        out += v.array_task_id >= 0 ? num(v.array_task_id) : num(4294967294LL);
+        break;
+      case 'x':
+        out += v.job_name;
+        break;
+      case 'u':
+        out += v.user;
+        break;
+      case 'N':
+        out += v.host;
+        break;
+      case 'n':
+      case 't':
+        out += num(0);
+        break;
+      case 's':
+        out += "batch";
+        break;
+      default:
+        out += pattern.substr(i, j - i + 1);
+        break;  // unknown: kept literally
     }
     i = j;
   }

@@ -1,9 +1,9 @@
 // SQLite job store for gpuq (store.h).
 #include "store.h"
 
-#include <stdexcept>
-
 #include <fmt/format.h>
+
+#include <stdexcept>
 
 #include "gpurun/queue/job_json.h"
 
@@ -20,8 +20,9 @@ struct Reset {
 }  // namespace
 
 Store::Store(const std::string& path) : path_(path) {
-  int rc = sqlite3_open_v2(path.c_str(), &db_,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &db_,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   if (rc != SQLITE_OK) {
     std::string msg = db_ ? sqlite3_errmsg(db_) : sqlite3_errstr(rc);
     sqlite3_close(db_);
@@ -31,14 +32,17 @@ Store::Store(const std::string& path) : path_(path) {
   sqlite3_busy_timeout(db_, 5000);
   exec("PRAGMA journal_mode=WAL");
   exec("PRAGMA synchronous=FULL");
-  exec("CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, submit_key TEXT UNIQUE,"
-       " state TEXT NOT NULL, uid INTEGER NOT NULL, array_job_id INTEGER NOT NULL DEFAULT 0,"
-       " data TEXT NOT NULL)");
+  exec(
+      "CREATE TABLE IF NOT EXISTS jobs(id INTEGER PRIMARY KEY AUTOINCREMENT, submit_key TEXT "
+      "UNIQUE,"
+      " state TEXT NOT NULL, uid INTEGER NOT NULL, array_job_id INTEGER NOT NULL DEFAULT 0,"
+      " data TEXT NOT NULL)");
   exec("CREATE INDEX IF NOT EXISTS jobs_state ON jobs(state)");
   exec("CREATE INDEX IF NOT EXISTS jobs_array ON jobs(array_job_id)");
   exec("CREATE TABLE IF NOT EXISTS meta(key TEXT PRIMARY KEY, value TEXT NOT NULL)");
-  exec("CREATE TABLE IF NOT EXISTS usage(uid INTEGER PRIMARY KEY, gpu_seconds REAL NOT NULL,"
-       " updated_ms INTEGER NOT NULL)");
+  exec(
+      "CREATE TABLE IF NOT EXISTS usage(uid INTEGER PRIMARY KEY, gpu_seconds REAL NOT NULL,"
+      " updated_ms INTEGER NOT NULL)");
 }
 
 Store::~Store() {
@@ -68,7 +72,9 @@ sqlite3_stmt* Store::prepare(const std::string& sql) {
   return st;
 }
 
-Store::Txn::Txn(Store& s) : s_(s) { s_.exec("BEGIN IMMEDIATE"); }
+Store::Txn::Txn(Store& s) : s_(s) {
+  s_.exec("BEGIN IMMEDIATE");
+}
 Store::Txn::~Txn() {
   if (!done_) {
     char* err = nullptr;
@@ -82,8 +88,8 @@ void Store::Txn::commit() {
 }
 
 void Store::insert_job(Job& j) {
-  auto* st = prepare(
-      "INSERT INTO jobs(submit_key, state, uid, array_job_id, data) VALUES(?, ?, ?, ?, ?)");
+  auto* st =
+      prepare("INSERT INTO jobs(submit_key, state, uid, array_job_id, data) VALUES(?, ?, ?, ?, ?)");
   Reset r{st};
   std::string data = job_to_json(j, JobView::kFull).dump();
   if (j.submit_key.empty())
@@ -120,7 +126,8 @@ std::vector<Job> Store::query_jobs(sqlite3_stmt* st) {
       doc["job_id"] = id;  // the row id is the truth (the document is written before the id exists)
       out.push_back(job_from_json(doc));
     } catch (const std::exception& e) {
-      throw std::runtime_error(fmt::format("job store {}: job {} is unreadable: {}", path_, id, e.what()));
+      throw std::runtime_error(
+          fmt::format("job store {}: job {} is unreadable: {}", path_, id, e.what()));
     }
   }
   if (rc != SQLITE_DONE) fail("query jobs");

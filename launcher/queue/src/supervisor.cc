@@ -3,6 +3,7 @@
 #include "supervisor.h"
 
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -13,11 +14,9 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <vector>
-
-#include <fmt/format.h>
-#include <nlohmann/json.hpp>
 
 #include "gpurun/queue/protocol.h"
 #include "runfiles.h"

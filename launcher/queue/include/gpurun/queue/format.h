@@ -3,15 +3,14 @@
 #pragma once
 
 #include <cstdint>
-#include <string>
-
 #include <nlohmann/json.hpp>
+#include <string>
 
 namespace gpurun::queue {
 
-std::string squeue_time(int64_t seconds);  // 0:21, 1:43:21, 2-01:43:21
-std::string time_limit_text(int64_t seconds);  // UNLIMITED, or squeue_time
-std::string sacct_elapsed(int64_t seconds);  // 00:00:21, 2-01:43:21
+std::string squeue_time(int64_t seconds);          // 0:21, 1:43:21, 2-01:43:21
+std::string time_limit_text(int64_t seconds);      // UNLIMITED, or squeue_time
+std::string sacct_elapsed(int64_t seconds);        // 00:00:21, 2-01:43:21
 std::string exit_code_text(int code, int signal);  // "1:0", "0:9"
 
 enum class QueueFormat { kDefault, kLong };

@@ -10,7 +10,7 @@
 
 namespace gpurun::queue {
 
-constexpr uint32_t kMaxRequestBytes = 8u << 20;   // 8 MiB: a script plus its environment
+constexpr uint32_t kMaxRequestBytes = 8u << 20;  // 8 MiB: a script plus its environment
 constexpr uint32_t kMaxReplyBytes = 512u << 20;
 
 // Move-only owner of a file descriptor; closes on destruction, never throws.

@@ -20,7 +20,8 @@ std::vector<std::string> sbatch_directive_words(const std::string& script);
 JobRequest parse_sbatch_options(const std::vector<std::string>& words,
                                 size_t* first_positional = nullptr);
 
-// parse_sbatch_options(sbatch_directive_words(script)); a positional word in a directive is an error.
+// parse_sbatch_options(sbatch_directive_words(script)); a positional word in a directive is an
+// error.
 JobRequest parse_sbatch_script(const std::string& script);
 
 // Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; "0", "UNLIMITED", "INFINITE" = 0 (none).
@@ -33,8 +34,8 @@ std::string signal_name(int sig);  // 10 -> "USR1"
 SignalSpec parse_signal_spec(const std::string& text);  // [{R|B}:]SIG[@SECS]
 std::vector<Dependency> parse_dependency(const std::string& text);
 ArraySpec parse_array(const std::string& text);  // 0-15:4,20%2
-int parse_gres_gpus(const std::string& text);     // gpu[:type]:N, several comma entries
-int parse_gpus(const std::string& text);          // [type:]N
+int parse_gres_gpus(const std::string& text);    // gpu[:type]:N, several comma entries
+int parse_gpus(const std::string& text);         // [type:]N
 
 struct PatternVars {
   int64_t job_id = 0;

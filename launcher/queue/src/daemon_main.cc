@@ -1,0 +1,110 @@
+// `gpuq daemon`: option parsing, GPU pool detection and defaults for root and per-user daemons.
+#include <fmt/format.h>
+#include <glob.h>
+#include <unistd.h>
+
+#include <boost/program_options.hpp>
+#include <cstdio>
+#include <cstdlib>
+#include <iostream>
+#include <set>
+#include <stdexcept>
+
+#include "client.h"
+#include "daemon.h"
+
+namespace gpurun::queue {
+namespace po = boost::program_options;
+
+namespace {
+
+// nvidia-smi's indices when it answers, else one id per /dev/nvidiaN.
+std::vector<int> detect_gpus() {
+  std::vector<int> ids;
+  if (FILE* f = popen("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null", "r")) {
+    char line[64];
+    while (fgets(line, sizeof(line), f)) {
+      int v = 0;
+      if (sscanf(line, "%d", &v) == 1) ids.push_back(v);
+    }
+    pclose(f);
+  }
+  if (!ids.empty()) return ids;
+  glob_t g{};
+  if (glob("/dev/nvidia[0-9]*", 0, nullptr, &g) == 0) {
+    for (size_t i = 0; i < g.gl_pathc; ++i) ids.push_back(std::atoi(g.gl_pathv[i] + 11));
+  }
+  globfree(&g);
+  return ids;
+}
+
+std::string default_state_dir() {
+  if (geteuid() == 0) return "/var/lib/gpuq";
+  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/gpuq";
+  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/state/gpuq";
+  throw std::runtime_error("no --state-dir given and $HOME is not set");
+}
+
+std::string self_exe() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) throw std::runtime_error("cannot read /proc/self/exe");
+  return std::string(buf, static_cast<size_t>(n));
+}
+
+}  // namespace
+
+int cmd_daemon(const Args& a) {
+  po::options_description desc("gpuq daemon options");
+  desc.add_options()("help,h", "show this help")(
+      "gpus", po::value<std::string>(), "GPU ids to schedule, e.g. 0,1,2,3 (default: nvidia-smi)")(
+      "state-dir", po::value<std::string>(),
+      "job store and run files (default: /var/lib/gpuq as "
+      "root, ~/.local/state/gpuq otherwise)")("socket", po::value<std::string>(),
+                                              "Unix socket (default: /run/gpuq.sock as root, "
+                                              "$XDG_RUNTIME_DIR/gpuq.sock otherwise)")(
+      "kill-wait", po::value<int>()->default_value(30), "seconds between SIGTERM and SIGKILL")(
+      "max-gpus-per-user", po::value<int>()->default_value(0),
+      "GPUs one user may hold at once (0 = no limit)")(
+      "fairshare-half-life", po::value<double>()->default_value(168),
+      "hours for past GPU usage to count half in the fair-share order");
+  po::variables_map vm;
+  po::store(po::command_line_parser(a).options(desc).run(), vm);
+  if (vm.count("help")) {
+    std::cout
+        << "usage: gpuq daemon [--gpus 0,1,2,3] [--state-dir DIR] [--socket PATH]\n"
+           "Runs the queue: one per machine as root (0666 socket, callers identified by\n"
+           "SO_PEERCRED, jobs run as their submitters), or one per user (0600 socket).\n"
+           "SIGTERM stops the daemon but not the running jobs; the next daemon adopts them.\n\n"
+        << desc << "\n";
+    return 0;
+  }
+  po::notify(vm);
+  DaemonConfig cfg;
+  if (vm.count("gpus")) {
+    cfg.gpus = parse_id_list(vm["gpus"].as<std::string>());
+  } else {
+    cfg.gpus = detect_gpus();
+    if (cfg.gpus.empty())
+      throw std::runtime_error("no GPUs found (nvidia-smi, /dev/nvidia*): pass --gpus 0,1,...");
+  }
+  std::set<int> uniq(cfg.gpus.begin(), cfg.gpus.end());
+  if (uniq.size() != cfg.gpus.size())
+    throw std::invalid_argument(fmt::format("--gpus '{}' lists an id twice", join_ids(cfg.gpus)));
+  cfg.state_dir = vm.count("state-dir") ? vm["state-dir"].as<std::string>() : default_state_dir();
+  if (vm.count("socket"))
+    cfg.socket_path = vm["socket"].as<std::string>();
+  else if (geteuid() == 0)
+    cfg.socket_path = "/run/gpuq.sock";
+  else
+    cfg.socket_path = default_socket_path();
+  cfg.kill_wait_s = vm["kill-wait"].as<int>();
+  cfg.max_gpus_per_user = vm["max-gpus-per-user"].as<int>();
+  cfg.fairshare_half_life_s = static_cast<int64_t>(vm["fairshare-half-life"].as<double>() * 3600);
+  if (cfg.kill_wait_s < 0) throw std::invalid_argument("--kill-wait must be >= 0");
+  cfg.self_exe = self_exe();
+  Daemon d(cfg);
+  return d.run();
+}
+
+}  // namespace gpurun::queue

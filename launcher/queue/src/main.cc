@@ -1,0 +1,75 @@
+// gpuq: a job queue for one multi-GPU workstation. `gpuq --help` lists the subcommands; the
+// daemon is `gpuq daemon`, and `gpuq __supervise` is the per-job supervisor it starts (internal).
+// The only place where errors become exit codes.
+#include <fmt/format.h>
+
+#include <boost/program_options/errors.hpp>
+#include <cstdlib>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "client.h"
+#include "supervisor.h"
+
+namespace {
+
+constexpr const char* kUsage =
+    "usage: gpuq COMMAND [OPTIONS]   (gpuq COMMAND --help for each)\n\n"
+    "  submit [OPTIONS] SCRIPT [ARGS]  submit an sbatch script (#SBATCH lines honoured)\n"
+    "  queue                           pending and running jobs (squeue columns)\n"
+    "  cancel [--signal SIG] ID...     cancel or signal jobs\n"
+    "  show ID                         one job in detail\n"
+    "  log [-f] ID                     a job's output\n"
+    "  history                         finished jobs (sacct columns)\n"
+    "  hold ID... | release ID...      keep pending jobs from starting / let them start\n"
+    "  drain | resume                  stop starting jobs / start again (root)\n"
+    "  daemon [--gpus 0,1,...]         run the queue\n";
+
+int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
+  using namespace gpurun::queue;
+  if (cmd == "submit") return cmd_submit(args);
+  if (cmd == "queue") return cmd_queue(args);
+  if (cmd == "cancel") return cmd_cancel(args);
+  if (cmd == "show") return cmd_show(args);
+  if (cmd == "log") return cmd_log(args);
+  if (cmd == "history") return cmd_history(args);
+  if (cmd == "hold") return cmd_hold(args, true);
+  if (cmd == "release") return cmd_hold(args, false);
+  if (cmd == "drain") return cmd_drain(args, true);
+  if (cmd == "resume") return cmd_drain(args, false);
+  if (cmd == "daemon") return cmd_daemon(args);
+  std::cerr << "gpuq: unknown command '" << cmd << "'\n" << kUsage;
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
+    std::cout << kUsage;
+    return argc < 2 ? 2 : 0;
+  }
+  std::string cmd = argv[1];
+  std::vector<std::string> args(argv + 2, argv + argc);
+  if (cmd == "__supervise") {
+    if (args.size() != 3) return 2;
+    try {
+      return gpurun::queue::run_supervisor(args[0], std::stoll(args[1]), std::stoi(args[2]));
+    } catch (const std::exception& e) {
+      // The daemon sees the supervisor exit without a final status and handles the job.
+      fmt::print(stderr, "gpuq supervisor for job {}: {}\n", args[1], e.what());
+      return 1;
+    }
+  }
+  try {
+    return dispatch(cmd, args);
+  } catch (const boost::program_options::error& e) {
+    fmt::print(stderr, "gpuq {}: {} (see gpuq {} --help)\n", cmd, e.what(), cmd);
+    return 2;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gpuq: error: {}\n", e.what());
+    return 1;
+  }
+}
