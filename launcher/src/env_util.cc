@@ -28,10 +28,10 @@ std::optional<std::pair<std::string, std::string>> first_of(const Env& env,
 
 long parse_count(const std::string& name, const std::string& value) {
   std::string v = trim(value);
-  if (v.empty() || v.size() > 9 ||
+  if (v.empty() || v.size() > 18 ||
       !std::all_of(v.begin(), v.end(), [](char c) { return c >= '0' && c <= '9'; }))
     throw Error(fmt::format("{}='{}': expected a non-negative whole number", name, value));
-  return std::stol(v);
+  return std::stol(v);  // long is 64-bit here: Slurm step ids reach 4294967292
 }
 
 std::optional<long> get_count(const Env& env, const std::string& key) {

@@ -255,7 +255,7 @@ int cmd_launch(const std::vector<std::string>& args) {
   }
   lo.tag_output = vm.count("tag-output") > 0;
   lo.program = program;
-  lo.as_root = geteuid() == 0;
+  lo.as_root = geteuid() == 0 && !s.from_file;  // an --env-file job is not ours to run
   Env tool_env = s.env;
   lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };
   bool dry = vm.count("dry-run") > 0 || s.from_file;

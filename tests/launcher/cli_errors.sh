@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Bad input gets a clear error naming the input, a non-zero exit, and nothing started.
+set -euo pipefail
+gpurun=$1
+expect_fail() {  # expect_fail WANT_TEXT CMD...
+  local want=$1; shift
+  local out rc=0
+  out=$("$@" 2>&1) || rc=$?
+  [[ $rc != 0 ]] || { echo "FAIL: '$*' exited 0"; exit 1; }
+  grep -qF -- "$want" <<<"$out" || { echo "FAIL: '$*' said:"; echo "$out"; echo "(wanted: $want)"; exit 1; }
+  echo "ok: $* -> $rc"
+}
+expect_fail "range end 1 is below its start 3" "$gpurun" hostlist expand 'n[3-1]'
+expect_fail "      ^" "$gpurun" hostlist expand 'gpu[1-x]'
+expect_fail "-n 99 asks for more ranks" env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x2)' "$gpurun" -n 99 --dry-run -- true
+expect_fail "SLURM_TASKS_PER_NODE=2(x3) describes 3 nodes" env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x3)' "$gpurun" info
+expect_fail "--nproc-per-node 'lots'" "$gpurun" --nproc-per-node lots -- true
+expect_fail "no program to launch" "$gpurun" -n 2
+expect_fail "cannot run 'no-such-program-xyz'" "$gpurun" --scheduler local -n 1 -- no-such-program-xyz
+expect_fail "unrecognised option" "$gpurun" --bogus -- true
+expect_fail "--launcher 'ssh'" "$gpurun" --scheduler local --launcher ssh -n 1 -- true
+# A program that cannot start is reported with its exit status 127.
+rc=0; "$gpurun" -q --scheduler local -n 2 -- no-such-program-xyz 2>/dev/null || rc=$?
+[[ $rc == 127 ]] || { echo "FAIL: missing program exited $rc, want 127"; exit 1; }
+"$gpurun" hostlist compress n1 n2 n3 | grep -qx 'n\[1-3\]'
+"$gpurun" info --json | python3 -c 'import json,sys; j=json.load(sys.stdin); assert j["scheduler"] in ("local","slurm","pbs","lsf","gpuq"), j'
+echo ok

@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# --dry-run goldens for the scheduler fixtures: the exact engine command and every rank's
+# environment. GPURUN_UPDATE_GOLDENS=1 rewrites them (review the diff before committing).
+set -euo pipefail
+gpurun=$1; here=$2
+data=$here/data; golden=$here/golden
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+sed "s#/var/spool/pbs/aux/4242.pbs01#$data/pbspro.nodefile#" "$data/pbspro.env" > "$tmp/pbspro.env"
+sed "s#/home/alice/.lsbatch/1767225600.314159.hostfile#$data/lsf.djob_hostfile#" "$data/lsf.env" > "$tmp/lsf.env"
+sed "s#@DATA@#$data#" "$data/torque.env" > "$tmp/torque.env"
+cp "$data/slurm.env" "$data/slurm_batch.env" "$data/summit.env" "$data/gpuq.env" "$tmp/"
+cases=(
+  "slurm|slurm.env|"
+  "slurm_batch|slurm_batch.env|"
+  "slurm_batch_mpirun|slurm_batch.env|--launcher mpirun --launcher-args '--mca btl self,tcp'"
+  "slurm_batch_n4|slurm_batch.env|-n 4 --nproc-per-node 2"
+  "pbspro|pbspro.env|"
+  "torque|torque.env|--gpus-per-rank 1"
+  "lsf|lsf.env|"
+  "summit|summit.env|--nproc-per-node 6"
+  "gpuq|gpuq.env|"
+)
+fail=0
+for c in "${cases[@]}"; do
+  IFS='|' read -r name env args <<<"$c"
+  eval "extra=($args)"
+  "$gpurun" --dry-run --env-file "$tmp/$env" "${extra[@]}" -- python3 train.py --epochs 8 > "$tmp/$name.out"
+  if [[ ${GPURUN_UPDATE_GOLDENS:-0} == 1 ]]; then
+    cp "$tmp/$name.out" "$golden/$name.txt"; echo "updated $name"
+  elif ! diff -u "$golden/$name.txt" "$tmp/$name.out"; then
+    echo "FAIL: $name differs from golden/$name.txt"; fail=1
+  else
+    echo "ok: $name"
+  fi
+done
+exit $fail

@@ -1,0 +1,222 @@
+// test_detect.cc: allocation detection for every scheduler from injected environments: the shared
+// fixtures (real variable names and formats) plus cases from the schedulers' documentation, and
+// the contradictions that must be refused with the variable named.
+#include <gtest/gtest.h>
+
+#include "gpurun/launcher/allocation.h"
+#include "gpurun/launcher/error.h"
+#include "test_support.h"
+
+using namespace gpurun::launcher;
+using fixtures::fixture;
+
+namespace {
+
+std::string error_of(const DetectInput& in, std::optional<Scheduler> s = {}) {
+  try {
+    detect_allocation(in, s);
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(DetectSlurm, InsideSrunStepStepValuesWin) {
+  Allocation a = detect_allocation(fixture("slurm.env"));
+  EXPECT_EQ(a.scheduler, Scheduler::slurm);
+  EXPECT_EQ(a.job_id, "123456");
+  ASSERT_EQ(a.nodes.size(), 2u);
+  EXPECT_EQ(a.nodes[0].host, "gpu001");
+  EXPECT_EQ(a.nodes[1].host, "gpu002");
+  EXPECT_EQ(a.nodes[0].slots, 4);
+  EXPECT_EQ(a.nodes[1].gpus, 4);
+  // The trap: SLURM_STEP_GPUS=4,5,6,7 are global ids, CUDA sees 0,1,2,3 in the cgroup.
+  EXPECT_EQ(a.local_gpu_ids, (std::vector<std::string>{"0", "1", "2", "3"}));
+  ASSERT_TRUE(a.step_task);
+  EXPECT_EQ(a.step_task->rank, 5);
+  EXPECT_EQ(a.step_task->local_rank, 1);
+  EXPECT_EQ(a.step_task->node_rank, 1);
+  EXPECT_EQ(a.step_task->world_size, 8);
+  EXPECT_EQ(a.end_time, 1767312000);
+  EXPECT_EQ(a.this_host, "gpu002");
+}
+
+TEST(DetectSlurm, BatchStepUnevenTasks) {
+  Allocation a = detect_allocation(fixture("slurm_batch.env"));
+  EXPECT_FALSE(a.step_task);
+  ASSERT_EQ(a.nodes.size(), 3u);
+  EXPECT_EQ(a.nodes[0].slots, 3);
+  EXPECT_EQ(a.nodes[2].slots, 2);
+  EXPECT_EQ(a.total_slots(), 7);
+  EXPECT_EQ(a.nodes[1].gpus, 2);
+  EXPECT_EQ(a.cpus_per_task, 2);  // 6 CPUs on node01 shared by its 3 tasks
+}
+
+TEST(DetectSlurm, StepIdOfBatchIsNotAStep) {
+  auto in = fixture("slurm_batch.env");
+  in.env["SLURM_STEP_ID"] = "4294967291";
+  EXPECT_FALSE(detect_allocation(in).step_task);
+}
+
+TEST(DetectSlurm, ContradictionsNameTheVariable) {
+  auto in = fixture("slurm_batch.env");
+  in.env["SLURM_NTASKS"] = "8";
+  EXPECT_NE(error_of(in).find("SLURM_NTASKS=8"), std::string::npos) << error_of(in);
+  in = fixture("slurm_batch.env");
+  in.env["SLURM_TASKS_PER_NODE"] = "3,2";
+  EXPECT_NE(error_of(in).find("SLURM_TASKS_PER_NODE=3,2 describes 2 nodes"), std::string::npos)
+      << error_of(in);
+  in = fixture("slurm_batch.env");
+  in.env["SLURM_JOB_NUM_NODES"] = "4";
+  EXPECT_NE(error_of(in).find("SLURM_JOB_NUM_NODES=4"), std::string::npos);
+  in = fixture("slurm_batch.env");
+  in.env["SLURM_JOB_NODELIST"] = "node[01-";
+  EXPECT_NE(error_of(in).find("SLURM_JOB_NODELIST=node[01-"), std::string::npos);
+  in = fixture("slurm_batch.env");
+  in.env["SLURM_JOB_END_TIME"] = "soon";
+  EXPECT_NE(error_of(in).find("SLURM_JOB_END_TIME"), std::string::npos);
+  in = fixture("slurm.env");
+  in.env["SLURM_PROCID"] = "8";
+  EXPECT_NE(error_of(in).find("SLURM_PROCID=8"), std::string::npos);
+}
+
+TEST(DetectSlurm, GpusPerTaskBinding) {
+  // srun --gpus-per-task=1: the task sees one GPU while the node has four.
+  auto in = fixture("slurm.env");
+  in.env["CUDA_VISIBLE_DEVICES"] = "1";
+  Allocation a = detect_allocation(in);
+  EXPECT_EQ(a.local_gpu_ids, (std::vector<std::string>{"1"}));
+  EXPECT_EQ(a.nodes[0].gpus, 4);
+}
+
+TEST(DetectSlurm, GpusFromStepIdsWhenNoCudaVisibleDevices) {
+  auto in = fixture("slurm.env");
+  in.env.erase("CUDA_VISIBLE_DEVICES");
+  Allocation a = detect_allocation(in);
+  EXPECT_EQ(a.local_gpu_ids, (std::vector<std::string>{"4", "5", "6", "7"}));
+}
+
+TEST(DetectPbs, ProNodefileAndUuids) {
+  Allocation a = detect_allocation(fixture("pbspro.env"));
+  EXPECT_EQ(a.scheduler, Scheduler::pbs);
+  EXPECT_EQ(a.flavor, "PBS Pro");
+  EXPECT_EQ(a.job_id, "4242.pbs01");
+  ASSERT_EQ(a.nodes.size(), 2u);
+  EXPECT_EQ(a.nodes[0].host, "gn001");
+  EXPECT_EQ(a.nodes[0].slots, 4);
+  EXPECT_EQ(a.nodes[1].gpus, 4);
+  ASSERT_EQ(a.local_gpu_ids.size(), 4u);
+  EXPECT_EQ(a.local_gpu_ids[0].rfind("GPU-", 0), 0u);
+  EXPECT_EQ(a.cpus_per_task, 2);  // NCPUS=8 shared by mpiprocs=4
+}
+
+TEST(DetectPbs, TorqueGpufileAndCounts) {
+  Allocation a = detect_allocation(fixture("torque.env"));
+  EXPECT_EQ(a.flavor, "Torque");
+  ASSERT_EQ(a.nodes.size(), 2u);
+  EXPECT_EQ(a.nodes[1].host, "tq02");
+  EXPECT_EQ(a.nodes[1].slots, 2);
+  EXPECT_EQ(a.nodes[1].gpus, 2);
+  auto in = fixture("torque.env");
+  in.env["PBS_NP"] = "6";
+  EXPECT_NE(error_of(in).find("PBS_NP=6"), std::string::npos);
+  in = fixture("torque.env");
+  in.env["PBS_NUM_NODES"] = "3";
+  EXPECT_NE(error_of(in).find("PBS_NUM_NODES=3"), std::string::npos);
+}
+
+TEST(DetectPbs, MissingOrEmptyNodefile) {
+  auto in = fixture("pbspro.env");
+  in.env["PBS_NODEFILE"] = "/nonexistent/nodefile";
+  EXPECT_NE(error_of(in).find("PBS_NODEFILE=/nonexistent/nodefile"), std::string::npos);
+  in = fixture("pbspro.env", {{"/var/spool/pbs/aux/4242.pbs01", "/dev/null"}});
+  EXPECT_NE(error_of(in).find("empty"), std::string::npos) << error_of(in);
+  in.env.erase("PBS_NODEFILE");
+  EXPECT_NE(error_of(in).find("PBS_NODEFILE is not set"), std::string::npos);
+}
+
+TEST(DetectLsf, HostfileOrderAndCheck) {
+  Allocation a = detect_allocation(fixture("lsf.env"));
+  EXPECT_EQ(a.scheduler, Scheduler::lsf);
+  EXPECT_EQ(a.job_id, "314159");
+  ASSERT_EQ(a.nodes.size(), 2u);
+  EXPECT_EQ(a.nodes[0].host, "hosta");
+  EXPECT_EQ(a.nodes[0].slots, 4);
+  EXPECT_EQ(a.nodes[1].gpus, 4);
+  auto in = fixture("lsf.env");
+  in.env["LSB_MCPU_HOSTS"] = "hosta 4 hostb 2";
+  EXPECT_NE(error_of(in).find("disagree"), std::string::npos);
+  in = fixture("lsf.env");
+  in.env["LSB_DJOB_HOSTFILE"] = "/nonexistent";
+  EXPECT_NE(error_of(in).find("LSB_DJOB_HOSTFILE=/nonexistent"), std::string::npos);
+}
+
+TEST(DetectLsf, McpuOrderNotLsbHosts) {
+  // A real dump: LSB_HOSTS order differs from LSB_MCPU_HOSTS; the latter is used.
+  DetectInput in;
+  in.env = {{"LSB_JOBID", "1"},
+            {"LSB_HOSTS", "grid01 grid01 grid05 grid03"},
+            {"LSB_MCPU_HOSTS", "grid03 1 grid05 1 grid01 2"}};
+  Allocation a = detect_allocation(in);
+  ASSERT_EQ(a.nodes.size(), 3u);
+  EXPECT_EQ(a.nodes[0].host, "grid03");
+  EXPECT_EQ(a.nodes[2].slots, 2);
+}
+
+TEST(DetectLsf, SummitLaunchNodeGetsNoRanks) {
+  Allocation a = detect_allocation(fixture("summit.env"));
+  ASSERT_EQ(a.nodes.size(), 2u);
+  EXPECT_EQ(a.nodes[0].host, "a01n01");
+  EXPECT_EQ(a.nodes[0].slots, 42);
+  EXPECT_EQ(a.nodes[0].gpus, 6);
+  EXPECT_FALSE(a.notes.empty());
+}
+
+TEST(DetectLsf, JsrunTask) {
+  auto in = fixture("summit.env");
+  in.env["JSM_NAMESPACE_RANK"] = "7";
+  in.env["JSM_NAMESPACE_SIZE"] = "12";
+  in.env["JSM_NAMESPACE_LOCAL_RANK"] = "1";
+  in.env["JSM_NAMESPACE_LOCAL_SIZE"] = "6";
+  Allocation a = detect_allocation(in);
+  ASSERT_TRUE(a.step_task);
+  EXPECT_EQ(a.step_task->rank, 7);
+  EXPECT_EQ(a.step_task->node_rank, 1);
+}
+
+TEST(DetectGpuq, RealIds) {
+  Allocation a = detect_allocation(fixture("gpuq.env"));
+  EXPECT_EQ(a.scheduler, Scheduler::gpuq);
+  EXPECT_EQ(a.job_id, "17");
+  EXPECT_EQ(a.local_gpu_ids, (std::vector<std::string>{"2", "3"}));
+  EXPECT_EQ(a.nodes[0].gpus, 2);
+  auto in = fixture("gpuq.env");
+  in.env["CUDA_VISIBLE_DEVICES"] = "2";
+  EXPECT_NE(error_of(in).find("GPUQ_GPUS=2,3"), std::string::npos);
+}
+
+TEST(DetectLocal, VisibleDevicesOrDeviceCount) {
+  DetectInput in;
+  in.hostname = "box";
+  in.cpu_count = 16;
+  in.device_gpu_count = 3;
+  Allocation a = detect_allocation(in);
+  EXPECT_EQ(a.scheduler, Scheduler::local);
+  EXPECT_EQ(a.nodes[0].gpus, 3);
+  in.env["CUDA_VISIBLE_DEVICES"] = "";
+  EXPECT_EQ(detect_allocation(in).nodes[0].gpus, 0);
+  in.env["CUDA_VISIBLE_DEVICES"] = "GPU-aaa,MIG-bbb";
+  EXPECT_EQ(detect_allocation(in).local_gpu_ids, (std::vector<std::string>{"GPU-aaa", "MIG-bbb"}));
+  in.env["CUDA_VISIBLE_DEVICES"] = "0,,1";
+  EXPECT_THROW(detect_allocation(in), Error);
+}
+
+TEST(Detect, SniffOrderAndForcing) {
+  EXPECT_EQ(sniff_scheduler({{"PBS_JOBID", "1"}, {"SLURM_JOB_ID", "2"}}), Scheduler::slurm);
+  EXPECT_EQ(sniff_scheduler({{"GPUQ_JOB_ID", "1"}}), Scheduler::gpuq);
+  EXPECT_EQ(sniff_scheduler({}), Scheduler::local);
+  EXPECT_NE(error_of(DetectInput{}, Scheduler::slurm).find("SLURM_JOB_ID is not set"),
+            std::string::npos);
+}
