@@ -4,7 +4,8 @@
 #
 #   scripts/mnist-scaling.sh [--ranks 1,2,4,8] [--data DIR] [--epochs N] [--mode weak|strong]
 #                            [--out DIR] [--batch B] [--build DIR] [--gpurun PATH] [--mnist-cnn PATH]
-#                            [--gpurun-args "ARGS"] [--launch "CMD {n}"] [-- MNIST_CNN_ARGS...]
+#                            [--gpurun-args "ARGS"] [--launch "CMD {n}"] [--note TEXT]
+#                            [-- MNIST_CNN_ARGS...]
 #
 #   --ranks     rank counts to run (default 1,2,4,8)
 #   --data      MNIST-format directory (default data/mnist; scripts/fetch-data.sh prepares it)
@@ -19,6 +20,7 @@
 #   --mnist-cnn mnist_cnn binary (default BUILD/examples/mnist_cnn/mnist_cnn)
 #   --launch    launch command instead of gpurun, {n} replaced by the rank count, e.g.
 #               --launch "mpirun -n {n} --oversubscribe" (for comparisons)
+#   --note      a sentence for scaling.md (what else ran on the machine, ...)
 #   after --     extra mnist_cnn options (--threads 1, --max-steps 200, --seed 7, ...)
 #
 # Speedup is throughput relative to the smallest rank count run (images/s ratio; with a fixed
@@ -27,7 +29,7 @@
 # gnuplot (the plot; without it scaling.png is skipped with a warning).
 set -euo pipefail
 
-usage() { sed -n '2,28p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mnist-scaling: error: $*" >&2; exit 1; }
 
 root=$(cd "$(dirname "$0")/.." && pwd)
@@ -42,6 +44,7 @@ gpurun=""
 mnist=""
 gpurun_args=""
 launch=""
+note=""
 extra=()
 
 while (($#)); do
@@ -56,6 +59,7 @@ while (($#)); do
     --gpurun) gpurun=${2:?--gpurun needs a path}; shift 2 ;;
     --mnist-cnn) mnist=${2:?--mnist-cnn needs a path}; shift 2 ;;
     --gpurun-args) gpurun_args=${2?--gpurun-args needs a string}; shift 2 ;;
+    --note) note=${2?--note needs a text}; shift 2 ;;
     --launch) launch=${2:?--launch needs a command}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h | --help) usage; exit 0 ;;
@@ -121,10 +125,10 @@ for r in "${ranks[@]}"; do
 done
 
 # Table, CSV and gnuplot data from the reports.
-"$py" - "$out" "$mode" "$epochs" "$data" "${ranks[@]}" <<'EOF'
-import json, os, sys, platform, datetime
-out, mode, epochs, data = sys.argv[1:5]
-ranks = [int(r) for r in sys.argv[5:]]
+"$py" - "$out" "$mode" "$epochs" "$data" "$note" "${ranks[@]}" <<'EOF'
+import json, os, sys, platform, datetime, re
+out, mode, epochs, data, note = sys.argv[1:6]
+ranks = [int(r) for r in sys.argv[6:]]
 rows = []
 for r in ranks:
     with open(os.path.join(out, "runs", f"ranks-{r}.json")) as f:
@@ -132,13 +136,18 @@ for r in ranks:
     if int(j["world_size"]) != r:
         sys.exit(f"mnist-scaling: error: ranks-{r}.json says world_size {j['world_size']}, expected {r}")
     wall = open(os.path.join(out, "runs", f"ranks-{r}.wall")).read().split()
+    # gpurun says "gpurun: N ranks on M nodes via ENGINE"; another launcher may not.
+    m = re.search(r"gpurun: \d+ ranks? on (\d+) nodes?(?: via (\S+))?",
+                  open(os.path.join(out, "runs", f"ranks-{r}.log"), errors="replace").read())
+    nodes, engine = (m.group(1), m.group(2) or "") if m else ("", "")
     rows.append(dict(ranks=r, seconds=float(j["seconds_total"]), wall=float(wall[1]) - float(wall[0]),
                      loss=float(j["final_loss"]), train_acc=float(j["train_accuracy"]),
                      test_acc=float(j["test_accuracy"]), ips=float(j["images_per_second"]),
                      allreduce=float(j.get("allreduce_seconds", 0.0)),
                      batch_per_rank=int(j["batch_per_rank"]), global_batch=int(j["global_batch"]),
                      lr=float(j["lr"]), device=j.get("device", "?"), dataset=j.get("dataset", data),
-                     epochs=j.get("epochs", epochs), threads=j.get("threads_per_rank", "")))
+                     epochs=j.get("epochs", epochs), threads=j.get("threads_per_rank", ""),
+                     nodes=nodes, engine=engine))
 base = min(rows, key=lambda x: x["ranks"])
 for x in rows:
     x["speedup"] = x["ips"] / base["ips"] if base["ips"] > 0 else 0.0
@@ -146,7 +155,7 @@ for x in rows:
 
 cols = ["ranks", "seconds", "loss", "train_accuracy", "test_accuracy", "images_per_second",
         "speedup", "efficiency", "allreduce_seconds", "batch_per_rank", "global_batch", "lr",
-        "epochs", "device", "mode", "wall_seconds"]
+        "epochs", "device", "mode", "wall_seconds", "nodes", "threads_per_rank", "engine"]
 with open(os.path.join(out, "scaling.csv"), "w") as f:
     f.write(",".join(cols) + "\n")
     for x in rows:
@@ -154,7 +163,8 @@ with open(os.path.join(out, "scaling.csv"), "w") as f:
             x["ranks"], f"{x['seconds']:.3f}", f"{x['loss']:.4f}", f"{x['train_acc']:.4f}",
             f"{x['test_acc']:.4f}", f"{x['ips']:.1f}", f"{x['speedup']:.3f}", f"{x['efficiency']:.3f}",
             f"{x['allreduce']:.3f}", x["batch_per_rank"], x["global_batch"], f"{x['lr']:.4g}",
-            x["epochs"], x["device"], mode, f"{x['wall']:.1f}"]) + "\n")
+            x["epochs"], x["device"], mode, f"{x['wall']:.1f}", x["nodes"], x["threads"],
+            x["engine"]]) + "\n")
 
 with open(os.path.join(out, "scaling.dat"), "w") as f:
     f.write("# ranks seconds test_accuracy_percent\n")
@@ -176,10 +186,13 @@ with open(os.path.join(out, "scaling.md"), "w") as f:
     f.write(f"mnist_cnn on `{base['dataset']}`, {base['epochs']} epoch(s), {batch_desc}; device "
             f"{base['device']}; {where}; host {platform.node()} ({os.cpu_count()} CPUs, "
             f"{platform.machine()}); {now}. Written by `scripts/mnist-scaling.sh`.\n\n")
-    f.write("| ranks | seconds | loss | accuracy (train) | test accuracy | images/s | speedup | efficiency |\n")
-    f.write("|---:|---:|---:|---:|---:|---:|---:|---:|\n")
+    if note:
+        f.write(note + "\n\n")
+    with_nodes = any(x["nodes"] for x in rows)
+    f.write("| ranks | " + ("nodes | " if with_nodes else "") + "seconds | loss | accuracy (train) | test accuracy | images/s | speedup | efficiency |\n")
+    f.write("|---:|" + ("---:|" if with_nodes else "") + "---:|---:|---:|---:|---:|---:|---:|\n")
     for x in rows:
-        f.write(f"| {x['ranks']} | {x['seconds']:.1f} | {x['loss']:.4f} | {100 * x['train_acc']:.2f}% | "
+        f.write(f"| {x['ranks']} | " + (f"{x['nodes'] or '?'} | " if with_nodes else "") + f"{x['seconds']:.1f} | {x['loss']:.4f} | {100 * x['train_acc']:.2f}% | "
                 f"{100 * x['test_acc']:.2f}% | {x['ips']:.0f} | {x['speedup']:.2f} | "
                 f"{100 * x['efficiency']:.0f}% |\n")
     f.write(f"\nseconds: mnist_cnn's `seconds_total`; loss and accuracy (train): the last epoch's; "
