@@ -38,3 +38,16 @@ for engine in mpirun local; do
   done
   echo "ok: $engine forwarded USR1, USR2, TERM to all 4 ranks"
 done
+
+# Time limit: with 3 s left and --checkpoint-before 2, every rank gets SIGUSR1 about 1 s in.
+rm -f "$out"/got.* "$out"/ready.*
+start=$(date +%s.%N)
+OUT=$out "$gpurun" --scheduler local -n 2 --time-left 3 --checkpoint-before 2 -- "$out/rank.sh" 2>"$out/log" &
+pid=$!
+wait_for 2 "$out/got.*" "the checkpoint signal before the time limit"
+secs=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+kill -TERM $pid; wait $pid || true
+grep -q "sending SIGUSR1 to all ranks to checkpoint" "$out/log" || { echo "FAIL: no checkpoint line"; cat "$out/log"; exit 1; }
+awk -v s="$secs" 'BEGIN { exit !(s >= 0.8 && s < 5) }' || { echo "FAIL: checkpoint signal after $secs s"; exit 1; }
+for r in 0 1; do head -1 "$out/got.$r" | grep -qx USR1 || { echo "FAIL: rank $r first got $(head -1 "$out/got.$r")"; exit 1; }; done
+echo "ok: checkpoint signal reached both ranks ${secs}s into a job with 3 s left"
