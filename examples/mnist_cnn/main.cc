@@ -43,6 +43,8 @@ int default_threads(const rt::ProcessGroup& pg) {
   return std::max(1, cores / std::max(1, pg.local_size()));
 }
 
+bool launched_by_open_mpi() { return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr; }
+
 // Returns false (after printing) when the program should exit without training.
 bool parse(int argc, char** argv, Options& o, int& exit_code) {
   po::options_description desc("mnist_cnn options");
@@ -135,7 +137,9 @@ int main(int argc, char** argv) {
     const rt::Dataset data = rt::load_mnist_dir(o.data);
     std::ostream null_stream(nullptr);
     std::ostream& log = rank == 0 ? std::cout : null_stream;
-    o.train.progress = rank == 0 && ::isatty(STDOUT_FILENO);
+    // mpirun gives every rank a pseudo-terminal whatever its own stdout is, so under Open MPI
+    // isatty() says nothing about the user's terminal: no bar there.
+    o.train.progress = rank == 0 && ::isatty(STDOUT_FILENO) && !launched_by_open_mpi();
     log << "mnist_cnn: " << data.name << " (" << data.train.count << " train, " << data.test.count
         << " test), " << pg->size() << " rank(s) [" << pg->backend() << "], device " << device
         << ", " << threads << " thread(s) per rank" << std::endl;

@@ -1,0 +1,114 @@
+#!/usr/bin/env bash
+# mnist_cnn_e2e.sh: end-to-end tests that run the real mnist_cnn binary (alone, under mpirun, under
+# gpurun) on the real MNIST digits and check what a user would see. Registered with CTest by
+# tests/runtime/CMakeLists.txt, one mode per test:
+#   mnist_cnn_e2e.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN]
+# MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
+#       bad_data | gpurun
+set -euo pipefail
+mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-}
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+py=/usr/bin/python3
+mpirun_=("$mpiexec" --allow-run-as-root --oversubscribe --bind-to none)
+
+fail() { echo "FAIL: $*" >&2; exit 1; }
+json() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+
+# Waits (bounded) until FILE contains TEXT.
+wait_for() {
+  local file=$1 text=$2 i
+  for ((i = 0; i < 600; i++)); do
+    grep -q "$text" "$file" 2>/dev/null && return 0
+    sleep 0.1
+  done
+  fail "timed out after 60 s waiting for '$text' in $file: $(cat "$file")"
+}
+
+case $mode in
+determinism)
+  # Same seed twice: bitwise the same weights, losses and report figures.
+  for run in a b; do
+    "$bin" --data "$data" --epochs 1 --max-steps 40 --threads 1 --seed 7 \
+      --report "$work/$run.json" --checkpoint "$work/$run" >"$work/$run.log"
+  done
+  cmp "$work/a/checkpoint.bin" "$work/b/checkpoint.bin" || fail "weights differ between runs"
+  [[ $(json "$work/a.json" final_loss) == $(json "$work/b.json" final_loss) ]] || fail "losses differ"
+  [[ $(json "$work/a.json" param_checksum) == $(json "$work/b.json" param_checksum) ]] || fail "checksums"
+  # A different seed gives different weights (the test can fail).
+  "$bin" --data "$data" --epochs 1 --max-steps 40 --threads 1 --seed 8 --checkpoint "$work/c" >/dev/null
+  ! cmp -s "$work/a/checkpoint.bin" "$work/c/checkpoint.bin" || fail "seed has no effect"
+  echo "determinism: identical weights and loss $(json "$work/a.json" final_loss)"
+  ;;
+dp_equivalence)
+  # 2 ranks x 32 images == 1 rank x 64 images (--lr-scaling none) after 50 steps, to 1e-5.
+  "$bin" --data "$data" --batch-size 64 --lr-scaling none --max-steps 50 --threads 1 \
+    --checkpoint "$work/one" >"$work/one.log"
+  "${mpirun_[@]}" -n 2 "$bin" --data "$data" --batch-size 32 --lr-scaling none --max-steps 50 \
+    --threads 1 --checkpoint "$work/two" >"$work/two.log"
+  "$ckdiff" "$work/one/checkpoint.bin" "$work/two/checkpoint.bin" 1e-5 ||
+    fail "1x64 and 2x32 differ by more than 1e-5 after 50 steps"
+  ;;
+convergence)
+  # One epoch on the MNIST digits reaches >= 88% test accuracy.
+  "$bin" --data "$data" --epochs 1 --threads 2 --report "$work/r.json" | tee "$work/log"
+  acc=$(json "$work/r.json" test_accuracy)
+  "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.88 else 1)" "$acc" ||
+    fail "test accuracy $acc < 0.88 after one epoch"
+  for f in world_size device dataset epochs batch_per_rank global_batch lr seconds_total \
+    seconds_per_epoch images_per_second allreduce_seconds final_loss train_accuracy test_accuracy; do
+    json "$work/r.json" $f >/dev/null || fail "report lacks $f"
+  done
+  echo "convergence: test accuracy $acc"
+  ;;
+resume_signal | resume_signal_mpi)
+  # Stop by a signal mid-run, resume, and end with bitwise the same weights as an uninterrupted
+  # run. One process gets SIGTERM; under mpirun, mpirun gets SIGUSR1 (it forwards it to ranks).
+  args=(--data "$data" --epochs 3 --threads 1 --seed 3)
+  launch=("$bin")
+  sig=TERM
+  if [[ $mode == resume_signal_mpi ]]; then
+    launch=("${mpirun_[@]}" -n 2 "$bin")
+    sig=USR1
+  fi
+  "${launch[@]}" "${args[@]}" --checkpoint "$work/ref" >"$work/ref.log"
+  "${launch[@]}" "${args[@]}" --checkpoint "$work/int" >"$work/int.log" 2>&1 &
+  pid=$!
+  wait_for "$work/int.log" "epoch 1/3"
+  sleep 0.3
+  kill -s "$sig" "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  cat "$work/int.log"
+  ((rc == 0)) || fail "interrupted run exited $rc, want 0"
+  grep -q "received SIG" "$work/int.log" || fail "the run did not report the signal"
+  grep -q "checkpoint written" "$work/int.log" || fail "no checkpoint written on the signal"
+  "${launch[@]}" "${args[@]}" --checkpoint "$work/int" --resume >"$work/res.log"
+  cat "$work/res.log"
+  grep -q "resumed from" "$work/res.log" || fail "the resumed run did not load the checkpoint"
+  "$ckdiff" "$work/ref/checkpoint.bin" "$work/int/checkpoint.bin" 0 ||
+    fail "interrupted + resumed weights differ from the uninterrupted run"
+  cmp "$work/ref/checkpoint.bin" "$work/int/checkpoint.bin" || fail "checkpoint files differ"
+  ;;
+bad_data)
+  rc=0
+  "$bin" --data "$work/nowhere" --threads 1 >"$work/out" 2>&1 || rc=$?
+  cat "$work/out"
+  ((rc == 1)) || fail "exit code $rc, want 1"
+  grep -q "fetch-data.sh" "$work/out" || fail "no hint to run fetch-data.sh"
+  rc=0
+  "$bin" --lr-scaling sideways >"$work/out" 2>&1 || rc=$?
+  ((rc == 2)) || fail "bad option: exit code $rc, want 2"
+  ;;
+gpurun)
+  # Two epochs: one epoch at 2 x 64 is only 62 steps on the 8,000 digits, half of it warm-up.
+  "$gpurun" -n 2 -- "$bin" --data "$data" --epochs 2 --threads 1 --report "$work/r.json" |
+    tee "$work/log"
+  [[ $(json "$work/r.json" world_size) == 2 ]] || fail "world_size is not 2"
+  acc=$(json "$work/r.json" test_accuracy)
+  "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.88 else 1)" "$acc" ||
+    fail "test accuracy $acc < 0.88"
+  ;;
+*) fail "unknown mode $mode" ;;
+esac
+echo "PASS: $mode"

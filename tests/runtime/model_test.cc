@@ -1,0 +1,194 @@
+// model_test.cc: the MNIST CNN's parameter count and flat-buffer layout, a finite-difference check
+// of the whole model's gradient, that SGD steps lower the loss, the LR schedule, checkpoints
+// (round trip, atomic replace, corruption detected) and the one-rank process group.
+#include "gpurun/runtime/model.h"
+
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <cstring>
+#include <fstream>
+
+#include "gpurun/kernels/sgd.h"
+#include "gpurun/runtime/checkpoint.h"
+#include "gpurun/runtime/process_group.h"
+#include "gpurun/runtime/rng.h"
+#include "gpurun/runtime/trainer.h"
+
+namespace gpurun::runtime {
+namespace {
+
+TEST(Model, MnistCnnHasTheBenchmarksParameterCount) {
+  auto m = make_mnist_cnn({1, 28, 28}, 10, 64);
+  EXPECT_EQ(m->param_count(), 2770634u);
+  EXPECT_GE(m->param_floats(), m->param_count());
+  EXPECT_EQ(m->grad_buffer_floats(), m->param_floats() + kStatSlots);
+  EXPECT_EQ(reinterpret_cast<std::uintptr_t>(m->params()) % 64, 0u);
+}
+
+TEST(Model, InitIsDeterministicAndGlorotBounded) {
+  auto a = make_mnist_cnn({1, 28, 28}, 10, 8), b = make_mnist_cnn({1, 28, 28}, 10, 8);
+  a->init(5);
+  b->init(5);
+  EXPECT_EQ(0, std::memcmp(a->params(), b->params(), a->param_floats() * sizeof(float)));
+  b->init(6);
+  EXPECT_NE(0, std::memcmp(a->params(), b->params(), a->param_floats() * sizeof(float)));
+  float mx = 0;
+  for (std::size_t i = 0; i < a->param_floats(); ++i) mx = std::max(mx, std::fabs(a->params()[i]));
+  // Dense(128 -> 10) has the largest limit, sqrt(6 / 138) = 0.2085.
+  EXPECT_LE(mx, std::sqrt(6.0f / (128 + 10)) + 1e-6f);
+  EXPECT_GT(mx, 0.9f * std::sqrt(6.0f / (128 + 10)));
+  EXPECT_GT(mx, 0.0f);
+}
+
+// A small network of the same kind, so a finite-difference check over all parameters is cheap.
+std::unique_ptr<Model> small_model() {
+  std::vector<std::unique_ptr<Layer>> layers;
+  layers.push_back(make_conv2d({1, 6, 6}, 3, 3, kernels::Activation::kRelu));
+  layers.push_back(make_dense(layers.back()->output_shape(), 5, kernels::Activation::kRelu));
+  layers.push_back(make_dense(layers.back()->output_shape(), 4, kernels::Activation::kNone));
+  return std::make_unique<Model>(std::move(layers), 4, 3);
+}
+
+TEST(Model, WholeModelGradientMatchesFiniteDifferences) {
+  auto m = small_model();
+  m->init(3);
+  Rng rng(11);
+  std::vector<float> x(3 * 36);
+  for (auto& v : x) v = rng.uniform(0, 1);
+  const std::vector<std::int32_t> y = {0, 3, 2};
+  m->forward_backward(3, x.data(), y.data());
+  const std::vector<float> grad(m->grads(), m->grads() + m->param_floats());
+  auto loss = [&]() { return m->evaluate(3, x.data(), y.data()).loss_sum / 3.0; };
+  std::size_t checked = 0;
+  for (std::size_t i = 0; i < m->param_floats(); ++i) {
+    float& p = m->params()[i];
+    const float keep = p;
+    p = keep + 1e-3f;
+    const double up = loss();
+    p = keep - 1e-3f;
+    const double down = loss();
+    p = keep;
+    const double numeric = (up - down) / 2e-3;
+    EXPECT_NEAR(grad[i], numeric, 2e-3 + 2e-2 * std::fabs(numeric)) << "parameter " << i;
+    ++checked;
+  }
+  EXPECT_GT(checked, 100u);
+}
+
+TEST(Model, SgdStepsLowerTheLossOnAFixedBatch) {
+  auto m = make_mnist_cnn({1, 28, 28}, 10, 16);
+  m->init(1);
+  Rng rng(2);
+  std::vector<float> x(16 * 784);
+  for (auto& v : x) v = rng.uniform(0, 1);
+  std::vector<std::int32_t> y(16);
+  for (int i = 0; i < 16; ++i) y[i] = i % 10;
+  kernels::SgdDesc sd;
+  sd.n = m->param_floats();
+  sd.lr = 0.05f;
+  const double first = m->forward_backward(16, x.data(), y.data()).loss_sum;
+  EXPECT_NEAR(m->stats()[kLossSum], first, 1e-3);
+  for (int s = 0; s < 20; ++s) {
+    kernels::cpu::sgd_step(sd, m->params(), m->grads(), nullptr);
+    m->forward_backward(16, x.data(), y.data());
+  }
+  EXPECT_LT(m->evaluate(16, x.data(), y.data()).loss_sum, 0.5 * first);
+  EXPECT_THROW(m->forward_backward(17, x.data(), y.data()), std::invalid_argument);
+}
+
+TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {
+  TrainConfig c;
+  c.lr = 0.2f;
+  EXPECT_FLOAT_EQ(learning_rate(c, 1, 0, 100), 0.2f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 0, 100), 0.2f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 50, 100), 0.5f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 100, 100), 0.8f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 10000, 100), 0.8f);
+  c.lr_scaling = LrScaling::kNone;
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 0, 100), 0.2f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 1000, 100), 0.2f);
+}
+
+class CheckpointTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/gpurun-ckpt-test.XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  std::string dir_;
+};
+
+TEST_F(CheckpointTest, RoundTripsEveryField) {
+  Checkpoint c;
+  c.seed = 77;
+  c.world_size = 2;
+  c.batch_per_rank = 32;
+  c.epoch = 3;
+  c.step = 17;
+  c.global_step = 400;
+  c.epoch_loss_sum = 1.5;
+  c.epoch_correct = 99;
+  c.epoch_seen = 1088;
+  c.params = {1.0f, -2.5f, 3.25f};
+  c.velocity = {0.5f, 0.25f, 0.125f};
+  const std::string sub = dir_ + "/ck";
+  save_checkpoint(sub, c);
+  EXPECT_TRUE(checkpoint_exists(sub));
+  const Checkpoint r = load_checkpoint(checkpoint_path(sub));
+  EXPECT_EQ(r.seed, 77u);
+  EXPECT_EQ(r.world_size, 2);
+  EXPECT_EQ(r.batch_per_rank, 32);
+  EXPECT_EQ(r.epoch, 3);
+  EXPECT_EQ(r.step, 17);
+  EXPECT_EQ(r.global_step, 400);
+  EXPECT_EQ(r.epoch_loss_sum, 1.5);
+  EXPECT_EQ(r.epoch_correct, 99);
+  EXPECT_EQ(r.epoch_seen, 1088);
+  EXPECT_EQ(r.params, c.params);
+  EXPECT_EQ(r.velocity, c.velocity);
+  // Overwriting replaces atomically and leaves no temporary file behind.
+  c.step = 18;
+  save_checkpoint(sub, c);
+  EXPECT_EQ(load_checkpoint(checkpoint_path(sub)).step, 18);
+  EXPECT_EQ(std::system(("test $(ls '" + sub + "' | wc -l) -eq 1").c_str()), 0);
+}
+
+TEST_F(CheckpointTest, DetectsCorruptionAndTruncation) {
+  Checkpoint c;
+  c.params.assign(1000, 1.0f);
+  save_checkpoint(dir_, c);
+  const std::string p = checkpoint_path(dir_);
+  {
+    std::fstream f(p, std::ios::in | std::ios::out | std::ios::binary);
+    f.seekp(200);
+    f.put('\x7f');
+  }
+  try {
+    load_checkpoint(p);
+    ADD_FAILURE();
+  } catch (const std::runtime_error& e) {
+    EXPECT_NE(std::string(e.what()).find(p), std::string::npos);
+    EXPECT_NE(std::string(e.what()).find("checksum"), std::string::npos) << e.what();
+  }
+  save_checkpoint(dir_, c);
+  EXPECT_EQ(::truncate(p.c_str(), 100), 0);
+  EXPECT_THROW(load_checkpoint(p), std::runtime_error);
+  EXPECT_THROW(load_checkpoint(dir_ + "/missing.bin"), std::runtime_error);
+}
+
+TEST(ProcessGroup, SingleRankCollectivesAreIdentities) {
+  auto pg = make_single_process_group();
+  EXPECT_EQ(pg->rank(), 0);
+  EXPECT_EQ(pg->size(), 1);
+  float v[2] = {1.5f, 2.5f};
+  pg->allreduce_sum(v, 2);
+  EXPECT_EQ(v[0], 1.5f);
+  pg->barrier();
+}
+
+}  // namespace
+}  // namespace gpurun::runtime
