@@ -1,0 +1,17 @@
+#!/usr/bin/env bash
+# `cmake --install` places gpurun, gpuq and the libraries with a CMake package config that an
+# outside project can find_package() and link.
+set -euo pipefail
+build=$1; here=$2
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
+for f in bin/gpurun lib/cmake/gpurun/gpurunConfig.cmake include/gpurun/launcher/hostlist.h; do
+  [[ -e $tmp/prefix/$f ]] || { echo "FAIL: $f not installed"; find "$tmp/prefix" | head -50; exit 1; }
+done
+"$tmp/prefix/bin/gpurun" hostlist expand 'n[1-2]' | tr '\n' ' ' | grep -qx 'n1 n2 ' || { echo "FAIL: installed gpurun"; exit 1; }
+cmake -S "$here/install_consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/cfg.log" 2>&1 ||
+  { cat "$tmp/cfg.log"; echo "FAIL: find_package(gpurun)"; exit 1; }
+cmake --build "$tmp/consumer" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; echo "FAIL: consumer build"; exit 1; }
+out=$("$tmp/consumer/consumer")
+[[ $out == "16 node[01-16]" ]] || { echo "FAIL: consumer printed '$out'"; exit 1; }
+echo "ok: installed gpurun and a find_package(gpurun) consumer work ($out)"
