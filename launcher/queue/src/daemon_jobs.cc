@@ -255,9 +255,10 @@ void Daemon::on_supervisor_exit(int64_t id) {
   if (st && st->phase == "done") {
     JobState state = JobState::kFailed;
     std::string reason = st->reason;
-    if (st->cancelled)
+    if (st->cancelled) {
       state = JobState::kCancelled;
-    else if (st->timed_out)
+      if (j.reason.rfind("CANCELLED by", 0) == 0) reason = j.reason;
+    } else if (st->timed_out)
       state = JobState::kTimeout;
     else if (reason.empty() && st->exit_code == 0 && st->exit_signal == 0)
       state = JobState::kCompleted;

@@ -265,6 +265,7 @@ nlohmann::json Daemon::op_cancel(const nlohmann::json& req, const Peer& peer) {
         finish(j, JobState::kCancelled, 0, 0, now_ms(), fmt::format("CANCELLED by {}", peer.uid));
       } else {
         j.cancel_requested = true;
+        j.reason = fmt::format("CANCELLED by {}", peer.uid);
         store_->update_job(j);  // durable first: a restarted daemon re-sends the cancel
         auto r = runners_.find(id);
         if (r != runners_.end()) ::kill(r->second.pid, SIGTERM);

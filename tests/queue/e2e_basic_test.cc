@@ -1,0 +1,206 @@
+// End-to-end: a real gpuq daemon and the gpuq client as a user runs them. Pins submit/queue/
+// show/log/history/cancel round trips, the job environment contract with gpurun, hold/release,
+// drain/resume, --help everywhere, and that malformed socket requests never stop the daemon.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <random>
+#include <thread>
+
+#include "harness.h"
+
+using namespace gpuq_test;
+
+TEST(GpuqE2E, SubmitQueueLogHistoryRoundTrip) {
+  Daemon d;
+  d.script(
+      "env.sh",
+      "#!/bin/bash\n#SBATCH --job-name=envjob\n#SBATCH --gres=gpu:2\n#SBATCH --mem=4G\n"
+      "echo \"ID=$GPUQ_JOB_ID GPUS=$GPUQ_GPUS N=$GPUQ_NUM_GPUS CVD=$CUDA_VISIBLE_DEVICES "
+      "ORDER=$CUDA_DEVICE_ORDER PWD=$(pwd) ARG=$1 MINE=$MY_VAR SLURM=${SLURM_JOB_ID:-none}\"\n");
+  Result r = sh(fmt::format("cd {} && MY_VAR=captured SLURM_JOB_ID=99 {} submit env.sh hello",
+                            d.dir(), d.cli()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "Submitted batch job 1\n");
+  EXPECT_NE(r.err.find("--mem=4G"), std::string::npos);  // unsupported: warned, ignored
+  auto j = d.wait_final(1);
+  EXPECT_EQ(j["state"], "COMPLETED");
+  EXPECT_EQ(j["name"], "envjob");
+  std::string out = read_text(d.dir() + "/slurm-1.out");
+  EXPECT_EQ(out, fmt::format("ID=1 GPUS=0,1 N=2 CVD=0,1 ORDER=PCI_BUS_ID PWD={} ARG=hello "
+                             "MINE=captured SLURM=none\n",
+                             d.dir()));
+  EXPECT_EQ(d.gpuq("log 1").out, out);
+  Result h = d.gpuq("history");
+  EXPECT_NE(h.out.find("JobID           JobName      User      State ExitCode    Elapsed     GPUs"),
+            std::string::npos)
+      << h.out;
+  EXPECT_NE(h.out.find("envjob"), std::string::npos);
+  EXPECT_NE(h.out.find("COMPLETED      0:0"), std::string::npos) << h.out;
+
+  // A failing job: FAILED with ExitCode code:0; output pattern letters.
+  d.script("fail.sh", "#!/bin/sh\n#SBATCH -o %x-%j.log\necho failing; exit 3\n");
+  int64_t id = d.submit("-J bad fail.sh");
+  auto f = d.wait_final(id);
+  EXPECT_EQ(f["state"], "FAILED");
+  EXPECT_EQ(f["exit_code"], 3);
+  EXPECT_EQ(f["reason"], "NonZeroExitCode");
+  EXPECT_EQ(read_text(fmt::format("{}/bad-{}.log", d.dir(), id)), "failing\n");
+  EXPECT_NE(d.gpuq("history").out.find("FAILED      3:0"), std::string::npos);
+}
+
+TEST(GpuqE2E, QueueShowsRunningAndPendingWithReasons) {
+  Daemon d({}, "0");
+  d.script("sleep.sh", "#!/bin/sh\nsleep 30\n");
+  int64_t a = d.submit("--gpus 1 sleep.sh");
+  int64_t b = d.submit("--gpus 1 -J waiting sleep.sh");
+  int64_t c = d.submit("--hold sleep.sh");
+  d.wait_state(a, "RUNNING");
+  Result q = d.gpuq("queue");
+  ASSERT_EQ(q.rc, 0);
+  auto l = lines(q.out);
+  ASSERT_EQ(l.size(), 4u) << q.out;
+  EXPECT_EQ(l[0], "             JOBID     NAME     USER ST       TIME GPUS NODELIST(REASON)");
+  EXPECT_NE(l[1].find(" R "), std::string::npos);
+  EXPECT_NE(l[2].find("waiting"), std::string::npos);
+  EXPECT_NE(l[2].find("PD"), std::string::npos);
+  EXPECT_NE(l[2].find("(Resources)"), std::string::npos) << q.out;
+  EXPECT_NE(l[3].find("(JobHeldUser)"), std::string::npos) << q.out;
+  auto js = nlohmann::json::parse(d.gpuq("queue --json").out);
+  EXPECT_EQ(js.size(), 3u);
+  // Cancel: running -> CANCELLED (SIGTERM to the group); pending -> CANCELLED at once.
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {} {}", a, c)).rc, 0);
+  EXPECT_EQ(d.wait_final(a)["state"], "CANCELLED");
+  EXPECT_EQ(d.wait_final(c)["state"], "CANCELLED");
+  EXPECT_EQ(d.wait_state(b, "RUNNING")["gpus"], nlohmann::json::array({0}));
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", b)).rc, 0);
+  d.wait_final(b);
+  Result bad = d.gpuq("cancel 999");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("invalid job id '999'"), std::string::npos) << bad.err;
+}
+
+TEST(GpuqE2E, HoldReleaseDrainResume) {
+  Daemon d;
+  d.script("quick.sh", "#!/bin/sh\necho ok\n");
+  int64_t a = d.submit("-H quick.sh");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(d.show(a)["state"], "PENDING");
+  ASSERT_EQ(d.gpuq(fmt::format("release {}", a)).rc, 0);
+  EXPECT_EQ(d.wait_final(a)["state"], "COMPLETED");
+  ASSERT_EQ(d.gpuq("drain").rc, 0);
+  int64_t b = d.submit("quick.sh");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  auto j = d.show(b);
+  EXPECT_EQ(j["state"], "PENDING");
+  EXPECT_EQ(j["reason"], "ReqNodeNotAvail");
+  d.kill9();  // the drain is durable
+  d.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(d.show(b)["state"], "PENDING");
+  ASSERT_EQ(d.gpuq("resume").rc, 0);
+  EXPECT_EQ(d.wait_final(b)["state"], "COMPLETED");
+}
+
+TEST(GpuqE2E, HelpOnEverySubcommandAndClearErrors) {
+  Daemon d;
+  for (const char* c : {"submit", "queue", "cancel", "show", "log", "history", "hold", "release",
+                        "drain", "resume", "daemon"}) {
+    Result r = d.gpuq(fmt::format("{} --help", c));
+    EXPECT_EQ(r.rc, 0) << c << ": " << r.err;
+    EXPECT_NE(r.out.find("usage: gpuq"), std::string::npos) << c;
+  }
+  d.script("nosheb.sh", "echo no shebang\n");
+  Result r = sh(fmt::format("cd {} && {} submit nosheb.sh", d.dir(), d.cli()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("#!"), std::string::npos) << r.err;
+  d.script("five.sh", "#!/bin/sh\n#SBATCH --gres=gpu:5\n");
+  r = sh(fmt::format("cd {} && {} submit five.sh", d.dir(), d.cli()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("5 GPUs"), std::string::npos) << r.err;
+  r = sh(fmt::format("cd {} && {} submit --time=xyz five.sh", d.dir(), d.cli()));
+  EXPECT_NE(r.err.find("'xyz'"), std::string::npos) << r.err;
+  d.script("one.sh", "#!/bin/sh\n");
+  r = sh(fmt::format("cd {} && {} submit --dependency=afterok:4242 one.sh", d.dir(), d.cli()));
+  EXPECT_NE(r.err.find("4242"), std::string::npos) << r.err;
+  r = sh(fmt::format("GPUQ_SOCKET={}/nope {} queue", d.dir(), gpuq_bin()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("cannot connect"), std::string::npos) << r.err;
+  EXPECT_NE(d.gpuq("frobnicate").rc, 0);
+}
+
+namespace {
+// Sends raw bytes and returns the daemon's reply payload ("" if it closed without one).
+std::string raw_request(const std::string& socket, const std::string& bytes, bool half_close) {
+  int fd = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, socket.c_str());
+  if (::connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    ::close(fd);
+    return "<connect failed>";
+  }
+  ssize_t w = ::send(fd, bytes.data(), bytes.size(), MSG_NOSIGNAL);
+  (void)w;
+  if (half_close) ::shutdown(fd, SHUT_WR);
+  std::string reply;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(fd, buf, sizeof(buf))) > 0) reply.append(buf, n);
+  ::close(fd);
+  return reply.size() > 4 ? reply.substr(4) : "";
+}
+
+std::string framed(const std::string& s) {
+  uint32_t n = s.size();
+  std::string h{char(n >> 24), char(n >> 16), char(n >> 8), char(n)};
+  return h + s;
+}
+}  // namespace
+
+TEST(GpuqE2E, MalformedAndOversizedRequestsGetErrorsNotCrashes) {
+  Daemon d;
+  const std::string s = d.socket();
+  EXPECT_NE(raw_request(s, std::string("\xff\xff\xff\xff", 4), false).find("larger than the limit"),
+            std::string::npos);
+  EXPECT_NE(raw_request(s, framed("{not json"), false).find("malformed request"),
+            std::string::npos);
+  EXPECT_NE(raw_request(s, framed("[1,2]"), false).find("not a JSON object"), std::string::npos);
+  EXPECT_NE(raw_request(s, framed("{\"op\":5}"), false).find("\"ok\":false"), std::string::npos);
+  EXPECT_NE(raw_request(s, framed("{\"op\":\"submit\"}"), false).find("\"ok\":false"),
+            std::string::npos);
+  EXPECT_NE(raw_request(s, framed("{\"op\":\"cancel\",\"ids\":[{\"a\":1}]}"), false)
+                .find("invalid job id"),
+            std::string::npos);
+  EXPECT_NE(
+      raw_request(
+          s, framed("{\"op\":\"submit\",\"script\":\"#!/bin/sh\\n\",\"cwd\":\"/\",\"env\":[1]}"),
+          false)
+          .find("\"ok\":false"),
+      std::string::npos);
+  // A silent client must not block others.
+  int idle = ::socket(AF_UNIX, SOCK_STREAM, 0);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  std::strcpy(addr.sun_path, s.c_str());
+  ASSERT_EQ(::connect(idle, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(::send(idle, "\0\0", 2, MSG_NOSIGNAL), 2);  // half a header, then nothing
+  EXPECT_EQ(d.gpuq("queue --noheader").rc, 0);
+  // Random garbage, truncated frames and early hang-ups.
+  std::mt19937 rng(7);
+  for (int i = 0; i < 300; ++i) {
+    std::string junk(rng() % 64, '\0');
+    for (auto& c : junk) c = static_cast<char>(rng());
+    if (i % 3 == 0) junk = framed(junk);
+    raw_request(s, junk, true);
+  }
+  ::close(idle);
+  Result r = d.gpuq("queue --noheader");
+  EXPECT_EQ(r.rc, 0) << r.err;
+  d.script("q.sh", "#!/bin/sh\necho fine\n");
+  EXPECT_EQ(d.wait_final(d.submit("q.sh"))["state"], "COMPLETED");
+}

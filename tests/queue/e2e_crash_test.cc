@@ -1,0 +1,145 @@
+// End-to-end crash safety: kill -9 of the daemon loses no job and never runs one twice. Running
+// jobs are adopted by the next daemon (or their end, recorded by their supervisor while no daemon
+// ran, is picked up); ids are never reused; GPUs are never handed out twice across restarts.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <atomic>
+#include <map>
+#include <random>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "harness.h"
+
+using namespace gpuq_test;
+
+TEST(GpuqCrash, RunningJobsAreAdoptedAndEndsWhileDownAreRecorded) {
+  Daemon d;
+  d.script("long.sh", "#!/bin/sh\nsleep 2\necho long done\nexit 7\n");
+  d.script("short.sh", "#!/bin/sh\nsleep 0.4\necho short done\n");
+  d.script("wait.sh", "#!/bin/sh\necho waited\n");
+  int64_t a = d.submit("--gpus 2 long.sh");
+  int64_t b = d.submit("--gpus 2 short.sh");
+  int64_t c = d.submit("--gpus 3 wait.sh");  // pending behind both
+  d.wait_state(a, "RUNNING");
+  d.wait_state(b, "RUNNING");
+  d.kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(1000));  // b ends while no daemon runs
+  d.start();
+  auto jb = d.wait_final(b);
+  EXPECT_EQ(jb["state"], "COMPLETED");
+  EXPECT_EQ(d.show(a)["state"], "RUNNING");  // adopted, not restarted
+  EXPECT_EQ(d.show(c)["state"], "PENDING");  // needs GPUs a still holds
+  auto ja = d.wait_final(a);
+  EXPECT_EQ(ja["state"], "FAILED");
+  EXPECT_EQ(ja["exit_code"], 7);
+  auto jc = d.wait_final(c);
+  EXPECT_GE(jc["start_ms"].get<int64_t>(), ja["end_ms"].get<int64_t>());
+  EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), a)), "long done\n");
+  // Ids continue after a restart and are never reused.
+  d.kill9();
+  d.start();
+  EXPECT_EQ(d.submit("wait.sh"), c + 1);
+}
+
+TEST(GpuqCrash, CancelAcrossRestartAndTimeLimitWithoutDaemon) {
+  Daemon d({"--kill-wait", "1"});
+  d.script("loop.sh", "#!/bin/bash\n#SBATCH -t 0:02\nwhile true; do sleep 0.1; done\n");
+  int64_t a = d.submit("loop.sh");
+  d.wait_state(a, "RUNNING");
+  d.kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(2500));  // the supervisor enforces it
+  d.start();
+  EXPECT_EQ(d.wait_final(a)["state"], "TIMEOUT");
+  d.script("sleep.sh", "#!/bin/sh\nsleep 100\n");
+  int64_t b = d.submit("sleep.sh");
+  d.wait_state(b, "RUNNING");
+  d.kill9();
+  d.start();
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", b)).rc, 0);
+  EXPECT_EQ(d.wait_final(b)["state"], "CANCELLED");
+}
+
+// 200 short jobs submitted while the daemon is SIGKILLed and restarted 10 times at random moments:
+// every job ends exactly once, none is lost, none runs twice, no GPU is shared.
+TEST(GpuqCrash, ChaosTwoHundredJobsTenKills) {
+  Daemon d;
+  const std::string runs = d.dir() + "/runs";
+  sh("mkdir -p " + runs);
+  d.script("chaos.sh",
+           "#!/bin/bash\n#SBATCH --gres=gpu:1\n"
+           "set -o noclobber\n"
+           "s=$(date +%s%N)\n"
+           "echo $GPUQ_JOB_ID > $RUNS/$GPUQ_JOB_ID.start || echo $GPUQ_JOB_ID >> $RUNS/dup\n"
+           "sleep 0.0$((RANDOM % 5))\n"
+           "e=$(date +%s%N)\n"
+           "echo \"$GPUQ_JOB_ID $CUDA_VISIBLE_DEVICES $s $e\" >> $LOG\n");
+  constexpr int kJobs = 200, kKills = 10;
+  std::vector<int64_t> ids;
+  std::atomic<bool> submitting{true};
+  std::string submit_err;
+  std::thread submitter([&] {
+    for (int i = 0; i < kJobs; ++i) {
+      // The client retries through restarts with the same submit key (no duplicate job).
+      Result r =
+          sh(fmt::format("cd {0} && RUNS={1} LOG={0}/intervals.log GPUQ_RETRY_SECONDS=60 "
+                         "{2} submit --parsable chaos.sh",
+                         d.dir(), runs, d.cli()));
+      if (r.rc != 0) {
+        submit_err = r.err;
+        break;
+      }
+      ids.push_back(std::stoll(r.out));
+    }
+    submitting = false;
+  });
+  std::mt19937 rng(2024);
+  for (int k = 0; k < kKills; ++k) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 600));
+    d.kill9();
+    std::this_thread::sleep_for(std::chrono::milliseconds(rng() % 200));
+    d.start();
+  }
+  submitter.join();
+  ASSERT_TRUE(submit_err.empty()) << submit_err;
+  ASSERT_EQ(ids.size(), static_cast<size_t>(kJobs));
+  EXPECT_EQ(std::set<int64_t>(ids.begin(), ids.end()).size(), ids.size()) << "an id was reused";
+  auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  nlohmann::json hist;
+  while (std::chrono::steady_clock::now() < deadline) {
+    hist = nlohmann::json::parse(d.gpuq("history --json").out);
+    if (hist.size() >= static_cast<size_t>(kJobs) &&
+        nlohmann::json::parse(d.gpuq("queue --json").out).empty())
+      break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  }
+  ASSERT_EQ(hist.size(), static_cast<size_t>(kJobs)) << "jobs lost or duplicated";
+  std::map<int64_t, int> ended;
+  for (const auto& j : hist) {
+    ended[j["job_id"].get<int64_t>()] += 1;
+    EXPECT_EQ(j["state"], "COMPLETED") << j.dump();
+  }
+  for (int64_t id : ids) {
+    EXPECT_EQ(ended[id], 1) << "job " << id;
+    EXPECT_EQ(read_text(fmt::format("{}/{}.start", runs, id)), fmt::format("{}\n", id));
+  }
+  EXPECT_EQ(read_text(runs + "/dup"), "") << "jobs that ran twice";
+  // Exclusivity across restarts, from the jobs' own timestamps.
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> by_gpu;
+  auto log = lines(read_text(d.dir() + "/intervals.log"));
+  EXPECT_EQ(log.size(), static_cast<size_t>(kJobs));
+  for (const auto& l : log) {
+    std::istringstream in(l);
+    int64_t id, s, e;
+    std::string g;
+    in >> id >> g >> s >> e;
+    by_gpu[g].push_back({s, e});
+  }
+  for (auto& [g, v] : by_gpu) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i) EXPECT_LE(v[i - 1].second, v[i].first) << "GPU " << g;
+  }
+}

@@ -1,0 +1,197 @@
+// End-to-end scheduling: GPUs are exclusive (checked from timestamps the jobs log themselves),
+// time limits end in TIMEOUT with the --signal seen by the job, the whole process group is
+// signalled, dependencies and arrays (with their %N cap) hold, and the per-user GPU limit holds.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <csignal>
+#include <map>
+#include <set>
+#include <sstream>
+#include <thread>
+
+#include "harness.h"
+
+using namespace gpuq_test;
+
+namespace {
+struct Interval {
+  int64_t id;
+  std::string gpus;
+  int64_t start, end;
+};
+
+// Lines "ID GPUS START_NS END_NS" written by the jobs.
+std::vector<Interval> read_intervals(const std::string& path) {
+  std::vector<Interval> out;
+  for (const auto& l : lines(read_text(path))) {
+    std::istringstream in(l);
+    Interval iv;
+    in >> iv.id >> iv.gpus >> iv.start >> iv.end;
+    out.push_back(iv);
+  }
+  return out;
+}
+
+// No GPU id is held by two intervals at once; returns the peak number of concurrent intervals.
+int check_exclusive(const std::vector<Interval>& ivs) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> by_gpu;
+  std::vector<std::pair<int64_t, int>> events;
+  for (const auto& iv : ivs) {
+    std::stringstream ss(iv.gpus);
+    std::string g;
+    while (std::getline(ss, g, ',')) by_gpu[g].push_back({iv.start, iv.end});
+    events.push_back({iv.start, 1});
+    events.push_back({iv.end, -1});
+  }
+  for (auto& [g, v] : by_gpu) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i)
+      EXPECT_LE(v[i - 1].second, v[i].first) << "GPU " << g << " held twice at once";
+  }
+  std::sort(events.begin(), events.end());
+  int cur = 0, peak = 0;
+  for (auto& e : events) peak = std::max(peak, cur += e.second);
+  return peak;
+}
+
+const char* kIntervalJob =
+    "#!/bin/bash\n"
+    "s=$(date +%s%N)\n"
+    "sleep 0.$((RANDOM % 3 + 1))\n"
+    "e=$(date +%s%N)\n"
+    "echo \"$GPUQ_JOB_ID $CUDA_VISIBLE_DEVICES $s $e\" >> $LOG\n";
+}  // namespace
+
+TEST(GpuqE2E, FiftyOneGpuJobsOnFourIdsNeverShareAGpu) {
+  Daemon d;
+  d.script("iv.sh", kIntervalJob);
+  std::string log = d.dir() + "/intervals.log";
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 50; ++i) ids.push_back(d.submit(fmt::format("--gpus=1 --export=LOG iv.sh")));
+  (void)log;
+  for (auto id : ids) EXPECT_EQ(d.wait_final(id, 120)["state"], "COMPLETED");
+  auto ivs = read_intervals(log);
+  ASSERT_EQ(ivs.size(), 50u);
+  int peak = check_exclusive(ivs);
+  EXPECT_EQ(peak, 4) << "all four GPUs should have been used at once";
+  std::set<std::string> used;
+  for (const auto& iv : ivs) used.insert(iv.gpus);
+  EXPECT_EQ(used, (std::set<std::string>{"0", "1", "2", "3"}));
+}
+
+TEST(GpuqE2E, TimeLimitSignalsThenTimeout) {
+  Daemon d({"--kill-wait", "1"});
+  d.script("trap.sh",
+           "#!/bin/bash\n#SBATCH --time=0:03 --signal=USR1@2\n"
+           "trap 'echo got USR1' USR1\n"
+           "trap 'echo got TERM; kill $child; exit 143' TERM\n"
+           "sleep 1000 & child=$!\n"
+           "echo child $child\n"
+           "while true; do sleep 0.1; done\n");
+  int64_t a = d.submit("trap.sh");
+  // A job that ignores SIGTERM is killed KillWait (1 s) later; its background child too.
+  d.script("stubborn.sh",
+           "#!/bin/bash\n#SBATCH -t 0:02\ntrap '' TERM\n"
+           "(trap '' TERM; sleep 1000) & echo bg $!\n"
+           "while true; do sleep 0.1; done\n");
+  int64_t b = d.submit("stubborn.sh");
+  auto ja = d.wait_final(a, 30);
+  EXPECT_EQ(ja["state"], "TIMEOUT");
+  std::string out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), a));
+  auto pos1 = out.find("got USR1"), pos2 = out.find("got TERM");
+  EXPECT_NE(pos1, std::string::npos) << out;
+  EXPECT_NE(pos2, std::string::npos) << out;
+  EXPECT_LT(pos1, pos2);
+  int64_t ms = ja["end_ms"].get<int64_t>() - ja["start_ms"].get<int64_t>();
+  EXPECT_GE(ms, 3000);
+  EXPECT_LT(ms, 6000);
+  auto jb = d.wait_final(b, 30);
+  EXPECT_EQ(jb["state"], "TIMEOUT");
+  EXPECT_EQ(jb["exit_signal"], 9);
+  std::string outb = read_text(fmt::format("{}/slurm-{}.out", d.dir(), b));
+  int bg = std::atoi(outb.substr(outb.find("bg ") + 3).c_str());
+  ASSERT_GT(bg, 0);
+  EXPECT_NE(::kill(bg, 0), 0) << "the job's background process survived it";
+  EXPECT_NE(d.gpuq("history").out.find("TIMEOUT      0:9"), std::string::npos);
+}
+
+TEST(GpuqE2E, CancelWithSignalOnlySignals) {
+  Daemon d;
+  d.script("usr2.sh",
+           "#!/bin/bash\ntrap 'echo got USR2; exit 0' USR2\nwhile true; do sleep 0.1; done\n");
+  int64_t a = d.submit("usr2.sh");
+  d.wait_state(a, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  ASSERT_EQ(d.gpuq(fmt::format("cancel --signal USR2 {}", a)).rc, 0);
+  EXPECT_EQ(d.wait_final(a)["state"], "COMPLETED");
+  // The whole process group gets it: bash also reports its `sleep` killed by USR2.
+  EXPECT_NE(read_text(fmt::format("{}/slurm-{}.out", d.dir(), a)).find("got USR2\n"),
+            std::string::npos);
+}
+
+TEST(GpuqE2E, DependenciesReleaseInOrderAndNeverWhenUnsatisfiable) {
+  Daemon d;
+  d.script("fail.sh", "#!/bin/sh\nsleep 0.5\nexit 1\n");
+  d.script("ok.sh", "#!/bin/sh\necho ok\n");
+  int64_t a = d.submit("fail.sh");
+  int64_t b = d.submit(fmt::format("--dependency=afterok:{} ok.sh", a));
+  int64_t c = d.submit(fmt::format("-d afternotok:{} ok.sh", a));
+  int64_t e = d.submit(fmt::format("-d afterany:{} ok.sh", a));
+  int64_t f = d.submit(fmt::format("-d afterok:{}:{} ok.sh", c, e));
+  EXPECT_EQ(d.show(b)["reason"], "Dependency");
+  auto ja = d.wait_final(a);
+  auto jc = d.wait_final(c), je = d.wait_final(e), jf = d.wait_final(f);
+  EXPECT_EQ(ja["state"], "FAILED");
+  EXPECT_EQ(jc["state"], "COMPLETED");
+  EXPECT_EQ(je["state"], "COMPLETED");
+  EXPECT_EQ(jf["state"], "COMPLETED");
+  EXPECT_GE(jc["start_ms"].get<int64_t>(), ja["end_ms"].get<int64_t>());
+  EXPECT_GE(je["start_ms"].get<int64_t>(), ja["end_ms"].get<int64_t>());
+  EXPECT_GE(jf["start_ms"].get<int64_t>(),
+            std::max(jc["end_ms"].get<int64_t>(), je["end_ms"].get<int64_t>()));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto jb = d.show(b);
+  EXPECT_EQ(jb["state"], "PENDING");  // afterok on a failed job: never released (Slurm)
+  EXPECT_EQ(jb["reason"], "DependencyNeverSatisfied");
+}
+
+TEST(GpuqE2E, ArrayTasksHonourTheCapAndPatterns) {
+  Daemon d;
+  d.script("arr.sh",
+           "#!/bin/bash\n#SBATCH --array=0-5%2 --gres=gpu:1\n"
+           "s=$(date +%s%N); sleep 0.3; e=$(date +%s%N)\n"
+           "echo \"$GPUQ_JOB_ID $GPUQ_ARRAY_TASK_ID $s $e\" >> $LOG\n"
+           "echo task $GPUQ_ARRAY_TASK_ID of $GPUQ_ARRAY_JOB_ID\n");
+  int64_t a = d.submit("--export=LOG arr.sh");
+  auto q = d.gpuq("queue").out;
+  EXPECT_NE(q.find(fmt::format("{}_5", a)), std::string::npos) << q;
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(d.wait_final(a + i, 60)["state"], "COMPLETED");
+  auto ivs = read_intervals(d.dir() + "/intervals.log");
+  ASSERT_EQ(ivs.size(), 6u);
+  EXPECT_LE(check_exclusive(ivs), 2);  // %2: never more than two tasks at once (gpus col = task)
+  for (int i = 0; i < 6; ++i)
+    EXPECT_EQ(read_text(fmt::format("{}/slurm-{}_{}.out", d.dir(), a, i)),
+              fmt::format("task {} of {}\n", i, a));
+  // Dependencies on an array wait for every task.
+  d.script("ok.sh", "#!/bin/sh\necho ok\n");
+  int64_t b = d.submit("--array=1-3 -t 1 ok.sh");
+  int64_t c = d.submit(fmt::format("-d afterok:{} ok.sh", b));
+  auto jc = d.wait_final(c);
+  EXPECT_EQ(jc["state"], "COMPLETED");
+  for (int i = 0; i < 3; ++i)
+    EXPECT_GE(jc["start_ms"].get<int64_t>(), d.show(b + i)["end_ms"].get<int64_t>());
+}
+
+TEST(GpuqE2E, PerUserGpuLimit) {
+  Daemon d({"--max-gpus-per-user", "1"});
+  d.script("iv.sh", kIntervalJob);
+  std::vector<int64_t> ids;
+  for (int i = 0; i < 4; ++i) ids.push_back(d.submit("--gpus=1 --export=LOG iv.sh"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  auto q = d.gpuq("queue").out;
+  EXPECT_NE(q.find("QOSMaxGRESPerUser"), std::string::npos) << q;
+  for (auto id : ids) d.wait_final(id, 30);
+  EXPECT_EQ(check_exclusive(read_intervals(d.dir() + "/intervals.log")), 1);
+}

@@ -1,0 +1,87 @@
+// End-to-end security with two real Unix users (created and deleted by the test; needs root):
+// jobs run as their submitter, and another user cannot cancel, hold, signal, read the log of,
+// or see the environment of someone else's job. Root can.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <pwd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <random>
+
+#include "harness.h"
+
+using namespace gpuq_test;
+
+namespace {
+// Creates a throwaway user; deletes it (and anything it left in /tmp's test dirs) on scope exit.
+class TestUser {
+ public:
+  explicit TestUser(const std::string& prefix) {
+    std::random_device rd;
+    name_ = fmt::format("{}{:x}", prefix, rd() & 0xffffff);
+    Result r = sh(fmt::format("useradd -M -d /nonexistent -s /bin/sh {}", name_));
+    if (r.rc != 0) throw std::runtime_error("useradd failed: " + r.err);
+    passwd* pw = getpwnam(name_.c_str());
+    uid_ = pw ? pw->pw_uid : 0;
+  }
+  ~TestUser() { sh(fmt::format("userdel {} 2>/dev/null", name_)); }
+  const std::string& name() const { return name_; }
+  uid_t uid() const { return uid_; }
+  // Runs a shell command as this user.
+  Result run(const std::string& cmd) const {
+    return sh(fmt::format("runuser -u {} -- /bin/sh -c '{}'", name_, cmd));
+  }
+
+ private:
+  std::string name_;
+  uid_t uid_ = 0;
+};
+}  // namespace
+
+TEST(GpuqUsers, SecondUserCannotTouchFirstUsersJob) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d;
+  TestUser alice("gqa"), bob("gqb");
+  std::string work = d.dir() + "/alice";
+  sh(fmt::format("mkdir -p {0} && chown {1} {0} && chmod 700 {0}", work, alice.name()));
+  std::string cli = d.cli();
+  Result s = alice.run(fmt::format(
+      "cd {} && printf \"#!/bin/sh\\nid -un\\necho SECRET=\\$SECRET\\nsleep 60\\n\" > job.sh && "
+      "SECRET=s3cr3t {} submit --gpus 1 job.sh",
+      work, cli));
+  ASSERT_EQ(s.rc, 0) << s.err;
+  int64_t id = std::stoll(s.out.substr(std::string("Submitted batch job ").size()));
+  auto j = d.wait_state(id, "RUNNING");
+  EXPECT_EQ(j["user"], alice.name());
+  EXPECT_EQ(j["uid"], alice.uid());
+
+  Result c = bob.run(fmt::format("{} cancel {}", cli, id));
+  EXPECT_NE(c.rc, 0);
+  EXPECT_NE(c.err.find("permission denied"), std::string::npos) << c.err;
+  EXPECT_NE(bob.run(fmt::format("{} cancel --signal KILL {}", cli, id)).rc, 0);
+  Result l = bob.run(fmt::format("{} log {}", cli, id));
+  EXPECT_NE(l.rc, 0);
+  EXPECT_NE(l.err.find("permission denied"), std::string::npos) << l.err;
+  Result sj = bob.run(fmt::format("{} show --json {}", cli, id));
+  ASSERT_EQ(sj.rc, 0) << sj.err;
+  auto shown = nlohmann::json::parse(sj.out).at(0);
+  EXPECT_FALSE(shown.contains("env"));
+  EXPECT_FALSE(shown.contains("script"));
+  EXPECT_EQ(sj.out.find("s3cr3t"), std::string::npos);
+  EXPECT_NE(bob.run(fmt::format("{} drain", cli)).rc, 0);
+  EXPECT_EQ(d.show(id)["state"], "RUNNING");  // untouched
+
+  // Alice sees her own job, its environment and output; it ran as her, in her directory.
+  Result al = alice.run(fmt::format("{} log {}", cli, id));
+  EXPECT_EQ(al.rc, 0) << al.err;
+  EXPECT_EQ(al.out, fmt::format("{}\nSECRET=s3cr3t\n", alice.name()));
+  struct stat st {};
+  ASSERT_EQ(stat(fmt::format("{}/slurm-{}.out", work, id).c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, alice.uid());
+  Result ac = alice.run(fmt::format("{} cancel {}", cli, id));
+  EXPECT_EQ(ac.rc, 0) << ac.err;
+  auto fin = d.wait_final(id);
+  EXPECT_EQ(fin["state"], "CANCELLED");
+  EXPECT_EQ(fin["reason"], fmt::format("CANCELLED by {}", alice.uid()));
+}

@@ -1,0 +1,67 @@
+// Test harness for gpuq end-to-end tests: a real `gpuq daemon` on a private temp state dir and
+// socket (so parallel ctest runs never collide), shell commands with captured output, and waits
+// that are bounded and name what they waited for. Everything is removed on destruction.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+namespace gpuq_test {
+
+struct Result {
+  int rc = -1;
+  std::string out, err;
+};
+
+// Runs `/bin/sh -c command` and captures stdout and stderr.
+Result sh(const std::string& command);
+
+std::string gpuq_bin();  // the built gpuq executable
+
+class TempDir {
+ public:
+  TempDir();
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+class Daemon {
+ public:
+  // extra: additional `gpuq daemon` options.
+  explicit Daemon(std::vector<std::string> extra = {}, std::string gpus = "0,1,2,3");
+  ~Daemon();
+  void start();  // waits until it answers
+  void kill9();  // SIGKILL, and waits for the process to be gone
+  void stop();   // SIGTERM
+  const std::string& dir() const { return dir_.path(); }
+  std::string socket() const { return dir_.path() + "/gpuq.sock"; }
+  // "GPUQ_SOCKET=... /path/to/gpuq"
+  std::string cli() const;
+  Result gpuq(const std::string& args) const { return sh(cli() + " " + args); }
+  // Writes an executable script into the work dir and returns its path.
+  std::string script(const std::string& name, const std::string& body) const;
+  int64_t submit(const std::string& args) const;  // asserts success, returns the id
+  nlohmann::json show(int64_t id) const;
+  nlohmann::json wait_final(int64_t id, double timeout_s = 30) const;
+  nlohmann::json wait_state(int64_t id, const std::string& state, double timeout_s = 30) const;
+  pid_t pid() const { return pid_; }
+
+ private:
+  TempDir dir_;
+  std::vector<std::string> extra_;
+  std::string gpus_;
+  pid_t pid_ = -1;
+};
+
+std::string read_text(const std::string& path);
+std::vector<std::string> lines(const std::string& text);
+
+}  // namespace gpuq_test

@@ -1,0 +1,154 @@
+// Pins gpuq's #SBATCH parsing to Slurm's rules (sbatch.1): where directives stop, how values are
+// read, the time/signal/dependency/array/gres formats, and output file patterns.
+#include "gpurun/queue/sbatch.h"
+
+#include <gtest/gtest.h>
+
+#include <csignal>
+
+using namespace gpurun::queue;
+
+TEST(SbatchScript, DirectivesStopAtFirstCommand) {
+  auto r = parse_sbatch_script(
+      "#!/bin/bash\n"
+      "#SBATCH --job-name=train\n"
+      "\n"
+      "# a comment\n"
+      "#SBATCH --gres=gpu:2   # two GPUs\n"
+      "# SBATCH --time=5\n"
+      "#SBATCHX --time=6\n"
+      "echo hi\n"
+      "#SBATCH --output=late.out\n");
+  EXPECT_EQ(r.job_name.value(), "train");
+  EXPECT_EQ(r.gpus.value(), 2);
+  EXPECT_FALSE(r.time_limit_s.has_value());  // "# SBATCH" and "#SBATCHX" are not directives
+  EXPECT_FALSE(r.output.has_value());        // after the first command
+}
+
+TEST(SbatchScript, ValuesAreNotShellExpandedButQuotesGroup) {
+  auto r = parse_sbatch_script("#!/bin/sh\n#SBATCH -J \"my job\" -o $HOME/%x-%j.out\n");
+  EXPECT_EQ(r.job_name.value(), "my job");
+  EXPECT_EQ(r.output.value(), "$HOME/%x-%j.out");
+}
+
+TEST(SbatchScript, UnsupportedDirectivesWarnAndAreIgnored) {
+  auto r = parse_sbatch_script(
+      "#!/bin/sh\n#SBATCH --mem=36000\n#SBATCH -p gpu --qos=normal -N 1\n#SBATCH --frobnicate=3\n");
+  ASSERT_EQ(r.warnings.size(), 5u);  // --mem, -p, --qos, -N, --frobnicate
+  EXPECT_NE(r.warnings[4].find("unknown option '--frobnicate=3'"), std::string::npos);
+}
+
+TEST(SbatchScript, ShortAndLongFormsAndFlags) {
+  auto r = parse_sbatch_script(
+      "#!/bin/sh\n#SBATCH -Jx -t 1:30 -G 3 -e err.txt -D /tmp -H --requeue\n"
+      "#SBATCH --dependency=afterok:4:5,afternotok:6 --array=1-3%2 --signal=B:USR1@30\n");
+  EXPECT_EQ(r.job_name.value(), "x");
+  EXPECT_EQ(r.time_limit_s.value(), 90);
+  EXPECT_EQ(r.gpus.value(), 3);
+  EXPECT_EQ(r.error.value(), "err.txt");
+  EXPECT_EQ(r.chdir.value(), "/tmp");
+  EXPECT_TRUE(r.hold.value());
+  EXPECT_TRUE(r.requeue.value());
+  ASSERT_EQ(r.dependencies->size(), 3u);
+  EXPECT_EQ((*r.dependencies)[2].kind, DepKind::kAfterNotOk);
+  EXPECT_EQ((*r.dependencies)[1].job_id, 5);
+  EXPECT_EQ(r.array->indices, (std::vector<int>{1, 2, 3}));
+  EXPECT_EQ(r.array->max_running, 2);
+  EXPECT_EQ(r.signal->signal, SIGUSR1);
+  EXPECT_EQ(r.signal->lead_seconds, 30);
+  EXPECT_TRUE(r.signal->batch_only);
+}
+
+TEST(SbatchScript, BadValuesThrowNamingTheInput) {
+  try {
+    parse_sbatch_script("#!/bin/sh\n#SBATCH --time=abc\n");
+    FAIL();
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("abc"), std::string::npos);
+  }
+  EXPECT_THROW(parse_sbatch_script("#!/bin/sh\n#SBATCH --gres=gpu:x:y:z\n"), std::invalid_argument);
+  EXPECT_THROW(parse_sbatch_script("#!/bin/sh\n#SBATCH -J\n"), std::invalid_argument);
+  EXPECT_THROW(parse_sbatch_script("#!/bin/sh\n#SBATCH \"unterminated\n"), std::invalid_argument);
+  EXPECT_THROW(parse_sbatch_script("#!/bin/sh\n#SBATCH script.sh\n"), std::invalid_argument);
+}
+
+TEST(SbatchOptions, CommandLineOverridesScript) {
+  auto r = parse_sbatch_script("#!/bin/sh\n#SBATCH -J a --gres=gpu:1 -t 10\n");
+  size_t pos = 0;
+  auto cli = parse_sbatch_options({"--gpus=2", "-J", "b", "job.sh", "--arg"}, &pos);
+  EXPECT_EQ(pos, 3u);
+  r.merge_from(cli);
+  EXPECT_EQ(r.job_name.value(), "b");
+  EXPECT_EQ(r.gpus.value(), 2);
+  EXPECT_EQ(r.time_limit_s.value(), 600);
+}
+
+TEST(TimeLimit, SlurmFormats) {
+  EXPECT_EQ(parse_time_limit("5"), 300);
+  EXPECT_EQ(parse_time_limit("5:30"), 330);
+  EXPECT_EQ(parse_time_limit("1:02:03"), 3723);
+  EXPECT_EQ(parse_time_limit("2-3"), 2 * 86400 + 3 * 3600);
+  EXPECT_EQ(parse_time_limit("2-00:00"), 2 * 86400);
+  EXPECT_EQ(parse_time_limit("1-1:1:1"), 86400 + 3661);
+  EXPECT_EQ(parse_time_limit("0"), 0);
+  EXPECT_EQ(parse_time_limit("UNLIMITED"), 0);
+  EXPECT_THROW(parse_time_limit(""), std::invalid_argument);
+  EXPECT_THROW(parse_time_limit("1:2:3:4"), std::invalid_argument);
+  EXPECT_THROW(parse_time_limit("-5"), std::invalid_argument);
+  EXPECT_THROW(parse_time_limit("1-"), std::invalid_argument);
+}
+
+TEST(Signals, NamesNumbersAndSpecs) {
+  EXPECT_EQ(parse_signal_name("USR1"), SIGUSR1);
+  EXPECT_EQ(parse_signal_name("SIGTERM"), SIGTERM);
+  EXPECT_EQ(parse_signal_name("usr2"), SIGUSR2);
+  EXPECT_EQ(parse_signal_name("9"), 9);
+  EXPECT_THROW(parse_signal_name("NOPE"), std::invalid_argument);
+  EXPECT_THROW(parse_signal_name("0"), std::invalid_argument);
+  auto s = parse_signal_spec("USR2");
+  EXPECT_EQ(s.lead_seconds, 60);  // Slurm's default lead
+  EXPECT_FALSE(s.batch_only);
+  EXPECT_THROW(parse_signal_spec("B:@5"), std::invalid_argument);
+}
+
+TEST(Dependencies, TypesAndErrors) {
+  auto d = parse_dependency("afterany:3:4,12");
+  ASSERT_EQ(d.size(), 3u);
+  EXPECT_EQ(d[2].kind, DepKind::kAfterAny);
+  EXPECT_EQ(d[2].job_id, 12);
+  EXPECT_THROW(parse_dependency("afterok:1?afterok:2"), std::invalid_argument);
+  EXPECT_THROW(parse_dependency("singleton"), std::invalid_argument);
+  EXPECT_THROW(parse_dependency("afterok"), std::invalid_argument);
+  EXPECT_THROW(parse_dependency("afterok:x"), std::invalid_argument);
+}
+
+TEST(Arrays, RangesStepsListsAndCap) {
+  EXPECT_EQ(parse_array("0-15:4").indices, (std::vector<int>{0, 4, 8, 12}));
+  auto a = parse_array("0,6,16-18%3");
+  EXPECT_EQ(a.indices, (std::vector<int>{0, 6, 16, 17, 18}));
+  EXPECT_EQ(a.max_running, 3);
+  EXPECT_THROW(parse_array("5-1"), std::invalid_argument);
+  EXPECT_THROW(parse_array("0-100000"), std::invalid_argument);  // more than 10,000 tasks
+  EXPECT_THROW(parse_array("1:0"), std::invalid_argument);
+}
+
+TEST(Gres, GpuCounts) {
+  EXPECT_EQ(parse_gres_gpus("gpu"), 1);
+  EXPECT_EQ(parse_gres_gpus("gpu:2"), 2);
+  EXPECT_EQ(parse_gres_gpus("gpu:P4:1"), 1);
+  EXPECT_EQ(parse_gres_gpus("gpu:p4:3"), 3);
+  EXPECT_EQ(parse_gres_gpus("gpu:a100"), 1);
+  EXPECT_THROW(parse_gres_gpus("mps:100"), std::invalid_argument);
+  EXPECT_EQ(parse_gpus("a100:2"), 2);
+}
+
+TEST(OutputPattern, SlurmLetters) {
+  PatternVars v{128, 0, -1, "train", "alice", "box"};
+  EXPECT_EQ(expand_output_pattern("slurm-%j.out", v), "slurm-128.out");
+  EXPECT_EQ(expand_output_pattern("job%4j.out", v), "job0128.out");
+  EXPECT_EQ(expand_output_pattern("%x_%u_%N_%%.log", v), "train_alice_box_%.log");
+  EXPECT_EQ(expand_output_pattern("a\\%j", v), "a%j");  // backslash: no substitution
+  PatternVars arr{130, 128, 2, "t", "u", "h"};
+  EXPECT_EQ(expand_output_pattern("slurm-%A_%a.out", arr), "slurm-128_2.out");
+  EXPECT_EQ(expand_output_pattern("%q%", v), "%q%");
+}

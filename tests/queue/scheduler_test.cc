@@ -1,0 +1,92 @@
+// Pins gpuq's scheduling order (priority, fair share, submit time), exclusive GPU choice, the
+// per-user GPU limit and EASY backfill.
+#include "gpurun/queue/scheduler.h"
+
+#include <gtest/gtest.h>
+
+using namespace gpurun::queue;
+
+namespace {
+SchedJob job(int64_t id, int gpus, uint32_t uid = 1, int64_t limit_s = 0, int prio = 0) {
+  return {id, uid, prio, gpus, limit_s, id * 10};
+}
+}  // namespace
+
+TEST(Scheduler, StartsInSubmitOrderOnFreeGpus) {
+  SchedInput in;
+  in.free_gpus = {3, 1, 0, 2};
+  in.waiting = {job(1, 2), job(2, 1), job(3, 2)};
+  auto out = schedule(in);
+  ASSERT_EQ(out.starts.size(), 2u);
+  EXPECT_EQ(out.starts[0].gpus, (std::vector<int>{0, 1}));
+  EXPECT_EQ(out.starts[1].gpus, (std::vector<int>{2}));
+  EXPECT_EQ(out.reasons[3], "Resources");
+}
+
+TEST(Scheduler, PriorityThenFairShareThenSubmitTime) {
+  SchedInput in;
+  in.free_gpus = {0};
+  in.usage = {{1, 1000.0}, {2, 10.0}};
+  in.waiting = {job(1, 1, 1), job(2, 1, 2)};
+  EXPECT_EQ(schedule(in).starts.at(0).job_id, 2);  // user 2 used less
+  in.waiting[0].priority = 5;
+  EXPECT_EQ(schedule(in).starts.at(0).job_id, 1);  // priority first
+}
+
+TEST(Scheduler, PerUserGpuLimit) {
+  SchedInput in;
+  in.free_gpus = {0, 1, 2};
+  in.max_gpus_per_user = 2;
+  in.running = {{1, 7, 0}};
+  in.waiting = {job(1, 1, 7), job(2, 1, 7), job(3, 1, 8)};
+  auto out = schedule(in);
+  ASSERT_EQ(out.starts.size(), 2u);
+  EXPECT_EQ(out.starts[0].job_id, 1);
+  EXPECT_EQ(out.starts[1].job_id, 3);
+  EXPECT_EQ(out.reasons[2], "QOSMaxGRESPerUser");
+}
+
+TEST(Scheduler, BackfillOnlyWhenTheTopJobIsNotDelayed) {
+  SchedInput in;
+  in.now_ms = 0;
+  in.free_gpus = {2, 3};
+  in.running = {{2, 1, 100000}};  // GPUs 0,1 free at t = 100 s
+  // Top job needs 4 GPUs: reserved at t = 100 s, with 0 spare GPUs then.
+  in.waiting = {job(1, 4), job(2, 1, 1, 50), job(3, 1, 1, 500), job(4, 1, 1, 0)};
+  auto out = schedule(in);
+  ASSERT_EQ(out.starts.size(), 1u);
+  EXPECT_EQ(out.starts[0].job_id, 2);  // ends at 50 s, before the reservation
+  EXPECT_EQ(out.reasons[1], "Resources");
+  EXPECT_EQ(out.reasons[3], "Priority");  // would still run at 100 s
+  EXPECT_EQ(out.reasons[4], "Priority");  // no limit: could run forever
+}
+
+TEST(Scheduler, BackfillUsesGpusTheTopJobWillNotNeed) {
+  SchedInput in;
+  in.free_gpus = {2, 3};
+  in.running = {{2, 1, 100000}};
+  in.waiting = {job(1, 3), job(2, 1, 1, 0), job(3, 1, 1, 0)};
+  auto out = schedule(in);  // at 100 s: 4 free, top needs 3 -> one spare GPU
+  ASSERT_EQ(out.starts.size(), 1u);
+  EXPECT_EQ(out.starts[0].job_id, 2);
+  EXPECT_EQ(out.reasons[3], "Priority");
+}
+
+TEST(Scheduler, NoBackfillBehindAJobThatMayWaitForever) {
+  SchedInput in;
+  in.free_gpus = {3};
+  in.running = {{3, 1, 0}};  // no time limit
+  in.waiting = {job(1, 4), job(2, 1, 1, 10)};
+  EXPECT_TRUE(schedule(in).starts.empty());
+}
+
+TEST(Scheduler, CpuOnlyJobsAlwaysFit) {
+  SchedInput in;
+  in.waiting = {job(1, 0), job(2, 0)};
+  EXPECT_EQ(schedule(in).starts.size(), 2u);
+}
+
+TEST(Scheduler, DecayHalvesPerHalfLife) {
+  EXPECT_DOUBLE_EQ(decay_usage(100.0, 1000, 1000), 50.0);
+  EXPECT_DOUBLE_EQ(decay_usage(100.0, 0, 1000), 100.0);
+}
