@@ -51,10 +51,10 @@ std::string encode_plan(const Allocation& a, const RankPlan& p, const PlanOption
   std::string nodes;
   for (const auto& n : p.nodes)
     nodes += fmt::format("{}{}*{}*{}", nodes.empty() ? "" : ",", esc(n.host), n.ranks, n.gpus);
-  return fmt::format("v1;s={};j={};a={};p={};c={};g={};n={}", to_string(a.scheduler),
+  return fmt::format("v1;s={};j={};a={};p={};c={};g={};t={};n={}", to_string(a.scheduler),
                      a.job_id ? esc(*a.job_id) : "-", esc(p.master_addr), p.master_port,
                      p.cpus_per_rank, o.gpus_per_rank ? std::to_string(*o.gpus_per_rank) : "-",
-                     nodes);
+                     p.stdout_tty ? 1 : 0, nodes);
 }
 
 DecodedPlan decode_plan(const std::string& text) {
@@ -98,6 +98,7 @@ DecodedPlan decode_plan(const std::string& text) {
       o.gpus_per_rank = static_cast<int>(detail::parse_count("plan gpus", kv["g"]));
     d.plan = make_plan(a, o);
     d.plan.master_addr = unesc(kv["a"]);
+    d.plan.stdout_tty = kv.count("t") && kv["t"] == "1";
   } catch (const Error& e) {
     if (std::string(e.what()).rfind("--plan", 0) == 0) throw;
     throw bad(e.what());
@@ -137,6 +138,7 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
       {"OMP_NUM_THREADS", std::to_string(p.cpus_per_rank)},
       {"GPURUN_SCHEDULER", to_string(s)},
       {"GPURUN_JOB_ID", job_id.value_or("")},
+      {"GPURUN_STDOUT_TTY", p.stdout_tty ? "1" : "0"},
   };
 }
 

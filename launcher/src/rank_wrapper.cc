@@ -262,7 +262,9 @@ int exec_in_step(const Allocation& a, const RankPlan& plan, const Env& env_in,
     me.gpus.clear();
     for (std::size_t i = 0; i < a.local_gpu_ids.size(); ++i) me.gpus.push_back(static_cast<int>(i));
   }
-  for (auto& [k, v] : rank_environment(plan, me, a.scheduler, a.job_id, visible)) env[k] = v;
+  RankPlan p = plan;
+  p.stdout_tty = isatty(STDOUT_FILENO) == 1;
+  for (auto& [k, v] : rank_environment(p, me, a.scheduler, a.job_id, visible)) env[k] = v;
   proc::exec_program(program, env);
 }
 

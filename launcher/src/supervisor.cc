@@ -142,6 +142,7 @@ int run_supervisor(RunConfig& cfg) {
                          : single_machine ? "127.0.0.1"
                                           : sys::hostname();
   cfg.launch.control = fmt::format("{}:{}:{}", ctl_host, ctl_port, token);
+  plan.stdout_tty = isatty(STDOUT_FILENO) == 1;
   cfg.launch.plan_text = encode_plan(cfg.alloc, plan, cfg.plan_options);
   LaunchCommand cmd = build_launch(cfg.alloc, plan, cfg.launch);
   for (const auto& n : cmd.notes) say(n);

@@ -207,14 +207,16 @@ int cmd_queue(const Args& a) {
     const char* u = std::getenv("USER");
     req["user"] = u ? u : "";
   }
-  auto reply = call(p.socket, req);
   if (p.vm.count("json")) {
+    auto reply = call(p.socket, req);
     std::cout << reply["jobs"].dump(2) << "\n";
     return 0;
   }
-  std::string text = format_queue(reply["jobs"], reply["now_ms"].get<int64_t>(),
-                                  p.vm.count("long") ? QueueFormat::kLong : QueueFormat::kDefault,
-                                  !p.vm.count("noheader"));
+  req["text"] = true;
+  req["long"] = p.vm.count("long") > 0;
+  req["header"] = p.vm.count("noheader") == 0;
+  auto reply = call(p.socket, req);
+  const std::string& text = reply["text"].get_ref<const std::string&>();
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
 }

@@ -75,6 +75,7 @@ class Daemon {
   nlohmann::json op_history(const nlohmann::json& req, const Peer& peer);
   nlohmann::json op_drain(const Peer& peer, bool drain);
   std::vector<int64_t> resolve_ids(const nlohmann::json& req);  // "12", "12_3" -> job ids
+  std::string pending_reason(const Job& j) const;  // squeue's (Reason)
   bool may_control(const Peer& peer, const Job& j) const;
   std::string output_path(const Job& j, bool error) const;
 

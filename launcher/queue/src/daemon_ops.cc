@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "daemon.h"
+#include "gpurun/queue/format.h"
 #include "gpurun/queue/job_json.h"
 #include "gpurun/queue/sbatch.h"
 #include "runfiles.h"
@@ -161,20 +162,45 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
       {"ok", true}, {"job_id", jobs.front().id}, {"tasks", jobs.size()}, {"warnings", r.warnings}};
 }
 
+std::string Daemon::pending_reason(const Job& j) const {
+  if (j.held) return "JobHeldUser";
+  auto it = reasons_.find(j.id);
+  return it != reasons_.end() ? it->second : "None";
+}
+
 nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
-  std::string user = req.value("user", "");
+  const std::string user = req.value("user", "");
+  const int64_t now = now_ms();
+  if (req.value("text", false)) {
+    std::vector<QueueRow> rows;
+    rows.reserve(active_.size());
+    for (const auto& [id, j] : active_) {
+      if (!user.empty() && j.user != user) continue;
+      QueueRow r;
+      r.id = display_id(j);
+      r.name = j.name;
+      r.user = j.user;
+      r.running = j.state == JobState::kRunning;
+      if (!r.running) r.reason = pending_reason(j);
+      r.nodelist = host_;
+      r.elapsed_s = r.running ? std::max<int64_t>(0, (now - j.start_ms) / 1000) : 0;
+      r.time_limit_s = j.time_limit_s;
+      r.gpus_requested = j.gpus_requested;
+      r.gpus = j.gpus;
+      rows.push_back(std::move(r));
+    }
+    auto fmt_kind = req.value("long", false) ? QueueFormat::kLong : QueueFormat::kDefault;
+    return {{"ok", true}, {"text", format_queue(rows, fmt_kind, req.value("header", true))}};
+  }
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& [id, j] : active_) {
     if (!user.empty() && j.user != user) continue;
     auto o = job_to_json(j, JobView::kPublic);
-    if (j.state == JobState::kPending) {
-      auto it = reasons_.find(id);
-      o["reason"] = j.held ? "JobHeldUser" : it != reasons_.end() ? it->second : "None";
-    }
+    if (j.state == JobState::kPending) o["reason"] = pending_reason(j);
     o["nodelist"] = host_;
     jobs.push_back(std::move(o));
   }
-  return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now_ms()}};
+  return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}};
 }
 
 std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req) {
@@ -222,10 +248,7 @@ nlohmann::json Daemon::op_show(const nlohmann::json& req, const Peer& peer) {
     if (!j) continue;
     bool mine = may_control(peer, *j);
     auto o = job_to_json(*j, mine ? JobView::kFull : JobView::kPublic);
-    if (j->state == JobState::kPending) {
-      auto it = reasons_.find(id);
-      o["reason"] = j->held ? "JobHeldUser" : it != reasons_.end() ? it->second : "None";
-    }
+    if (j->state == JobState::kPending) o["reason"] = pending_reason(*j);
     o["nodelist"] = host_;
     o["may_read"] = mine;
     if (mine) {

@@ -59,40 +59,57 @@ std::string exit_code_text(int code, int signal) {
   return fmt::format("{}:{}", code, signal);
 }
 
-std::string format_queue(const nlohmann::json& jobs, int64_t now_ms, QueueFormat f, bool header) {
+QueueRow queue_row_from_json(const nlohmann::json& j, int64_t now_ms) {
+  QueueRow r;
+  r.id = j.at("display_id").get<std::string>();
+  r.name = j.at("name").get<std::string>();
+  r.user = j.at("user").get<std::string>();
+  r.running = j.at("state") == "RUNNING";
+  r.reason = j.value("reason", std::string("None"));
+  r.nodelist = j.value("nodelist", std::string());
+  r.elapsed_s = elapsed_s(j, now_ms);
+  r.time_limit_s = j.value("time_limit_s", int64_t{0});
+  r.gpus_requested = j.value("gpus_requested", 0);
+  r.gpus = j.value("gpus", std::vector<int>{});
+  return r;
+}
+
+std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool header) {
   const bool lng = f == QueueFormat::kLong;
   std::string out;
+  out.reserve((rows.size() + 1) * 80);
   if (header) {
     out += right("JOBID", 18) + " " + right("NAME", 8) + " " + right("USER", 8) + " " +
            right("ST", 2) + " " + right("TIME", 10) + " ";
     if (lng) out += right("TIME_LIMIT", 10) + " ";
     out += right("GPUS", 4) + " NODELIST(REASON)\n";
   }
-  // Running jobs first (by id), then pending ones (by id), as squeue shows them by state.
-  std::vector<const nlohmann::json*> order;
-  for (const auto& j : jobs) order.push_back(&j);
-  std::stable_sort(order.begin(), order.end(),
-                   [](const nlohmann::json* a, const nlohmann::json* b) {
-                     bool ra = a->at("state") == "RUNNING", rb = b->at("state") == "RUNNING";
-                     return ra > rb;
-                   });
-  out.reserve(order.size() * 80);
-  for (const nlohmann::json* jp : order) {
-    const auto& j = *jp;
-    bool running = j["state"] == "RUNNING";
-    std::string st = running ? "R" : "PD";
-    out += right(j["display_id"].get<std::string>(), 18) + " " +
-           right(j["name"].get<std::string>(), 8) + " " + right(j["user"].get<std::string>(), 8) +
-           " " + right(st, 2) + " " + right(squeue_time(elapsed_s(j, now_ms)), 10) + " ";
-    if (lng) out += right(time_limit_text(j.value("time_limit_s", int64_t{0})), 10) + " ";
-    out += right(std::to_string(j.value("gpus_requested", 0)), 4) + " ";
-    if (running) {
-      out += j.value("nodelist", std::string());
-      if (lng) out += fmt::format(" gpu:{}", id_list(j["gpus"]));
-    } else {
-      out += "(" + j.value("reason", std::string("None")) + ")";
+  for (int pass = 0; pass < 2; ++pass) {
+    for (const QueueRow& r : rows) {
+      if (r.running != (pass == 0)) continue;
+      out += right(r.id, 18);
+      out += ' ';
+      out += right(r.name, 8);
+      out += ' ';
+      out += right(r.user, 8);
+      out += r.running ? "  R " : " PD ";
+      out += right(squeue_time(r.elapsed_s), 10);
+      out += ' ';
+      if (lng) out += right(time_limit_text(r.time_limit_s), 10) + " ";
+      out += right(std::to_string(r.gpus_requested), 4);
+      out += ' ';
+      if (r.running) {
+        out += r.nodelist;
+        if (lng) {
+          std::string ids;
+          for (int g : r.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
+          out += " gpu:" + ids;
+        }
+      } else {
+        out += "(" + r.reason + ")";
+      }
+      out += '\n';
     }
-    out += "\n";
   }
   return out;
 }

@@ -55,8 +55,9 @@ DecodedPlan decode_plan(const std::string& text);
 
 // The environment of one rank: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK
 // MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER OMP_NUM_THREADS
-// GPURUN_SCHEDULER GPURUN_JOB_ID. `visible` is the node's visible GPU list (CUDA_VISIBLE_DEVICES
-// as the scheduler set it there); nullopt prints positions instead (a node we cannot see).
+// GPURUN_SCHEDULER GPURUN_JOB_ID GPURUN_STDOUT_TTY. `visible` is the node's visible GPU list
+// (CUDA_VISIBLE_DEVICES as the scheduler set it there); nullopt prints positions instead (a node we
+// cannot see).
 std::vector<std::pair<std::string, std::string>> rank_environment(
     const RankPlan& plan, const RankEntry& r, Scheduler s, const std::optional<std::string>& job_id,
     const std::optional<std::vector<std::string>>& visible);

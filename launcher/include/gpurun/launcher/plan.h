@@ -47,6 +47,9 @@ struct RankPlan {
   std::string master_addr;
   int master_port = 0;
   int cpus_per_rank = 1;
+  // Whether gpurun's own stdout is a terminal. Engines give ranks a pty or a pipe regardless
+  // (Open MPI uses a pty), so ranks learn it from GPURUN_STDOUT_TTY, e.g. to draw progress bars.
+  bool stdout_tty = false;
   std::vector<std::string> notes;
 };
 

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <vector>
 
 namespace gpurun::queue {
 
@@ -14,8 +15,19 @@ std::string sacct_elapsed(int64_t seconds);        // 00:00:21, 2-01:43:21
 std::string exit_code_text(int code, int signal);  // "1:0", "0:9"
 
 enum class QueueFormat { kDefault, kLong };
-// `jobs` as in the daemon's queue reply; now_ms for the TIME column.
-std::string format_queue(const nlohmann::json& jobs, int64_t now_ms, QueueFormat f, bool header);
+
+// One line of `gpuq queue`.
+struct QueueRow {
+  std::string id, name, user, reason, nodelist;
+  bool running = false;
+  int64_t elapsed_s = 0, time_limit_s = 0;
+  int gpus_requested = 0;
+  std::vector<int> gpus;
+};
+QueueRow queue_row_from_json(const nlohmann::json& job, int64_t now_ms);  // a queue --json entry
+// Running rows first, then pending ones, each group in the given order (squeue sorts by state).
+// The daemon formats text itself, so listing 10,000 jobs never serializes them to JSON.
+std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool header);
 std::string format_history(const nlohmann::json& jobs, bool header);
 std::string format_show(const nlohmann::json& job, int64_t now_ms);
 
