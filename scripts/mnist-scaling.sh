@@ -29,7 +29,7 @@
 # gnuplot (the plot; without it scaling.png is skipped with a warning).
 set -euo pipefail
 
-usage() { sed -n '2,30p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; }
 die() { echo "mnist-scaling: error: $*" >&2; exit 1; }
 
 root=$(cd "$(dirname "$0")/.." && pwd)

@@ -27,7 +27,7 @@
 #   GPURUN_SLURM_CPUS       CPUs each fake node claims (default 4)
 set -euo pipefail
 
-usage() { sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; }
+usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; }
 
 dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
 port=${GPURUN_SLURM_PORT:-16817}
@@ -256,12 +256,15 @@ our_pids() { { slurm_pids; munge_pids; } | sort -u; }
 
 # Job step daemons of our nodes: slurmstepd processes whose working spool lies under our directory.
 our_stepds() {
-  local p
+  local p l
   for p in $(pgrep -x slurmstepd || true); do
-    if tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "SLURM_CONF=$conf" ||
-      ls -l /proc/"$p"/fd 2>/dev/null | grep -q -- "$dir/"; then
+    if tr '\0' '\n' </proc/"$p"/environ 2>/dev/null | grep -qx "SLURM_CONF=$conf"; then
       echo "$p"
+      continue
     fi
+    for l in /proc/"$p"/fd/*; do
+      if [[ $(readlink "$l" 2>/dev/null) == "$dir/"* ]]; then echo "$p"; break; fi
+    done
   done
 }
 

@@ -15,7 +15,7 @@
 set -euo pipefail
 
 case ${1:-} in
-  -h | --help) sed -n '2,14p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 use_cluster=1
 [[ ${1:-} == --no-cluster ]] && use_cluster=0

@@ -10,7 +10,7 @@
 set -euo pipefail
 
 case ${1:-} in
-  -h | --help) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 keep=0
 [[ ${1:-} == --keep ]] && keep=1
@@ -24,7 +24,7 @@ chmod 755 "$work"
 
 fail() {
   echo "slurm_cluster_test: FAIL: $*" >&2
-  for f in "$work"/job.out; do [[ -f $f ]] && { echo "--- $f" >&2; cat "$f" >&2; }; done
+  if [[ -f $work/job.out ]]; then echo "--- $work/job.out" >&2; cat "$work/job.out" >&2; fi
   echo "slurm_cluster_test: cluster logs in $dir/log" >&2
   exit 1
 }

@@ -4,6 +4,9 @@
 #
 #   tests/integration/slurm_mnist_e2e_test.sh GPURUN MNIST_CNN [DATA_DIR] [--keep]
 #
+# Training uses --lr 0.05 (x4 ranks, linear scaling: 0.2, the 1-rank default), so the scheduler path,
+# not the learning rate, decides the outcome; test accuracy must beat chance (> 20%).
+#
 # Starts the local two-node cluster (scripts/slurm/local-cluster.sh), submits the job script users
 # copy, scripts/slurm/mnist_cnn.sbatch, on 2 nodes x 2 tasks (CPU training, fake GPUs allocated),
 # waits (bounded) and checks: the job COMPLETED with exit code 0:0 on node[1-2] with 4 tasks; the
@@ -15,7 +18,7 @@
 set -euo pipefail
 
 case ${1:-} in
-  -h | --help) sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
 esac
 (($# >= 2)) || { echo "usage: $0 GPURUN MNIST_CNN [DATA_DIR] [--keep]" >&2; exit 2; }
 gpurun=$(realpath "$1")
@@ -73,7 +76,7 @@ trap cleanup EXIT
 
 # The nodes have 4 CPUs and 2 fake GPUs each: 2 tasks x 2 CPUs, gpu:2 per node.
 jobid=$(cd "$root" && GPURUN=$gpurun MNIST_CNN=$mnist DATA=$data EPOCHS=$epochs DEVICE=cpu \
-  CKPT_DIR=$work/ckpt REPORT=$report MNIST_ARGS="--threads 1" \
+  CKPT_DIR=$work/ckpt REPORT=$report MNIST_ARGS="--threads 1 --lr 0.05" \
   sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=2 --gres=gpu:2 --time=10 \
   --job-name=gpurun-e2e -o "$out" scripts/slurm/mnist_cnn.sbatch) || fail "sbatch scripts/slurm/mnist_cnn.sbatch"
 [[ $jobid =~ ^[0-9]+$ ]] || fail "sbatch printed '$jobid', not a job id"
@@ -118,7 +121,7 @@ errs = []
 if j.get("world_size") != 4: errs.append(f"world_size {j.get('world_size')}, want 4")
 if j.get("epochs") != epochs: errs.append(f"epochs {j.get('epochs')}, want {epochs}")
 if len(j.get("seconds_per_epoch", [])) != epochs: errs.append("seconds_per_epoch has the wrong length")
-if not (0.5 < float(j.get("test_accuracy", 0)) <= 1): errs.append(f"test_accuracy {j.get('test_accuracy')}")
+if not (0.2 < float(j.get("test_accuracy", 0)) <= 1): errs.append(f"test_accuracy {j.get('test_accuracy')}")
 for e in errs: print("report:", e, file=sys.stderr)
 sys.exit(1 if errs else 0)
 EOF

@@ -1,0 +1,131 @@
+#!/usr/bin/env bash
+# slurm_mnist_ckpt_test.sh: checkpoint on a signal to the Slurm job, then resume to the same weights
+# (CTest: slurm_mnist_ckpt, labels slurm;e2e).
+#
+#   tests/integration/slurm_mnist_ckpt_test.sh GPURUN MNIST_CNN [DATA_DIR] [--keep]
+#
+# On the local two-node cluster (scripts/slurm/local-cluster.sh, started and stopped here), with
+# scripts/slurm/mnist_cnn.sbatch on 2 nodes x 2 tasks:
+#   A. an uninterrupted run of E epochs;
+#   B. the same run, sent `scancel --signal=USR1 --batch` once epoch 1 is done: gpurun (the batch
+#      shell, exec'd) passes USR1 to the ranks, which write a checkpoint and exit; the job must end
+#      without a failure and leave the checkpoint;
+#   C. B resubmitted (the script always passes --resume): it must resume and end with the same
+#      weights as A (param_checksum in the report JSON) and the same test accuracy.
+# Exit 77 (skipped) without data.
+set -euo pipefail
+
+case ${1:-} in
+  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
+esac
+(($# >= 2)) || { echo "usage: $0 GPURUN MNIST_CNN [DATA_DIR] [--keep]" >&2; exit 2; }
+gpurun=$(realpath "$1")
+mnist=$(realpath "$2")
+shift 2
+keep=0 data=""
+for a in "$@"; do
+  case $a in --keep) keep=1 ;; *) data=$a ;; esac
+done
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+cluster=$root/scripts/slurm/local-cluster.sh
+dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
+export SLURM_CONF=$dir/etc/slurm.conf
+name=slurm_mnist_ckpt
+epochs=4
+
+if [[ -z $data ]]; then
+  for d in "$root/data/mnist" "$root/data/fashion" /usr/share/datasets/fashion-mnist; do
+    if compgen -G "$d/train-images-idx3-ubyte*" >/dev/null; then data=$d; break; fi
+  done
+fi
+if [[ -z $data ]]; then echo "$name: SKIP: no MNIST data (run scripts/fetch-data.sh)"; exit 77; fi
+data=$(realpath "$data")
+
+work=$(mktemp -d /tmp/gpurun-ckpt.XXXXXX)
+chmod 755 "$work"
+jobid=""
+out=""
+
+fail() {
+  echo "$name: FAIL: $*" >&2
+  if [[ -n $out && -f $out ]]; then echo "--- job output ($out):" >&2; tail -n 40 "$out" >&2; fi
+  if [[ -n $jobid ]]; then scontrol show job "$jobid" >&2 2>/dev/null || true; fi
+  echo "$name: cluster logs in $dir/log" >&2
+  exit 1
+}
+cleanup() {
+  local rc=$?
+  if ((keep == 0)); then
+    "$cluster" stop >/dev/null || echo "$name: cluster stop failed" >&2
+    rm -rf "$work"
+  else
+    echo "$name: kept the cluster and $work"
+  fi
+  exit $rc
+}
+trap cleanup EXIT
+
+job_state() { scontrol show job "$jobid" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || true; }
+is_final() {
+  case $1 in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;; esac
+  return 1
+}
+# submit TAG CKPT_DIR: submits the user's sbatch script; sets jobid and out.
+submit() {
+  out=$work/$1.out
+  jobid=$(cd "$root" && GPURUN=$gpurun MNIST_CNN=$mnist DATA=$data EPOCHS=$epochs DEVICE=cpu \
+    CKPT_DIR=$2 REPORT=$work/$1.json MNIST_ARGS="--threads 1 --lr 0.05" \
+    sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=2 --gres=gpu:2 --time=10 \
+    --job-name="gpurun-ckpt-$1" -o "$out" scripts/slurm/mnist_cnn.sbatch) || fail "sbatch ($1)"
+  [[ $jobid =~ ^[0-9]+$ ]] || fail "sbatch ($1) printed '$jobid'"
+  echo "$name: run $1: job $jobid"
+}
+# wait_final SECONDS: waits for the job to end; prints its final state.
+wait_final() {
+  local deadline=$((SECONDS + $1)) st
+  st=$(job_state)
+  until is_final "$st"; do
+    ((SECONDS < deadline)) || fail "job $jobid still '$st' after $1 s"
+    sleep 0.5
+    st=$(job_state)
+  done
+  echo "$st"
+}
+checksum() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["param_checksum"], j["test_accuracy"])' "$1"; }
+
+"$cluster" start >/dev/null || fail "local-cluster.sh start"
+
+# A: uninterrupted.
+submit A "$work/ckA"
+st=$(wait_final 400)
+[[ $st == COMPLETED ]] || fail "run A ended $st"
+[[ -s $work/A.json ]] || fail "run A wrote no report"
+
+# B: interrupted by USR1 to the batch shell once epoch 1 is done.
+submit B "$work/ckB"
+deadline=$((SECONDS + 300))
+until grep -Eq "epoch 1/$epochs " "$out" 2>/dev/null; do
+  st=$(job_state)
+  ! is_final "$st" || fail "run B ended $st before epoch 1 was done"
+  ((SECONDS < deadline)) || fail "run B: no 'epoch 1/$epochs' line after 300 s"
+  sleep 0.2
+done
+scancel --signal=USR1 --batch "$jobid" || fail "scancel --signal=USR1 --batch $jobid"
+st=$(wait_final 120)
+grep -q 'received SIGUSR1' "$out" || fail "run B: the ranks did not report SIGUSR1"
+grep -q 'checkpoint written' "$out" || fail "run B: no checkpoint written"
+[[ -n $(ls -A "$work/ckB" 2>/dev/null) ]] || fail "run B: checkpoint directory $work/ckB is empty"
+[[ $st == COMPLETED ]] || fail "run B ended $st after the checkpoint signal, expected a clean exit (COMPLETED)"
+grep -Eq "epoch $epochs/$epochs " "$out" && fail "run B finished all epochs: the signal came too late to test anything"
+
+# C: resubmitted with the same checkpoint directory.
+submit C "$work/ckB"
+st=$(wait_final 400)
+[[ $st == COMPLETED ]] || fail "run C ended $st"
+grep -q 'resumed from' "$out" || fail "run C did not resume"
+[[ -s $work/C.json ]] || fail "run C wrote no report"
+a=$(checksum "$work/A.json")
+c=$(checksum "$work/C.json")
+[[ $a == "$c" ]] || fail "weights differ: uninterrupted run A has (checksum, test accuracy) $a, interrupted+resumed run C has $c"
+echo "$name: PASS (A and B+C end with the same weights and test accuracy: $a)"
