@@ -30,6 +30,7 @@ void write_report(const std::string& path, const ReportInput& in) {
   j["threads_per_rank"] = in.threads;
   j["backend"] = in.pg.backend();
   j["blas"] = gpurun::kernels::cpu::blas_info();
+  j["blas_core"] = gpurun::kernels::cpu::blas_core();
   j["param_count"] = r.param_count;
   j["steps_per_epoch"] = r.steps_per_epoch;
   j["global_steps"] = r.global_steps;

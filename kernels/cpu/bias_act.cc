@@ -1,8 +1,7 @@
 // bias_act.cc: bias + ReLU forward (in place) and backward (mask dy, sum db). The cpu:: version is
-// written so the inner loop over `inner` contiguous floats vectorises; ref:: is the obvious loop.
+// written so the inner loop over `inner` contiguous floats vectorises; ref:: is the obvious loop
+// with a double accumulator.
 #include "gpurun/kernels/bias_act.h"
-
-#include <cstring>
 
 namespace gpurun::kernels {
 
@@ -18,16 +17,18 @@ void bias_act_forward(const BiasActDesc& d, float* y, const float* b) {
       }
 }
 
-void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db) {
+void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db, Accumulate acc) {
   validate(d);
-  if (db) std::memset(db, 0, sizeof(float) * d.channels);
-  for (int n = 0; n < d.outer; ++n)
-    for (int c = 0; c < d.channels; ++c)
+  for (int c = 0; c < d.channels; ++c) {
+    double s = 0;
+    for (int n = 0; n < d.outer; ++n)
       for (int i = 0; i < d.inner; ++i) {
         const std::size_t k = (std::size_t(n) * d.channels + c) * d.inner + i;
         if (d.act == Activation::kRelu && !(y[k] > 0.0f)) dy[k] = 0.0f;
-        if (db) db[c] += dy[k];
+        s += dy[k];
       }
+    if (db) db[c] = acc == Accumulate::kAdd ? db[c] + float(s) : float(s);
+  }
 }
 }  // namespace ref
 
@@ -50,26 +51,42 @@ void bias_act_forward(const BiasActDesc& d, float* y, const float* b) {
     }
 }
 
-void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db) {
+namespace {
+// Masks one row of `inner` gradients by the ReLU and returns their sum. Independent partial sums
+// let the compiler vectorise the reduction without -ffast-math.
+float mask_and_sum(const float* yv, float* g, int inner, bool relu) {
+  constexpr int kLanes = 16;
+  float part[kLanes] = {};
+  int i = 0;
+  for (; i + kLanes <= inner; i += kLanes)
+    for (int l = 0; l < kLanes; ++l) {
+      const float v = (!relu || yv[i + l] > 0.0f) ? g[i + l] : 0.0f;
+      g[i + l] = v;
+      part[l] += v;
+    }
+  float s = 0.0f;
+  for (; i < inner; ++i) {
+    const float v = (!relu || yv[i] > 0.0f) ? g[i] : 0.0f;
+    g[i] = v;
+    s += v;
+  }
+  for (int l = 0; l < kLanes; ++l) s += part[l];
+  return s;
+}
+}  // namespace
+
+void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db, Accumulate acc) {
   validate(d);
   const bool relu = d.act == Activation::kRelu;
-  if (db) std::memset(db, 0, sizeof(float) * d.channels);
-  for (int n = 0; n < d.outer; ++n)
-    for (int c = 0; c < d.channels; ++c) {
+  // Channel-outer so each channel's batch sum is complete before it touches db (see bias_act.h).
+  for (int c = 0; c < d.channels; ++c) {
+    float s = 0.0f;
+    for (int n = 0; n < d.outer; ++n) {
       const std::size_t off = (std::size_t(n) * d.channels + c) * d.inner;
-      const float* yv = y + off;
-      float* g = dy + off;
-      float s = 0.0f;
-      if (relu) {
-        for (int i = 0; i < d.inner; ++i) {
-          g[i] = yv[i] > 0.0f ? g[i] : 0.0f;
-          s += g[i];
-        }
-      } else {
-        for (int i = 0; i < d.inner; ++i) s += g[i];
-      }
-      if (db) db[c] += s;
+      s += mask_and_sum(y + off, dy + off, d.inner, relu);
     }
+    if (db) db[c] = acc == Accumulate::kAdd ? db[c] + s : s;
+  }
 }
 }  // namespace cpu
 

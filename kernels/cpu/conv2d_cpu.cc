@@ -76,7 +76,7 @@ void col2im_add(const Conv2dDesc& d, const float* cols, float* x) {
 }  // namespace
 
 std::size_t conv2d_workspace_floats(const Conv2dDesc& d) {
-  return col_rows(d) * col_cols(d);
+  return col_rows(d) * col_cols(d) + d.w_floats();
 }
 
 void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws) {
@@ -98,12 +98,16 @@ void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* d
   check_workspace(d, ws);
   const int K = int(col_rows(d)), P = int(col_cols(d));
   const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
+  // With kAdd the batch's sum goes to the workspace tail first and is added once at the end.
+  float* sum = acc == Accumulate::kAdd ? ws.data + col_rows(d) * col_cols(d) : dw;
   for (int n = 0; n < d.batch; ++n) {
     im2col(d, x + n * xs, ws.data);
-    const float beta = (n == 0 && acc == Accumulate::kOverwrite) ? 0.0f : 1.0f;
-    // dw [out_c, K] += dy_n [out_c, P] * cols^T [P, K]
+    // sum [out_c, K] += dy_n [out_c, P] * cols^T [P, K]
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.out_c, K, P, 1.0f, dy + n * ys, P,
-                ws.data, P, beta, dw, K);
+                ws.data, P, n == 0 ? 0.0f : 1.0f, sum, K);
+  }
+  if (acc == Accumulate::kAdd) {
+    for (std::size_t i = 0; i < d.w_floats(); ++i) dw[i] += sum[i];
   }
 }
 

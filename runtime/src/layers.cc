@@ -57,10 +57,10 @@ class Conv2d final : public Layer {
     k::cpu::bias_act_forward(bias_desc(batch), y, b_);
   }
   void backward(int batch, const float* x, const float* y, float* dy, float* dx, InputGrad need,
-                k::Workspace ws) override {
+                k::Accumulate acc, k::Workspace ws) override {
     const k::Conv2dDesc d = desc(batch);
-    k::cpu::bias_act_backward(bias_desc(batch), y, dy, db_);
-    k::cpu::conv2d_backward_weights(d, x, dy, dw_, ws);
+    k::cpu::bias_act_backward(bias_desc(batch), y, dy, db_, acc);
+    k::cpu::conv2d_backward_weights(d, x, dy, dw_, ws, acc);
     if (need == InputGrad::kCompute) k::cpu::conv2d_backward_data(d, w_, dy, dx, ws);
   }
 
@@ -107,10 +107,10 @@ class Dense final : public Layer {
     k::cpu::bias_act_forward({batch, out_, 1, act_}, y, b_);
   }
   void backward(int batch, const float* x, const float* y, float* dy, float* dx, InputGrad need,
-                k::Workspace) override {
+                k::Accumulate acc, k::Workspace) override {
     const k::DenseDesc d = desc(batch);
-    k::cpu::bias_act_backward({batch, out_, 1, act_}, y, dy, db_);
-    k::cpu::dense_backward_weights(d, x, dy, dw_);
+    k::cpu::bias_act_backward({batch, out_, 1, act_}, y, dy, db_, acc);
+    k::cpu::dense_backward_weights(d, x, dy, dw_, acc);
     if (need == InputGrad::kCompute) k::cpu::dense_backward_data(d, w_, dy, dx);
   }
 

@@ -78,27 +78,40 @@ void Model::run_forward(int batch, const float* x) {
   }
 }
 
-StepResult Model::forward_backward(int batch, const float* x, const std::int32_t* labels) {
-  run_forward(batch, x);
-  const float* logits = acts_.back().data();
-  StepResult r;
-  std::int64_t correct = 0;
-  k::cpu::accuracy_count({batch, classes_}, logits, labels, &correct);
-  float loss = 0;
-  k::cpu::softmax_xent({batch, classes_, 1.0f / float(batch)}, logits, labels, dacts_.back().data(),
-                       &loss);
-  const k::Workspace ws{workspace_.data(), workspace_.size()};
-  for (std::size_t i = layers_.size(); i-- > 0;) {
-    const float* in = i == 0 ? x : acts_[i - 1].data();
-    float* din = i == 0 ? nullptr : dacts_[i - 1].data();
-    layers_[i]->backward(batch, in, acts_[i].data(), dacts_[i].data(), din,
-                         i == 0 ? InputGrad::kSkip : InputGrad::kCompute, ws);
+StepResult Model::forward_backward(int batch, const float* x, const std::int32_t* labels,
+                                   int micro_batch) {
+  const int micro = micro_batch > 0 ? micro_batch : batch;
+  if (batch % micro != 0) {
+    throw std::invalid_argument("model: micro-batch " + std::to_string(micro) +
+                                " does not divide the batch " + std::to_string(batch));
   }
-  r.loss_sum = loss;
-  r.correct = correct;
+  StepResult r;
+  const k::Workspace ws{workspace_.data(), workspace_.size()};
+  const std::size_t img = input_shape().size();
+  for (int first = 0; first < batch; first += micro) {
+    const float* xb = x + std::size_t(first) * img;
+    const std::int32_t* yb = labels + first;
+    run_forward(micro, xb);
+    const float* logits = acts_.back().data();
+    std::int64_t correct = 0;
+    k::cpu::accuracy_count({micro, classes_}, logits, yb, &correct);
+    float loss = 0;
+    // 1/batch (not 1/micro): the accumulated sum is the gradient of the whole batch's mean loss.
+    k::cpu::softmax_xent({micro, classes_, 1.0f / float(batch)}, logits, yb, dacts_.back().data(),
+                         &loss);
+    const k::Accumulate acc = first == 0 ? k::Accumulate::kOverwrite : k::Accumulate::kAdd;
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      const float* in = i == 0 ? xb : acts_[i - 1].data();
+      float* din = i == 0 ? nullptr : dacts_[i - 1].data();
+      layers_[i]->backward(micro, in, acts_[i].data(), dacts_[i].data(), din,
+                           i == 0 ? InputGrad::kSkip : InputGrad::kCompute, acc, ws);
+    }
+    r.loss_sum += loss;
+    r.correct += correct;
+  }
   float* s = stats();
-  s[kLossSum] = loss;
-  s[kCorrect] = float(correct);
+  s[kLossSum] = float(r.loss_sum);
+  s[kCorrect] = float(r.correct);
   s[kStopFlag] = 0.0f;
   s[3] = 0.0f;
   return r;

@@ -37,7 +37,7 @@ void DistributedSampler::step_indices(std::size_t step, std::int32_t* out) const
                             std::to_string(steps_));
   }
   for (int k = 0; k < batch_; ++k) {
-    out[k] = perm_[(step * batch_ + k) * world_ + rank_];
+    out[k] = perm_[(step * world_ + rank_) * batch_ + k];
   }
 }
 

@@ -76,6 +76,10 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   if (cfg.epochs < 1) throw std::invalid_argument("epochs must be >= 1");
   if (cfg.batch_per_rank < 1) throw std::invalid_argument("batch size must be >= 1");
   if (cfg.eval_batch < 1) throw std::invalid_argument("eval batch must be >= 1");
+  if (cfg.micro_batch < 0 || (cfg.micro_batch > 0 && cfg.batch_per_rank % cfg.micro_batch != 0)) {
+    throw std::invalid_argument("--micro-batch " + std::to_string(cfg.micro_batch) +
+                                " must divide --batch-size " + std::to_string(cfg.batch_per_rank));
+  }
   if (cfg.resume && cfg.checkpoint_dir.empty()) {
     throw std::invalid_argument("--resume needs --checkpoint DIR");
   }
@@ -195,7 +199,7 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       const auto t0 = Clock::now();
       sampler.step_indices(std::size_t(step), idx.data());
       train_set.gather(idx.data(), cfg.batch_per_rank, x.data(), y.data());
-      model->forward_backward(cfg.batch_per_rank, x.data(), y.data());
+      model->forward_backward(cfg.batch_per_rank, x.data(), y.data(), cfg.micro_batch);
       const int sig = StopSignalGuard::received();
       stats[kStopFlag] = sig != 0 ? 1.0f : 0.0f;
       const auto t1 = Clock::now();

@@ -146,6 +146,12 @@ TEST(BiasActVsRef, ReluAndIdentityMatch) {
     ref::bias_act_backward(d, y_ref.data(), dy_ref.data(), db_ref.data());
     EXPECT_TRUE(all_close(dy, dy_ref, 0.0f, 0.0f));
     EXPECT_TRUE(all_close(db, db_ref, 1e-5f, 1e-5f));
+    // Accumulate adds the batch's sum to what db holds.
+    std::vector<float> db_acc(7, 2.0f), want(7);
+    auto dy2 = random_vec(d.floats(), 33);
+    cpu::bias_act_backward(d, y.data(), dy2.data(), db_acc.data(), Accumulate::kAdd);
+    for (int c = 0; c < 7; ++c) want[c] = db_ref[c] + 2.0f;
+    EXPECT_TRUE(all_close(db_acc, want, 1e-5f, 1e-5f));
   }
 }
 

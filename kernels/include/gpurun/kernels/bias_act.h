@@ -24,18 +24,23 @@ namespace ref {
 // y = act(y + b), in place.
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b);
 // Given the activated output y and dL/dy: dx = dL/dy * act'(y) (written over dy, in place) and
-// db = sum of dx over outer and inner (overwritten; skipped when db is nullptr).
-void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db);
+// db = sum of dx over outer and inner (skipped when db is nullptr). With Accumulate::kAdd the
+// batch's sum is formed first and then added to db, so accumulating micro-batches adds the same
+// partial sums, in the same order, as an allreduce of per-rank gradients does.
+void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db,
+                       Accumulate acc = Accumulate::kOverwrite);
 }  // namespace ref
 
 namespace cpu {
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b);
-void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db);
+void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db,
+                       Accumulate acc = Accumulate::kOverwrite);
 }  // namespace cpu
 
 namespace cuda {
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b, Stream s);
-void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db, Stream s);
+void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db, Accumulate acc,
+                       Stream s);
 }  // namespace cuda
 
 }  // namespace gpurun::kernels

@@ -28,7 +28,8 @@ void validate(const Conv2dDesc& d);
 namespace ref {
 // y[n,o,i,j] = sum_{c,p,q} w[o,c,p,q] * x[n,c,i*s-pad+p, j*s-pad+q]
 void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y);
-// dw = sum over the batch (overwrites dw, or adds to it with Accumulate::kAdd)
+// dw = sum over the batch (overwrites dw; with Accumulate::kAdd the batch's sum is formed first and
+// then added, so micro-batch accumulation matches an allreduce of per-rank sums bit for bit)
 void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* dy, float* dw,
                              Accumulate acc = Accumulate::kOverwrite);
 // dx overwritten
@@ -36,7 +37,7 @@ void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, 
 }  // namespace ref
 
 namespace cpu {
-// Floats of scratch the cpu:: ops need (one image's im2col columns).
+// Floats of scratch the cpu:: ops need (one image's im2col columns, plus one dw for kAdd).
 std::size_t conv2d_workspace_floats(const Conv2dDesc& d);
 void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws);
 void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* dy, float* dw,

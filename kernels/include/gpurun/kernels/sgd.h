@@ -32,6 +32,11 @@ void sgd_step(const SgdDesc& d, float* params, const float* grads, float* veloci
 
 namespace cuda {
 void sgd_step(const SgdDesc& d, float* params, const float* grads, float* velocity, Stream s);
+// The same step with the learning rate read from device memory (one float) when the kernel runs,
+// so a training step captured once in a CUDA Graph follows a learning-rate schedule; d.lr is
+// ignored.
+void sgd_step_device_lr(const SgdDesc& d, const float* lr_device, float* params, const float* grads,
+                        float* velocity, Stream s);
 }  // namespace cuda
 
 }  // namespace gpurun::kernels

@@ -8,5 +8,12 @@ void set_num_threads(int n);
 int num_threads();
 // Name of the BLAS library and its build config, for reports ("OpenBLAS 0.3.21 ... Zen").
 const char* blas_info();
+// The kernel set OpenBLAS picked at load time ("Haswell", "SkylakeX", ...).
+const char* blas_core();
+// True when this CPU has the AVX-512 subsets OpenBLAS's SkylakeX/Cooperlake kernels use.
+bool cpu_has_avx512();
+// True when the BLAS runs AVX2-only kernels (Haswell, Zen) on a CPU that has AVX-512, as
+// OPENBLAS_CORETYPE=Haswell forces; the caller may tell the user (those kernels are ~40% slower).
+bool blas_below_cpu();
 
 }  // namespace gpurun::kernels::cpu

@@ -24,4 +24,13 @@ struct Workspace {
 // accumulation across micro-batches).
 enum class Accumulate { kOverwrite, kAdd };
 
+namespace cuda {
+// Math of the cuda:: matrix products (cuBLAS) and convolutions (cuDNN). kFp32, the default, keeps
+// full FP32 for parity with the CPU path; kTf32 opts in to tensor cores (inputs rounded to a
+// 10-bit mantissa), as mnist_cnn --tf32 does. Process-wide; applies to calls made after it.
+enum class MathPrecision { kFp32, kTf32 };
+void set_math_precision(MathPrecision p);
+MathPrecision math_precision();
+}  // namespace cuda
+
 }  // namespace gpurun::kernels

@@ -36,9 +36,10 @@ class Layer {
   virtual void init(Rng& rng) = 0;
   virtual std::size_t workspace_floats(int batch) const = 0;
   virtual void forward(int batch, const float* x, float* y, kernels::Workspace ws) = 0;
-  // y is forward's output; dy (dL/dy) is overwritten with scratch; gradients go to the bound slice.
+  // y is forward's output; dy (dL/dy) is overwritten with scratch; parameter gradients go to the
+  // bound slice, overwriting it or (kAdd, micro-batch accumulation) adding this batch's sum to it.
   virtual void backward(int batch, const float* x, const float* y, float* dy, float* dx,
-                        InputGrad need, kernels::Workspace ws) = 0;
+                        InputGrad need, kernels::Accumulate acc, kernels::Workspace ws) = 0;
 };
 
 constexpr std::size_t kParamAlign = 16;  // floats: 64-byte aligned parameter tensors

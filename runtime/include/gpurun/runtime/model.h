@@ -29,8 +29,12 @@ class Model {
   void init(std::uint64_t seed);
 
   // Forward + backward on one batch: overwrites the gradient buffer with d(mean loss)/dparams
-  // for this batch (grad_scale = 1/batch), writes loss sum and correct count into the stat slots.
-  StepResult forward_backward(int batch, const float* x, const std::int32_t* labels);
+  // for this batch, writes loss sum and correct count into the stat slots. With micro_batch > 0
+  // (it must divide batch) the batch runs as consecutive micro-batches whose gradients are
+  // accumulated: less activation memory, and the same partial sums, added in the same order, as
+  // batch/micro_batch ranks of micro_batch images each would allreduce.
+  StepResult forward_backward(int batch, const float* x, const std::int32_t* labels,
+                              int micro_batch = 0);
   // Forward only; returns loss sum and correct count.
   StepResult evaluate(int batch, const float* x, const std::int32_t* labels);
 

@@ -1,8 +1,10 @@
-// sampler.h: DistributedSampler semantics. Each epoch the dataset is permuted by a shuffle seeded
-// by (seed, epoch), the same on every rank; rank r takes perm[r], perm[r + W], ... so shards are
-// disjoint. Step s of rank r uses positions (s*B + k)*W + r, k < B: the global batch of step s is
-// exactly perm[s*B*W, (s+1)*B*W), which is why 2 ranks x 32 see the images of 1 rank x 64.
-// The last partial global batch is dropped so every rank does the same number of steps.
+// sampler.h: distributed sampling. Each epoch the dataset is permuted by a shuffle seeded by
+// (seed, epoch), the same on every rank. The global batch of step s is perm[s*B*W, (s+1)*B*W) and
+// rank r takes the r-th block of B in it, so ranks' shards are disjoint and together complete.
+// Blocks (rather than DistributedSampler's stride) make rank r's images at step s exactly the r-th
+// micro-batch of one rank doing B*W images: 2 ranks x 32 and 1 rank x 64 (2 micro-batches of 32)
+// sum the same partial gradients. The last partial global batch is dropped so every rank does the
+// same number of steps.
 #pragma once
 
 #include <cstdint>

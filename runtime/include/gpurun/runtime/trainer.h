@@ -29,6 +29,7 @@ struct TrainConfig {
   bool resume = false;
   std::int64_t max_steps = -1;  // stop (and checkpoint) after this many global steps
   int eval_batch = 256;
+  int micro_batch = 0;    // > 0: accumulate gradients over micro-batches of this size
   bool progress = false;  // rank 0 draws a progress bar (stdout is a terminal)
 };
 

@@ -1,0 +1,129 @@
+// bias_act.cu: cuda:: bias + activation, forward (in place) and backward (mask dy in place, sum
+// db), for tensors viewed as [outer, channels, inner] (bias_act.h). The bias-gradient sums use a
+// fixed reduction tree (no atomics), so db is bitwise reproducible run to run.
+// Tested against the CPU twin by tests/kernels/cuda (ctest -L gpu).
+#include "check.cuh"
+#include "context.cuh"
+#include "gpurun/kernels/bias_act.h"
+
+namespace gpurun::kernels::cuda {
+namespace {
+
+__device__ __forceinline__ float act_fwd(float v, bool relu) {
+  return relu ? (v > 0.0f ? v : 0.0f) : v;  // !(v > 0) also maps NaN to 0, as the CPU twin does
+}
+
+__global__ void bias_act_fwd_kernel(float* __restrict__ y, const float* __restrict__ b,
+                                    std::size_t n, int channels, int inner, bool relu) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    const int c = int((i / std::size_t(inner)) % std::size_t(channels));
+    y[i] = act_fwd(y[i] + b[c], relu);
+  }
+}
+
+// Only the mask: db == nullptr.
+__global__ void act_bwd_kernel(const float* __restrict__ y, float* __restrict__ dy, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    if (!(y[i] > 0.0f)) dy[i] = 0.0f;
+  }
+}
+
+// inner == 1 (dense layers): [outer, channels] row-major. A block owns 32 consecutive channels
+// (threadIdx.x, coalesced reads along a row) and its 8 rows of threads (threadIdx.y) stride over
+// the outer dimension; the partial sums meet in shared memory in a fixed order.
+constexpr int kColTile = 32, kRowThreads = 8;
+__global__ void bias_act_bwd_rows_kernel(const float* __restrict__ y, float* __restrict__ dy,
+                                         float* __restrict__ db, int outer, int channels,
+                                         bool relu, bool add) {
+  __shared__ float part[kRowThreads][kColTile];
+  const int c = blockIdx.x * kColTile + threadIdx.x;
+  float s = 0.0f;
+  if (c < channels) {
+    for (int n = threadIdx.y; n < outer; n += kRowThreads) {
+      const std::size_t k = std::size_t(n) * channels + c;
+      float g = dy[k];
+      if (relu && !(y[k] > 0.0f)) {
+        g = 0.0f;
+        dy[k] = 0.0f;
+      }
+      s += g;
+    }
+  }
+  part[threadIdx.y][threadIdx.x] = s;
+  __syncthreads();
+  if (threadIdx.y == 0 && c < channels) {
+    float t = 0.0f;
+    for (int r = 0; r < kRowThreads; ++r) t += part[r][threadIdx.x];
+    db[c] = add ? db[c] + t : t;  // the batch's sum first, then added (bias_act.h)
+  }
+}
+
+// inner > 1 (conv outputs): one block per channel walks that channel's outer x inner floats
+// (contiguous runs of `inner`), then a shared-memory tree reduction.
+constexpr int kChanThreads = 512;
+__global__ void bias_act_bwd_chan_kernel(const float* __restrict__ y, float* __restrict__ dy,
+                                         float* __restrict__ db, int outer, int channels, int inner,
+                                         bool relu, bool add) {
+  __shared__ float part[kChanThreads];
+  const int c = blockIdx.x;
+  const std::size_t per = std::size_t(outer) * inner;
+  float s = 0.0f;
+  for (std::size_t j = threadIdx.x; j < per; j += kChanThreads) {
+    const std::size_t n = j / std::size_t(inner), i = j % std::size_t(inner);
+    const std::size_t k = (n * channels + c) * std::size_t(inner) + i;
+    float g = dy[k];
+    if (relu && !(y[k] > 0.0f)) {
+      g = 0.0f;
+      dy[k] = 0.0f;
+    }
+    s += g;
+  }
+  part[threadIdx.x] = s;
+  __syncthreads();
+  for (int w = kChanThreads / 2; w > 0; w /= 2) {
+    if (int(threadIdx.x) < w) part[threadIdx.x] += part[threadIdx.x + w];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) db[c] = add ? db[c] + part[0] : part[0];
+}
+
+}  // namespace
+
+void bias_act_forward(const BiasActDesc& d, float* y, const float* b, Stream s) {
+  validate(d);
+  constexpr int kBlock = 256;
+  const std::size_t n = d.floats();
+  bias_act_fwd_kernel<<<detail::grid_blocks(n, kBlock), kBlock, 0, detail::raw(s)>>>(
+      y, b, n, d.channels, d.inner, d.act == Activation::kRelu);
+  GPURUN_LAUNCH_CHECK("bias_act_fwd_kernel");
+}
+
+void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db, Accumulate acc,
+                       Stream s) {
+  validate(d);
+  const bool relu = d.act == Activation::kRelu;
+  const bool add = acc == Accumulate::kAdd;
+  if (db == nullptr) {
+    if (!relu) return;  // identity activation, no bias gradient wanted: nothing to do
+    constexpr int kBlock = 256;
+    const std::size_t n = d.floats();
+    act_bwd_kernel<<<detail::grid_blocks(n, kBlock), kBlock, 0, detail::raw(s)>>>(y, dy, n);
+    GPURUN_LAUNCH_CHECK("act_bwd_kernel");
+    return;
+  }
+  if (d.inner == 1) {
+    const dim3 block(kColTile, kRowThreads);
+    const int grid = (d.channels + kColTile - 1) / kColTile;
+    bias_act_bwd_rows_kernel<<<grid, block, 0, detail::raw(s)>>>(y, dy, db, d.outer, d.channels,
+                                                                  relu, add);
+    GPURUN_LAUNCH_CHECK("bias_act_bwd_rows_kernel");
+  } else {
+    bias_act_bwd_chan_kernel<<<d.channels, kChanThreads, 0, detail::raw(s)>>>(
+        y, dy, db, d.outer, d.channels, d.inner, relu, add);
+    GPURUN_LAUNCH_CHECK("bias_act_bwd_chan_kernel");
+  }
+}
+
+}  // namespace gpurun::kernels::cuda

@@ -1,0 +1,56 @@
+// check.cuh: the error channel of kernels/cuda. Every CUDA runtime, cuDNN and cuBLAS call goes
+// through one of these macros; a failure throws std::runtime_error carrying the expression, the
+// file:line, the device and the library's own message, so a failure deep inside a training step
+// says where it came from. Kernel launches are followed by GPURUN_LAUNCH_CHECK (launch
+// configuration errors are reported at once; asynchronous faults surface at the next sync).
+// Private to kernels/cuda and runtime/src/cuda; never included from a public header.
+#pragma once
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+#include <cudnn.h>
+
+#include <string>
+
+namespace gpurun::kernels::cuda::detail {
+
+[[noreturn]] void fail(const char* lib, const std::string& what, const char* expr, const char* file,
+                       int line);
+const char* cublas_status_name(cublasStatus_t s);
+
+}  // namespace gpurun::kernels::cuda::detail
+
+#define GPURUN_CUDA_CHECK(expr)                                                        \
+  do {                                                                                 \
+    const cudaError_t gpurun_e_ = (expr);                                              \
+    if (gpurun_e_ != cudaSuccess)                                                      \
+      ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(gpurun_e_), #expr, \
+                                            __FILE__, __LINE__);                       \
+  } while (0)
+
+#define GPURUN_CUDNN_CHECK(expr)                                                          \
+  do {                                                                                    \
+    const cudnnStatus_t gpurun_s_ = (expr);                                               \
+    if (gpurun_s_ != CUDNN_STATUS_SUCCESS)                                                \
+      ::gpurun::kernels::cuda::detail::fail("cuDNN", cudnnGetErrorString(gpurun_s_), #expr, \
+                                            __FILE__, __LINE__);                          \
+  } while (0)
+
+#define GPURUN_CUBLAS_CHECK(expr)                                                          \
+  do {                                                                                     \
+    const cublasStatus_t gpurun_s_ = (expr);                                               \
+    if (gpurun_s_ != CUBLAS_STATUS_SUCCESS)                                                \
+      ::gpurun::kernels::cuda::detail::fail(                                               \
+          "cuBLAS", ::gpurun::kernels::cuda::detail::cublas_status_name(gpurun_s_), #expr, \
+          __FILE__, __LINE__);                                                             \
+  } while (0)
+
+// After every <<<...>>>: cudaPeekAtLastError does not clear a sticky error, so the next check
+// still sees it.
+#define GPURUN_LAUNCH_CHECK(kernel_name)                                                   \
+  do {                                                                                     \
+    const cudaError_t gpurun_e_ = cudaPeekAtLastError();                                   \
+    if (gpurun_e_ != cudaSuccess)                                                          \
+      ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(gpurun_e_),         \
+                                            "launch of " kernel_name, __FILE__, __LINE__); \
+  } while (0)
