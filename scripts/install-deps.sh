@@ -16,6 +16,7 @@ core=(
   gnuplot-nox
   nodejs npm
   procps psmisc util-linux iproute2 passwd
+  python3
 )
 bench=(python3-torch python3-numpy hyperfine)
 
