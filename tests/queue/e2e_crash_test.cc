@@ -96,7 +96,11 @@ TEST(GpuqCrash, ChaosTwoHundredJobsTenKills) {
     }
     submitting = false;
   });
-  std::mt19937 rng(2024);
+  // A fresh seed each run explores new kill moments; it is printed so a failure can be replayed.
+  const char* seed_env = std::getenv("GPUQ_CHAOS_SEED");
+  const unsigned seed = seed_env ? std::atoi(seed_env) : std::random_device{}();
+  std::mt19937 rng(seed);
+  SCOPED_TRACE(fmt::format("GPUQ_CHAOS_SEED={}", seed));
   for (int k = 0; k < kKills; ++k) {
     std::this_thread::sleep_for(std::chrono::milliseconds(150 + rng() % 600));
     d.kill9();

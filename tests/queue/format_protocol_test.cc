@@ -29,7 +29,7 @@ TEST(Format, QueueColumnsAndHistoryCells) {
   j.gpus_requested = 8;
   auto o = job_to_json(j, JobView::kPublic);
   o["reason"] = "Resources";
-  std::string q = format_queue(nlohmann::json::array({o}), 0, QueueFormat::kDefault, true);
+  std::string q = format_queue({queue_row_from_json(o, 0)}, QueueFormat::kDefault, true);
   EXPECT_EQ(q,
             "             JOBID     NAME     USER ST       TIME GPUS NODELIST(REASON)\n"
             "             12346 averyver     dave PD       0:00    8 (Resources)\n");

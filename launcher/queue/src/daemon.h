@@ -75,25 +75,29 @@ class Daemon {
   nlohmann::json op_history(const nlohmann::json& req, const Peer& peer);
   nlohmann::json op_drain(const Peer& peer, bool drain);
   std::vector<int64_t> resolve_ids(const nlohmann::json& req);  // "12", "12_3" -> job ids
-  std::string pending_reason(const Job& j) const;  // squeue's (Reason)
+  std::string pending_reason(const Job& j) const;               // squeue's (Reason)
   bool may_control(const Peer& peer, const Job& j) const;
   std::string output_path(const Job& j, bool error) const;
 
   // daemon_jobs.cc: running jobs
   void recover();
   void schedule_pass();
-  void start_job(Job& j, const std::vector<int>& gpus);
+  void mark_running(Job& j, const std::vector<int>& gpus);  // durable with the batch commit
+  void spawn_supervisor(Job& j);                            // only after that commit
   void watch(int64_t job_id, pid_t pid, bool own_child);
   void on_supervisor_exit(int64_t job_id);
   void finish(Job& j, JobState state, int exit_code, int exit_signal, int64_t end_ms,
               const std::string& reason);
   void reap_orphans(int sid, int pgid);
+  void remove_cleanup_files();
   void requeue_or_fail(Job& j, const std::string& why);
   std::string dependency_reason(const Job& j) const;  // "" when satisfied
   std::map<uint32_t, double> decayed_usage(int64_t now) const;
 
   DaemonConfig cfg_;
-  std::string run_dir_, spool_dir_, host_;
+  std::string run_dir_, spool_dir_, host_, boot_id_;
+  std::vector<int64_t> to_spawn_;  // marked RUNNING in the current batch
+  std::vector<int64_t> cleanup_;   // run files to remove once the batch is committed
   std::unique_ptr<Store> store_;
   Fd lock_fd_, listen_fd_, signal_fd_;
   bool as_root_ = false;

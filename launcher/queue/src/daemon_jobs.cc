@@ -46,6 +46,17 @@ void remove_run_files(const std::string& run_dir, int64_t id) {
 
 }  // namespace
 
+void Daemon::remove_cleanup_files() {
+  // Removing a job's run files before its new state is durable would let a crash in between make
+  // a finished job look never-started (and run it again), so this runs after each commit.
+  for (int64_t id : cleanup_) {
+    auto it = active_.find(id);
+    if (it != active_.end() && it->second.state == JobState::kRunning) continue;  // restarted
+    remove_run_files(run_dir_, id);
+  }
+  cleanup_.clear();
+}
+
 std::map<uint32_t, double> Daemon::decayed_usage(int64_t now) const {
   std::map<uint32_t, double> out;
   const int64_t half_life_ms = cfg_.fairshare_half_life_s * 1000;
@@ -121,24 +132,24 @@ void Daemon::schedule_pass() {
   for (const auto& s : out.starts) {
     auto it = active_.find(s.job_id);
     if (it == active_.end()) continue;
-    try {
-      start_job(it->second, s.gpus);
-    } catch (const std::exception& e) {
-      fmt::print(stderr, "gpuq daemon: cannot start job {}: {}\n", s.job_id, e.what());
-      finish(it->second, JobState::kFailed, 1, 0, now_ms(), e.what());
-    }
+    mark_running(it->second, s.gpus);
+    to_spawn_.push_back(s.job_id);
   }
 }
 
-void Daemon::start_job(Job& j, const std::vector<int>& gpus) {
+void Daemon::mark_running(Job& j, const std::vector<int>& gpus) {
   j.state = JobState::kRunning;
   j.gpus = gpus;
   j.start_ms = now_ms();
   j.end_ms = 0;
   j.reason.clear();
-  store_->update_job(j);  // durable before anything runs: GPUs are never handed out twice
+  j.boot_id = boot_id_;
+  store_->update_job(j);  // committed before anything runs: GPUs are never handed out twice
   states_[j.id] = j.state;
+}
 
+void Daemon::spawn_supervisor(Job& j) {
+  const std::vector<int>& gpus = j.gpus;
   std::map<std::string, std::string> env = j.env;
   std::string ids = join_ids(gpus);
   env["GPUQ_JOB_ID"] = std::to_string(j.id);
@@ -241,7 +252,7 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
   j.reason = why;
   store_->update_job(j);
   states_[j.id] = j.state;
-  remove_run_files(run_dir_, j.id);
+  cleanup_.push_back(j.id);  // only once the state change is committed
   dirty_ = true;
 }
 
@@ -278,7 +289,7 @@ void Daemon::on_supervisor_exit(int64_t id) {
   j.start_ms = 0;
   store_->update_job(j);
   states_[id] = j.state;
-  remove_run_files(run_dir_, id);
+  cleanup_.push_back(id);
   dirty_ = true;
 }
 
@@ -302,7 +313,7 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
     store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
   }
   txn.commit();
-  if (was_running) remove_run_files(run_dir_, j.id);
+  if (was_running) cleanup_.push_back(j.id);  // only once the state change is committed
   states_[j.id] = state;
   reasons_.erase(j.id);
   int64_t id = j.id;
@@ -315,6 +326,11 @@ void Daemon::recover() {
   for (const auto& [id, j] : active_)
     if (j.state == JobState::kRunning) running.push_back(id);
   for (int64_t id : running) {
+    Job& j = active_.at(id);
+    if (j.boot_id != boot_id_) {  // the machine rebooted: nothing of the job survived
+      requeue_or_fail(j, "NodeFail: the machine restarted while the job ran");
+      continue;
+    }
     RunPaths paths = run_paths(run_dir_, id);
     Fd lock(::open(paths.lock.c_str(), O_RDWR | O_CLOEXEC));
     bool alive = lock && flock(lock.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
@@ -334,6 +350,7 @@ void Daemon::recover() {
     lock.reset();
     on_supervisor_exit(id);
   }
+  remove_cleanup_files();
   // Leftovers of jobs that are no longer running (the daemon died while removing them).
   for (const std::string& dir : {run_dir_, spool_dir_}) {
     DIR* d = opendir(dir.c_str());

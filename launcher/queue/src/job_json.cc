@@ -40,6 +40,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"cwd", j.cwd},
       {"output", j.output_pattern},
       {"error", j.error_pattern},
+      {"boot_id", j.boot_id},
   };
   if (view == JobView::kFull) {
     o["script"] = j.script;
@@ -95,6 +96,7 @@ Job job_from_json(const nlohmann::json& o) {
   j.args = o.value("args", std::vector<std::string>{});
   j.env = o.value("env", std::map<std::string, std::string>{});
   j.submit_key = o.value("submit_key", "");
+  j.boot_id = o.value("boot_id", "");
   return j;
 }
 

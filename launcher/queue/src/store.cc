@@ -73,18 +73,34 @@ sqlite3_stmt* Store::prepare(const std::string& sql) {
 }
 
 Store::Txn::Txn(Store& s) : s_(s) {
-  s_.exec("BEGIN IMMEDIATE");
+  nested_ = s_.depth_ > 0;
+  s_.exec(nested_ ? "SAVEPOINT txn" : "BEGIN IMMEDIATE");
+  s_.depth_ += 1;
 }
 Store::Txn::~Txn() {
-  if (!done_) {
-    char* err = nullptr;
-    sqlite3_exec(s_.db_, "ROLLBACK", nullptr, nullptr, &err);
-    sqlite3_free(err);
-  }
+  if (done_) return;
+  s_.depth_ -= 1;
+  char* err = nullptr;
+  sqlite3_exec(s_.db_, nested_ ? "ROLLBACK TO txn; RELEASE txn" : "ROLLBACK", nullptr, nullptr,
+               &err);
+  sqlite3_free(err);
 }
 void Store::Txn::commit() {
-  s_.exec("COMMIT");
+  s_.exec(nested_ ? "RELEASE txn" : "COMMIT");
+  s_.depth_ -= 1;
   done_ = true;
+}
+
+void Store::begin_batch() {
+  if (depth_ != 0) throw std::logic_error("job store: batch inside a transaction");
+  exec("BEGIN IMMEDIATE");
+  depth_ = 1;
+}
+
+void Store::commit_batch() {
+  if (depth_ != 1) throw std::logic_error("job store: commit_batch without begin_batch");
+  exec("COMMIT");
+  depth_ = 0;
 }
 
 void Store::insert_job(Job& j) {

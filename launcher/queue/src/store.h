@@ -24,7 +24,9 @@ class Store {
   Store(const Store&) = delete;
   Store& operator=(const Store&) = delete;
 
-  // Scoped transaction: commits in commit(), rolls back if destroyed first.
+  // Scoped transaction: commits in commit(), rolls back if destroyed first. Nested inside an
+  // open transaction (the daemon's per-iteration batch) it is a SAVEPOINT, so a failed request
+  // still leaves nothing behind.
   class Txn {
    public:
     explicit Txn(Store& s);
@@ -33,8 +35,14 @@ class Store {
 
    private:
     Store& s_;
+    bool nested_ = false;
     bool done_ = false;
   };
+
+  // The daemon's batch: everything written while handling one poll iteration becomes durable
+  // with one commit (one WAL fsync) before any reply is sent or any supervisor is spawned.
+  void begin_batch();
+  void commit_batch();
 
   void insert_job(Job& j);  // assigns j.id
   void update_job(const Job& j);
@@ -70,6 +78,7 @@ class Store {
 
   std::string path_;
   sqlite3* db_ = nullptr;
+  int depth_ = 0;
   std::map<std::string, sqlite3_stmt*> stmts_;
 };
 

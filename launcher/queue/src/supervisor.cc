@@ -246,7 +246,9 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   ::unlink(s.script_path.c_str());
   st.phase = "done";
   st.end_ms = now_ms();
-  write_file_atomic(paths.status, status_to_json(st).dump(), true);
+  // No fsync: a process crash cannot lose page-cache data, and after a power loss the daemon
+  // sees a new boot id and reports the job NODE_FAIL instead of trusting these files.
+  write_file_atomic(paths.status, status_to_json(st).dump(), false);
   return 0;
 }
 

@@ -87,6 +87,7 @@ struct Job {
   std::vector<Dependency> dependencies;
   SignalSpec signal;
   std::string submit_key;
+  std::string boot_id;  // the machine's boot while RUNNING: a different one means it rebooted
   // Spec fields that are only needed to start the job.
   std::string script;
   std::vector<std::string> args;
