@@ -1,0 +1,146 @@
+// device.h: move-only RAII owners for CUDA runtime objects used by the GPU trainer: device and
+// pinned host buffers, streams, events, graphs. Destructors never throw (errors there are ignored:
+// they run during unwinding, possibly after a fault). Private to runtime/src/cuda.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstddef>
+#include <string>
+#include <utility>
+
+#include "cuda/check.cuh"
+
+namespace gpurun::runtime::cuda {
+
+template <typename T>
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  explicit DeviceBuffer(std::size_t n) : n_(n) {
+    if (n) {
+      GPURUN_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
+      GPURUN_CUDA_CHECK(cudaMemset(p_, 0, n * sizeof(T)));
+    }
+  }
+  ~DeviceBuffer() {
+    if (p_) cudaFree(p_);
+  }
+  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  T* get() const { return p_; }
+  std::size_t size() const { return n_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+// Page-locked host memory: the only kind an async copy does not turn synchronous.
+template <typename T>
+class PinnedBuffer {
+ public:
+  PinnedBuffer() = default;
+  explicit PinnedBuffer(std::size_t n) : n_(n) {
+    if (n) GPURUN_CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
+  }
+  ~PinnedBuffer() {
+    if (p_) cudaFreeHost(p_);
+  }
+  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
+    std::swap(p_, o.p_);
+    std::swap(n_, o.n_);
+    return *this;
+  }
+  PinnedBuffer(const PinnedBuffer&) = delete;
+  PinnedBuffer& operator=(const PinnedBuffer&) = delete;
+  T* get() const { return p_; }
+  T& operator[](std::size_t i) const { return p_[i]; }
+  std::size_t size() const { return n_; }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+class Stream {
+ public:
+  Stream() { GPURUN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~Stream() {
+    if (s_) cudaStreamDestroy(s_);
+  }
+  Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  Stream& operator=(Stream&& o) noexcept {
+    std::swap(s_, o.s_);
+    return *this;
+  }
+  Stream(const Stream&) = delete;
+  Stream& operator=(const Stream&) = delete;
+  cudaStream_t get() const { return s_; }
+
+ private:
+  cudaStream_t s_ = nullptr;
+};
+
+enum class EventTiming { kOff, kOn };
+
+class Event {
+ public:
+  explicit Event(EventTiming t = EventTiming::kOff) {
+    GPURUN_CUDA_CHECK(cudaEventCreateWithFlags(
+        &e_, t == EventTiming::kOn ? cudaEventDefault : cudaEventDisableTiming));
+  }
+  ~Event() {
+    if (e_) cudaEventDestroy(e_);
+  }
+  Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
+  Event& operator=(Event&& o) noexcept {
+    std::swap(e_, o.e_);
+    return *this;
+  }
+  Event(const Event&) = delete;
+  Event& operator=(const Event&) = delete;
+  cudaEvent_t get() const { return e_; }
+
+ private:
+  cudaEvent_t e_ = nullptr;
+};
+
+// An instantiated graph (the captured template is destroyed once instantiated).
+class GraphExec {
+ public:
+  GraphExec() = default;
+  explicit GraphExec(cudaGraph_t g) {
+    const cudaError_t e = cudaGraphInstantiate(&x_, g, 0);
+    cudaGraphDestroy(g);
+    GPURUN_CUDA_CHECK(e);
+  }
+  ~GraphExec() {
+    if (x_) cudaGraphExecDestroy(x_);
+  }
+  GraphExec(GraphExec&& o) noexcept : x_(std::exchange(o.x_, nullptr)) {}
+  GraphExec& operator=(GraphExec&& o) noexcept {
+    std::swap(x_, o.x_);
+    return *this;
+  }
+  GraphExec(const GraphExec&) = delete;
+  GraphExec& operator=(const GraphExec&) = delete;
+  explicit operator bool() const { return x_ != nullptr; }
+  void launch(cudaStream_t s) const { GPURUN_CUDA_CHECK(cudaGraphLaunch(x_, s)); }
+
+ private:
+  cudaGraphExec_t x_ = nullptr;
+};
+
+// Host name, for error messages.
+std::string hostname();
+
+}  // namespace gpurun::runtime::cuda
