@@ -70,7 +70,8 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
                           "seed of the initial weights and the shuffles")(
       "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto")(
       "threads", po::value(&o.threads),
-      "BLAS threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node)")(
+      "threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node): T replicas "
+      "each train on batch/T images; T BLAS threads when T does not divide the batch")(
       "report", po::value(&o.report), "write the run's report JSON to FILE")(
       "checkpoint", po::value(&o.train.checkpoint_dir),
       "checkpoint directory (written each epoch and on SIGUSR1/SIGUSR2/SIGTERM)")(
@@ -137,7 +138,7 @@ int main(int argc, char** argv) {
     // auto: the CPU until the CUDA runtime exists, whatever cuda_device_count() says.
     const std::string device = "cpu";
     const int threads = o.threads > 0 ? o.threads : default_threads(*pg);
-    gpurun::kernels::cpu::set_num_threads(threads);
+    o.train.threads = threads;
     const rt::Dataset data = rt::load_mnist_dir(o.data);
     std::ostream null_stream(nullptr);
     std::ostream& log = rank == 0 ? std::cout : null_stream;

@@ -28,6 +28,7 @@ void write_report(const std::string& path, const ReportInput& in) {
   j["momentum"] = in.cfg.momentum;
   j["seed"] = in.cfg.seed;
   j["threads_per_rank"] = in.threads;
+  j["workers_per_rank"] = r.workers;
   j["backend"] = in.pg.backend();
   j["blas"] = gpurun::kernels::cpu::blas_info();
   j["blas_core"] = gpurun::kernels::cpu::blas_core();

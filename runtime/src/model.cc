@@ -59,6 +59,18 @@ std::size_t Model::param_count() const {
   return n;
 }
 
+void Model::share_params(Model& owner) {
+  if (owner.n_params_ != n_params_ || owner.layers_.size() != layers_.size()) {
+    throw std::invalid_argument("model: cannot share parameters between different networks");
+  }
+  std::size_t off = 0;
+  for (auto& l : layers_) {
+    l->bind(owner.params() + off, grads_.data() + off);
+    off += l->param_floats();
+  }
+  params_ = FloatBuffer();  // unused from now on
+}
+
 void Model::init(std::uint64_t seed) {
   params_.fill(0.0f);
   Rng rng = Rng::derive(seed, 0x1A17, 0);

@@ -9,10 +9,12 @@
 #include <string>
 
 #include "gpurun/kernels/sgd.h"
+#include "gpurun/kernels/threads.h"
 #include "gpurun/runtime/checkpoint.h"
 #include "gpurun/runtime/model.h"
 #include "gpurun/runtime/sampler.h"
 #include "gpurun/runtime/stop_signal.h"
+#include "worker_pool.h"
 
 namespace gpurun::runtime {
 namespace {
@@ -33,17 +35,30 @@ struct EvalResult {
   double loss = 0, accuracy = 0;
 };
 
-EvalResult evaluate(ProcessGroup& pg, Model& model, const Split& test, int eval_batch) {
+// Each worker evaluates every W-th chunk of this rank's shard; partial sums are added in worker
+// order, then across ranks.
+EvalResult evaluate(ProcessGroup& pg, WorkerPool& pool, std::vector<std::unique_ptr<Model>>& models,
+                    const Split& test, int eval_batch) {
   const std::vector<std::int32_t> shard = eval_shard(test.count, pg.size(), pg.rank());
-  FloatBuffer x(std::size_t(eval_batch) * test.image_floats());
-  std::vector<std::int32_t> y(eval_batch);
+  const int W = pool.size();
+  std::vector<double> part(2 * std::size_t(W), 0.0);
+  pool.run([&](int w) {
+    FloatBuffer x(std::size_t(eval_batch) * test.image_floats());
+    std::vector<std::int32_t> y(eval_batch);
+    std::size_t chunk = 0;
+    for (std::size_t off = 0; off < shard.size(); off += eval_batch, ++chunk) {
+      if (int(chunk % std::size_t(W)) != w) continue;
+      const int n = int(std::min<std::size_t>(eval_batch, shard.size() - off));
+      test.gather(shard.data() + off, n, x.data(), y.data());
+      const StepResult r = models[w]->evaluate(n, x.data(), y.data());
+      part[2 * w] += r.loss_sum;
+      part[2 * w + 1] += double(r.correct);
+    }
+  });
   double sums[3] = {0, 0, double(shard.size())};  // loss, correct, count
-  for (std::size_t off = 0; off < shard.size(); off += eval_batch) {
-    const int n = int(std::min<std::size_t>(eval_batch, shard.size() - off));
-    test.gather(shard.data() + off, n, x.data(), y.data());
-    const StepResult r = model.evaluate(n, x.data(), y.data());
-    sums[0] += r.loss_sum;
-    sums[1] += double(r.correct);
+  for (int w = 0; w < W; ++w) {
+    sums[0] += part[2 * w];
+    sums[1] += part[2 * w + 1];
   }
   pg.allreduce_sum(sums, 3);
   return {sums[0] / sums[2], sums[1] / sums[2]};
@@ -87,7 +102,23 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   const int world = pg.size(), rank = pg.rank();
   const Split& train_set = data.train;
   const Shape in{1, train_set.rows, train_set.cols};
-  auto model = make_mnist_cnn(in, data.classes, std::max(cfg.batch_per_rank, cfg.eval_batch));
+  // --threads T: T replicas each train on batch/T images with single-threaded BLAS (the same
+  // partial sums as T ranks, added in a fixed order); when T does not divide the batch, one
+  // replica and T BLAS threads instead.
+  const int workers = cfg.threads > 1 && cfg.batch_per_rank % cfg.threads == 0 ? cfg.threads : 1;
+  const int slice = cfg.batch_per_rank / workers;
+  if (cfg.micro_batch > 0 && slice % cfg.micro_batch != 0) {
+    throw std::invalid_argument("--micro-batch " + std::to_string(cfg.micro_batch) +
+                                " must divide each thread's " + std::to_string(slice) + " images");
+  }
+  kernels::cpu::set_num_threads(workers > 1 ? 1 : std::max(1, cfg.threads));
+  WorkerPool pool(workers);
+  std::vector<std::unique_ptr<Model>> models;
+  for (int w = 0; w < workers; ++w) {
+    models.push_back(make_mnist_cnn(in, data.classes, std::max(slice, cfg.eval_batch)));
+    if (w > 0) models[w]->share_params(*models[0]);
+  }
+  Model* model = models[0].get();
   const std::size_t n = model->param_floats();
   FloatBuffer velocity(cfg.momentum != 0.0f ? n : 0);
 
@@ -100,6 +131,7 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
 
   TrainResult res;
   res.param_count = model->param_count();
+  res.workers = workers;
   res.steps_per_epoch = spe;
   res.lr_peak = learning_rate(cfg, world, std::int64_t(1) << 60, spe);
 
@@ -198,8 +230,24 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       }
       const auto t0 = Clock::now();
       sampler.step_indices(std::size_t(step), idx.data());
-      train_set.gather(idx.data(), cfg.batch_per_rank, x.data(), y.data());
-      model->forward_backward(cfg.batch_per_rank, x.data(), y.data(), cfg.micro_batch);
+      pool.run([&](int w) {
+        float* xw = x.data() + std::size_t(w) * slice * img;
+        std::int32_t* yw = y.data() + std::size_t(w) * slice;
+        train_set.gather(idx.data() + std::size_t(w) * slice, slice, xw, yw);
+        models[w]->forward_backward(slice, xw, yw, cfg.micro_batch);
+      });
+      if (workers > 1) {
+        // grads_0 += grads_1 + ... in worker order (the order micro-batch accumulation uses),
+        // each worker summing its own range of the buffer, stat slots included.
+        pool.run([&](int w) {
+          std::size_t lo, hi;
+          share(reduce_floats, workers, w, lo, hi);
+          for (int v = 1; v < workers; ++v) {
+            const float* g = models[v]->grads();
+            for (std::size_t i = lo; i < hi; ++i) grads[i] += g[i];
+          }
+        });
+      }
       const int sig = StopSignalGuard::received();
       stats[kStopFlag] = sig != 0 ? 1.0f : 0.0f;
       const auto t1 = Clock::now();
@@ -211,9 +259,15 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       sd.lr = learning_rate(cfg, world, global_step, spe);
       sd.momentum = cfg.momentum;
       sd.weight_decay = cfg.weight_decay;
-      sd.grad_scale = 1.0f / float(world);
-      kernels::cpu::sgd_step(sd, model->params(), grads,
-                             velocity.size() ? velocity.data() : nullptr);
+      sd.grad_scale = 1.0f / float(world * workers);
+      pool.run([&](int w) {
+        std::size_t lo, hi;
+        share(n, workers, w, lo, hi);
+        kernels::SgdDesc part = sd;
+        part.n = hi - lo;
+        kernels::cpu::sgd_step(part, model->params() + lo, grads + lo,
+                               velocity.size() ? velocity.data() + lo : nullptr);
+      });
       ++global_step;
       ep_loss += stats[kLossSum];
       ep_correct += stats[kCorrect];
@@ -238,7 +292,7 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
     res.images += ep_images;
     if (cfg.progress && rank == 0) log << "\r" << std::string(70, ' ') << "\r";
     if (res.stop == StopReason::kSignal) break;
-    const EvalResult ev = evaluate(pg, *model, data.test, cfg.eval_batch);
+    const EvalResult ev = evaluate(pg, pool, models, data.test, cfg.eval_batch);
     res.test_accuracy = ev.accuracy;
     res.test_loss = ev.loss;
     res.final_loss = ep_loss / std::max(1.0, ep_seen);

@@ -55,6 +55,11 @@ dp_equivalence)
     --checkpoint "$work/two" >"$work/two.log"
   "$ckdiff" "$work/one/checkpoint.bin" "$work/two/checkpoint.bin" 1e-5 ||
     fail "1x64 and 2x32 differ by more than 1e-5 after 50 steps"
+  # --threads 2 trains two replicas on 32 images each: the same sums again, bit for bit.
+  "$bin" --data "$data" --lr-scaling none --threads 2 --batch-size 64 --max-steps 50 \
+    --checkpoint "$work/threads" >"$work/threads.log"
+  "$ckdiff" "$work/two/checkpoint.bin" "$work/threads/checkpoint.bin" 0 ||
+    fail "--threads 2 differs from 2 ranks x 32"
   "$bin" "${common[@]}" --batch-size 64 --max-steps 5 --checkpoint "$work/one5" >/dev/null
   "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" --batch-size 32 --max-steps 5 \
     --checkpoint "$work/two5" >/dev/null

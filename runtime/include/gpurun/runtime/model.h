@@ -27,6 +27,9 @@ class Model {
 
   // Glorot/zero initialisation from a seed (all ranks can do it; rank 0's copy is broadcast).
   void init(std::uint64_t seed);
+  // Makes this model a replica of `owner` for intra-process data parallelism: its layers read
+  // owner's parameters; gradients, activations and workspaces stay its own. Shapes must match.
+  void share_params(Model& owner);
 
   // Forward + backward on one batch: overwrites the gradient buffer with d(mean loss)/dparams
   // for this batch, writes loss sum and correct count into the stat slots. With micro_batch > 0
