@@ -1,0 +1,65 @@
+// gpu_test_util.h: what the GPU tests share: the skip guard (a test without a usable CUDA device
+// is skipped, never failed and never faked), and move-only device vectors for host <-> device
+// round trips. Used by tests/kernels/cuda only.
+#pragma once
+
+#include <cuda_runtime.h>
+#include <gtest/gtest.h>
+
+#include <string>
+#include <vector>
+
+#include "gpurun/kernels/device_probe.h"
+
+namespace gpurun::testing {
+
+// Why no device is usable, or "" when one is. cudaErrorNoDevice and cudaErrorInsufficientDriver
+// (no driver at all, as on CI) both mean "skip".
+inline std::string no_device_reason() {
+  int n = 0;
+  const cudaError_t e = cudaGetDeviceCount(&n);
+  if (e != cudaSuccess) {
+    cudaGetLastError();
+    return std::string("no CUDA device (") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
+           ")";
+  }
+  if (n == 0) return "no CUDA device (cudaGetDeviceCount = 0)";
+  if (gpurun::kernels::cuda_device_count() == 0) return "no CUDA device (probe kernel failed)";
+  return "";
+}
+
+#define GPURUN_REQUIRE_GPU()                                              \
+  do {                                                                    \
+    const std::string gpurun_why_ = ::gpurun::testing::no_device_reason(); \
+    if (!gpurun_why_.empty()) GTEST_SKIP() << gpurun_why_;                \
+  } while (0)
+
+template <typename T>
+class DeviceVec {
+ public:
+  explicit DeviceVec(const std::vector<T>& h) : n_(h.size()) {
+    EXPECT_EQ(cudaMalloc(&p_, bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(p_, h.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  }
+  explicit DeviceVec(std::size_t n) : n_(n) {
+    EXPECT_EQ(cudaMalloc(&p_, bytes()), cudaSuccess);
+    EXPECT_EQ(cudaMemset(p_, 0, bytes()), cudaSuccess);
+  }
+  ~DeviceVec() { cudaFree(p_); }
+  DeviceVec(const DeviceVec&) = delete;
+  DeviceVec& operator=(const DeviceVec&) = delete;
+  T* get() const { return p_; }
+  std::size_t bytes() const { return n_ * sizeof(T); }
+  std::vector<T> host() const {
+    std::vector<T> h(n_);
+    EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), p_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    return h;
+  }
+
+ private:
+  T* p_ = nullptr;
+  std::size_t n_ = 0;
+};
+
+}  // namespace gpurun::testing
