@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <memory>
@@ -104,7 +105,13 @@ Layout layout_of(const Model& m) {
 }
 
 int pick_device(ProcessGroup& pg, std::ostream& log) {
-  const int count = k::cuda_device_count();
+  // cudaGetDeviceCount, not the probe: the probe launches on device 0, which would put a context
+  // (hundreds of MB) of every rank on the node's first GPU.
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
   if (count == 0) {
     const char* vis = std::getenv("CUDA_VISIBLE_DEVICES");
     throw std::runtime_error("no usable CUDA device on " + cuda::rank_label(pg.rank()) +
@@ -616,7 +623,7 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
         if (stop > 0.0f) {
           res.stop = StopReason::kSignal;
           res.signal = StopSignalGuard::received();
-          if (res.signal == 0) res.signal = 15;  // another rank was signalled: SIGTERM semantics
+          if (res.signal == 0) res.signal = SIGTERM;  // another rank was signalled
           break;
         }
       }
