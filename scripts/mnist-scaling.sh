@@ -20,6 +20,7 @@
 #   --mnist-cnn mnist_cnn binary (default BUILD/examples/mnist_cnn/mnist_cnn)
 #   --launch    launch command instead of gpurun, {n} replaced by the rank count, e.g.
 #               --launch "mpirun -n {n} --oversubscribe" (for comparisons)
+#   --replot    run nothing: redraw scaling.png from the scaling.dat already in --out
 #   --note      a sentence for scaling.md (what else ran on the machine, ...)
 #   after --     extra mnist_cnn options (--threads 1, --max-steps 200, --seed 7, ...)
 #
@@ -45,6 +46,7 @@ mnist=""
 gpurun_args=""
 launch=""
 note=""
+replot=0
 extra=()
 
 while (($#)); do
@@ -59,6 +61,7 @@ while (($#)); do
     --gpurun) gpurun=${2:?--gpurun needs a path}; shift 2 ;;
     --mnist-cnn) mnist=${2:?--mnist-cnn needs a path}; shift 2 ;;
     --gpurun-args) gpurun_args=${2?--gpurun-args needs a string}; shift 2 ;;
+    --replot) replot=1; shift ;;
     --note) note=${2?--note needs a text}; shift 2 ;;
     --launch) launch=${2:?--launch needs a command}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
@@ -79,8 +82,9 @@ if [[ -z $batch ]]; then
 fi
 [[ $batch =~ ^[1-9][0-9]*$ ]] || die "--batch must be a positive integer, got '$batch'"
 [[ -n $out ]] || out=$root/bench/results/scaling-$mode
-[[ -x $mnist ]] || die "mnist_cnn not found at $mnist (build it: cmake --build build --target mnist_cnn, or pass --mnist-cnn)"
-if [[ -z $launch ]]; then
+if ((replot)); then [[ -s $out/scaling.dat ]] || die "--replot: no $out/scaling.dat"; fi
+((replot)) || [[ -x $mnist ]] || die "mnist_cnn not found at $mnist (build it: cmake --build build --target mnist_cnn, or pass --mnist-cnn)"
+if [[ -z $launch && $replot -eq 0 ]]; then
   [[ -x $gpurun ]] || die "gpurun not found at $gpurun (build it: cmake --build build --target gpurun, or pass --gpurun / --launch)"
 fi
 [[ -d $data ]] || die "data directory $data not found (run scripts/fetch-data.sh or pass --data)"
@@ -91,6 +95,7 @@ mkdir -p "$out/runs"
 echo "mnist-scaling: $mode scaling, ranks ${ranks[*]}, $epochs epoch(s), data $data -> $out"
 
 for r in "${ranks[@]}"; do
+  ((replot == 0)) || break
   if [[ $mode == weak ]]; then
     per_rank=$batch
     lr_args=(--lr-scaling linear)
@@ -125,7 +130,7 @@ for r in "${ranks[@]}"; do
 done
 
 # Table, CSV and gnuplot data from the reports.
-"$py" - "$out" "$mode" "$epochs" "$data" "$note" "${ranks[@]}" <<'EOF'
+((replot)) || "$py" - "$out" "$mode" "$epochs" "$data" "$note" "${ranks[@]}" <<'EOF'
 import json, os, sys, platform, datetime, re
 out, mode, epochs, data, note = sys.argv[1:6]
 ranks = [int(r) for r in sys.argv[6:]]
@@ -207,7 +212,7 @@ if command -v gnuplot >/dev/null; then
   if ! gnuplot >"$out/gnuplot.log" 2>&1 <<EOF; then
 set terminal $term
 set output "$out/scaling.png"
-set title "MNIST CNN, $mode scaling"
+set title "MNIST CNN, $mode scaling ($(basename "$data"), $epochs epochs)"
 set xlabel "ranks"
 set logscale x 2
 set xtics (${ranks_list//,/, })
@@ -216,6 +221,8 @@ set y2label "test accuracy (%)"
 set ytics nomirror
 set y2tics
 set yrange [0:*]
+stats "$out/scaling.dat" using 3 nooutput name "ACC"
+set y2range [floor(ACC_min) - 2 : 100]
 set grid
 set key bottom left
 plot "$out/scaling.dat" using 1:2 with linespoints lw 2 pt 7 title "time (s)", \
