@@ -206,6 +206,21 @@ int main(int argc, char** argv) {
     submit_busy_ms.push_back(ms_since(t0));
   }
 
+  // The disk's own fsync latency at the time of the run: every submit and dispatch pays one WAL
+  // fsync, so this is the floor under both (and explains noisy runs on a shared machine).
+  std::vector<double> fsync_ms;
+  {
+    std::string probe = dir + "/fsync.probe";
+    int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+    std::string page(4096, 'x');
+    for (int i = 0; i < 200; ++i) {
+      auto t0 = Clock::now();
+      if (::pwrite(fd, page.data(), page.size(), 0) != 4096 || ::fsync(fd) != 0) break;
+      fsync_ms.push_back(ms_since(t0));
+    }
+    ::close(fd);
+  }
+
   kill(daemon, SIGTERM);
   int st;
   waitpid(daemon, &st, 0);
@@ -227,6 +242,7 @@ int main(int argc, char** argv) {
       "-");
   row(fmt::format("submit, request round trip with {} waiting", listed).c_str(),
       stats(submit_busy_ms), "-");
+  row("4 KiB write + fsync on the state dir's filesystem", stats(fsync_ms), "-");
   std::printf("\n%d jobs ran back to back on one GPU id in %.1f s.\n", jobs, run_s);
   return 0;
 }

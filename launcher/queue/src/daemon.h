@@ -91,7 +91,7 @@ class Daemon {
   void reap_orphans(int sid, int pgid);
   void remove_cleanup_files();
   void requeue_or_fail(Job& j, const std::string& why);
-  std::string dependency_reason(const Job& j) const;  // "" when satisfied
+  const char* dependency_reason(const Job& j) const;  // nullptr when satisfied
   std::map<uint32_t, double> decayed_usage(int64_t now) const;
 
   DaemonConfig cfg_;
@@ -108,7 +108,6 @@ class Daemon {
   std::map<int64_t, Runner> runners_;   // running job id -> its supervisor
   std::map<int64_t, JobState> states_;  // every job's state, for dependencies
   std::map<int64_t, std::vector<int64_t>> array_members_;
-  std::map<int64_t, std::string> reasons_;  // last scheduler verdict per pending job
   struct UsageRec {
     double gpu_seconds = 0;
     int64_t updated_ms = 0;

@@ -68,7 +68,7 @@ std::map<uint32_t, double> Daemon::decayed_usage(int64_t now) const {
   return out;
 }
 
-std::string Daemon::dependency_reason(const Job& j) const {
+const char* Daemon::dependency_reason(const Job& j) const {
   for (const auto& d : j.dependencies) {
     std::vector<int64_t> ids{d.job_id};
     auto members = array_members_.find(d.job_id);
@@ -82,11 +82,10 @@ std::string Daemon::dependency_reason(const Job& j) const {
         return "DependencyNeverSatisfied";  // Slurm leaves such jobs pending for good
     }
   }
-  return "";
+  return nullptr;
 }
 
 void Daemon::schedule_pass() {
-  reasons_.clear();
   const int64_t now = now_ms();
   std::set<int> busy;
   SchedInput in;
@@ -102,23 +101,21 @@ void Daemon::schedule_pass() {
   }
   for (int g : cfg_.gpus)
     if (!busy.count(g)) in.free_gpus.push_back(g);
-  for (const auto& [id, j] : active_) {
+  for (auto& [id, j] : active_) {
     if (j.state != JobState::kPending) continue;
-    if (draining_) {
-      reasons_[id] = "ReqNodeNotAvail";
-      continue;
-    }
+    j.sched_reason = nullptr;
+    if (draining_) continue;  // pending_reason() says why
     if (j.held) continue;
-    std::string why = dependency_reason(j);
-    if (!why.empty()) {
-      reasons_[id] = why;
+    const char* why = dependency_reason(j);
+    if (why) {
+      j.sched_reason = why;
       continue;
     }
     if (j.array_job_id && j.array_max_running) {
       // Only the first (cap - running) tasks are offered, so one pass cannot exceed the cap.
       int& n = array_busy[j.array_job_id];
       if (n >= j.array_max_running) {
-        reasons_[id] = "JobArrayTaskLimit";
+        j.sched_reason = "JobArrayTaskLimit";
         continue;
       }
       n += 1;
@@ -128,7 +125,7 @@ void Daemon::schedule_pass() {
   if (in.waiting.empty()) return;
   in.usage = decayed_usage(now);
   SchedOutput out = schedule(in);
-  for (auto& [id, r] : out.reasons) reasons_[id] = r;
+  for (auto& [id, r] : out.reasons) active_.at(id).sched_reason = r;
   for (const auto& s : out.starts) {
     auto it = active_.find(s.job_id);
     if (it == active_.end()) continue;
@@ -315,7 +312,6 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
   txn.commit();
   if (was_running) cleanup_.push_back(j.id);  // only once the state change is committed
   states_[j.id] = state;
-  reasons_.erase(j.id);
   int64_t id = j.id;
   active_.erase(id);  // j is gone from here on
   dirty_ = true;

@@ -164,8 +164,8 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
 
 std::string Daemon::pending_reason(const Job& j) const {
   if (j.held) return "JobHeldUser";
-  auto it = reasons_.find(j.id);
-  return it != reasons_.end() ? it->second : "None";
+  if (draining_) return "ReqNodeNotAvail";
+  return j.sched_reason ? j.sched_reason : "None";
 }
 
 nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {

@@ -50,7 +50,7 @@ SchedOutput schedule(const SchedInput& in) {
     const SchedJob& j = *jp;
     if (in.max_gpus_per_user > 0 && j.gpus > 0 &&
         user_gpus[j.uid] + j.gpus > in.max_gpus_per_user) {
-      out.reasons[j.id] = "QOSMaxGRESPerUser";
+      out.reasons.emplace_back(j.id, "QOSMaxGRESPerUser");
       continue;
     }
     bool fits = static_cast<int>(free.size()) >= j.gpus;
@@ -60,7 +60,7 @@ SchedOutput schedule(const SchedInput& in) {
         continue;
       }
       have_top = true;
-      out.reasons[j.id] = "Resources";
+      out.reasons.emplace_back(j.id, "Resources");
       // Reserve: walk running jobs by expected end until enough GPUs will be free.
       std::vector<SchedRunning> ends = in.running;
       std::sort(ends.begin(), ends.end(), [](const SchedRunning& a, const SchedRunning& b) {
@@ -92,7 +92,7 @@ SchedOutput schedule(const SchedInput& in) {
         continue;
       }
     }
-    out.reasons[j.id] = "Priority";
+    out.reasons.emplace_back(j.id, "Priority");
   }
   return out;
 }

@@ -87,7 +87,10 @@ struct Job {
   std::vector<Dependency> dependencies;
   SignalSpec signal;
   std::string submit_key;
-  std::string boot_id;  // the machine's boot while RUNNING: a different one means it rebooted
+  std::string boot_id;
+  const char* sched_reason =
+      nullptr;  // daemon memory only: the last scheduling verdict  // the machine's boot while
+                // RUNNING: a different one means it rebooted
   // Spec fields that are only needed to start the job.
   std::string script;
   std::vector<std::string> args;
