@@ -81,7 +81,7 @@ convergence)
 resume_signal | resume_signal_mpi)
   # Stop by a signal mid-run, resume, and end with bitwise the same weights as an uninterrupted
   # run. One process gets SIGTERM; under mpirun, mpirun gets SIGUSR1 (it forwards it to ranks).
-  args=(--data "$data" --epochs 3 --threads 1 --seed 3)
+  args=(--data "$data" --epochs 2 --threads 1 --seed 3)
   launch=("$bin")
   sig=TERM
   if [[ $mode == resume_signal_mpi ]]; then
@@ -91,8 +91,8 @@ resume_signal | resume_signal_mpi)
   "${launch[@]}" "${args[@]}" --checkpoint "$work/ref" >"$work/ref.log"
   "${launch[@]}" "${args[@]}" --checkpoint "$work/int" >"$work/int.log" 2>&1 &
   pid=$!
-  wait_for "$work/int.log" "epoch 1/3"
-  sleep 0.3
+  wait_for "$work/int.log" "training:"  # printed once the signal handlers are installed
+  sleep 0.5
   kill -s "$sig" "$pid"
   rc=0
   wait "$pid" || rc=$?
