@@ -229,11 +229,11 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
     int64_t give_up = now_ms() + 10000;
     while (now_ms() < give_up) {
       kill_group(SIGKILL);
-      for (int pid : find_job_processes(getpid(), child, getpid())) ::kill(pid, SIGKILL);
-      pid_t p;
-      while ((p = waitpid(-1, nullptr, WNOHANG)) > 0) {
+      auto left = find_job_processes(getpid(), child, getpid());
+      for (int pid : left) ::kill(pid, SIGKILL);
+      while (waitpid(-1, nullptr, WNOHANG) > 0) {
       }
-      if (p < 0 && errno == ECHILD && find_job_processes(getpid(), child, 0).empty()) break;
+      if (left.empty()) break;  // one /proc scan when the job left nothing behind
       usleep(5000);
     }
     if (WIFEXITED(wstatus)) {
