@@ -13,11 +13,14 @@ __device__ __forceinline__ float act_fwd(float v, bool relu) {
   return relu ? (v > 0.0f ? v : 0.0f) : v;  // !(v > 0) also maps NaN to 0, as the CPU twin does
 }
 
-__global__ void bias_act_fwd_kernel(float* __restrict__ y, const float* __restrict__ b,
-                                    std::size_t n, int channels, int inner, bool relu) {
-  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
-       i += std::size_t(gridDim.x) * blockDim.x) {
-    const int c = int((i / std::size_t(inner)) % std::size_t(channels));
+// Index is unsigned 32-bit when the tensor allows: a 64-bit division per element costs several
+// times the 32-bit one, and this kernel is otherwise a pure stream over memory.
+template <typename Index>
+__global__ void bias_act_fwd_kernel(float* __restrict__ y, const float* __restrict__ b, Index n,
+                                    Index channels, Index inner, bool relu) {
+  for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n;
+       i += Index(gridDim.x) * blockDim.x) {
+    const Index c = (i / inner) % channels;
     y[i] = act_fwd(y[i] + b[c], relu);
   }
 }
@@ -60,25 +63,26 @@ __global__ void bias_act_bwd_rows_kernel(const float* __restrict__ y, float* __r
   }
 }
 
-// inner > 1 (conv outputs): one block per channel walks that channel's outer x inner floats
-// (contiguous runs of `inner`), then a shared-memory tree reduction.
-constexpr int kChanThreads = 512;
+// inner > 1 (conv outputs): one block per channel; each warp takes whole rows (one image's
+// `inner` contiguous floats of that channel, coalesced) so no index needs a division; then a
+// fixed-order shared-memory tree. Memory bound: y and dy read, dy written once.
+constexpr int kChanThreads = 1024, kChanWarps = kChanThreads / 32;
 __global__ void bias_act_bwd_chan_kernel(const float* __restrict__ y, float* __restrict__ dy,
                                          float* __restrict__ db, int outer, int channels, int inner,
                                          bool relu, bool add) {
   __shared__ float part[kChanThreads];
-  const int c = blockIdx.x;
-  const std::size_t per = std::size_t(outer) * inner;
+  const int c = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float s = 0.0f;
-  for (std::size_t j = threadIdx.x; j < per; j += kChanThreads) {
-    const std::size_t n = j / std::size_t(inner), i = j % std::size_t(inner);
-    const std::size_t k = (n * channels + c) * std::size_t(inner) + i;
-    float g = dy[k];
-    if (relu && !(y[k] > 0.0f)) {
-      g = 0.0f;
-      dy[k] = 0.0f;
+  for (int n = warp; n < outer; n += kChanWarps) {
+    const std::size_t row = (std::size_t(n) * channels + c) * std::size_t(inner);
+    for (int i = lane; i < inner; i += 32) {
+      float g = dy[row + i];
+      if (relu && !(y[row + i] > 0.0f)) {
+        g = 0.0f;
+        dy[row + i] = 0.0f;
+      }
+      s += g;
     }
-    s += g;
   }
   part[threadIdx.x] = s;
   __syncthreads();
@@ -95,8 +99,16 @@ void bias_act_forward(const BiasActDesc& d, float* y, const float* b, Stream s) 
   validate(d);
   constexpr int kBlock = 256;
   const std::size_t n = d.floats();
-  bias_act_fwd_kernel<<<detail::grid_blocks(n, kBlock), kBlock, 0, detail::raw(s)>>>(
-      y, b, n, d.channels, d.inner, d.act == Activation::kRelu);
+  const bool relu = d.act == Activation::kRelu;
+  const int grid = detail::grid_blocks(n, kBlock);
+  // 32-bit only when i + gridDim*blockDim cannot wrap.
+  if (n + std::size_t(grid) * kBlock < (std::size_t(1) << 32)) {
+    bias_act_fwd_kernel<unsigned><<<grid, kBlock, 0, detail::raw(s)>>>(
+        y, b, unsigned(n), unsigned(d.channels), unsigned(d.inner), relu);
+  } else {
+    bias_act_fwd_kernel<std::size_t><<<grid, kBlock, 0, detail::raw(s)>>>(
+        y, b, n, std::size_t(d.channels), std::size_t(d.inner), relu);
+  }
   GPURUN_LAUNCH_CHECK("bias_act_fwd_kernel");
 }
 

@@ -21,6 +21,9 @@ class DeviceBuffer {
     if (n) {
       GPURUN_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
       GPURUN_CUDA_CHECK(cudaMemset(p_, 0, n * sizeof(T)));
+      // cudaMemset runs on the legacy stream, which the trainer's non-blocking streams do not
+      // wait for: finish it here, or a kernel could write before the zeroing lands.
+      GPURUN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
     }
   }
   ~DeviceBuffer() {

@@ -184,6 +184,9 @@ class GpuState {
     std::size_t ws = std::max(kc::conv2d_workspace_floats(conv(B_)),
                               kc::conv2d_workspace_floats(conv(eval_batch)));
     ws_ = DeviceBuffer<float>(std::max<std::size_t>(ws, 1));
+    // Pageable cudaMemcpy may return before its DMA lands, and the trainer's streams are
+    // non-blocking (they do not wait for the legacy stream): settle everything now.
+    GPURUN_CUDA_CHECK(cudaDeviceSynchronize());
   }
 
   k::Conv2dDesc conv(int b) const {
@@ -428,6 +431,7 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
     GPURUN_CUDA_CHECK(cudaMemcpy(st.vel_.get(), velocity_init.data(), L.n * sizeof(float),
                                  cudaMemcpyHostToDevice));
   }
+  GPURUN_CUDA_CHECK(cudaDeviceSynchronize());  // as in GpuState: pageable copies, legacy stream
 
   std::vector<float> host_params(L.n);
   auto download_params = [&] {
