@@ -204,3 +204,22 @@ TEST(GpuqE2E, MalformedAndOversizedRequestsGetErrorsNotCrashes) {
   d.script("q.sh", "#!/bin/sh\necho fine\n");
   EXPECT_EQ(d.wait_final(d.submit("q.sh"))["state"], "COMPLETED");
 }
+
+TEST(GpuqE2E, LogFollowPrintsUntilTheJobEnds) {
+  Daemon d;
+  d.script("talk.sh", "#!/bin/sh\necho first\nsleep 1\necho second\n");
+  int64_t id = d.submit("talk.sh");
+  Result r = d.gpuq(fmt::format("log -f {}", id));  // returns only once the job has ended
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "first\nsecond\n");
+  EXPECT_EQ(d.show(id)["state"], "COMPLETED");
+}
+
+TEST(GpuqE2E, OneDaemonPerStateDirectory) {
+  Daemon d;
+  Result r = sh(fmt::format("{} daemon --gpus 0 --state-dir {}/state --socket {}/other.sock",
+                            gpuq_bin(), d.dir(), d.dir()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("another gpuq daemon"), std::string::npos) << r.err;
+  EXPECT_EQ(d.gpuq("queue --noheader").rc, 0);
+}

@@ -30,6 +30,7 @@ void make_dir(const std::string& path, mode_t mode) {
 }
 
 constexpr int64_t kClientTimeoutMs = 10000;  // a client that sends nothing is dropped
+constexpr size_t kMaxClients = 512;          // connections served at once
 
 }  // namespace
 
@@ -100,9 +101,15 @@ void Daemon::open_socket() {
 void Daemon::accept_clients() {
   while (true) {
     int fd = ::accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
-    if (fd < 0) return;  // EAGAIN, or a transient error; poll tells us when to try again
+    if (fd < 0) {
+      // Out of descriptors: pause accepting briefly instead of spinning on a readable socket.
+      if (errno == EMFILE || errno == ENFILE)
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      return;
+    }
     Conn c;
     c.fd = Fd(fd);
+    if (conns_.size() >= kMaxClients) continue;  // closed at once: one user cannot starve others
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
