@@ -38,8 +38,8 @@ __global__ void act_bwd_kernel(const float* __restrict__ y, float* __restrict__ 
 // the outer dimension; the partial sums meet in shared memory in a fixed order.
 constexpr int kColTile = 32, kRowThreads = 8;
 __global__ void bias_act_bwd_rows_kernel(const float* __restrict__ y, float* __restrict__ dy,
-                                         float* __restrict__ db, int outer, int channels,
-                                         bool relu, bool add) {
+                                         float* __restrict__ db, int outer, int channels, bool relu,
+                                         bool add) {
   __shared__ float part[kRowThreads][kColTile];
   const int c = blockIdx.x * kColTile + threadIdx.x;
   float s = 0.0f;
@@ -129,7 +129,7 @@ void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* d
     const dim3 block(kColTile, kRowThreads);
     const int grid = (d.channels + kColTile - 1) / kColTile;
     bias_act_bwd_rows_kernel<<<grid, block, 0, detail::raw(s)>>>(y, dy, db, d.outer, d.channels,
-                                                                  relu, add);
+                                                                 relu, add);
     GPURUN_LAUNCH_CHECK("bias_act_bwd_rows_kernel");
   } else {
     bias_act_bwd_chan_kernel<<<d.channels, kChanThreads, 0, detail::raw(s)>>>(

@@ -20,20 +20,20 @@ const char* cublas_status_name(cublasStatus_t s);
 
 }  // namespace gpurun::kernels::cuda::detail
 
-#define GPURUN_CUDA_CHECK(expr)                                                        \
-  do {                                                                                 \
-    const cudaError_t gpurun_e_ = (expr);                                              \
-    if (gpurun_e_ != cudaSuccess)                                                      \
+#define GPURUN_CUDA_CHECK(expr)                                                           \
+  do {                                                                                    \
+    const cudaError_t gpurun_e_ = (expr);                                                 \
+    if (gpurun_e_ != cudaSuccess)                                                         \
       ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(gpurun_e_), #expr, \
-                                            __FILE__, __LINE__);                       \
+                                            __FILE__, __LINE__);                          \
   } while (0)
 
-#define GPURUN_CUDNN_CHECK(expr)                                                          \
-  do {                                                                                    \
-    const cudnnStatus_t gpurun_s_ = (expr);                                               \
-    if (gpurun_s_ != CUDNN_STATUS_SUCCESS)                                                \
+#define GPURUN_CUDNN_CHECK(expr)                                                            \
+  do {                                                                                      \
+    const cudnnStatus_t gpurun_s_ = (expr);                                                 \
+    if (gpurun_s_ != CUDNN_STATUS_SUCCESS)                                                  \
       ::gpurun::kernels::cuda::detail::fail("cuDNN", cudnnGetErrorString(gpurun_s_), #expr, \
-                                            __FILE__, __LINE__);                          \
+                                            __FILE__, __LINE__);                            \
   } while (0)
 
 #define GPURUN_CUBLAS_CHECK(expr)                                                          \

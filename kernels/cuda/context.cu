@@ -19,8 +19,12 @@ namespace {
 std::atomic<int> g_precision{int(MathPrecision::kFp32)};
 }  // namespace
 
-void set_math_precision(MathPrecision p) { g_precision.store(int(p)); }
-MathPrecision math_precision() { return MathPrecision(g_precision.load()); }
+void set_math_precision(MathPrecision p) {
+  g_precision.store(int(p));
+}
+MathPrecision math_precision() {
+  return MathPrecision(g_precision.load());
+}
 
 namespace detail {
 
@@ -37,17 +41,28 @@ namespace detail {
 
 const char* cublas_status_name(cublasStatus_t s) {
   switch (s) {
-    case CUBLAS_STATUS_SUCCESS: return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED: return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED: return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE: return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH: return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR: return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED: return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR: return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED: return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR: return "CUBLAS_STATUS_LICENSE_ERROR";
-    default: return "unknown cuBLAS status";
+    case CUBLAS_STATUS_SUCCESS:
+      return "CUBLAS_STATUS_SUCCESS";
+    case CUBLAS_STATUS_NOT_INITIALIZED:
+      return "CUBLAS_STATUS_NOT_INITIALIZED";
+    case CUBLAS_STATUS_ALLOC_FAILED:
+      return "CUBLAS_STATUS_ALLOC_FAILED";
+    case CUBLAS_STATUS_INVALID_VALUE:
+      return "CUBLAS_STATUS_INVALID_VALUE";
+    case CUBLAS_STATUS_ARCH_MISMATCH:
+      return "CUBLAS_STATUS_ARCH_MISMATCH";
+    case CUBLAS_STATUS_MAPPING_ERROR:
+      return "CUBLAS_STATUS_MAPPING_ERROR";
+    case CUBLAS_STATUS_EXECUTION_FAILED:
+      return "CUBLAS_STATUS_EXECUTION_FAILED";
+    case CUBLAS_STATUS_INTERNAL_ERROR:
+      return "CUBLAS_STATUS_INTERNAL_ERROR";
+    case CUBLAS_STATUS_NOT_SUPPORTED:
+      return "CUBLAS_STATUS_NOT_SUPPORTED";
+    case CUBLAS_STATUS_LICENSE_ERROR:
+      return "CUBLAS_STATUS_LICENSE_ERROR";
+    default:
+      return "unknown cuBLAS status";
   }
 }
 
@@ -128,9 +143,15 @@ Handles& handles() {
 
 }  // namespace
 
-cudnnHandle_t cudnn_on(Stream s) { return handles().cudnn(raw(s)); }
-cublasHandle_t cublas_on(Stream s) { return handles().cublas(raw(s)); }
-void warm_up() { (void)handles(); }
+cudnnHandle_t cudnn_on(Stream s) {
+  return handles().cudnn(raw(s));
+}
+cublasHandle_t cublas_on(Stream s) {
+  return handles().cublas(raw(s));
+}
+void warm_up() {
+  (void)handles();
+}
 
 int grid_blocks(std::size_t n, int block) {
   // 132 SMs x 16 resident blocks covers an H100; more blocks than that only add tail waves in a

@@ -15,7 +15,9 @@
 
 namespace gpurun::kernels::cuda::detail {
 
-inline cudaStream_t raw(Stream s) { return static_cast<cudaStream_t>(s.handle); }
+inline cudaStream_t raw(Stream s) {
+  return static_cast<cudaStream_t>(s.handle);
+}
 
 // This thread's cuDNN handle for the current device, bound to s.
 cudnnHandle_t cudnn_on(Stream s);

@@ -91,8 +91,7 @@ void softmax_xent(const SoftmaxXentDesc& d, const float* logits, const std::int3
 void accuracy_count(const AccuracyDesc& d, const float* logits, const std::int32_t* labels,
                     std::int64_t* correct, Stream s) {
   validate(d);
-  accuracy_kernel<<<1, kThreads, 0, detail::raw(s)>>>(logits, labels, correct, d.batch,
-                                                      d.classes);
+  accuracy_kernel<<<1, kThreads, 0, detail::raw(s)>>>(logits, labels, correct, d.batch, d.classes);
   GPURUN_LAUNCH_CHECK("accuracy_kernel");
 }
 

@@ -13,9 +13,9 @@ namespace {
 
 // Same operation order as cpu::sgd_step, so results agree to rounding of fused multiply-adds.
 template <bool kMomentum>
-__global__ void sgd_kernel(std::size_t n, float lr_host, const float* __restrict__ lr_dev,
-                           float wd, float gs, float m, float* __restrict__ p,
-                           const float* __restrict__ g, float* __restrict__ v) {
+__global__ void sgd_kernel(std::size_t n, float lr_host, const float* __restrict__ lr_dev, float wd,
+                           float gs, float m, float* __restrict__ p, const float* __restrict__ g,
+                           float* __restrict__ v) {
   const float lr = lr_dev ? *lr_dev : lr_host;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -35,17 +35,16 @@ void launch(const SgdDesc& d, const float* lr_dev, float* params, const float* g
   validate(d);
   if (d.n == 0) return;
   const bool mom = d.momentum != 0.0f;
-  if (mom && velocity == nullptr) throw std::invalid_argument("sgd: momentum needs a velocity buffer");
+  if (mom && velocity == nullptr)
+    throw std::invalid_argument("sgd: momentum needs a velocity buffer");
   constexpr int kBlock = 256;
   const int grid = detail::grid_blocks(d.n, kBlock);
   if (mom) {
-    sgd_kernel<true><<<grid, kBlock, 0, detail::raw(s)>>>(d.n, d.lr, lr_dev, d.weight_decay,
-                                                          d.grad_scale, d.momentum, params, grads,
-                                                          velocity);
+    sgd_kernel<true><<<grid, kBlock, 0, detail::raw(s)>>>(
+        d.n, d.lr, lr_dev, d.weight_decay, d.grad_scale, d.momentum, params, grads, velocity);
   } else {
-    sgd_kernel<false><<<grid, kBlock, 0, detail::raw(s)>>>(d.n, d.lr, lr_dev, d.weight_decay,
-                                                           d.grad_scale, 0.0f, params, grads,
-                                                           nullptr);
+    sgd_kernel<false><<<grid, kBlock, 0, detail::raw(s)>>>(
+        d.n, d.lr, lr_dev, d.weight_decay, d.grad_scale, 0.0f, params, grads, nullptr);
   }
   GPURUN_LAUNCH_CHECK("sgd_kernel");
 }
@@ -56,8 +55,8 @@ void sgd_step(const SgdDesc& d, float* params, const float* grads, float* veloci
   launch(d, nullptr, params, grads, velocity, s);
 }
 
-void sgd_step_device_lr(const SgdDesc& d, const float* lr_device, float* params,
-                        const float* grads, float* velocity, Stream s) {
+void sgd_step_device_lr(const SgdDesc& d, const float* lr_device, float* params, const float* grads,
+                        float* velocity, Stream s) {
   if (lr_device == nullptr) throw std::invalid_argument("sgd: lr_device is null");
   launch(d, lr_device, params, grads, velocity, s);
 }

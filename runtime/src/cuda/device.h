@@ -29,7 +29,8 @@ class DeviceBuffer {
   ~DeviceBuffer() {
     if (p_) cudaFree(p_);
   }
-  DeviceBuffer(DeviceBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  DeviceBuffer(DeviceBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   DeviceBuffer& operator=(DeviceBuffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);
@@ -57,7 +58,8 @@ class PinnedBuffer {
   ~PinnedBuffer() {
     if (p_) cudaFreeHost(p_);
   }
-  PinnedBuffer(PinnedBuffer&& o) noexcept : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
+  PinnedBuffer(PinnedBuffer&& o) noexcept
+      : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
   PinnedBuffer& operator=(PinnedBuffer&& o) noexcept {
     std::swap(p_, o.p_);
     std::swap(n_, o.n_);

@@ -4,6 +4,8 @@
 // (ordered by events), SGD with 1/world and the scheduled learning rate read on the device, and
 // the step counter advance. The host only launches; it reads losses every loss_every steps.
 // Run: mnist_cnn --device cuda (examples/mnist_cnn); tests: ctest -L gpu.
+#include "gpurun/runtime/gpu_trainer.h"
+
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -25,7 +27,6 @@
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/softmax_xent.h"
 #include "gpurun/runtime/checkpoint.h"
-#include "gpurun/runtime/gpu_trainer.h"
 #include "gpurun/runtime/model.h"
 #include "gpurun/runtime/sampler.h"
 #include "gpurun/runtime/stop_signal.h"
@@ -34,13 +35,18 @@
 
 namespace gpurun::runtime {
 
-bool cuda_available() noexcept { return kernels::cuda_device_count() > 0; }
+bool cuda_available() noexcept {
+  return kernels::cuda_device_count() > 0;
+}
 
 const char* to_string(AllreduceBackend b) {
   switch (b) {
-    case AllreduceBackend::kNone: return "none";
-    case AllreduceBackend::kNccl: return "nccl";
-    case AllreduceBackend::kHostMpi: return "mpi-host-staged";
+    case AllreduceBackend::kNone:
+      return "none";
+    case AllreduceBackend::kNccl:
+      return "nccl";
+    case AllreduceBackend::kHostMpi:
+      return "mpi-host-staged";
   }
   return "?";
 }
@@ -67,7 +73,9 @@ std::uint64_t fnv1a(const void* p, std::size_t n) {
   return h;
 }
 
-std::size_t aligned(std::size_t n) { return (n + kParamAlign - 1) / kParamAlign * kParamAlign; }
+std::size_t aligned(std::size_t n) {
+  return (n + kParamAlign - 1) / kParamAlign * kParamAlign;
+}
 
 // Offsets of each tensor in the flat buffers: the same layout as the CPU Model (layers.cc binds
 // weights first, then the bias, each padded to kParamAlign floats), checked against it.
@@ -216,8 +224,8 @@ class GpuState {
     kc::dense_backward_weights({B_, L_.hidden, L_.classes}, a2_.get(), dlogits_.get(), g(L_.w3),
                                over, S);
     kc::dense_backward_data({B_, L_.hidden, L_.classes}, p(L_.w3), dlogits_.get(), da2_.get(), S);
-    kc::bias_act_backward({B_, L_.hidden, 1, k::Activation::kRelu}, a2_.get(), da2_.get(),
-                          g(L_.b2), over, S);
+    kc::bias_act_backward({B_, L_.hidden, 1, k::Activation::kRelu}, a2_.get(), da2_.get(), g(L_.b2),
+                          over, S);
     kc::dense_backward_weights({B_, flat, L_.hidden}, a1_.get(), da2_.get(), g(L_.w2), over, S);
     kc::dense_backward_data({B_, flat, L_.hidden}, p(L_.w2), da2_.get(), da1_.get(), S);
     const int hw = flat / L_.conv_c;
@@ -305,8 +313,8 @@ EvalResult evaluate(ProcessGroup& pg, GpuState& st, const Split& test, int eval_
     kc::softmax_xent({n, st.L_.classes, 1.0f}, st.logits_.get(), st.y_.get(), st.dlogits_.get(),
                      loss.get() + b, S);
   }
-  GPURUN_CUDA_CHECK(cudaMemcpyAsync(h_loss.get(), loss.get(), nb * sizeof(float),
-                                    cudaMemcpyDeviceToHost, s));
+  GPURUN_CUDA_CHECK(
+      cudaMemcpyAsync(h_loss.get(), loss.get(), nb * sizeof(float), cudaMemcpyDeviceToHost, s));
   GPURUN_CUDA_CHECK(cudaMemcpyAsync(h_correct.get(), correct.get(), nb * sizeof(std::int64_t),
                                     cudaMemcpyDeviceToHost, s));
   Event done;
@@ -425,8 +433,8 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
       log << "no checkpoint in " << cfg.checkpoint_dir << ": starting from scratch\n";
     }
   }
-  GPURUN_CUDA_CHECK(cudaMemcpy(st.params_.get(), model->params(), L.n * sizeof(float),
-                               cudaMemcpyHostToDevice));
+  GPURUN_CUDA_CHECK(
+      cudaMemcpy(st.params_.get(), model->params(), L.n * sizeof(float), cudaMemcpyHostToDevice));
   if (!velocity_init.empty()) {
     GPURUN_CUDA_CHECK(cudaMemcpy(st.vel_.get(), velocity_init.data(), L.n * sizeof(float),
                                  cudaMemcpyHostToDevice));
@@ -467,7 +475,8 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
   const bool timing = opt.breakdown;
   auto mark = [&](int i, cudaStream_t on) {
     // External records become event nodes when captured, so replays can be timed too.
-    if (timing) GPURUN_CUDA_CHECK(cudaEventRecordWithFlags(st.t_[i].get(), on, cudaEventRecordExternal));
+    if (timing)
+      GPURUN_CUDA_CHECK(cudaEventRecordWithFlags(st.t_[i].get(), on, cudaEventRecordExternal));
   };
   // Part 1: gather, forward, backward, and (NCCL) the allreduce forked onto its own stream.
   auto enqueue_part1 = [&] {
@@ -581,8 +590,8 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
                                       cudaMemcpyHostToDevice, s));
     GPURUN_CUDA_CHECK(cudaMemcpyAsync(st.lr_table_.get(), st.h_lr_.get(), st.lr_table_.bytes(),
                                       cudaMemcpyHostToDevice, s));
-    GPURUN_CUDA_CHECK(cudaMemcpyAsync(st.step_.get(), st.h_step_.get(), sizeof(int),
-                                      cudaMemcpyHostToDevice, s));
+    GPURUN_CUDA_CHECK(
+        cudaMemcpyAsync(st.step_.get(), st.h_step_.get(), sizeof(int), cudaMemcpyHostToDevice, s));
     std::int64_t done = first, ep_images = 0;
     double samples = 0, k_sum = 0, ar_sum = 0;
     Event ev_read;
@@ -674,7 +683,8 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
     es.seconds = ep_seconds;
     es.images_per_second = ep_seconds > 0 ? double(ep_images) / ep_seconds : 0;
     es.allreduce_share = 0;
-    if (ep_seconds > 0 && samples > 0) es.allreduce_share = ar_sum / samples * double(done - first) / ep_seconds;
+    if (ep_seconds > 0 && samples > 0)
+      es.allreduce_share = ar_sum / samples * double(done - first) / ep_seconds;
     if (ep_seconds > 0 && split) es.allreduce_share = std::min(1.0, mpi_seconds / ep_seconds);
     res.epochs.push_back(es);
     char line[256];

@@ -45,7 +45,8 @@ std::string rank_label(int rank) {
                     ncclGetErrorString(r);
   if (last_error && *last_error) msg += std::string(" (") + last_error + ")";
   if (r == ncclSystemError || r == ncclRemoteError) {
-    msg += "; hint: a peer may have died, or the network is unreachable (NCCL_DEBUG=INFO says more)";
+    msg +=
+        "; hint: a peer may have died, or the network is unreachable (NCCL_DEBUG=INFO says more)";
   }
   throw std::runtime_error(msg);
 }
@@ -71,8 +72,9 @@ AllreduceBackend choose_backend(ProcessGroup& pg, int device, bool multi_rank_gp
   int version = 0;
   GPURUN_NCCL_CHECK(ncclGetVersion(&version));
   if (version >= 23000 && multi_rank_gpu_env) {
-    if (why) *why = "two ranks share GPU " + dup + "; NCCL " + std::to_string(version) +
-                    " allows it with NCCL_MULTI_RANK_GPU_ENABLE=1";
+    if (why)
+      *why = "two ranks share GPU " + dup + "; NCCL " + std::to_string(version) +
+             " allows it with NCCL_MULTI_RANK_GPU_ENABLE=1";
     return AllreduceBackend::kNccl;
   }
   if (why) {
@@ -132,7 +134,9 @@ void NcclComm::wait_ready(const char* what) {
     ncclResult_t state = ncclSuccess;
     {
       std::lock_guard<std::mutex> lock(mu_);
-      if (aborted_.load()) throw std::runtime_error(what + std::string(": communicator aborted on ") + rank_label(rank_));
+      if (aborted_.load())
+        throw std::runtime_error(what + std::string(": communicator aborted on ") +
+                                 rank_label(rank_));
       const ncclResult_t q = ncclCommGetAsyncError(comm_, &state);
       if (q != ncclSuccess) nccl_fail(q, nullptr, "ncclCommGetAsyncError", __FILE__, __LINE__);
     }
@@ -154,7 +158,8 @@ void NcclComm::wait_ready(const char* what) {
 void NcclComm::allreduce_sum(const float* send, float* recv, std::size_t n, cudaStream_t s) {
   {
     std::lock_guard<std::mutex> lock(mu_);
-    if (aborted_.load()) throw std::runtime_error("NCCL communicator was aborted on " + rank_label(rank_));
+    if (aborted_.load())
+      throw std::runtime_error("NCCL communicator was aborted on " + rank_label(rank_));
     GPURUN_NCCL_CHECK(ncclAllReduce(send, recv, n, ncclFloat32, ncclSum, comm_, s));
   }
   wait_ready("ncclAllReduce enqueue");
@@ -187,8 +192,12 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::begin_wait() { wait_start_ns_.store(now_ns()); }
-void Watchdog::end_wait() { wait_start_ns_.store(0); }
+void Watchdog::begin_wait() {
+  wait_start_ns_.store(now_ns());
+}
+void Watchdog::end_wait() {
+  wait_start_ns_.store(0);
+}
 
 void Watchdog::check() const {
   if (!failed_.load()) return;
@@ -225,9 +234,9 @@ void Watchdog::run() {
     if (t0 != 0 && double(now_ns() - t0) * 1e-9 > timeout_s_) {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.1f", timeout_s_);
-      fire(std::string("a collective did not complete within ") + secs +
-           " s (--comm-timeout) on " + rank_label(comm_.rank()) + " of " +
-           std::to_string(comm_.size()) + " ranks; a peer died or is stuck; communicator aborted");
+      fire(std::string("a collective did not complete within ") + secs + " s (--comm-timeout) on " +
+           rank_label(comm_.rank()) + " of " + std::to_string(comm_.size()) +
+           " ranks; a peer died or is stuck; communicator aborted");
     }
     lock.lock();
   }

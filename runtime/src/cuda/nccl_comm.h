@@ -26,11 +26,11 @@ namespace gpurun::runtime::cuda {
 [[noreturn]] void nccl_fail(ncclResult_t r, const char* last_error, const char* expr,
                             const char* file, int line);
 
-#define GPURUN_NCCL_CHECK(expr)                                                                \
-  do {                                                                                         \
-    const ncclResult_t gpurun_r_ = (expr);                                                     \
-    if (gpurun_r_ != ncclSuccess && gpurun_r_ != ncclInProgress)                               \
-      ::gpurun::runtime::cuda::nccl_fail(gpurun_r_, nullptr, #expr, __FILE__, __LINE__);       \
+#define GPURUN_NCCL_CHECK(expr)                                                          \
+  do {                                                                                   \
+    const ncclResult_t gpurun_r_ = (expr);                                               \
+    if (gpurun_r_ != ncclSuccess && gpurun_r_ != ncclInProgress)                         \
+      ::gpurun::runtime::cuda::nccl_fail(gpurun_r_, nullptr, #expr, __FILE__, __LINE__); \
   } while (0)
 
 // "rank R (host)", for messages.

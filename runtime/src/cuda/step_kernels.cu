@@ -47,7 +47,7 @@ void gather_batch(const std::uint8_t* pixels, const std::int32_t* labels, std::s
 void advance_step(int* step, const float* loss, const std::int64_t* correct, float* loss_hist,
                   std::int64_t* correct_hist, kernels::Stream s) {
   advance_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.handle)>>>(step, loss, correct, loss_hist,
-                                                                    correct_hist);
+                                                                   correct_hist);
   GPURUN_LAUNCH_CHECK("advance_kernel");
 }
 

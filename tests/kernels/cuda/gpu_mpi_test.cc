@@ -37,7 +37,9 @@ int my_device() {
   return dev;
 }
 
-float value(int rank, std::size_t i) { return float((rank + 1) * int(i % 97)); }
+float value(int rank, std::size_t i) {
+  return float((rank + 1) * int(i % 97));
+}
 
 std::size_t count_wrong(const std::vector<float>& got, int nranks) {
   std::size_t bad = 0;
@@ -59,7 +61,8 @@ TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
     EXPECT_EQ(b, AllreduceBackend::kNone);
     return;
   }
-  if (g_pg->rank() == 0) std::printf("backend: %s %s\n", gpurun::runtime::to_string(b), why.c_str());
+  if (g_pg->rank() == 0)
+    std::printf("backend: %s %s\n", gpurun::runtime::to_string(b), why.c_str());
   const std::size_t n = 2770640 + 4;
   std::vector<float> h(n);
   for (std::size_t i = 0; i < n; ++i) h[i] = value(g_pg->rank(), i);
@@ -112,7 +115,8 @@ TEST(GpuCollectives, WatchdogFailsWhenARankNeverJoins) {
     } catch (const std::runtime_error& e) {
       msg = e.what();
     }
-    const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double took =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     std::printf("watchdog after %.2f s: %s\n", took, msg.c_str());
     EXPECT_LT(took, kTimeout + 5.0) << msg;
     EXPECT_GE(took, kTimeout * 0.9) << msg;

@@ -28,10 +28,10 @@ inline std::string no_device_reason() {
   return "";
 }
 
-#define GPURUN_REQUIRE_GPU()                                              \
-  do {                                                                    \
+#define GPURUN_REQUIRE_GPU()                                               \
+  do {                                                                     \
     const std::string gpurun_why_ = ::gpurun::testing::no_device_reason(); \
-    if (!gpurun_why_.empty()) GTEST_SKIP() << gpurun_why_;                \
+    if (!gpurun_why_.empty()) GTEST_SKIP() << gpurun_why_;                 \
   } while (0)
 
 template <typename T>

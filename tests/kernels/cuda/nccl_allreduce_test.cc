@@ -16,7 +16,9 @@ namespace {
 
 // Rank r's value at i: (r + 1) * (i % 97); the sum over n ranks is (i % 97) * n(n+1)/2, an
 // integer below 2^24 for n <= 64, so FP32 addition is exact in any order.
-float value(int rank, std::size_t i) { return float((rank + 1) * int(i % 97)); }
+float value(int rank, std::size_t i) {
+  return float((rank + 1) * int(i % 97));
+}
 
 std::size_t count_wrong(const std::vector<float>& got, int nranks) {
   std::size_t bad = 0;
@@ -62,8 +64,8 @@ TEST(NcclAllreduce, ExactSumsInPlaceAndOutOfPlace) {
         std::vector<float> got(n);
         ASSERT_EQ(cudaMemcpy(got.data(), recv[d], n * sizeof(float), cudaMemcpyDeviceToHost),
                   cudaSuccess);
-        EXPECT_EQ(count_wrong(got, ndev), 0u)
-            << "device " << d << ", " << n << " floats, " << (in_place ? "in place" : "out of place");
+        EXPECT_EQ(count_wrong(got, ndev), 0u) << "device " << d << ", " << n << " floats, "
+                                              << (in_place ? "in place" : "out of place");
         if (!in_place) {
           // Out of place must leave the input alone.
           ASSERT_EQ(cudaMemcpy(got.data(), send[d], n * sizeof(float), cudaMemcpyDeviceToHost),

@@ -49,8 +49,8 @@ TEST_F(CudaOps, Conv2dForwardMatchesCpu) {
     std::vector<float> ref(d.y_floats());
     ref::conv2d_forward(d, x.data(), w.data(), ref.data());
     DeviceVec<float> dx(x), dw(w), dy(d.y_floats()), ws(cuda::conv2d_workspace_floats(d) + 1);
-    cuda::conv2d_forward(d, dx.get(), dw.get(), dy.get(), {ws.get(), cuda::conv2d_workspace_floats(d) + 1},
-                         kDefault);
+    cuda::conv2d_forward(d, dx.get(), dw.get(), dy.get(),
+                         {ws.get(), cuda::conv2d_workspace_floats(d) + 1}, kDefault);
     EXPECT_TRUE(all_close(dy.host(), ref, 1e-4f, 1e-4f)) << "batch " << d.batch;
   }
 }
@@ -92,7 +92,8 @@ TEST_F(CudaOps, Conv2dBackwardDataMatchesCpu) {
 // 0.05 to keep activations O(1)), dW sums `batch`, dX sums `out`: 1e-3 + 1e-4*|ref| covers FP32
 // accumulation-order differences of K up to ~2e4.
 TEST_F(CudaOps, DenseMatchesCpu) {
-  for (const DenseDesc d : {DenseDesc{64, 21632, 128}, DenseDesc{64, 128, 10}, DenseDesc{7, 33, 5}}) {
+  for (const DenseDesc d :
+       {DenseDesc{64, 21632, 128}, DenseDesc{64, 128, 10}, DenseDesc{7, 33, 5}}) {
     const auto x = random_vec(std::size_t(d.batch) * d.in, 8, -0.05f, 0.05f);
     const auto w = random_vec(std::size_t(d.out) * d.in, 9, -0.05f, 0.05f);
     const auto dyv = random_vec(std::size_t(d.batch) * d.out, 10);
@@ -187,7 +188,8 @@ TEST_F(CudaOps, AccuracyMatchesCpu) {
   for (const int batch : {1, 64, 1024, 3000}) {
     const AccuracyDesc d{batch, 10};
     auto z = random_vec(std::size_t(batch) * 10, 18);
-    for (int n = 0; n < batch; n += 5) z[std::size_t(n) * 10 + 4] = z[std::size_t(n) * 10 + 2] = 2.0f;
+    for (int n = 0; n < batch; n += 5)
+      z[std::size_t(n) * 10 + 4] = z[std::size_t(n) * 10 + 2] = 2.0f;
     std::vector<std::int32_t> labels(batch);
     for (int n = 0; n < batch; ++n) labels[n] = (n * 3) % 10;
     std::int64_t want = 0;
