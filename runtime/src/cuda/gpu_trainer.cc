@@ -519,7 +519,11 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
   // The step counter, indices and learning rates are zero (valid) until the first epoch sets them.
   enqueue_part1();
   if (split) host_allreduce();
-  GPURUN_CUDA_CHECK(cudaStreamSynchronize(s));
+  {
+    Event warm;  // waited for under the watchdog: this is the job's first collective
+    GPURUN_CUDA_CHECK(cudaEventRecord(warm.get(), s));
+    cuda::wait_event(warm.get(), wd.get(), "warm-up step (first allreduce)");
+  }
   mpi_seconds = 0;
 
   GraphExec g1, g2;
