@@ -120,7 +120,8 @@ TEST_F(CudaOps, DenseMatchesCpu) {
 }
 
 // Bias + activation forward is the same two float operations as the CPU: exact (atol 0).
-// Backward masks exactly; db sums outer*inner values in another order: 1e-4 + 1e-5*|ref|.
+// Backward masks exactly; db sums up to 43,264 values in another order (the CPU oracle in
+// double): 1e-3 + 1e-4*|ref|, as for the other batch reductions.
 TEST_F(CudaOps, BiasActMatchesCpu) {
   const BiasActDesc shapes[] = {{64, 32, 676, Activation::kRelu},
                                 {64, 128, 1, Activation::kRelu},
@@ -142,7 +143,7 @@ TEST_F(CudaOps, BiasActMatchesCpu) {
       DeviceVec<float> dg(g0), dgb(db0);
       cuda::bias_act_backward(d, dyv.get(), dg.get(), dgb.get(), acc, kDefault);
       EXPECT_TRUE(all_close(dg.host(), g, 0.0f, 0.0f)) << "mask channels " << d.channels;
-      EXPECT_TRUE(all_close(dgb.host(), gb, 1e-4f, 1e-5f)) << "db channels " << d.channels;
+      EXPECT_TRUE(all_close(dgb.host(), gb, 1e-3f, 1e-4f)) << "db channels " << d.channels;
     }
     // Without db only the mask is applied.
     std::vector<float> g = g0;
