@@ -4,7 +4,9 @@
 // SGD) is captured once as a CUDA Graph and replayed; the host reads losses back only every
 // `loss_every` steps. Gradients are summed with NCCL on their own stream, or, where NCCL cannot
 // serve (two ranks on one GPU), through host memory and the process group's MPI allreduce.
-// A watchdog turns a stuck or failed collective into an exception within `comm_timeout_s`.
+// With NCCL, a watchdog turns a stuck or failed collective (or a rank that never joins the
+// communicator) into an exception within `comm_timeout_s`; the host-staged MPI path relies on
+// the launcher's fail-fast instead (a blocked MPI_Allreduce cannot be interrupted).
 // Same TrainConfig, sampler, learning-rate schedule and initial weights as train() (trainer.h).
 // No CUDA, NCCL or MPI header here.
 #pragma once
