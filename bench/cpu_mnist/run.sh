@@ -34,6 +34,7 @@ json() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[
 best() { "$py" -c "import sys; print(max(float(x) for x in sys.argv[1:]))" "$@"; }
 ratio() { "$py" -c "import sys; print('%.2f' % (float(sys.argv[1]) / float(sys.argv[2])))" "$1" "$2"; }
 
+load_before=$(cut -d' ' -f1-3 /proc/loadavg)
 common=(--data "$data" --epochs "$epochs" --batch-size 64 --lr-scaling none)
 ours1=() torch1=() ours2t=() ranks2=()
 for ((r = 0; r < repeats; r++)); do
@@ -57,6 +58,7 @@ echo
 echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
 echo "- data: $data ($n training images), batch 64 per rank, $epochs epoch(s), best of $repeats"
 echo "- BLAS: mnist_cnn $(json "$work/o1.json" blas_core) kernels of $(json "$work/o1.json" blas | cut -d' ' -f1-2); PyTorch BLAS_INFO=$(json "$work/t1.json" blas); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
+echo "- load average before / after the run: $load_before / $(cut -d' ' -f1-3 /proc/loadavg) (other work slows runs; best of $repeats counts)"
 echo "- allreduce share (2 ranks): $("$py" -c "import json; r=json.load(open('$work/r2.json')); print('%.1f%%' % (100*r['allreduce_seconds']/r['train_seconds']))")"
 echo
 echo "| configuration | images/s | s per epoch | ratio |"

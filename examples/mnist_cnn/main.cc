@@ -43,8 +43,15 @@ int default_threads(const rt::ProcessGroup& pg) {
   return std::max(1, cores / std::max(1, pg.local_size()));
 }
 
-bool launched_by_open_mpi() {
-  return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
+// Whether the user's terminal shows rank 0's stdout. gpurun says so in GPURUN_STDOUT_TTY; bare
+// mpirun gives every rank a pseudo-terminal whatever its own stdout is, so isatty() means nothing
+// under Open MPI (OMPI_COMM_WORLD_SIZE set) and there is no bar.
+bool stdout_is_terminal() {
+  if (const char* t = std::getenv("GPURUN_STDOUT_TTY")) return std::string(t) == "1";
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return false;
+  return ::isatty(STDOUT_FILENO) != 0;
+}
+return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
 }
 
 // Returns false (after printing) when the program should exit without training.
@@ -142,9 +149,7 @@ int main(int argc, char** argv) {
     const rt::Dataset data = rt::load_mnist_dir(o.data);
     std::ostream null_stream(nullptr);
     std::ostream& log = rank == 0 ? std::cout : null_stream;
-    // mpirun gives every rank a pseudo-terminal whatever its own stdout is, so under Open MPI
-    // isatty() says nothing about the user's terminal: no bar there.
-    o.train.progress = rank == 0 && ::isatty(STDOUT_FILENO) && !launched_by_open_mpi();
+    o.train.progress = rank == 0 && stdout_is_terminal();
     log << "mnist_cnn: " << data.name << " (" << data.train.count << " train, " << data.test.count
         << " test), " << pg->size() << " rank(s) [" << pg->backend() << "], device " << device
         << ", " << threads << " thread(s) per rank" << std::endl;
