@@ -198,6 +198,7 @@ int Daemon::run() {
     int rc = ::poll(fds.data(), fds.size(), dirty_ ? 0 : polling ? 100 : 1000);
     if (rc < 0 && errno != EINTR)
       throw std::runtime_error(fmt::format("poll: {}", strerror(errno)));
+    if (rc == 0 && !polling) store_->checkpoint();  // a quiet second: no client waits on it
     if (fds[1].revents & POLLIN) {
       signalfd_siginfo si{};
       if (::read(signal_fd_.get(), &si, sizeof(si)) > 0 && si.ssi_signo != SIGHUP) {

@@ -43,6 +43,7 @@ class Store {
   // with one commit (one WAL fsync) before any reply is sent or any supervisor is spawned.
   void begin_batch();
   void commit_batch();
+  void checkpoint();  // passive WAL checkpoint; the daemon calls it when idle
 
   void insert_job(Job& j);  // assigns j.id
   void update_job(const Job& j);
