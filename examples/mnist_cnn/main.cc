@@ -51,8 +51,6 @@ bool stdout_is_terminal() {
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return false;
   return ::isatty(STDOUT_FILENO) != 0;
 }
-return std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr;
-}
 
 // Returns false (after printing) when the program should exit without training.
 bool parse(int argc, char** argv, Options& o, int& exit_code) {
