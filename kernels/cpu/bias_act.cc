@@ -3,6 +3,8 @@
 // with a double accumulator.
 #include "gpurun/kernels/bias_act.h"
 
+#include "simd.h"
+
 namespace gpurun::kernels {
 
 namespace ref {
@@ -33,28 +35,31 @@ void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* d
 }  // namespace ref
 
 namespace cpu {
+namespace {
+GPURUN_SIMD_CLONES void add_bias_row(float* v, float b, int n, bool relu) {
+  if (relu) {
+    for (int i = 0; i < n; ++i) {
+      const float t = v[i] + b;
+      v[i] = t > 0.0f ? t : 0.0f;
+    }
+  } else {
+    for (int i = 0; i < n; ++i) v[i] += b;
+  }
+}
+}  // namespace
+
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b) {
   validate(d);
   const bool relu = d.act == Activation::kRelu;
   for (int n = 0; n < d.outer; ++n)
-    for (int c = 0; c < d.channels; ++c) {
-      float* v = y + (std::size_t(n) * d.channels + c) * d.inner;
-      const float bc = b[c];
-      if (relu) {
-        for (int i = 0; i < d.inner; ++i) {
-          const float t = v[i] + bc;
-          v[i] = t > 0.0f ? t : 0.0f;
-        }
-      } else {
-        for (int i = 0; i < d.inner; ++i) v[i] += bc;
-      }
-    }
+    for (int c = 0; c < d.channels; ++c)
+      add_bias_row(y + (std::size_t(n) * d.channels + c) * d.inner, b[c], d.inner, relu);
 }
 
 namespace {
 // Masks one row of `inner` gradients by the ReLU and returns their sum. Independent partial sums
 // let the compiler vectorise the reduction without -ffast-math.
-float mask_and_sum(const float* yv, float* g, int inner, bool relu) {
+GPURUN_SIMD_CLONES float mask_and_sum(const float* yv, float* g, int inner, bool relu) {
   constexpr int kLanes = 16;
   float part[kLanes] = {};
   int i = 0;

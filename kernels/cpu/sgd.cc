@@ -4,6 +4,8 @@
 
 #include <stdexcept>
 
+#include "simd.h"
+
 namespace gpurun::kernels {
 
 namespace ref {
@@ -24,20 +26,29 @@ void sgd_step(const SgdDesc& d, float* params, const float* grads, float* veloci
 }  // namespace ref
 
 namespace cpu {
+namespace {
+GPURUN_SIMD_CLONES void plain_step(std::size_t n, float lr, float gs, float wd, float* p,
+                                   const float* g) {
+  for (std::size_t i = 0; i < n; ++i) p[i] -= lr * (gs * g[i] + wd * p[i]);
+}
+GPURUN_SIMD_CLONES void momentum_step(std::size_t n, float lr, float m, float gs, float wd,
+                                      float* p, const float* g, float* v) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float vi = m * v[i] + (gs * g[i] + wd * p[i]);
+    v[i] = vi;
+    p[i] -= lr * vi;
+  }
+}
+}  // namespace
+
 void sgd_step(const SgdDesc& d, float* params, const float* grads, float* velocity) {
   validate(d);
-  const float lr = d.lr, m = d.momentum, wd = d.weight_decay, gs = d.grad_scale;
-  const std::size_t n = d.n;
-  if (m == 0.0f) {
-    for (std::size_t i = 0; i < n; ++i) params[i] -= lr * (gs * grads[i] + wd * params[i]);
+  if (d.momentum == 0.0f) {
+    plain_step(d.n, d.lr, d.grad_scale, d.weight_decay, params, grads);
     return;
   }
   if (velocity == nullptr) throw std::invalid_argument("sgd: momentum needs a velocity buffer");
-  for (std::size_t i = 0; i < n; ++i) {
-    const float v = m * velocity[i] + (gs * grads[i] + wd * params[i]);
-    velocity[i] = v;
-    params[i] -= lr * v;
-  }
+  momentum_step(d.n, d.lr, d.momentum, d.grad_scale, d.weight_decay, params, grads, velocity);
 }
 }  // namespace cpu
 
