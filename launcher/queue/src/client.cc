@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pwd.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -129,18 +130,13 @@ int cmd_submit(const Args& a) {
       "  -d/--dependency afterok|afterany|afternotok:ID[:ID][,...], -a/--array 0-15[:step][%N],\n"
       "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N\n"
       "gpuq's: --parsable (print only the id), --socket PATH, -h/--help";
-  size_t end = a.size();
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (a[i].empty() || a[i][0] != '-' || a[i] == "-") {
-      end = i;
-      break;
-    }
-    if (a[i] == "-h" || a[i] == "--help") {
+  for (const auto& w : a) {  // --help among the options (before the script) wins
+    if (w.empty() || w[0] != '-' || w == "-") break;
+    if (w == "-h" || w == "--help") {
       std::cout << usage << "\n";
       return 0;
     }
   }
-  (void)end;
   size_t pos = 0;
   parse_sbatch_options(a, &pos);  // validates early and finds the script
   std::vector<std::string> options;
@@ -204,8 +200,9 @@ int cmd_queue(const Args& a) {
   nlohmann::json req = {{"op", "queue"}};
   if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
   if (p.vm.count("me")) {
-    const char* u = std::getenv("USER");
-    req["user"] = u ? u : "";
+    passwd* pw = getpwuid(getuid());
+    if (!pw) throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
+    req["user"] = pw->pw_name;
   }
   if (p.vm.count("json")) {
     auto reply = call(p.socket, req);

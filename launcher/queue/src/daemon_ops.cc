@@ -325,12 +325,10 @@ nlohmann::json Daemon::op_history(const nlohmann::json& req, const Peer& peer) {
   std::optional<uint32_t> uid = peer.uid;
   if (req.value("all_users", false) || peer.uid == 0) uid.reset();
   if (req.contains("user")) {
-    gid_t g;
     std::string want = req["user"].get<std::string>();
     passwd* pw = getpwnam(want.c_str());
     if (!pw) throw std::invalid_argument(fmt::format("unknown user '{}'", want));
     uid = pw->pw_uid;
-    (void)g;
   }
   size_t limit = req.value("limit", size_t{0});
   nlohmann::json jobs = nlohmann::json::array();
