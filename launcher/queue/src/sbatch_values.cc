@@ -1,0 +1,291 @@
+// Values of sbatch options: time limits, signals, dependencies, arrays, GPU counts and output
+// file patterns (see sbatch.h), plus the helpers of parse_util.h.
+#include <fmt/format.h>
+
+#include <csignal>
+#include <set>
+#include <stdexcept>
+
+#include "gpurun/queue/sbatch.h"
+#include "parse_util.h"
+
+namespace gpurun::queue {
+namespace parse_util {
+
+[[noreturn]] void bad(const std::string& what) {
+  throw std::invalid_argument(what);
+}
+
+bool all_digits(const std::string& s) {
+  return !s.empty() && s.find_first_not_of("0123456789") == std::string::npos;
+}
+
+int64_t to_int(const std::string& s, const std::string& what, int64_t max) {
+  if (!all_digits(s) || s.size() > 12) bad(fmt::format("{}: '{}' is not a number", what, s));
+  int64_t v = std::stoll(s);
+  if (v > max) bad(fmt::format("{}: {} is larger than {}", what, v, max));
+  return v;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (true) {
+    size_t next = s.find(sep, pos);
+    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
+    if (next == std::string::npos) return out;
+    pos = next + 1;
+  }
+}
+
+}  // namespace parse_util
+
+using parse_util::all_digits;
+using parse_util::bad;
+using parse_util::split;
+using parse_util::to_int;
+
+int64_t parse_time_limit(const std::string& text) {
+  if (text == "0" || text == "UNLIMITED" || text == "INFINITE" || text == "unlimited") return 0;
+  const std::string what = fmt::format("time limit '{}'", text);
+  int64_t days = 0;
+  std::string rest = text;
+  size_t dash = text.find('-');
+  bool has_days = dash != std::string::npos;
+  if (has_days) {
+    days = to_int(text.substr(0, dash), what, 365);
+    rest = text.substr(dash + 1);
+  }
+  auto parts = split(rest, ':');
+  if (parts.size() > 3) bad(what + ": too many ':'");
+  std::vector<int64_t> v;
+  for (auto& p : parts) v.push_back(to_int(p, what, 100000000));
+  int64_t s = 0;
+  if (has_days) {  // D-H, D-H:M, D-H:M:S
+    s = v[0] * 3600 + (v.size() > 1 ? v[1] * 60 : 0) + (v.size() > 2 ? v[2] : 0);
+  } else if (v.size() == 1) {  // M
+    s = v[0] * 60;
+  } else if (v.size() == 2) {  // M:S
+    s = v[0] * 60 + v[1];
+  } else {  // H:M:S
+    s = v[0] * 3600 + v[1] * 60 + v[2];
+  }
+  s += days * 86400;
+  if (s == 0) return 0;
+  return s;
+}
+
+namespace {
+const std::vector<std::pair<const char*, int>>& signal_table() {
+  static const std::vector<std::pair<const char*, int>> t = {
+      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ABRT", SIGABRT},
+      {"KILL", SIGKILL}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE},
+      {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"STOP", SIGSTOP},
+      {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"WINCH", SIGWINCH},
+  };
+  return t;
+}
+}  // namespace
+
+int parse_signal_name(const std::string& text) {
+  if (all_digits(text)) {
+    int64_t n = to_int(text, "signal", 64);
+    if (n < 1) bad(fmt::format("signal '{}' out of range", text));
+    return static_cast<int>(n);
+  }
+  std::string name = text;
+  for (auto& c : name) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
+  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
+  for (const auto& [n, v] : signal_table())
+    if (name == n) return v;
+  bad(fmt::format("unknown signal '{}'", text));
+}
+
+std::string signal_name(int sig) {
+  for (const auto& [n, v] : signal_table())
+    if (v == sig) return n;
+  return std::to_string(sig);
+}
+
+SignalSpec parse_signal_spec(const std::string& text) {
+  SignalSpec s;
+  std::string rest = text;
+  if (rest.rfind("B:", 0) == 0) {
+    s.batch_only = true;
+    rest = rest.substr(2);
+  } else if (rest.rfind("R:", 0) == 0) {
+    rest = rest.substr(2);  // reservations do not exist here; same as plain
+  }
+  size_t at = rest.find('@');
+  if (at != std::string::npos) {
+    s.lead_seconds = static_cast<int>(to_int(rest.substr(at + 1), "--signal seconds", 65535));
+    rest = rest.substr(0, at);
+  }
+  if (rest.empty()) bad(fmt::format("--signal '{}': no signal", text));
+  s.signal = parse_signal_name(rest);
+  return s;
+}
+
+std::vector<Dependency> parse_dependency(const std::string& text) {
+  if (text.find('?') != std::string::npos)
+    bad(fmt::format("--dependency '{}': '?' (any-of) is not supported by gpuq", text));
+  std::vector<Dependency> out;
+  for (const auto& item : split(text, ',')) {
+    auto parts = split(item, ':');
+    DepKind kind = DepKind::kAfterAny;
+    size_t first = 1;
+    if (all_digits(parts[0])) {
+      first = 0;  // bare job id = afterany
+    } else if (parts[0] == "afterok") {
+      kind = DepKind::kAfterOk;
+    } else if (parts[0] == "afterany") {
+      kind = DepKind::kAfterAny;
+    } else if (parts[0] == "afternotok") {
+      kind = DepKind::kAfterNotOk;
+    } else {
+      bad(
+          fmt::format("--dependency '{}': type '{}' is not supported (use afterok, afterany or "
+                      "afternotok)",
+                      text, parts[0]));
+    }
+    if (parts.size() <= first) bad(fmt::format("--dependency '{}': no job id", text));
+    for (size_t k = first; k < parts.size(); ++k) {
+      std::string id = parts[k];
+      if (size_t plus = id.find('+'); plus != std::string::npos) id = id.substr(0, plus);
+      if (id.find('_') != std::string::npos)
+        bad(fmt::format("--dependency '{}': array task ids are not supported", text));
+      int64_t n = to_int(id, fmt::format("--dependency '{}'", text), 1LL << 50);
+      if (n == 0) bad(fmt::format("--dependency '{}': job id 0", text));
+      out.push_back({kind, n});
+    }
+  }
+  return out;
+}
+
+ArraySpec parse_array(const std::string& text) {
+  constexpr int64_t kMaxIndex = 1000000;
+  constexpr size_t kMaxTasks = 10000;
+  ArraySpec a;
+  std::string list = text;
+  size_t pct = text.find('%');
+  if (pct != std::string::npos) {
+    a.max_running = static_cast<int>(to_int(text.substr(pct + 1), "--array %limit", 100000));
+    list = text.substr(0, pct);
+  }
+  std::set<int> seen;
+  for (const auto& item : split(list, ',')) {
+    std::string range = item;
+    int64_t step = 1;
+    size_t colon = item.find(':');
+    if (colon != std::string::npos) {
+      step = to_int(item.substr(colon + 1), fmt::format("--array '{}' step", text), kMaxIndex);
+      if (step == 0) bad(fmt::format("--array '{}': step 0", text));
+      range = item.substr(0, colon);
+    }
+    size_t dash = range.find('-');
+    int64_t lo = to_int(range.substr(0, dash), fmt::format("--array '{}'", text), kMaxIndex);
+    int64_t hi = dash == std::string::npos
+                     ? lo
+                     : to_int(range.substr(dash + 1), fmt::format("--array '{}'", text), kMaxIndex);
+    if (hi < lo) bad(fmt::format("--array '{}': range {} is backwards", text, range));
+    for (int64_t v = lo; v <= hi; v += step) {
+      if (seen.insert(static_cast<int>(v)).second) a.indices.push_back(static_cast<int>(v));
+      if (a.indices.size() > kMaxTasks)
+        bad(fmt::format("--array '{}': more than {} tasks", text, kMaxTasks));
+    }
+  }
+  return a;
+}
+
+int parse_gres_gpus(const std::string& text) {
+  int total = 0;
+  bool any = false;
+  for (const auto& entry : split(text, ',')) {
+    auto parts = split(entry, ':');
+    if (parts[0] != "gpu") continue;  // other GRES are not managed here
+    any = true;
+    if (parts.size() == 1) {
+      total += 1;
+    } else {
+      const std::string& last = parts.back();
+      if (parts.size() == 2 && !all_digits(last)) {
+        total += 1;  // gpu:type
+      } else {
+        if (parts.size() > 3) bad(fmt::format("--gres '{}': too many ':'", text));
+        total += static_cast<int>(to_int(last, fmt::format("--gres '{}'", text), 1024));
+      }
+    }
+  }
+  if (!any) bad(fmt::format("--gres '{}': no gpu entry (expected gpu[:type]:N)", text));
+  return total;
+}
+
+int parse_gpus(const std::string& text) {
+  auto parts = split(text, ':');
+  if (parts.size() > 2) bad(fmt::format("--gpus '{}': expected [type:]N", text));
+  return static_cast<int>(to_int(parts.back(), fmt::format("--gpus '{}'", text), 1024));
+}
+
+std::string expand_output_pattern(const std::string& pattern, const PatternVars& v) {
+  if (pattern.find('\\') != std::string::npos) {
+    std::string out;
+    for (char c : pattern)
+      if (c != '\\') out += c;
+    return out;
+  }
+  std::string out;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    char c = pattern[i];
+    if (c != '%' || i + 1 >= pattern.size()) {
+      out += c;
+      continue;
+    }
+    size_t j = i + 1;
+    int width = 0;
+    while (j < pattern.size() && isdigit(static_cast<unsigned char>(pattern[j])) && width < 100)
+      width = width * 10 + (pattern[j++] - '0');
+    if (j >= pattern.size()) {
+      out += pattern.substr(i);
+      break;
+    }
+    auto num = [&](int64_t n) { return fmt::format("{:0{}}", n, width); };
+    switch (pattern[j]) {
+      case '%':
+        out += '%';
+        break;
+      case 'j':
+      case 'J':
+        out += num(v.job_id);
+        break;
+      case 'A':
+        out += num(v.array_job_id ? v.array_job_id : v.job_id);
+        break;
+      case 'a':
+        out += v.array_task_id >= 0 ? num(v.array_task_id) : num(4294967294LL);
+        break;
+      case 'x':
+        out += v.job_name;
+        break;
+      case 'u':
+        out += v.user;
+        break;
+      case 'N':
+        out += v.host;
+        break;
+      case 'n':
+      case 't':
+        out += num(0);
+        break;
+      case 's':
+        out += "batch";
+        break;
+      default:
+        out += pattern.substr(i, j - i + 1);
+        break;  // unknown: kept literally
+    }
+    i = j;
+  }
+  return out;
+}
+
+}  // namespace gpurun::queue
