@@ -1,50 +1,87 @@
 #!/usr/bin/env bash
-# run-on-device.sh: everything issue 4 needs from a lent GPU machine, in ONE device run:
-# configure + build with CUDA (sm_80/sm_90 plus the device's own arch), the GPU tests
-# (ctest -L gpu), a short mnist_cnn --device cuda/auto smoke run, and the benchmark
-# (bench/gpu_mnist/run.sh). Everything lands in $OUT (default ./device-out): build and test logs,
-# nvidia-smi, the benchmark's gpu_mnist.{md,json} and raw files.
+# run-on-device.sh: everything issue 4 needs from a lent GPU machine, in ONE device run: the GPU
+# tests, smoke runs of mnist_cnn --device cuda/auto, and the benchmark (bench/gpu_mnist/run.sh).
 #
-#   bench/gpu_mnist/run-on-device.sh            # from the repository root, e.g. through the
-#                                               # session's device `run` tool
-# Steps go on after a failure (each one's status is in $OUT/summary.txt); the exit status is
-# non-zero if any failed. Budget: build ~3-5 min on 16 cores, tests ~2 min, benchmark ~3 min.
+# Two ways, chosen automatically:
+#  - bundle (normal case: the device image lacks Boost/fmt/GTest/OpenBLAS/MPI dev packages):
+#    first, HERE: bench/gpu_mnist/make-device-bundle.sh; then the device `run` tool with
+#      carry ["data/fashion", ".devbundle"], command "bench/gpu_mnist/run-on-device.sh",
+#      timeout_s 600.
+#    The prebuilt binaries run against the device's CUDA, cuDNN, NCCL and cuBLAS.
+#  - build (when no bundle was carried): configure + build with CUDA there, then ctest -L gpu.
+#
+# At most 8 files come back from $OUT: summary.txt (every step's status and the key lines),
+# gpu_mnist.md / gpu_mnist.json (the benchmark), logs.tar.gz (every log and raw file).
+# Steps go on after a failure; the exit status is non-zero if any failed.
 set -uo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 out=${OUT:-$root/device-out}
 mkdir -p "$out"
-build=${BUILD:-$root/build-device}
-jobs=$(nproc 2>/dev/null || echo 8)
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-device.XXXXXX")
+logs=$work/logs
+mkdir -p "$logs"
 summary=$out/summary.txt
 : > "$summary"
 fail=0
-step() {  # step NAME CMD...: run, log to $out/NAME.log, record the status
+step() {  # step NAME CMD...: run with a time limit, log to $logs/NAME.log, record the status
   local name=$1; shift
   local t0=$(date +%s)
-  "$@" > "$out/$name.log" 2>&1
+  timeout "${STEP_TIMEOUT:-400}" "$@" > "$logs/$name.log" 2>&1
   local rc=$?
   echo "$name rc=$rc $(( $(date +%s) - t0 ))s" | tee -a "$summary"
+  grep -E "PASSED|FAILED|SKIPPED|Failure|error|epoch [0-9]|watchdog|breakdown|note:" \
+    "$logs/$name.log" | head -40 | sed 's/^/    /' >> "$summary"
   [ $rc -eq 0 ] || fail=1
   return $rc
 }
+finish() {
+  cp "$work"/bench/gpu_mnist.md "$work"/bench/gpu_mnist.json "$out/" 2>/dev/null
+  tar -C "$work" -czf "$out/logs.tar.gz" . 2>/dev/null
+  cat "$summary"
+  exit $fail
+}
 cd "$root"
-{ nvidia-smi; nvidia-smi -q | head -60; } > "$out/nvidia-smi.txt" 2>&1
 export PATH=/usr/local/cuda/bin:$PATH
-step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DGPURUN_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=80;90"
-step build cmake --build "$build" -j "$jobs"
-step ctest_gpu ctest --test-dir "$build" -L gpu --output-on-failure --timeout 600
-# The whole kernel suite too (CPU twins included), for context.
-step ctest_kernels ctest --test-dir "$build" -L kernels --output-on-failure --timeout 600
+{ nvidia-smi; echo; nvidia-smi -q | head -40; echo; which mpirun cmake ninja nvcc python3; } \
+  > "$logs/machine.log" 2>&1
+head -20 "$logs/machine.log" >> "$summary"
 data=$root/data/fashion
-step smoke_cuda "$build/examples/mnist_cnn/mnist_cnn" --device cuda --data "$data" --epochs 1 \
-  --report "$out/smoke_cuda.json"
-step smoke_auto "$build/examples/mnist_cnn/mnist_cnn" --device auto --data "$data" --epochs 1 \
-  --max-steps 50
-# Two ranks on the one GPU: NCCL 2.28 refuses that, so this exercises the host-staged fallback.
-step smoke_mpi_2 mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2 \
-  "$build/examples/mnist_cnn/mnist_cnn" --device cuda --data "$data" --epochs 1 \
-  --report "$out/smoke_mpi_2.json"
-step bench "$root/bench/gpu_mnist/run.sh" --build "$build" --data "$data" --out "$out/bench"
-cat "$summary"
-exit $fail
+[ -e "$data/train-images-idx3-ubyte.gz" ] || [ -e "$data/train-images-idx3-ubyte" ] ||
+  echo "WARNING: no $data: carry data/fashion (30 MB) for the smoke runs and the benchmark" |
+  tee -a "$summary"
+
+if [ -f "$root/.devbundle/bundle.tar.xz" ]; then
+  bundle=$work/bundle
+  mkdir -p "$bundle"
+  tar -C "$bundle" -xJf "$root/.devbundle/bundle.tar.xz"
+  echo "bundle built from commit $(cat "$bundle/COMMIT")" | tee -a "$summary"
+  # The device's CUDA libraries: the toolkit's, then PyTorch's nvidia-* wheels (cuDNN, NCCL).
+  libpath=$bundle/lib:/usr/local/cuda/lib64
+  for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
+    for l in "$d"/nvidia/*/lib; do [ -d "$l" ] && libpath=$libpath:$l; done
+  done
+  export LD_LIBRARY_PATH=$libpath${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  bin=$bundle/bin
+  step ldd bash -c "ldd $bin/mnist_cnn $bin/gpu_watchdog_test | grep -E 'not found|cudnn|nccl|cublas|cudart'"
+  for t in kernels_cuda_test nccl_allreduce_test gpu_train_test gpu_watchdog_test kernels_test; do
+    step "$t" "$bin/$t" --gtest_output="xml:$logs/$t.xml"
+  done
+  mnist=$bin/mnist_cnn
+else
+  build=${BUILD:-$root/build-device}
+  step configure cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
+    -DGPURUN_ENABLE_CUDA=ON "-DCMAKE_CUDA_ARCHITECTURES=80;90"
+  step build cmake --build "$build" -j "$(nproc)"
+  step ctest_gpu ctest --test-dir "$build" -L gpu --output-on-failure --timeout 300
+  mnist=$build/examples/mnist_cnn/mnist_cnn
+  # Two ranks on the one GPU: NCCL 2.28 refuses that, so this exercises the host-staged path.
+  command -v mpirun >/dev/null && step smoke_mpi_2 mpirun --allow-run-as-root --oversubscribe \
+    --bind-to none -n 2 "$mnist" --device cuda --data "$data" --epochs 1
+fi
+step smoke_cuda "$mnist" --device cuda --data "$data" --epochs 1 --report "$logs/smoke_cuda.json"
+step smoke_auto "$mnist" --device auto --data "$data" --epochs 1 --max-steps 50
+step smoke_no_graph_tf32 "$mnist" --device cuda --data "$data" --epochs 1 --no-graph --tf32 \
+  --breakdown
+STEP_TIMEOUT=480 step bench "$root/bench/gpu_mnist/run.sh" --bin "$mnist" --data "$data" \
+  --epochs 3 --compile-batches 256 --out "$work/bench"
+finish

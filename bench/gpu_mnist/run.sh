@@ -6,26 +6,31 @@
 # (the first includes cuDNN benchmarking, graph capture, torch.compile). Writes
 # OUT/gpu_mnist.{md,json} with device, driver, CUDA, cuDNN and NCCL versions.
 #
-#   bench/gpu_mnist/run.sh [--build build-cuda] [--data data/fashion] [--epochs 4]
-#                          [--batches "64 256 1024"] [--out bench/results/gpu_mnist]
+#   bench/gpu_mnist/run.sh [--build build-cuda | --bin PATH/mnist_cnn] [--data data/fashion]
+#                          [--epochs 4] [--batches "64 256 1024"] [--compile-batches "256"]
+#                          [--out bench/results/gpu_mnist]
 # Exits 3 with a message when there is no GPU.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
 build=$root/build-cuda
+bin=
 data=$root/data/fashion
 epochs=4
 batches="64 256 1024"
+compile_batches=""  # default: every batch; torch.compile costs ~a minute per batch size
 out=$root/bench/results/gpu_mnist
 python=${PYTHON:-python3}
 while [ $# -gt 0 ]; do
   case $1 in
     --build) build=$2; shift 2 ;;
+    --bin) bin=$2; shift 2 ;;
     --data) data=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --batches) batches=$2; shift 2 ;;
+    --compile-batches) compile_batches=$2; shift 2 ;;
     --out) out=$2; shift 2 ;;
-    -h|--help) sed -n '2,12p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
   esac
 done
@@ -34,7 +39,7 @@ if ! command -v nvidia-smi >/dev/null 2>&1 || ! nvidia-smi -L >/dev/null 2>&1; t
   echo "run.sh: no GPU here (nvidia-smi finds none): this benchmark needs one CUDA device" >&2
   exit 3
 fi
-bin=$build/examples/mnist_cnn/mnist_cnn
+bin=${bin:-$build/examples/mnist_cnn/mnist_cnn}
 if [ ! -x "$bin" ]; then
   echo "run.sh: $bin not found: configure and build with -DGPURUN_ENABLE_CUDA=ON first" >&2
   exit 2
@@ -59,6 +64,8 @@ ver() { grep -m1 "#define $2 " "$inc/$1" 2>/dev/null | awk '{print $3}'; }
   echo "nccl=$(ver nccl.h NCCL_MAJOR).$(ver nccl.h NCCL_MINOR).$(ver nccl.h NCCL_PATCH)"
   echo "torch=$($python -c 'import torch; print(torch.__version__, "cuda", torch.version.cuda)' 2>/dev/null || echo none)"
 } > "$raw/versions.txt"
+# What the program itself loaded (the headers above may be absent on a device image).
+"$bin" --device cuda --data "$data" --epochs 1 --max-steps 1 2>&1 | sed -n 's/.*versions: /runtime=/p' >> "$raw/versions.txt" || true
 cat "$raw/versions.txt"
 
 for b in $batches; do
@@ -70,6 +77,10 @@ for b in $batches; do
   "$bin" --device cuda --data "$data" --epochs 2 --batch-size "$b" --breakdown \
     --report "$raw/gpurun-breakdown-b$b.json" > "$raw/gpurun-breakdown-b$b.log"
   for mode in eager compile; do
+    if [ "$mode" = compile ] && [ -n "$compile_batches" ] && [[ " $compile_batches " != *" $b "* ]]; then
+      echo '{"error": "torch.compile not run at this batch (--compile-batches)"}' > "$raw/torch-$mode-b$b.json"
+      continue
+    fi
     echo "== pytorch $mode batch $b"
     $python "$here/torch_gpu_mnist.py" --data "$data" --batch-size "$b" --epochs "$epochs" \
       --mode "$mode" > "$raw/torch-$mode-b$b.json" || true
@@ -126,7 +137,8 @@ for b in batches:
         if "error" in r:
             rows.append("|  | %s: %s |||||||" % (name, r["error"]))
 md = ["# GPU MNIST CNN: seconds per 60k epoch, one GPU", "",
-      "Device: %(gpu)s, driver %(driver)s, CUDA %(cuda)s, cuDNN %(cudnn)s, NCCL %(nccl)s, PyTorch %(torch)s." % vers,
+      "Device: %(gpu)s, driver %(driver)s, CUDA %(cuda)s, cuDNN %(cudnn)s, NCCL %(nccl)s (headers), PyTorch %(torch)s." % vers,
+      "Loaded by mnist_cnn: %s." % vers.get("runtime", "n/a"),
       "Fashion-MNIST, FP32 (TF32 off on both sides), steady state = median of the epochs after the first.", "",
       "| batch | gpurun (graph) s | gpurun --no-graph s | torch eager s | eager/gpurun | torch.compile s | compile/gpurun | gpurun test acc | breakdown (2 epochs) |",
       "|---|---|---|---|---|---|---|---|---|"] + rows + [""]

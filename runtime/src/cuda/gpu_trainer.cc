@@ -329,6 +329,26 @@ EvalResult evaluate(ProcessGroup& pg, GpuState& st, const Split& test, int eval_
   return {sums[0] / sums[2], sums[1] / sums[2]};
 }
 
+// What this process loaded, not what it was compiled against: the device may carry other minor
+// versions of the libraries than the build machine.
+std::string library_versions() {
+  int driver = 0, runtime = 0, nccl = 0, cublas = 0;
+  GPURUN_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  GPURUN_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  GPURUN_NCCL_CHECK(ncclGetVersion(&nccl));
+  GPURUN_CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &cublas));
+  int cublas_minor = 0, cublas_patch = 0;
+  GPURUN_CUBLAS_CHECK(cublasGetProperty(MINOR_VERSION, &cublas_minor));
+  GPURUN_CUBLAS_CHECK(cublasGetProperty(PATCH_LEVEL, &cublas_patch));
+  auto dotted = [](int v) {  // CUDA encodes 1000*major + 10*minor
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  return "driver CUDA " + dotted(driver) + ", runtime " + dotted(runtime) + ", cuDNN " +
+         std::to_string(cudnnGetVersion()) + ", cuBLAS " + std::to_string(cublas) + "." +
+         std::to_string(cublas_minor) + "." + std::to_string(cublas_patch) + ", NCCL " +
+         std::to_string(nccl);
+}
+
 std::string device_name(int dev) {
   cudaDeviceProp prop;
   GPURUN_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
@@ -355,6 +375,8 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
 
   const int dev = pick_device(pg, log);
   out.device = "cuda:" + device_name(dev);
+  out.versions = library_versions();
+  log << "versions: " << out.versions << "\n";
   kc::set_math_precision(opt.math == GpuMath::kTf32 ? kc::MathPrecision::kTf32
                                                     : kc::MathPrecision::kFp32);
   if (cfg.micro_batch > 0) {

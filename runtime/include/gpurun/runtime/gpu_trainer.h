@@ -40,7 +40,8 @@ struct GpuOptions {
 
 struct GpuTrainResult {
   TrainResult train;
-  std::string device;  // "cuda:<name>", as the report's `device` field
+  std::string device;    // "cuda:<name>", as the report's `device` field
+  std::string versions;  // driver, CUDA runtime, cuDNN, cuBLAS, NCCL actually loaded
   AllreduceBackend backend = AllreduceBackend::kNone;
   bool graph = false;
   // With breakdown: GPU time in compute kernels and in the allreduce, estimated from timed steps;
