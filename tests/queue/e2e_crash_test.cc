@@ -6,6 +6,9 @@
 #include <signal.h>
 
 #include <atomic>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <map>
 #include <random>
 #include <set>
@@ -146,4 +149,83 @@ TEST(GpuqCrash, ChaosTwoHundredJobsTenKills) {
     std::sort(v.begin(), v.end());
     for (size_t i = 1; i < v.size(); ++i) EXPECT_LE(v[i - 1].second, v[i].first) << "GPU " << g;
   }
+}
+
+namespace {
+// Live (non-zombie) processes in a process group, from /proc.
+int live_in_group(int pgid) {
+  int n = 0;
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+    std::string stat = read_text(e.path().string() + "/stat");
+    auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    char state = 0;
+    int ppid = 0, pgrp = 0;
+    if (sscanf(stat.c_str() + close + 1, " %c %d %d", &state, &ppid, &pgrp) == 3 && pgrp == pgid &&
+        state != 'Z')
+      ++n;
+  }
+  return n;
+}
+
+nlohmann::json status_file(const Daemon& d, int64_t id) {
+  return nlohmann::json::parse(read_text(fmt::format("{}/state/run/{}.status", d.dir(), id)));
+}
+}  // namespace
+
+// A supervisor that dies mid-job leaves no verdict: the job's processes are killed before its GPUs
+// are released, and the job is NODE_FAIL, or back in the queue (same id) with --requeue.
+TEST(GpuqCrash, DeadSupervisorMeansNodeFailOrRequeue) {
+  Daemon d({}, "0");
+  d.script("restart.sh", "#!/bin/bash\necho run $GPUQ_RESTART_COUNT\nsleep ${1:-30}\n");
+  int64_t a = d.submit("--gpus 1 restart.sh");
+  d.wait_state(a, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  auto st = status_file(d, a);
+  int sup = st["supervisor_pid"], pgid = st["pgid"];
+  ASSERT_GT(pgid, 0);
+  ::kill(sup, SIGKILL);
+  auto ja = d.wait_final(a);
+  EXPECT_EQ(ja["state"], "NODE_FAIL");
+  EXPECT_EQ(live_in_group(pgid), 0) << "the job's processes outlived their supervisor";
+
+  int64_t b = d.submit("--gpus 1 --requeue restart.sh 0.2");
+  d.wait_state(b, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  ::kill(status_file(d, b)["supervisor_pid"].get<int>(), SIGKILL);
+  auto jb = d.wait_final(b);
+  EXPECT_EQ(jb["state"], "COMPLETED");
+  EXPECT_EQ(jb["restart_count"], 1);
+  EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), b)), "run 1\n");  // rerun, same id
+}
+
+// After a reboot (a new boot id) nothing of a RUNNING job survived: NODE_FAIL, or requeued.
+TEST(GpuqCrash, RebootMeansNodeFailOrRequeue) {
+  TempDir boot;
+  const std::string boot_file = boot.path() + "/boot_id";
+  std::ofstream(boot_file) << "boot-1\n";
+  Daemon d({"--boot-id-file", boot_file});
+  d.script("s.sh",
+           "#!/bin/bash\necho ran $GPUQ_RESTART_COUNT\n"
+           "if [ \"$GPUQ_RESTART_COUNT\" = 0 ]; then sleep 30; fi\n");
+  int64_t a = d.submit("s.sh");
+  int64_t b = d.submit("--requeue s.sh");
+  d.wait_state(a, "RUNNING");
+  d.wait_state(b, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  d.kill9();
+  for (int64_t id : {a, b}) {  // the "power cut": every process of the jobs is gone
+    auto st = status_file(d, id);
+    ::kill(-st["pgid"].get<int>(), SIGKILL);
+    ::kill(st["supervisor_pid"].get<int>(), SIGKILL);
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::ofstream(boot_file) << "boot-2\n";
+  d.start();
+  EXPECT_EQ(d.wait_final(a)["state"], "NODE_FAIL");
+  auto jb = d.wait_final(b);
+  EXPECT_EQ(jb["state"], "COMPLETED");
+  EXPECT_EQ(jb["restart_count"], 1);
+  EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), b)), "ran 1\n");
 }

@@ -44,7 +44,7 @@ Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   host_ = host;
-  if (auto b = read_file("/proc/sys/kernel/random/boot_id")) boot_id_ = b->substr(0, b->find('\n'));
+  if (auto b = read_file(cfg_.boot_id_file)) boot_id_ = b->substr(0, b->find('\n'));
   if (auto dot = host_.find('.'); dot != std::string::npos) host_.resize(dot);
 
   // One daemon per state dir. A killed daemon's lock can linger for a moment in a forked child

@@ -29,6 +29,8 @@ struct DaemonConfig {
   int max_gpus_per_user = 0;  // 0 = no limit
   int64_t fairshare_half_life_s = 7 * 24 * 3600;
   std::string self_exe;  // this binary, re-executed as the per-job supervisor
+  // Where the boot id is read; tests point it at a file to simulate a reboot.
+  std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
 };
 
 struct Peer {

@@ -67,7 +67,9 @@ int cmd_daemon(const Args& a) {
       "max-gpus-per-user", po::value<int>()->default_value(0),
       "GPUs one user may hold at once (0 = no limit)")(
       "fairshare-half-life", po::value<double>()->default_value(168),
-      "hours for past GPU usage to count half in the fair-share order");
+      "hours for past GPU usage to count half in the fair-share order")(
+      "boot-id-file", po::value<std::string>(),
+      "where the machine's boot id is read (tests use it to simulate a reboot)");
   po::variables_map vm;
   po::store(po::command_line_parser(a).options(desc).run(), vm);
   if (vm.count("help")) {
@@ -103,6 +105,7 @@ int cmd_daemon(const Args& a) {
   cfg.fairshare_half_life_s = static_cast<int64_t>(vm["fairshare-half-life"].as<double>() * 3600);
   if (cfg.kill_wait_s < 0) throw std::invalid_argument("--kill-wait must be >= 0");
   cfg.self_exe = self_exe();
+  if (vm.count("boot-id-file")) cfg.boot_id_file = vm["boot-id-file"].as<std::string>();
   Daemon d(cfg);
   return d.run();
 }

@@ -115,6 +115,7 @@ std::vector<int> find_job_processes(int sid, int pgid, int ppid) {
     int p_ppid = 0, p_pgrp = 0, p_sid = 0;
     if (sscanf(text->c_str() + close + 1, " %c %d %d %d", &state, &p_ppid, &p_pgrp, &p_sid) != 4)
       continue;
+    if (state == 'Z') continue;  // a zombie holds nothing; its reaper may be slow (PID 1)
     if ((sid && p_sid == sid) || (pgid && p_pgrp == pgid) || (ppid && p_ppid == ppid))
       out.push_back(pid);
   }

@@ -44,7 +44,7 @@ int64_t now_ms();
 }  // namespace gpurun::queue
 
 namespace gpurun::queue {
-// Pids (other than the caller) whose session is `sid`, process group is `pgid` or parent is
-// `ppid` (a 0 argument matches nothing), from /proc. Used to find every process of a job.
+// Live (non-zombie) pids other than the caller's whose session is `sid`, process group is `pgid` or
+// parent is `ppid` (a 0 argument matches nothing), from /proc. Used to find every process of a job.
 std::vector<int> find_job_processes(int sid, int pgid, int ppid);
 }  // namespace gpurun::queue
