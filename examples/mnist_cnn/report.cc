@@ -37,6 +37,7 @@ void write_report(const std::string& path, const ReportInput& in) {
   j["global_steps"] = r.global_steps;
   j["seconds_total"] = r.seconds_total;
   j["train_seconds"] = r.train_seconds;
+  j["train_cpu_seconds"] = r.train_cpu_seconds;
   nlohmann::json spe = nlohmann::json::array(), acc = nlohmann::json::array(),
                  loss = nlohmann::json::array();
   for (const auto& e : r.epochs) {

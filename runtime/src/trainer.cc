@@ -1,6 +1,8 @@
 // trainer.cc: the training loop, evaluation, checkpoint/resume and the stop protocol.
 #include "gpurun/runtime/trainer.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstring>
@@ -20,6 +22,12 @@ namespace gpurun::runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+double process_cpu_seconds() {
+  timespec ts{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
+}
+
 double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
@@ -218,6 +226,7 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
        ++epoch) {
     sampler.set_epoch(epoch);
     const auto t_epoch = Clock::now();
+    const double cpu_epoch = process_cpu_seconds();
     double ep_allreduce = 0;
     std::int64_t ep_images = 0;
     const std::int64_t first = epoch == start_epoch ? start_step : 0;
@@ -288,6 +297,7 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       }
     }
     const double ep_seconds = since(t_epoch);
+    res.train_cpu_seconds += process_cpu_seconds() - cpu_epoch;
     res.train_seconds += ep_seconds;
     res.images += ep_images;
     if (cfg.progress && rank == 0) log << "\r" << std::string(70, ' ') << "\r";

@@ -47,6 +47,9 @@ struct TrainResult {
   StopReason stop = StopReason::kFinished;
   int signal = 0;
   double seconds_total = 0, train_seconds = 0, compute_seconds = 0, allreduce_seconds = 0;
+  // CPU time this process spent in the training steps (all its threads): on a machine shared with
+  // other work, images per CPU-second still says what the code costs.
+  double train_cpu_seconds = 0;
   std::int64_t images = 0;  // trained in this process's run, all ranks together
   double final_loss = 0, train_accuracy = 0, test_accuracy = 0, test_loss = 0;
   float lr_peak = 0;
