@@ -68,9 +68,11 @@ TEST(GpuqE2E, FiftyOneGpuJobsOnFourIdsNeverShareAGpu) {
   Daemon d;
   d.script("iv.sh", kIntervalJob);
   std::string log = d.dir() + "/intervals.log";
+  // Queue them all first (drained), so all four GPUs are contended however slow submission is.
+  ASSERT_EQ(d.gpuq("drain").rc, 0);
   std::vector<int64_t> ids;
-  for (int i = 0; i < 50; ++i) ids.push_back(d.submit(fmt::format("--gpus=1 --export=LOG iv.sh")));
-  (void)log;
+  for (int i = 0; i < 50; ++i) ids.push_back(d.submit("--gpus=1 --export=LOG iv.sh"));
+  ASSERT_EQ(d.gpuq("resume").rc, 0);
   for (auto id : ids) EXPECT_EQ(d.wait_final(id, 120)["state"], "COMPLETED");
   auto ivs = read_intervals(log);
   ASSERT_EQ(ivs.size(), 50u);
@@ -133,7 +135,7 @@ TEST(GpuqE2E, CancelWithSignalOnlySignals) {
 
 TEST(GpuqE2E, DependenciesReleaseInOrderAndNeverWhenUnsatisfiable) {
   Daemon d;
-  d.script("fail.sh", "#!/bin/sh\nsleep 0.5\nexit 1\n");
+  d.script("fail.sh", "#!/bin/sh\nsleep 1.5\nexit 1\n");
   d.script("ok.sh", "#!/bin/sh\necho ok\n");
   int64_t a = d.submit("fail.sh");
   int64_t b = d.submit(fmt::format("--dependency=afterok:{} ok.sh", a));
