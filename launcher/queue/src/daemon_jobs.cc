@@ -331,15 +331,30 @@ void Daemon::recover() {
     Fd lock(::open(paths.lock.c_str(), O_RDWR | O_CLOEXEC));
     bool alive = lock && flock(lock.get(), LOCK_EX | LOCK_NB) != 0 && errno == EWOULDBLOCK;
     if (alive) {
-      // The lock holder writes its status first thing; give a just-spawned one a moment.
+      // The lock holder writes its status first thing after it starts; wait for it, or for the
+      // lock to come free (the holder died). Never guess: a wrong guess would run the job twice.
       std::optional<SupervisorStatus> st;
-      for (int i = 0; i < 250 && !(st = read_status(paths.status)); ++i)
+      bool holder_gone = false;
+      for (int i = 0; !(st = read_status(paths.status)); ++i) {
+        if (flock(lock.get(), LOCK_EX | LOCK_NB) == 0) {
+          holder_gone = true;
+          break;
+        }
+        if (i == 3000) break;  // 60 s: a stopped supervisor must not stall the daemon forever
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
-      if (st) {
+      }
+      if (st && !holder_gone) {
         watch(id, st->supervisor_pid, false);
         if (active_[id].cancel_requested) ::kill(st->supervisor_pid, SIGTERM);
         fmt::print(stderr, "gpuq daemon: adopted running job {} (supervisor {})\n", id,
                    st->supervisor_pid);
+        continue;
+      }
+      if (!holder_gone) {
+        fmt::print(stderr,
+                   "gpuq daemon: job {}: {} is held but its supervisor wrote no status; "
+                   "the job stays RUNNING with its GPUs until that process ends\n",
+                   id, paths.lock);
         continue;
       }
     }
