@@ -41,7 +41,9 @@ done
 cp "$root/bench/gpu_mnist/run.sh" "$root/bench/gpu_mnist/torch_gpu_mnist.py" "$stage/"
 git -C "$root" rev-parse HEAD > "$stage/COMMIT"
 mkdir -p "$root/.devbundle"
-grep -qx '/.devbundle/' "$root/.git/info/exclude" 2>/dev/null || echo '/.devbundle/' >> "$root/.git/info/exclude"
+exclude=$(git -C "$root" rev-parse --path-format=absolute --git-path info/exclude)
+mkdir -p "$(dirname "$exclude")"
+grep -qx '/.devbundle/' "$exclude" 2>/dev/null || echo '/.devbundle/' >> "$exclude"
 tar -C "$stage" -cJf "$root/.devbundle/bundle.tar.xz" .
 ls -la "$root/.devbundle/bundle.tar.xz"
 echo "libraries packed: $(ls "$stage/lib" | tr '\n' ' ')"

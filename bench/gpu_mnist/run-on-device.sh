@@ -36,7 +36,7 @@ step() {  # step NAME CMD...: run with a time limit, log to $logs/NAME.log, reco
 }
 finish() {
   cp "$work"/bench/gpu_mnist.md "$work"/bench/gpu_mnist.json "$out/" 2>/dev/null
-  tar -C "$work" -czf "$out/logs.tar.gz" . 2>/dev/null
+  tar -C "$work" -czf "$out/logs.tar.gz" --exclude=./bundle . 2>/dev/null
   cat "$summary"
   exit $fail
 }
