@@ -197,3 +197,22 @@ TEST(GpuqE2E, PerUserGpuLimit) {
   for (auto id : ids) d.wait_final(id, 30);
   EXPECT_EQ(check_exclusive(read_intervals(d.dir() + "/intervals.log")), 1);
 }
+
+TEST(GpuqE2E, ArrayIdActsOnEveryTask) {
+  Daemon d;
+  d.script("first_quick.sh",
+           "#!/bin/bash\nif [ \"$GPUQ_ARRAY_TASK_ID\" != 0 ]; then sleep 30; fi\n");
+  int64_t a = d.submit("--array=0-3%2 first_quick.sh");
+  EXPECT_EQ(d.wait_final(a)["state"], "COMPLETED");  // task 0 ends at once
+  d.wait_state(a + 1, "RUNNING");
+  d.wait_state(a + 2, "RUNNING");
+  // Tasks that started or ended are skipped, not errors; the pending one is held.
+  Result h = d.gpuq(fmt::format("hold {}", a));
+  EXPECT_EQ(h.rc, 0) << h.err;
+  EXPECT_EQ(d.show(a + 3)["reason"], "JobHeldUser");
+  Result c = d.gpuq(fmt::format("cancel {}", a));
+  EXPECT_EQ(c.rc, 0) << c.err;
+  for (int i = 1; i < 4; ++i) EXPECT_EQ(d.wait_final(a + i)["state"], "CANCELLED");
+  EXPECT_EQ(d.show(a)["state"], "COMPLETED");
+  EXPECT_NE(d.gpuq(fmt::format("cancel {}_0", a)).rc, 0);  // one finished task, by name: an error
+}

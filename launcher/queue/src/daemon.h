@@ -76,8 +76,10 @@ class Daemon {
   nlohmann::json op_hold(const nlohmann::json& req, const Peer& peer, bool hold);
   nlohmann::json op_history(const nlohmann::json& req, const Peer& peer);
   nlohmann::json op_drain(const Peer& peer, bool drain);
-  std::vector<int64_t> resolve_ids(const nlohmann::json& req);  // "12", "12_3" -> job ids
-  std::string pending_reason(const Job& j) const;               // squeue's (Reason)
+  // "12", "12_3" -> job ids; ids reached through a whole-array id also go into *via_array.
+  std::vector<int64_t> resolve_ids(const nlohmann::json& req,
+                                   std::set<int64_t>* via_array = nullptr);
+  std::string pending_reason(const Job& j) const;  // squeue's (Reason)
   bool may_control(const Peer& peer, const Job& j) const;
   std::string output_path(const Job& j, bool error) const;
 

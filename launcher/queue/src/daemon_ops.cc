@@ -5,6 +5,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <set>
 #include <stdexcept>
 
 #include "daemon.h"
@@ -203,7 +204,7 @@ nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
   return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}};
 }
 
-std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req) {
+std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req, std::set<int64_t>* via_array) {
   std::vector<int64_t> out;
   for (const auto& item : req.at("ids")) {
     std::string text = item.is_string() ? item.get<std::string>() : item.dump();
@@ -230,6 +231,7 @@ std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req) {
       if (!found) throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
     } else if (members != array_members_.end()) {
       out.insert(out.end(), members->second.begin(), members->second.end());
+      if (via_array) via_array->insert(members->second.begin(), members->second.end());
     } else if (states_.count(id)) {
       out.push_back(id);
     } else {
@@ -266,10 +268,12 @@ nlohmann::json Daemon::op_cancel(const nlohmann::json& req, const Peer& peer) {
   if (sig < 0 || sig >= 65) throw std::invalid_argument(fmt::format("invalid signal {}", sig));
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
-  for (int64_t id : resolve_ids(req)) {
+  std::set<int64_t> via_array;
+  for (int64_t id : resolve_ids(req, &via_array)) {
     auto it = active_.find(id);
     std::string err;
     if (it == active_.end()) {
+      if (via_array.count(id)) continue;  // finished tasks of a cancelled array: nothing to do
       err = fmt::format("job {} has already finished", id);
     } else if (!may_control(peer, it->second)) {
       err = fmt::format("permission denied: job {} belongs to {}", id, it->second.user);
@@ -303,9 +307,12 @@ nlohmann::json Daemon::op_cancel(const nlohmann::json& req, const Peer& peer) {
 nlohmann::json Daemon::op_hold(const nlohmann::json& req, const Peer& peer, bool hold) {
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
-  for (int64_t id : resolve_ids(req)) {
+  std::set<int64_t> via_array;
+  for (int64_t id : resolve_ids(req, &via_array)) {
     auto it = active_.find(id);
     std::string err;
+    if ((it == active_.end() || it->second.state != JobState::kPending) && via_array.count(id))
+      continue;  // an array's tasks that already started or ended
     if (it == active_.end() || it->second.state != JobState::kPending)
       err = fmt::format("job {} is not pending", id);
     else if (!may_control(peer, it->second))
