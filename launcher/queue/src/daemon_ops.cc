@@ -88,8 +88,12 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   const std::string key = req.value("submit_key", "");
   if (!key.empty()) {
     // A client that lost the reply (daemon killed mid-request) retries with the same key.
-    if (auto id = store_->find_submit_key(key + "#0"))
+    if (auto id = store_->find_submit_key(key + "#0")) {
+      auto prior = store_->load_job(*id);
+      if (!prior || prior->uid != peer.uid)
+        throw std::invalid_argument("submit key already used by another user");
       return {{"ok", true}, {"job_id", *id}, {"duplicate", true}, {"warnings", r.warnings}};
+    }
   }
   gid_t gid = 0;
   std::string user = user_name(peer.uid, &gid);
