@@ -33,7 +33,7 @@ cluster=$root/scripts/slurm/local-cluster.sh
 dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
 export SLURM_CONF=$dir/etc/slurm.conf
 name=slurm_mnist_ckpt
-epochs=4
+epochs=3
 
 if [[ -z $data ]]; then
   for d in "$root/data/mnist" "$root/data/fashion" /usr/share/datasets/fashion-mnist; do
