@@ -49,6 +49,21 @@ Stats stats(std::vector<double> v) {
   return {at(0.5), at(0.99), v.back(), v.size()};
 }
 
+std::vector<double> fsync_probe(const std::string& dir) {
+  std::vector<double> out;
+  std::string probe = dir + "/fsync.probe";
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
+  std::string page(4096, 'x');
+  for (int i = 0; i < 200; ++i) {
+    auto t0 = Clock::now();
+    if (::pwrite(fd, page.data(), page.size(), 0) != 4096 || ::fsync(fd) != 0) break;
+    out.push_back(ms_since(t0));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return out;
+}
+
 nlohmann::json request(const std::string& socket, const nlohmann::json& req) {
   Fd fd = connect_unix(socket);
   write_all(fd.get(), frame(req.dump()));
@@ -138,6 +153,10 @@ int main(int argc, char** argv) {
     return request(socket, req)["job_id"].get<int64_t>();
   };
 
+  // The disk's own fsync latency, before and after the run: every submit and dispatch pays one
+  // WAL fsync, so this is the floor under both (and explains noisy runs on a shared machine).
+  std::vector<double> fsync_before_ms = fsync_probe(dir);
+
   // 1. Submit latency (request round trip, durable commit included), queue drained so that
   //    dispatch does not interleave; then the same through the gpuq CLI process.
   request(socket, {{"op", "drain"}});
@@ -206,20 +225,7 @@ int main(int argc, char** argv) {
     submit_busy_ms.push_back(ms_since(t0));
   }
 
-  // The disk's own fsync latency at the time of the run: every submit and dispatch pays one WAL
-  // fsync, so this is the floor under both (and explains noisy runs on a shared machine).
-  std::vector<double> fsync_ms;
-  {
-    std::string probe = dir + "/fsync.probe";
-    int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-    std::string page(4096, 'x');
-    for (int i = 0; i < 200; ++i) {
-      auto t0 = Clock::now();
-      if (::pwrite(fd, page.data(), page.size(), 0) != 4096 || ::fsync(fd) != 0) break;
-      fsync_ms.push_back(ms_since(t0));
-    }
-    ::close(fd);
-  }
+  std::vector<double> fsync_after_ms = fsync_probe(dir);
 
   kill(daemon, SIGTERM);
   int st;
@@ -242,7 +248,10 @@ int main(int argc, char** argv) {
       "-");
   row(fmt::format("submit, request round trip with {} waiting", listed).c_str(),
       stats(submit_busy_ms), "-");
-  row("4 KiB write + fsync on the state dir's filesystem", stats(fsync_ms), "-");
+  row("4 KiB write + fsync on the state dir's filesystem, before the run", stats(fsync_before_ms),
+      "-");
+  row("4 KiB write + fsync on the state dir's filesystem, after the run", stats(fsync_after_ms),
+      "-");
   std::printf("\n%d jobs ran back to back on one GPU id in %.1f s.\n", jobs, run_s);
   return 0;
 }
