@@ -43,12 +43,21 @@ rundir=$dir/run
 die() { echo "local-cluster: error: $*" >&2; exit 1; }
 say() { echo "local-cluster: $*"; }
 
-# pid_alive FILE: the pid in FILE names a running process.
+# pid_alive FILE: the pid in FILE names a running process (a zombie does not count: where PID 1
+# is no init, a killed daemon may stay unreaped).
 pid_alive() {
-  local f=$1 p
+  local f=$1 p st
   [[ -s $f ]] || return 1
   p=$(<"$f")
-  [[ $p =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null
+  [[ $p =~ ^[0-9]+$ ]] && kill -0 "$p" 2>/dev/null || return 1
+  st=$(awk '{print $3}' "/proc/$p/stat" 2>/dev/null || true)
+  [[ $st != Z && $st != X ]]
+}
+all_alive() {
+  local f
+  for f in "$dir/munge/munged.pid" "$rundir/slurmctld.pid" "$rundir/slurmd-node1.pid" "$rundir/slurmd-node2.pid"; do
+    pid_alive "$f" || return 1
+  done
 }
 
 # wait_for SECONDS WHAT LOG CMD...: polls CMD every 0.5 s; on timeout names WHAT and LOG and fails.
@@ -202,7 +211,7 @@ cmd_start() {
   for b in munged mungekey munge unmunge slurmctld slurmd sinfo scontrol; do
     command -v "$b" >/dev/null || die "'$b' not found: install slurm-wlm and munge (scripts/install-deps.sh)"
   done
-  if pid_alive "$rundir/slurmctld.pid" && ctld_up && nodes_idle 2>/dev/null; then
+  if all_alive && ctld_up && nodes_idle 2>/dev/null; then
     say "already running ($dir)"
     echo "export SLURM_CONF=$conf"
     return 0
