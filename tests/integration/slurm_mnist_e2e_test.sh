@@ -29,6 +29,10 @@ for a in "$@"; do
   case $a in --keep) keep=1 ;; *) data=$a ;; esac
 done
 
+if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
+  echo "$(basename "$0"): SKIP: needs root, slurm-wlm and munge (scripts/install-deps.sh)"
+  exit 77
+fi
 root=$(cd "$(dirname "$0")/../.." && pwd)
 cluster=$root/scripts/slurm/local-cluster.sh
 dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
