@@ -229,3 +229,19 @@ TEST(GpuqCrash, RebootMeansNodeFailOrRequeue) {
   EXPECT_EQ(jb["restart_count"], 1);
   EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), b)), "ran 1\n");
 }
+
+TEST(GpuqCrash, LogFollowSurvivesADaemonRestart) {
+  Daemon d;
+  d.script("talk.sh", "#!/bin/sh\necho first\nsleep 2\necho second\n");
+  int64_t id = d.submit("talk.sh");
+  d.wait_state(id, "RUNNING");
+  Result r;
+  std::thread follower([&] { r = d.gpuq(fmt::format("log -f {}", id)); });
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  d.kill9();
+  std::this_thread::sleep_for(std::chrono::milliseconds(700));
+  d.start();
+  follower.join();
+  EXPECT_EQ(r.rc, 0) << r.err;
+  EXPECT_EQ(r.out, "first\nsecond\n");
+}

@@ -338,7 +338,20 @@ int cmd_log(const Args& a) {
       return 0;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(250));
-    job = show_one(p.socket, id);
+    // A daemon restart must not end a follow: the job keeps running and writing meanwhile.
+    for (int tries = 0;; ++tries) {
+      try {
+        job = show_one(p.socket, id);
+        break;
+      } catch (const std::invalid_argument&) {
+        throw;  // the daemon answered with an error
+      } catch (const std::exception&) {
+        if (tries >= 240) throw;  // 60 s without a daemon
+        while ((n = ::read(fd.get(), buf, sizeof(buf))) > 0) std::fwrite(buf, 1, n, stdout);
+        std::fflush(stdout);
+        std::this_thread::sleep_for(std::chrono::milliseconds(250));
+      }
+    }
   }
 }
 
