@@ -195,15 +195,17 @@ int run_supervisor(RunConfig& cfg) {
   double ckpt_at = 0;
   if (cfg.checkpoint_before > 0) {
     std::optional<double> left = cfg.time_left;
-    if (!left && cfg.alloc.end_time)
-      left = static_cast<double>(*cfg.alloc.end_time) - static_cast<double>(std::time(nullptr));
+    std::optional<std::int64_t> end = cfg.alloc.end_time;
+    if (!left && !end && cfg.alloc.scheduler == Scheduler::slurm && cfg.alloc.job_id)
+      end = sys::slurm_end_time(cfg.env, *cfg.alloc.job_id);  // Slurm 22.05 exports no end time
+    if (!left && end) left = static_cast<double>(*end) - static_cast<double>(std::time(nullptr));
     if (left) {
       ckpt_at = t0 + std::max(0.0, *left - cfg.checkpoint_before);
       say(fmt::format("{:.0f} s left in the job: {} to all ranks in {:.0f} s", *left,
                       signal_name(cfg.checkpoint_signal), ckpt_at - t0));
     } else {
-      say("--checkpoint-before given but the job's end time is unknown (no SLURM_JOB_END_TIME; "
-          "use --time-left)");
+      say("--checkpoint-before given but the job's end time is unknown (no SLURM_JOB_END_TIME, "
+          "no EndTime from scontrol; use --time-left)");
     }
   }
 

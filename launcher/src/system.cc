@@ -10,6 +10,7 @@
 
 #include <array>
 #include <cstdio>
+#include <ctime>
 #include <fstream>
 #include <sstream>
 
@@ -137,6 +138,28 @@ std::vector<std::string> srun_mpi_plugins(const std::string& srun) {
       out.push_back(last);
   }
   return out;
+}
+
+std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id) {
+  auto scontrol = find_tool(env, "scontrol");
+  if (!scontrol || job_id.find_first_not_of("0123456789_") != std::string::npos)
+    return std::nullopt;
+  std::string cmd = shell_quote(*scontrol) + " show job " + job_id + " 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return std::nullopt;
+  std::string text;
+  std::array<char, 4096> buf{};
+  while (fgets(buf.data(), buf.size(), p)) text += buf.data();
+  pclose(p);
+  auto at = text.find("EndTime=");
+  if (at == std::string::npos) return std::nullopt;
+  std::tm tm{};
+  // "EndTime=2026-11-21T06:00:00" in the controller's local time; "Unknown" when unlimited.
+  if (!strptime(text.c_str() + at + 8, "%Y-%m-%dT%H:%M:%S", &tm)) return std::nullopt;
+  tm.tm_isdst = -1;
+  std::time_t t = mktime(&tm);
+  if (t <= 0) return std::nullopt;
+  return static_cast<std::int64_t>(t);
 }
 
 DetectInput detect_input(const Env& env) {

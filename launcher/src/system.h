@@ -2,6 +2,7 @@
 // name, CPUs, CUDA devices, tools on PATH. Everything past this edge works on injected values.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +24,9 @@ int cuda_device_count();
 std::optional<std::string> find_tool(const Env& env, const std::string& name);
 // Plugin names from `srun --mpi=list`; empty when srun is missing or says nothing.
 std::vector<std::string> srun_mpi_plugins(const std::string& srun);
+// The end time of a Slurm job from `scontrol show job ID` (EndTime=..., local time), for Slurm
+// versions that do not export SLURM_JOB_END_TIME (22.05); nullopt when unknown or unlimited.
+std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id);
 DetectInput detect_input(const Env& env);
 std::string self_exe();
 

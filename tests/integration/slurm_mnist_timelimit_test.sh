@@ -7,8 +7,8 @@
 # On the local two-node cluster (scripts/slurm/local-cluster.sh, started and stopped here) it submits
 # a 2 nodes x 2 tasks job with --time=1 (60 s) whose batch script execs
 # `gpurun --checkpoint-before 45 -- mnist_cnn --epochs 500 --checkpoint DIR --resume`: gpurun reads
-# SLURM_JOB_END_TIME and sends the ranks SIGUSR1 about 15 s into the job; they checkpoint and exit.
-# Slurm 22.05 does not export SLURM_JOB_END_TIME: the job script then sets it from squeue's end time.
+# the job's end time and sends the ranks SIGUSR1 about 15 s into the job; they checkpoint and exit.
+# Slurm 22.05 does not export SLURM_JOB_END_TIME: gpurun then reads EndTime from scontrol.
 # Checks: the job COMPLETED (not TIMEOUT) before its limit, the ranks reported SIGUSR1 and wrote the
 # checkpoint. Exit 77 (skipped) without data.
 set -euo pipefail
@@ -76,14 +76,9 @@ cat >"$work/job.sh" <<EOF
 #SBATCH --cpus-per-task=2
 #SBATCH --time=1
 set -euo pipefail
-# Slurm 22.05 (Debian 12) does not export SLURM_JOB_END_TIME (newer Slurm does): emulate it from
-# squeue's end time, so gpurun's reading of it is what this test exercises.
-if [[ -z \${SLURM_JOB_END_TIME:-} ]]; then
-  SLURM_JOB_END_TIME=\$(date -d "\$(squeue -h -j "\$SLURM_JOB_ID" -o %e)" +%s)
-  export SLURM_JOB_END_TIME
-  echo "SLURM_JOB_END_TIME emulated from squeue"
-fi
-echo "end time: \$SLURM_JOB_END_TIME, now: \$(date +%s)"
+# Slurm 22.05 (Debian 12) does not export SLURM_JOB_END_TIME (newer Slurm does); gpurun then asks
+# scontrol for the job's EndTime.
+echo "SLURM_JOB_END_TIME=\${SLURM_JOB_END_TIME:-unset}, now: \$(date +%s)"
 exec "$gpurun" --checkpoint-before 45 -- "$mnist" --data "$data" --epochs 500 --threads 1 --lr 0.05 \\
   --device cpu --checkpoint "$work/ckpt" --resume
 EOF
@@ -100,6 +95,7 @@ while :; do
   sleep 1
 done
 [[ $st == COMPLETED ]] || fail "job $jobid ended $st, expected COMPLETED after a checkpoint before the limit"
+grep -q 'gpurun: [0-9]* s left in the job' "$out" || fail "gpurun did not find the job's end time"
 grep -q 'received SIGUSR1' "$out" || fail "the ranks did not report SIGUSR1 before the time limit"
 grep -q 'checkpoint written' "$out" || fail "no checkpoint written"
 [[ -n $(ls -A "$work/ckpt" 2>/dev/null) ]] || fail "checkpoint directory $work/ckpt is empty"
