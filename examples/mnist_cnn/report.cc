@@ -29,6 +29,7 @@ void write_report(const std::string& path, const ReportInput& in) {
   j["seed"] = in.cfg.seed;
   j["threads_per_rank"] = in.threads;
   j["workers_per_rank"] = r.workers;
+  j["fused_update"] = r.fused_update;
   j["backend"] = in.pg.backend();
   j["blas"] = gpurun::kernels::cpu::blas_info();
   j["blas_core"] = gpurun::kernels::cpu::blas_core();

@@ -58,6 +58,13 @@ void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy,
               d.in, beta, dw, d.in);
 }
 
+void dense_update_weights(const DenseDesc& d, const float* x, const float* dy, float alpha,
+                          float* w) {
+  validate(d);
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.out, d.in, d.batch, alpha, dy, d.out, x,
+              d.in, 1.0f, w, d.in);
+}
+
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {
   validate(d);
   cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.batch, d.in, d.out, 1.0f, dy, d.out, w,

@@ -113,6 +113,15 @@ class Dense final : public Layer {
     k::cpu::dense_backward_weights(d, x, dy, dw_, acc);
     if (need == InputGrad::kCompute) k::cpu::dense_backward_data(d, w_, dy, dx);
   }
+  Range fusable_weights() const override { return {0, std::size_t(out_) * in_.size()}; }
+  void backward_fused(int batch, const float* x, const float* y, float* dy, float* dx,
+                      InputGrad need, float alpha, k::Workspace) override {
+    const k::DenseDesc d = desc(batch);
+    k::cpu::bias_act_backward({batch, out_, 1, act_}, y, dy, db_);
+    // dx needs the weights before the update.
+    if (need == InputGrad::kCompute) k::cpu::dense_backward_data(d, w_, dy, dx);
+    k::cpu::dense_update_weights(d, x, dy, alpha, w_);
+  }
 
  private:
   k::DenseDesc desc(int batch) const { return {batch, int(in_.size()), out_}; }

@@ -129,6 +129,48 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
   return r;
 }
 
+StepResult Model::forward_backward_fused(int batch, const float* x, const std::int32_t* labels,
+                                         float alpha) {
+  run_forward(batch, x);
+  const float* logits = acts_.back().data();
+  StepResult r;
+  k::cpu::accuracy_count({batch, classes_}, logits, labels, &r.correct);
+  float loss = 0;
+  k::cpu::softmax_xent({batch, classes_, 1.0f / float(batch)}, logits, labels, dacts_.back().data(),
+                       &loss);
+  r.loss_sum = loss;
+  const k::Workspace ws{workspace_.data(), workspace_.size()};
+  for (std::size_t i = layers_.size(); i-- > 0;) {
+    const float* in = i == 0 ? x : acts_[i - 1].data();
+    float* din = i == 0 ? nullptr : dacts_[i - 1].data();
+    const InputGrad need = i == 0 ? InputGrad::kSkip : InputGrad::kCompute;
+    if (layers_[i]->fusable_weights().end > 0) {
+      layers_[i]->backward_fused(batch, in, acts_[i].data(), dacts_[i].data(), din, need, alpha,
+                                 ws);
+    } else {
+      layers_[i]->backward(batch, in, acts_[i].data(), dacts_[i].data(), din, need,
+                           k::Accumulate::kOverwrite, ws);
+    }
+  }
+  float* s = stats();
+  s[kLossSum] = loss;
+  s[kCorrect] = float(r.correct);
+  s[kStopFlag] = 0.0f;
+  s[3] = 0.0f;
+  return r;
+}
+
+std::vector<Layer::Range> Model::fused_ranges() const {
+  std::vector<Layer::Range> out;
+  std::size_t off = 0;
+  for (const auto& l : layers_) {
+    const Layer::Range r = l->fusable_weights();
+    if (r.end > r.begin) out.push_back({off + r.begin, off + r.end});
+    off += l->param_floats();
+  }
+  return out;
+}
+
 StepResult Model::evaluate(int batch, const float* x, const std::int32_t* labels) {
   run_forward(batch, x);
   const float* logits = acts_.back().data();

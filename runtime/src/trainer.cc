@@ -140,6 +140,23 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   TrainResult res;
   res.param_count = model->param_count();
   res.workers = workers;
+  // Fusing SGD into the weight-gradient sgemm skips writing the 11 MB gradient and a pass over the
+  // weights; it needs the gradient nowhere else, so only one rank, one replica, plain SGD.
+  const bool fused = cfg.fuse_update && world == 1 && workers == 1 && cfg.micro_batch == 0 &&
+                     cfg.momentum == 0.0f && cfg.weight_decay == 0.0f;
+  res.fused_update = fused;
+  // The parameter ranges the separate SGD pass covers: everything, or all but the fused weights.
+  std::vector<Layer::Range> sgd_ranges;
+  {
+    std::size_t at = 0;
+    if (fused) {
+      for (const Layer::Range& f : model->fused_ranges()) {
+        if (f.begin > at) sgd_ranges.push_back({at, f.begin});
+        at = f.end;
+      }
+    }
+    if (at < n) sgd_ranges.push_back({at, n});
+  }
   res.steps_per_epoch = spe;
   res.lr_peak = learning_rate(cfg, world, std::int64_t(1) << 60, spe);
 
@@ -239,11 +256,16 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       }
       const auto t0 = Clock::now();
       sampler.step_indices(std::size_t(step), idx.data());
+      const float lr = learning_rate(cfg, world, global_step, spe);
       pool.run([&](int w) {
         float* xw = x.data() + std::size_t(w) * slice * img;
         std::int32_t* yw = y.data() + std::size_t(w) * slice;
         train_set.gather(idx.data() + std::size_t(w) * slice, slice, xw, yw);
-        models[w]->forward_backward(slice, xw, yw, cfg.micro_batch);
+        if (fused) {
+          models[w]->forward_backward_fused(slice, xw, yw, -lr);
+        } else {
+          models[w]->forward_backward(slice, xw, yw, cfg.micro_batch);
+        }
       });
       if (workers > 1) {
         // grads_0 += grads_1 + ... in worker order (the order micro-batch accumulation uses),
@@ -265,17 +287,21 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       const auto t2 = Clock::now();
       kernels::SgdDesc sd;
       sd.n = n;
-      sd.lr = learning_rate(cfg, world, global_step, spe);
+      sd.lr = lr;
       sd.momentum = cfg.momentum;
       sd.weight_decay = cfg.weight_decay;
       sd.grad_scale = 1.0f / float(world * workers);
       pool.run([&](int w) {
-        std::size_t lo, hi;
-        share(n, workers, w, lo, hi);
-        kernels::SgdDesc part = sd;
-        part.n = hi - lo;
-        kernels::cpu::sgd_step(part, model->params() + lo, grads + lo,
-                               velocity.size() ? velocity.data() + lo : nullptr);
+        for (const Layer::Range& r : sgd_ranges) {
+          std::size_t lo, hi;
+          share(r.end - r.begin, workers, w, lo, hi);
+          lo += r.begin;
+          hi += r.begin;
+          kernels::SgdDesc part = sd;
+          part.n = hi - lo;
+          kernels::cpu::sgd_step(part, model->params() + lo, grads + lo,
+                                 velocity.size() ? velocity.data() + lo : nullptr);
+        }
       });
       ++global_step;
       ep_loss += stats[kLossSum];

@@ -98,6 +98,46 @@ TEST(Model, SgdStepsLowerTheLossOnAFixedBatch) {
   EXPECT_THROW(m->forward_backward(17, x.data(), y.data()), std::invalid_argument);
 }
 
+TEST(Model, FusedUpdateMatchesGradientThenSgd) {
+  // Two identical models: one takes gradient + separate SGD, the other the fused step (dense
+  // weights updated inside the sgemm, the rest by SGD over the complement of fused_ranges()).
+  auto a = make_mnist_cnn({1, 28, 28}, 10, 16), b = make_mnist_cnn({1, 28, 28}, 10, 16);
+  a->init(4);
+  b->init(4);
+  Rng rng(5);
+  std::vector<float> x(16 * 784);
+  for (auto& v : x) v = rng.uniform(0, 1);
+  std::vector<std::int32_t> y(16);
+  for (int i = 0; i < 16; ++i) y[i] = (3 * i) % 10;
+  const float lr = 0.2f;
+  const auto ranges = b->fused_ranges();
+  ASSERT_EQ(ranges.size(), 2u);  // the two Dense weight matrices
+  for (int step = 0; step < 3; ++step) {
+    const double la = a->forward_backward(16, x.data(), y.data()).loss_sum;
+    kernels::SgdDesc sd;
+    sd.n = a->param_floats();
+    sd.lr = lr;
+    kernels::cpu::sgd_step(sd, a->params(), a->grads(), nullptr);
+    const double lb = b->forward_backward_fused(16, x.data(), y.data(), -lr).loss_sum;
+    EXPECT_NEAR(la, lb, 1e-4 * std::fabs(la));
+    std::size_t at = 0;
+    for (const auto& r : ranges) {
+      kernels::SgdDesc part = sd;
+      part.n = r.begin - at;
+      kernels::cpu::sgd_step(part, b->params() + at, b->grads() + at, nullptr);
+      at = r.end;
+    }
+    kernels::SgdDesc part = sd;
+    part.n = b->param_floats() - at;
+    kernels::cpu::sgd_step(part, b->params() + at, b->grads() + at, nullptr);
+  }
+  double max_diff = 0;
+  for (std::size_t i = 0; i < a->param_floats(); ++i)
+    max_diff = std::max(max_diff, double(std::fabs(a->params()[i] - b->params()[i])));
+  EXPECT_LT(max_diff, 1e-5) << "fused and separate SGD drift apart";
+  EXPECT_GT(std::fabs(a->params()[500] - 0.0f), 0.0f);
+}
+
 TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {
   TrainConfig c;
   c.lr = 0.2f;

@@ -27,6 +27,10 @@ void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, fl
 }  // namespace ref
 
 namespace cpu {
+// w += alpha * dy^T * x in one sgemm: the SGD step fused into the weight gradient (alpha = -lr),
+// which saves writing dW and a separate pass over the weights.
+void dense_update_weights(const DenseDesc& d, const float* x, const float* dy, float alpha,
+                          float* w);
 void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y);
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc = Accumulate::kOverwrite);

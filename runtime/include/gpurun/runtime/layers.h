@@ -40,6 +40,18 @@ class Layer {
   // bound slice, overwriting it or (kAdd, micro-batch accumulation) adding this batch's sum to it.
   virtual void backward(int batch, const float* x, const float* y, float* dy, float* dx,
                         InputGrad need, kernels::Accumulate acc, kernels::Workspace ws) = 0;
+  // Fused SGD (one rank, one replica, plain SGD): backward adds alpha * dL/dW straight into the
+  // weight matrix inside its sgemm (alpha = -lr), after using the old weights for dx, instead of
+  // writing dW for a separate SGD pass. Layers that cannot return an empty range.
+  struct Range {
+    std::size_t begin = 0, end = 0;  // offsets in the layer's parameter slice
+  };
+  virtual Range fusable_weights() const { return {}; }
+  virtual void backward_fused(int batch, const float* x, const float* y, float* dy, float* dx,
+                              InputGrad need, float alpha, kernels::Workspace ws) {
+    (void)alpha;
+    backward(batch, x, y, dy, dx, need, kernels::Accumulate::kOverwrite, ws);
+  }
 };
 
 constexpr std::size_t kParamAlign = 16;  // floats: 64-byte aligned parameter tensors

@@ -38,6 +38,13 @@ class Model {
   // batch/micro_batch ranks of micro_batch images each would allreduce.
   StepResult forward_backward(int batch, const float* x, const std::int32_t* labels,
                               int micro_batch = 0);
+  // One rank, one replica, plain SGD: forward + backward in which the fusable weight matrices
+  // (the Dense layers') take their SGD step inside the gradient sgemm, w += alpha * dL/dw with
+  // alpha = -lr. The other parameters' gradients are written as usual and are the caller's to
+  // apply: fused_ranges() says which parts of the gradient buffer this leaves unwritten.
+  StepResult forward_backward_fused(int batch, const float* x, const std::int32_t* labels,
+                                    float alpha);
+  std::vector<Layer::Range> fused_ranges() const;
   // Forward only; returns loss sum and correct count.
   StepResult evaluate(int batch, const float* x, const std::int32_t* labels);
 

@@ -29,9 +29,10 @@ struct TrainConfig {
   bool resume = false;
   std::int64_t max_steps = -1;  // stop (and checkpoint) after this many global steps
   int eval_batch = 256;
-  int micro_batch = 0;    // > 0: accumulate gradients over micro-batches of this size
-  int threads = 1;        // per rank: replicas on slices of the batch (see trainer.cc)
-  bool progress = false;  // rank 0 draws a progress bar (stdout is a terminal)
+  int micro_batch = 0;      // > 0: accumulate gradients over micro-batches of this size
+  int threads = 1;          // per rank: replicas on slices of the batch (see trainer.cc)
+  bool fuse_update = true;  // one rank, one replica, plain SGD: SGD inside the dW sgemm
+  bool progress = false;    // rank 0 draws a progress bar (stdout is a terminal)
 };
 
 struct EpochStats {
@@ -56,6 +57,7 @@ struct TrainResult {
   std::int64_t global_steps = 0, steps_per_epoch = 0;
   std::size_t param_count = 0;
   int workers = 1;  // replicas per rank that --threads gave
+  bool fused_update = false;
   bool resumed = false;
   std::int64_t resumed_epoch = 0, resumed_step = 0;
   std::uint64_t param_checksum = 0;  // FNV-1a of the final parameter bytes (bitwise comparisons)
