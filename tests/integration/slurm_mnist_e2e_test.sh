@@ -17,64 +17,10 @@
 # /usr/share/datasets/fashion-mnist; none of them: exit 77 (skipped).
 set -euo pipefail
 
-case ${1:-} in
-  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-esac
-(($# >= 2)) || { echo "usage: $0 GPURUN MNIST_CNN [DATA_DIR] [--keep]" >&2; exit 2; }
-gpurun=$(realpath "$1")
-mnist=$(realpath "$2")
-shift 2
-keep=0 data=""
-for a in "$@"; do
-  case $a in --keep) keep=1 ;; *) data=$a ;; esac
-done
-
-if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  echo "$(basename "$0"): SKIP: needs root, slurm-wlm and munge (scripts/install-deps.sh)"
-  exit 77
-fi
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cluster=$root/scripts/slurm/local-cluster.sh
-dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
-export SLURM_CONF=$dir/etc/slurm.conf
+source "$(dirname "$0")/slurm_test_lib.sh"
+slurm_test_setup slurm_mnist_e2e "$@"
 epochs=2
-
-if [[ -z $data ]]; then
-  for d in "$root/data/mnist" "$root/data/fashion" /usr/share/datasets/fashion-mnist; do
-    if compgen -G "$d/train-images-idx3-ubyte*" >/dev/null; then data=$d; break; fi
-  done
-fi
-if [[ -z $data ]]; then
-  echo "slurm_mnist_e2e: SKIP: no MNIST data (run scripts/fetch-data.sh)"
-  exit 77
-fi
-data=$(realpath "$data")
-[[ -x $gpurun ]] || { echo "slurm_mnist_e2e: FAIL: gpurun $gpurun is not executable" >&2; exit 1; }
-[[ -x $mnist ]] || { echo "slurm_mnist_e2e: FAIL: mnist_cnn $mnist is not executable" >&2; exit 1; }
-
-work=$(mktemp -d /tmp/gpurun-e2e.XXXXXX)
-chmod 755 "$work"
-out=$work/job.out
 report=$work/report.json
-
-fail() {
-  echo "slurm_mnist_e2e: FAIL: $*" >&2
-  if [[ -f $out ]]; then echo "--- job output ($out):" >&2; tail -n 60 "$out" >&2; fi
-  if [[ -n ${jobid:-} ]]; then scontrol show job "$jobid" >&2 2>/dev/null || true; fi
-  echo "slurm_mnist_e2e: cluster logs in $dir/log" >&2
-  exit 1
-}
-cleanup() {
-  local rc=$?
-  if ((keep == 0)); then
-    "$cluster" stop >/dev/null || echo "slurm_mnist_e2e: cluster stop failed" >&2
-    rm -rf "$work"
-  else
-    echo "slurm_mnist_e2e: kept the cluster and $work"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
 
 "$cluster" start >/dev/null || fail "local-cluster.sh start"
 

@@ -10,66 +10,10 @@
 # 30 s of the kill, and that a line of gpurun's names rank 2. Exit 77 (skipped) without data.
 set -euo pipefail
 
-case ${1:-} in
-  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-esac
-(($# >= 2)) || { echo "usage: $0 GPURUN MNIST_CNN [DATA_DIR] [--keep]" >&2; exit 2; }
-gpurun=$(realpath "$1")
-mnist=$(realpath "$2")
-shift 2
-keep=0 data=""
-for a in "$@"; do
-  case $a in --keep) keep=1 ;; *) data=$a ;; esac
-done
-
-if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  echo "$(basename "$0"): SKIP: needs root, slurm-wlm and munge (scripts/install-deps.sh)"
-  exit 77
-fi
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cluster=$root/scripts/slurm/local-cluster.sh
-dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
-export SLURM_CONF=$dir/etc/slurm.conf
-name=slurm_mnist_fail
+source "$(dirname "$0")/slurm_test_lib.sh"
+slurm_test_setup slurm_mnist_fail "$@"
 victim=2
 
-if [[ -z $data ]]; then
-  for d in "$root/data/mnist" "$root/data/fashion" /usr/share/datasets/fashion-mnist; do
-    if compgen -G "$d/train-images-idx3-ubyte*" >/dev/null; then data=$d; break; fi
-  done
-fi
-if [[ -z $data ]]; then echo "$name: SKIP: no MNIST data (run scripts/fetch-data.sh)"; exit 77; fi
-data=$(realpath "$data")
-
-work=$(mktemp -d /tmp/gpurun-fail.XXXXXX)
-chmod 755 "$work"
-out=$work/job.out
-jobid=""
-
-fail() {
-  echo "$name: FAIL: $*" >&2
-  if [[ -f $out ]]; then echo "--- job output ($out):" >&2; tail -n 40 "$out" >&2; fi
-  if [[ -n $jobid ]]; then scontrol show job "$jobid" >&2 2>/dev/null || true; fi
-  echo "$name: cluster logs in $dir/log" >&2
-  exit 1
-}
-cleanup() {
-  local rc=$?
-  if ((keep == 0)); then
-    "$cluster" stop >/dev/null || echo "$name: cluster stop failed" >&2
-    rm -rf "$work"
-  else
-    echo "$name: kept the cluster and $work"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
-
-job_state() { scontrol show job "$jobid" 2>/dev/null | grep -o 'JobState=[A-Z_]*' | cut -d= -f2 || true; }
-is_final() {
-  case $1 in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;; esac
-  return 1
-}
 # rank_pid RANK: the mnist_cnn process of this job with that RANK in its environment.
 rank_pid() {
   local p env

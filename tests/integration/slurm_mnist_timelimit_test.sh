@@ -13,59 +13,8 @@
 # checkpoint. Exit 77 (skipped) without data.
 set -euo pipefail
 
-case ${1:-} in
-  -h | --help) awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; exit 0 ;;
-esac
-(($# >= 2)) || { echo "usage: $0 GPURUN MNIST_CNN [DATA_DIR] [--keep]" >&2; exit 2; }
-gpurun=$(realpath "$1")
-mnist=$(realpath "$2")
-shift 2
-keep=0 data=""
-for a in "$@"; do
-  case $a in --keep) keep=1 ;; *) data=$a ;; esac
-done
-
-if [[ $(id -u) -ne 0 ]] || ! command -v slurmctld >/dev/null || ! command -v munged >/dev/null; then
-  echo "$(basename "$0"): SKIP: needs root, slurm-wlm and munge (scripts/install-deps.sh)"
-  exit 77
-fi
-root=$(cd "$(dirname "$0")/../.." && pwd)
-cluster=$root/scripts/slurm/local-cluster.sh
-dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
-export SLURM_CONF=$dir/etc/slurm.conf
-name=slurm_mnist_timelimit
-
-if [[ -z $data ]]; then
-  for d in "$root/data/mnist" "$root/data/fashion" /usr/share/datasets/fashion-mnist; do
-    if compgen -G "$d/train-images-idx3-ubyte*" >/dev/null; then data=$d; break; fi
-  done
-fi
-if [[ -z $data ]]; then echo "$name: SKIP: no MNIST data (run scripts/fetch-data.sh)"; exit 77; fi
-data=$(realpath "$data")
-
-work=$(mktemp -d /tmp/gpurun-timelimit.XXXXXX)
-chmod 755 "$work"
-out=$work/job.out
-jobid=""
-
-fail() {
-  echo "$name: FAIL: $*" >&2
-  if [[ -f $out ]]; then echo "--- job output ($out):" >&2; tail -n 40 "$out" >&2; fi
-  if [[ -n $jobid ]]; then scontrol show job "$jobid" >&2 2>/dev/null || true; fi
-  echo "$name: cluster logs in $dir/log" >&2
-  exit 1
-}
-cleanup() {
-  local rc=$?
-  if ((keep == 0)); then
-    "$cluster" stop >/dev/null || echo "$name: cluster stop failed" >&2
-    rm -rf "$work"
-  else
-    echo "$name: kept the cluster and $work"
-  fi
-  exit $rc
-}
-trap cleanup EXIT
+source "$(dirname "$0")/slurm_test_lib.sh"
+slurm_test_setup slurm_mnist_timelimit "$@"
 
 "$cluster" start >/dev/null || fail "local-cluster.sh start"
 
@@ -96,8 +45,13 @@ while :; do
 done
 [[ $st == COMPLETED ]] || fail "job $jobid ended $st, expected COMPLETED after a checkpoint before the limit"
 grep -q 'gpurun: [0-9]* s left in the job' "$out" || fail "gpurun did not find the job's end time"
-grep -q 'received SIGUSR1' "$out" || fail "the ranks did not report SIGUSR1 before the time limit"
+grep -q 'gpurun: job time nearly over: sending SIGUSR1 to all ranks' "$out" ||
+  fail "gpurun did not send SIGUSR1 before the time limit"
+# Rank 0 names the signal when it got it itself, else "signal" (the stop reached it through the
+# ranks' agreement first): either way the ranks stopped together at a step boundary.
+grep -Eq 'received (SIGUSR1|signal): stopped at a step boundary' "$out" ||
+  fail "the ranks did not stop at a step boundary after SIGUSR1"
 grep -q 'checkpoint written' "$out" || fail "no checkpoint written"
 [[ -n $(ls -A "$work/ckpt" 2>/dev/null) ]] || fail "checkpoint directory $work/ckpt is empty"
 run=$(scontrol show job "$jobid" | grep -o 'RunTime=[0-9:]*' | cut -d= -f2)
-echo "$name: PASS (job $jobid COMPLETED after $run with a checkpoint: $(grep -m1 -o 'received SIGUSR1[^,]*' "$out"))"
+echo "$name: PASS (job $jobid COMPLETED after $run with a checkpoint: $(grep -m1 -Eo 'received (SIGUSR1|signal)[^,]*' "$out"))"
