@@ -18,6 +18,9 @@
 #include "gpurun/runtime/process_group.h"
 #include "gpurun/runtime/trainer.h"
 #include "report.h"
+#ifdef GPURUN_HAVE_CUDA_TRAINER
+#include "gpurun/runtime/gpu_trainer.h"
+#endif
 
 namespace po = boost::program_options;
 namespace rt = gpurun::runtime;
@@ -30,6 +33,8 @@ struct Options {
   std::string lr_scaling = "linear";
   std::string report;
   int threads = 0;
+  bool no_graph = false;
+  bool tf32 = false;
   rt::TrainConfig train;
 };
 
@@ -50,6 +55,32 @@ bool stdout_is_terminal() {
   if (const char* t = std::getenv("GPURUN_STDOUT_TTY")) return std::string(t) == "1";
   if (std::getenv("OMPI_COMM_WORLD_SIZE") != nullptr) return false;
   return ::isatty(STDOUT_FILENO) != 0;
+}
+
+// Whether to train on the GPU. --device cuda without a usable device (or without CUDA in the
+// build) is an error; auto falls back to the CPU.
+bool use_cuda(const std::string& requested, std::ostream& log) {
+#ifdef GPURUN_HAVE_CUDA_TRAINER
+  const bool have = rt::cuda_available();
+#else
+  const bool have = false;
+#endif
+  if (requested == "cpu") return false;
+  if (requested == "cuda") {
+#ifndef GPURUN_HAVE_CUDA_TRAINER
+    throw std::runtime_error(
+        "--device cuda: this mnist_cnn was built without CUDA (GPURUN_ENABLE_CUDA=OFF); use "
+        "--device cpu");
+#endif
+    if (!have) {
+      throw std::runtime_error(
+          "--device cuda: no usable CUDA device (no driver, none visible in CUDA_VISIBLE_DEVICES, "
+          "or a kernel did not launch); use --device cpu");
+    }
+    return true;
+  }
+  if (have) log << "device auto: a CUDA device is present, training on the GPU" << std::endl;
+  return have;
 }
 
 // Returns false (after printing) when the program should exit without training.
@@ -73,7 +104,11 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
       "weight-decay", po::value(&o.train.weight_decay)->default_value(o.train.weight_decay),
       "SGD weight decay")("seed", po::value(&seed)->default_value(seed),
                           "seed of the initial weights and the shuffles")(
-      "device", po::value(&o.device)->default_value(o.device), "cpu, cuda or auto")(
+      "device", po::value(&o.device)->default_value(o.device),
+      "cpu, cuda or auto (the GPU when one is usable, else the CPU)")(
+      "no-graph", po::bool_switch(&o.no_graph),
+      "GPU: launch each step's kernels eagerly instead of replaying a CUDA Graph")(
+      "tf32", po::bool_switch(&o.tf32), "GPU: TF32 tensor-core math (default: full FP32)")(
       "threads", po::value(&o.threads),
       "threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node): T replicas "
       "each train on batch/T images; T BLAS threads when T does not divide the batch")(
@@ -136,22 +171,18 @@ int main(int argc, char** argv) {
   try {
     auto pg = rt::make_process_group();
     rank = pg->rank();
-    if (o.device == "cuda") {
-      throw std::runtime_error(
-          "--device cuda: the CUDA training path is not built yet; use --device cpu");
-    }
-    // auto: the CPU until the CUDA runtime exists, whatever cuda_device_count() says.
-    const std::string device = "cpu";
+    std::ostream null_stream(nullptr);
+    std::ostream& log = rank == 0 ? std::cout : null_stream;
+    const bool cuda = use_cuda(o.device, log);
+    std::string device = cuda ? "cuda" : "cpu";
     const int threads = o.threads > 0 ? o.threads : default_threads(*pg);
     o.train.threads = threads;
     const rt::Dataset data = rt::load_mnist_dir(o.data);
-    std::ostream null_stream(nullptr);
-    std::ostream& log = rank == 0 ? std::cout : null_stream;
     o.train.progress = rank == 0 && stdout_is_terminal();
     log << "mnist_cnn: " << data.name << " (" << data.train.count << " train, " << data.test.count
         << " test), " << pg->size() << " rank(s) [" << pg->backend() << "], device " << device
         << ", " << threads << " thread(s) per rank" << std::endl;
-    if (gpurun::kernels::cpu::blas_below_cpu()) {
+    if (!cuda && gpurun::kernels::cpu::blas_below_cpu()) {
       // OPENBLAS_CORETYPE is the user's (or the site's) choice, so it is kept; but say what it
       // costs.
       log << "note: OpenBLAS runs its " << gpurun::kernels::cpu::blas_core()
@@ -159,7 +190,19 @@ int main(int argc, char** argv) {
           << (std::getenv("OPENBLAS_CORETYPE") ? " because OPENBLAS_CORETYPE is set" : "")
           << "; without that its AVX-512 kernels train about 40% faster" << std::endl;
     }
-    const rt::TrainResult r = rt::train(*pg, data, o.train, log);
+    rt::TrainResult r;
+    if (cuda) {
+#ifdef GPURUN_HAVE_CUDA_TRAINER
+      rt::GpuOptions opt;
+      opt.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
+      opt.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
+      rt::GpuTrainResult g = rt::train_gpu(*pg, data, o.train, opt, log);
+      r = std::move(g.train);
+      device = g.device;
+#endif
+    } else {
+      r = rt::train(*pg, data, o.train, log);
+    }
     if (rank == 0 && !o.report.empty()) {
       ReportInput in{*pg, data, o.train, r, device, threads, o.lr_scaling};
       write_report(o.report, in);
