@@ -190,7 +190,11 @@ TEST(GpuqCrash, DeadSupervisorMeansNodeFailOrRequeue) {
   EXPECT_EQ(ja["state"], "NODE_FAIL");
   EXPECT_EQ(live_in_group(pgid), 0) << "the job's processes outlived their supervisor";
 
-  int64_t b = d.submit("--gpus 1 --requeue restart.sh 0.2");
+  // The first run must outlive the kill however slow the machine is; the rerun ends at once.
+  d.script("rerun.sh",
+           "#!/bin/bash\necho run $GPUQ_RESTART_COUNT\n"
+           "if [ \"$GPUQ_RESTART_COUNT\" = 0 ]; then sleep 30; fi\n");
+  int64_t b = d.submit("--gpus 1 --requeue rerun.sh");
   d.wait_state(b, "RUNNING");
   std::this_thread::sleep_for(std::chrono::milliseconds(100));
   ::kill(status_file(d, b)["supervisor_pid"].get<int>(), SIGKILL);

@@ -7,7 +7,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <random>
+#include <thread>
 
 #include "harness.h"
 
@@ -73,9 +75,16 @@ TEST(GpuqUsers, SecondUserCannotTouchFirstUsersJob) {
   EXPECT_EQ(d.show(id)["state"], "RUNNING");  // untouched
 
   // Alice sees her own job, its environment and output; it ran as her, in her directory.
-  Result al = alice.run(fmt::format("{} log {}", cli, id));
+  // RUNNING comes before the job's first output: on a loaded machine wait for it (bounded).
+  const std::string want = fmt::format("{}\nSECRET=s3cr3t\n", alice.name());
+  Result al;
+  for (int i = 0; i < 300; ++i) {
+    al = alice.run(fmt::format("{} log {}", cli, id));
+    if (al.rc == 0 && al.out == want) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
   EXPECT_EQ(al.rc, 0) << al.err;
-  EXPECT_EQ(al.out, fmt::format("{}\nSECRET=s3cr3t\n", alice.name()));
+  EXPECT_EQ(al.out, want);
   struct stat st {};
   ASSERT_EQ(stat(fmt::format("{}/slurm-{}.out", work, id).c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, alice.uid());
