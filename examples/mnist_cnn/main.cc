@@ -35,6 +35,9 @@ struct Options {
   int threads = 0;
   bool no_graph = false;
   bool tf32 = false;
+  bool breakdown = false;
+  double comm_timeout = 60;
+  int loss_every = 100;
   rt::TrainConfig train;
 };
 
@@ -79,7 +82,9 @@ bool use_cuda(const std::string& requested, std::ostream& log) {
     }
     return true;
   }
-  if (have) log << "device auto: a CUDA device is present, training on the GPU" << std::endl;
+  log << (have ? "device auto: a CUDA device is present, training on the GPU"
+               : "device auto: no usable CUDA device, training on the CPU")
+      << std::endl;
   return have;
 }
 
@@ -109,6 +114,12 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
       "no-graph", po::bool_switch(&o.no_graph),
       "GPU: launch each step's kernels eagerly instead of replaying a CUDA Graph")(
       "tf32", po::bool_switch(&o.tf32), "GPU: TF32 tensor-core math (default: full FP32)")(
+      "comm-timeout", po::value(&o.comm_timeout)->default_value(o.comm_timeout),
+      "GPU: seconds before a stuck NCCL collective (or a rank that never joins) is an error")(
+      "loss-every", po::value(&o.loss_every)->default_value(o.loss_every),
+      "GPU: steps between loss read-backs (and stop-signal checks)")(
+      "breakdown", po::bool_switch(&o.breakdown),
+      "GPU: time kernels vs allreduce per step and print the breakdown")(
       "threads", po::value(&o.threads),
       "threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node): T replicas "
       "each train on batch/T images; T BLAS threads when T does not divide the batch")(
@@ -196,7 +207,14 @@ int main(int argc, char** argv) {
       rt::GpuOptions opt;
       opt.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
       opt.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
+      opt.comm_timeout_s = o.comm_timeout;
+      opt.loss_every = o.loss_every;
+      opt.breakdown = o.breakdown;
       rt::GpuTrainResult g = rt::train_gpu(*pg, data, o.train, opt, log);
+      if (o.breakdown) {
+        log << "breakdown: kernels " << g.kernel_seconds << " s, allreduce "
+            << g.allreduce_seconds << " s, host " << g.host_seconds << " s" << std::endl;
+      }
       r = std::move(g.train);
       device = g.device;
 #endif
