@@ -212,8 +212,8 @@ int main(int argc, char** argv) {
       opt.breakdown = o.breakdown;
       rt::GpuTrainResult g = rt::train_gpu(*pg, data, o.train, opt, log);
       if (o.breakdown) {
-        log << "breakdown: kernels " << g.kernel_seconds << " s, allreduce "
-            << g.allreduce_seconds << " s, host " << g.host_seconds << " s" << std::endl;
+        log << "breakdown: kernels " << g.kernel_seconds << " s, allreduce " << g.allreduce_seconds
+            << " s, host " << g.host_seconds << " s" << std::endl;
       }
       r = std::move(g.train);
       device = g.device;
