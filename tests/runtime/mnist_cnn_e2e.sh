@@ -9,6 +9,11 @@ set -euo pipefail
 mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# These are the CPU path's tests (bitwise checks): on a machine with a GPU, --device auto (the
+# default) would take the GPU path, so every run here is pinned to the CPU. exec keeps the pid.
+printf '#!/bin/sh\nexec "%s" --device cpu "$@"\n' "$bin" >"$work/mnist_cnn_cpu"
+chmod +x "$work/mnist_cnn_cpu"
+bin=$work/mnist_cnn_cpu
 py=/usr/bin/python3
 mpirun_=("$mpiexec" --allow-run-as-root --oversubscribe --bind-to none)
 
