@@ -104,7 +104,8 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
       "lr-scaling", po::value(&o.lr_scaling)->default_value(o.lr_scaling),
       "linear (lr x ranks, warmed up) or none")(
       "warmup-epochs", po::value(&warmup),
-      "epochs of linear warm-up from --lr to the scaled rate (default 1 with linear, 0 with none)")(
+      "epochs of linear warm-up from --lr to the scaled rate (default with linear: 1 epoch and at "
+      "least 100 steps; 0 with none)")(
       "momentum", po::value(&o.train.momentum)->default_value(o.train.momentum), "SGD momentum")(
       "weight-decay", po::value(&o.train.weight_decay)->default_value(o.train.weight_decay),
       "SGD weight decay")("seed", po::value(&seed)->default_value(seed),

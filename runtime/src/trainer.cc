@@ -86,7 +86,9 @@ float learning_rate(const TrainConfig& cfg, int world, std::int64_t t, std::int6
   const float peak = cfg.lr_scaling == LrScaling::kLinear ? cfg.lr * float(world) : cfg.lr;
   const double warm = cfg.warmup_epochs >= 0 ? cfg.warmup_epochs
                                              : (cfg.lr_scaling == LrScaling::kLinear ? 1.0 : 0.0);
-  const double warm_steps = warm * double(spe);
+  double warm_steps = warm * double(spe);
+  if (cfg.warmup_epochs < 0 && cfg.lr_scaling == LrScaling::kLinear)
+    warm_steps = std::max(warm_steps, double(kMinDefaultWarmupSteps));
   // Goyal et al. 2017: ramp linearly from the single-rank rate to the scaled rate.
   if (warm_steps > 0 && double(t) < warm_steps) {
     return cfg.lr + float((peak - cfg.lr) * (double(t) / warm_steps));

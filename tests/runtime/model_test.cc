@@ -146,6 +146,14 @@ TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {
   EXPECT_FLOAT_EQ(learning_rate(c, 4, 50, 100), 0.5f);
   EXPECT_FLOAT_EQ(learning_rate(c, 4, 100, 100), 0.8f);
   EXPECT_FLOAT_EQ(learning_rate(c, 4, 10000, 100), 0.8f);
+  // A short epoch (31 steps): the default ramp still lasts kMinDefaultWarmupSteps (100) steps...
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 31, 31), 0.2f + 0.6f * 31.0f / 100.0f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 50, 31), 0.5f);
+  EXPECT_FLOAT_EQ(learning_rate(c, 4, 100, 31), 0.8f);
+  // ...while an explicit --warmup-epochs means exactly that many epochs.
+  TrainConfig one = c;
+  one.warmup_epochs = 1;
+  EXPECT_FLOAT_EQ(learning_rate(one, 4, 31, 31), 0.8f);
   c.lr_scaling = LrScaling::kNone;
   EXPECT_FLOAT_EQ(learning_rate(c, 4, 0, 100), 0.2f);
   EXPECT_FLOAT_EQ(learning_rate(c, 4, 1000, 100), 0.2f);

@@ -16,12 +16,19 @@ namespace gpurun::runtime {
 
 enum class LrScaling { kLinear, kNone };
 
+// The default warm-up never lasts fewer steps than this: on a small data set one epoch is a few
+// dozen steps at 4 ranks, too short a ramp to 4x the rate (0.2 x 4 diverged on 8,000 digits with
+// 31 steps; 93 steps held accuracy within 0.4 points of one rank).
+inline constexpr std::int64_t kMinDefaultWarmupSteps = 100;
+
 struct TrainConfig {
   int epochs = 8;
   int batch_per_rank = 64;
   float lr = 0.2f;  // the single-rank learning rate
   LrScaling lr_scaling = LrScaling::kLinear;
-  double warmup_epochs = -1;  // < 0: 1 with linear scaling, 0 without
+  // < 0 (the default): with linear scaling, one epoch and at least kMinDefaultWarmupSteps steps;
+  // without scaling, none. >= 0: exactly that many epochs.
+  double warmup_epochs = -1;
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   std::uint64_t seed = 42;
