@@ -229,6 +229,9 @@ int cmd_launch(const std::vector<std::string>& args) {
       "signal that asks ranks to checkpoint")(
       "control-addr", po::value<std::string>(),
       "address ranks use to reach gpurun (default: this host's name)")(
+      "requeue",
+      "after a checkpoint signal (USR1/USR2, --checkpoint-before) and a clean exit of every rank, "
+      "requeue the job (scontrol requeue, qrerun, brequeue) so it resumes")(
       "quiet,q", "no gpurun: status lines (failures are still reported)")(
       "version", "print the version")("help,h", "this help");
   po::variables_map vm;
@@ -287,6 +290,7 @@ int cmd_launch(const std::vector<std::string>& args) {
       parse_signal(vm["checkpoint-signal"].as<std::string>(), "--checkpoint-signal");
   if (vm.count("control-addr")) cfg.control_addr = vm["control-addr"].as<std::string>();
   cfg.quiet = vm.count("quiet") > 0;
+  cfg.requeue = vm.count("requeue") > 0;
   return run_supervisor(cfg);
 }
 

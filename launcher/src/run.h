@@ -27,6 +27,9 @@ struct RunConfig {
   int checkpoint_signal = 10;       // SIGUSR1
   std::optional<std::string> control_addr;
   bool quiet = false;
+  // --requeue: after a checkpoint signal (SIGUSR1/SIGUSR2 to gpurun, or --checkpoint-before) and
+  // a clean exit of every rank, put the job back in the scheduler's queue so it resumes.
+  bool requeue = false;
 };
 
 int run_supervisor(RunConfig& cfg);

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <ctime>
 #include <map>
@@ -112,6 +113,35 @@ std::string describe_status(int code, int sig) {
   return fmt::format("exited with code {}", code);
 }
 
+// The scheduler's own requeue command for a job, or empty when it has none we know.
+std::vector<std::string> requeue_command(const Allocation& a) {
+  if (!a.job_id) return {};
+  switch (a.scheduler) {
+    case Scheduler::slurm:
+      return {"scontrol", "requeue", *a.job_id};
+    case Scheduler::pbs:
+      return {"qrerun", *a.job_id};
+    case Scheduler::lsf:
+      return {"brequeue", *a.job_id};
+    default:
+      return {};
+  }
+}
+
+// Runs a command and waits for it; returns its exit status.
+int run_and_wait(const std::vector<std::string>& argv, const Env& env) {
+  pid_t pid = fork();
+  if (pid < 0) return 127;
+  if (pid == 0) {
+    proc::restore_default_signals({SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGCHLD});
+    proc::exec_program(argv, env);
+  }
+  int st = 0;
+  while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+
 }  // namespace
 
 int run_supervisor(RunConfig& cfg) {
@@ -191,6 +221,7 @@ int run_supervisor(RunConfig& cfg) {
   double term_at = 0, kill_at = 0, stop_deadline = 0, drain_until = 0;
   bool stopping = false, ckpt_sent = false;
   int forwarded_stop_signal = 0;
+  int checkpoint_signal_sent = 0;  // USR1/USR2 forwarded, or the --checkpoint-before signal
 
   double ckpt_at = 0;
   if (cfg.checkpoint_before > 0) {
@@ -263,6 +294,7 @@ int run_supervisor(RunConfig& cfg) {
           say(fmt::format("forwarding {} to {} rank{}", signal_name(s), world,
                           world == 1 ? "" : "s"));
           broadcast(fmt::format("SIG {}\n", s));
+          if (s == SIGUSR1 || s == SIGUSR2) checkpoint_signal_sent = s;
           if (s == SIGINT || s == SIGTERM || s == SIGHUP) {
             forwarded_stop_signal = s;
             stop_deadline = now + cfg.stop_timeout;
@@ -340,6 +372,7 @@ int run_supervisor(RunConfig& cfg) {
       say(fmt::format("job time nearly over: sending {} to all ranks to checkpoint",
                       signal_name(cfg.checkpoint_signal)));
       broadcast(fmt::format("SIG {}\n", cfg.checkpoint_signal));
+      checkpoint_signal_sent = cfg.checkpoint_signal;
     }
     if (stop_deadline > 0 && !stopping && now >= stop_deadline)
       begin_stop(fmt::format("ranks still running {:.0f} s after {}: stopping them",
@@ -380,6 +413,24 @@ int run_supervisor(RunConfig& cfg) {
     say(fmt::format("{} exited but only {} of {} ranks ever started", to_string(cmd.engine),
                     started, world));
     return 1;
+  }
+  if (cfg.requeue && checkpoint_signal_sent) {
+    std::vector<std::string> rq = requeue_command(cfg.alloc);
+    if (rq.empty()) {
+      say(fmt::format(
+          "--requeue: no requeue command for a {} job; the checkpoint stays for a rerun",
+          to_string(cfg.alloc.scheduler)));
+      return 0;
+    }
+    std::string shown;
+    for (const auto& w : rq) shown += (shown.empty() ? "" : " ") + w;
+    say(fmt::format("all ranks exited 0 after {} (checkpointed): requeueing job {} ({})",
+                    signal_name(checkpoint_signal_sent), *cfg.alloc.job_id, shown));
+    int rc = run_and_wait(rq, cfg.env);
+    if (rc != 0) {
+      say(fmt::format("'{}' failed with status {}: the job was not requeued", shown, rc));
+      return rc;
+    }
   }
   return 0;
 }

@@ -9,7 +9,7 @@
 #   A. an uninterrupted run of E epochs (REQUEUE=0);
 #   B. the same run, sent `scancel --signal=USR1 --batch` once epoch 1 is done: the batch shell
 #      passes USR1 to gpurun, gpurun to the ranks, which write a checkpoint and exit cleanly; the
-#      script sees "stopped_by": "signal" in the report and requeues the job (`scontrol requeue`);
+#      ranks exit 0 and `gpurun --requeue` requeues the job (`scontrol requeue`);
 #      the rerun (same job id, SLURM_RESTART_COUNT 1) resumes from the checkpoint with --resume.
 #      It must end COMPLETED with the same weights as A (param_checksum in the report JSON) and
 #      the same test accuracy.
@@ -26,7 +26,7 @@ submit() {
   out=$work/$1.out
   jobid=$(cd "$root" && REQUEUE=$3 GPURUN=$gpurun MNIST_CNN=$mnist DATA=$data EPOCHS=$epochs DEVICE=cpu \
     CKPT_DIR=$2 REPORT=$work/$1.json MNIST_ARGS="--threads 1 --lr 0.05" \
-    sbatch --parsable --nodes=2 --ntasks-per-node=2 --cpus-per-task=2 --gres=gpu:2 --time=10 \
+    sbatch --parsable --open-mode=append --nodes=2 --ntasks-per-node=2 --cpus-per-task=2 --gres=gpu:2 --time=10 \
     --job-name="gpurun-ckpt-$1" -o "$out" scripts/slurm/mnist_cnn.sbatch) || fail "sbatch ($1)"
   [[ $jobid =~ ^[0-9]+$ ]] || fail "sbatch ($1) printed '$jobid'"
   echo "$name: run $1: job $jobid"
@@ -77,11 +77,12 @@ scontrol update JobId="$jobid" StartTime=now+5 >/dev/null 2>&1 || true
 st=$(wait_final 400)
 [[ $st == COMPLETED ]] || fail "run B ended $st after its requeue"
 [[ -n $(ls -A "$work/ckB" 2>/dev/null) ]] || fail "run B: checkpoint directory $work/ckB is empty"
-# The output file holds both runs when Slurm appends on requeue; check what it shows.
-if grep -q 'received SIGUSR1' "$out"; then
-  grep -q 'checkpoint written' "$out" || fail "run B: no 'checkpoint written' line"
-  grep -q 'requeueing job' "$out" || fail "run B: the script did not say it requeued"
-fi
+# --open-mode=append keeps both runs in the output: the checkpoint, gpurun's requeue, the resume.
+grep -Eq 'received (SIGUSR1|signal): stopped at a step boundary' "$out" ||
+  fail "run B: the ranks did not stop at a step boundary after SIGUSR1"
+grep -q 'checkpoint written' "$out" || fail "run B: no 'checkpoint written' line"
+grep -q 'gpurun: all ranks exited 0 after SIGUSR1 (checkpointed): requeueing job' "$out" ||
+  fail "run B: gpurun did not say it requeued the job"
 grep -q 'resumed from' "$out" || fail "run B: the requeued run did not resume"
 [[ -s $work/B.json ]] || fail "run B wrote no report"
 python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); sys.exit(0 if j.get("resumed") else 1)' "$work/B.json" ||

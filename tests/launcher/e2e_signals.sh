@@ -51,3 +51,15 @@ grep -q "sending SIGUSR1 to all ranks to checkpoint" "$out/log" || { echo "FAIL:
 awk -v s="$secs" 'BEGIN { exit !(s >= 0.8 && s < 5) }' || { echo "FAIL: checkpoint signal after $secs s"; exit 1; }
 for r in 0 1; do head -1 "$out/got.$r" | grep -qx USR1 || { echo "FAIL: rank $r first got $(head -1 "$out/got.$r")"; exit 1; }; done
 echo "ok: checkpoint signal reached both ranks ${secs}s into a job with 3 s left"
+
+# --requeue outside a scheduler: after a checkpoint signal and a clean exit there is nothing to
+# requeue into; gpurun says so and exits 0.
+rm -f "$out"/got.* "$out"/ready.*
+OUT=$out "$gpurun" --scheduler local --requeue -n 2 -- "$out/rank.sh" 2>"$out/log" &
+pid=$!
+wait_for 2 "$out/ready.*" "2 ranks to start (--requeue)"
+kill -USR1 $pid; sleep 0.3; kill -TERM $pid
+rc=0; wait $pid || rc=$?
+[[ $rc == 0 ]] || { echo "FAIL: --requeue run exited $rc"; cat "$out/log"; exit 1; }
+grep -q -- "--requeue: no requeue command for a local job" "$out/log" || { echo "FAIL: no --requeue note"; cat "$out/log"; exit 1; }
+echo "ok: --requeue without a scheduler says there is nothing to requeue into"
