@@ -110,13 +110,7 @@ Allocation detect_lsf(const DetectInput& in) {
     if (w.size() % 2 != 0)
       throw Error(fmt::format("LSB_MCPU_HOSTS='{}': expected 'host slots' pairs", *m));
     for (std::size_t i = 0; i < w.size(); i += 2) {
-      int n = static_cast<int>(parse_count("LSB_MCPU_HOSTS", w[i + 1]));
-      auto it = std::find_if(mcpu.begin(), mcpu.end(),
-                             [&](const NodeAlloc& x) { return x.host == w[i]; });
-      if (it == mcpu.end())
-        mcpu.push_back({w[i], n, 0});
-      else
-        it->slots += n;
+      add_slots(mcpu, w[i], static_cast<int>(parse_count("LSB_MCPU_HOSTS", w[i + 1])));
     }
   }
   if (get(env, "LSB_DJOB_HOSTFILE")) {
@@ -137,14 +131,7 @@ Allocation detect_lsf(const DetectInput& in) {
     a.nodes = mcpu;
     a.sources.push_back("LSB_MCPU_HOSTS");
   } else if (auto h = get(env, "LSB_HOSTS")) {
-    for (const auto& host : split_ws(*h)) {
-      auto it = std::find_if(a.nodes.begin(), a.nodes.end(),
-                             [&](const NodeAlloc& x) { return x.host == host; });
-      if (it == a.nodes.end())
-        a.nodes.push_back({host, 1, 0});
-      else
-        ++it->slots;
-    }
+    for (const auto& host : split_ws(*h)) add_slots(a.nodes, host, 1);
     a.sources.push_back("LSB_HOSTS");
   }
   if (a.nodes.empty())

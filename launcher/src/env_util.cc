@@ -66,6 +66,15 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
+void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots) {
+  auto it =
+      std::find_if(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; });
+  if (it == nodes.end())
+    nodes.push_back(NodeAlloc{host, slots, 0});
+  else
+    it->slots += slots;
+}
+
 std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var) {
   auto path = get(in.env, var);
   if (!path || trim(*path).empty()) throw Error(fmt::format("{} is not set", var));
@@ -76,13 +85,7 @@ std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& 
   std::vector<NodeAlloc> nodes;
   for (const auto& line : split_lines(*text)) {
     // Torque/PBS may append ":ppn" or extra columns; the host is the first word.
-    std::string host = split_ws(line)[0];
-    auto it = std::find_if(nodes.begin(), nodes.end(),
-                           [&](const NodeAlloc& n) { return n.host == host; });
-    if (it == nodes.end())
-      nodes.push_back(NodeAlloc{host, 1, 0});
-    else
-      ++it->slots;
+    add_slots(nodes, split_ws(line)[0], 1);
   }
   if (nodes.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, *path));
   return nodes;

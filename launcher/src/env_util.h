@@ -21,6 +21,10 @@ std::vector<std::string> split_ws(const std::string& s);
 std::vector<std::string> split_lines(const std::string& s);
 std::string trim(const std::string& s);
 
+// Adds `slots` to `host`'s node, appending the node on its first appearance (host files and
+// LSF's lists name a host once per slot, or once with a count; order is first appearance).
+void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots);
+
 // Reads a host file (one host per slot, as PBS_NODEFILE/LSB_DJOB_HOSTFILE) named by variable
 // `var`; groups lines into nodes by host in order of first appearance. Throws Error naming the
 // variable when the file is missing or empty.

@@ -130,12 +130,7 @@ std::vector<std::string> requeue_command(const Allocation& a) {
 
 // Runs a command and waits for it; returns its exit status.
 int run_and_wait(const std::vector<std::string>& argv, const Env& env) {
-  pid_t pid = fork();
-  if (pid < 0) return 127;
-  if (pid == 0) {
-    proc::restore_default_signals({SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGCHLD});
-    proc::exec_program(argv, env);
-  }
+  pid_t pid = spawn(argv, env);
   int st = 0;
   while (waitpid(pid, &st, 0) < 0 && errno == EINTR) {
   }
