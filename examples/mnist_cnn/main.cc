@@ -31,6 +31,7 @@ struct Options {
   std::string data = "data/mnist";
   std::string device = "auto";
   std::string lr_scaling = "linear";
+  std::string exchange = "auto";
   std::string report;
   int threads = 0;
   bool no_graph = false;
@@ -130,6 +131,10 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
       "resume", po::bool_switch(&o.train.resume), "continue from --checkpoint DIR")(
       "max-steps", po::value(&max_steps),
       "stop after this many global steps, checkpoint and evaluate (tests, benchmarks)")(
+      "exchange", po::value(&o.exchange)->default_value(o.exchange),
+      "CPU: how ranks combine gradients: allreduce (MPI_Allreduce of the whole gradient), shared "
+      "(ranks on one node share one copy of the weights and update the Dense layers from each "
+      "other's activations in shared memory), or auto (shared when every rank is on one node)")(
       "micro-batch", po::value(&o.train.micro_batch),
       "accumulate gradients over micro-batches of this many images (must divide --batch-size)")(
       "eval-batch", po::value(&o.train.eval_batch)->default_value(o.train.eval_batch),
@@ -154,6 +159,18 @@ bool parse(int argc, char** argv, Options& o, int& exit_code) {
     o.train.lr_scaling = rt::LrScaling::kNone;
   } else {
     std::cerr << "mnist_cnn: --lr-scaling must be linear or none, got " << o.lr_scaling << "\n";
+    exit_code = 2;
+    return false;
+  }
+  if (o.exchange == "auto") {
+    o.train.exchange = rt::Exchange::kAuto;
+  } else if (o.exchange == "allreduce") {
+    o.train.exchange = rt::Exchange::kAllreduce;
+  } else if (o.exchange == "shared") {
+    o.train.exchange = rt::Exchange::kShared;
+  } else {
+    std::cerr << "mnist_cnn: --exchange must be auto, allreduce or shared, got " << o.exchange
+              << "\n";
     exit_code = 2;
     return false;
   }

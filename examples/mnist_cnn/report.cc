@@ -30,6 +30,7 @@ void write_report(const std::string& path, const ReportInput& in) {
   j["threads_per_rank"] = in.threads;
   j["workers_per_rank"] = r.workers;
   j["fused_update"] = r.fused_update;
+  j["exchange"] = gpurun::runtime::exchange_name(r.exchange);
   j["backend"] = in.pg.backend();
   j["blas"] = gpurun::kernels::cpu::blas_info();
   j["blas_core"] = gpurun::kernels::cpu::blas_core();

@@ -4,7 +4,19 @@
 
 #include <cblas.h>
 
+#include <stdexcept>
+#include <string>
+
 namespace gpurun::kernels {
+namespace {
+void check_rows(const DenseDesc& d, int lo, int hi) {
+  if (lo < 0 || hi < lo || hi > d.out) {
+    throw std::invalid_argument("dense_weight_rows: rows [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + ") outside [0, " + std::to_string(d.out) +
+                                ")");
+  }
+}
+}  // namespace
 
 namespace ref {
 void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y) {
@@ -41,6 +53,20 @@ void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, fl
       dx[std::size_t(n) * d.in + i] = float(s);
     }
 }
+
+void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
+                       float alpha, float beta, float* c) {
+  validate(d);
+  check_rows(d, lo, hi);
+  for (int o = lo; o < hi; ++o)
+    for (int i = 0; i < d.in; ++i) {
+      double s = 0;
+      for (int n = 0; n < d.batch; ++n)
+        s += double(dy[std::size_t(n) * d.out + o]) * x[std::size_t(n) * d.in + i];
+      float& out = c[std::size_t(o) * d.in + i];
+      out = float(double(beta) * out + double(alpha) * s);
+    }
+}
 }  // namespace ref
 
 namespace cpu {
@@ -58,11 +84,13 @@ void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy,
               d.in, beta, dw, d.in);
 }
 
-void dense_update_weights(const DenseDesc& d, const float* x, const float* dy, float alpha,
-                          float* w) {
+void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
+                       float alpha, float beta, float* c) {
   validate(d);
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.out, d.in, d.batch, alpha, dy, d.out, x,
-              d.in, 1.0f, w, d.in);
+  check_rows(d, lo, hi);
+  if (lo == hi) return;
+  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, d.in, d.batch, alpha, dy + lo,
+              d.out, x, d.in, beta, c + std::size_t(lo) * d.in, d.in);
 }
 
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {

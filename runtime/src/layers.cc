@@ -113,14 +113,18 @@ class Dense final : public Layer {
     k::cpu::dense_backward_weights(d, x, dy, dw_, acc);
     if (need == InputGrad::kCompute) k::cpu::dense_backward_data(d, w_, dy, dx);
   }
-  Range fusable_weights() const override { return {0, std::size_t(out_) * in_.size()}; }
-  void backward_fused(int batch, const float* x, const float* y, float* dy, float* dx,
-                      InputGrad need, float alpha, k::Workspace) override {
-    const k::DenseDesc d = desc(batch);
+  Range deferred_weights() const override { return {0, std::size_t(out_) * in_.size()}; }
+  int deferred_rows() const override { return out_; }
+  void backward_deferred(int batch, const float* x, const float* y, float* dy, float* dx,
+                         InputGrad need, k::Workspace) override {
+    (void)x;
     k::cpu::bias_act_backward({batch, out_, 1, act_}, y, dy, db_);
-    // dx needs the weights before the update.
-    if (need == InputGrad::kCompute) k::cpu::dense_backward_data(d, w_, dy, dx);
-    k::cpu::dense_update_weights(d, x, dy, alpha, w_);
+    // dx needs the weights before anyone updates them: the trainer updates after a barrier.
+    if (need == InputGrad::kCompute) k::cpu::dense_backward_data(desc(batch), w_, dy, dx);
+  }
+  void weight_rows(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
+                   float beta, float* c) const override {
+    k::cpu::dense_weight_rows(desc(batch), x, dz, lo, hi, alpha, beta, c);
   }
 
  private:

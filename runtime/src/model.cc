@@ -32,16 +32,32 @@ Model::Model(std::vector<std::unique_ptr<Layer>> layers, int classes, int max_ba
   params_ = FloatBuffer(n_params_);
   grads_ = FloatBuffer(n_params_ + kStatSlots);
   std::size_t off = 0, ws = 0;
-  for (auto& l : layers_) {
-    l->bind(params_.data() + off, grads_.data() + off);
-    off += l->param_floats();
-    const std::size_t a = std::size_t(max_batch) * l->output_shape().size();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    Layer& l = *layers_[i];
+    const Layer::Range dr = l.deferred_weights();
+    if (dr.end > dr.begin) {
+      deferred_.push_back({i, off + dr.begin, l.deferred_rows(), int(l.input_shape().size())});
+    }
+    off += l.param_floats();
+    const std::size_t a = std::size_t(max_batch) * l.output_shape().size();
     acts_.emplace_back(a);
     dacts_.emplace_back(a);
-    ws = std::max(ws, l->workspace_floats(max_batch));
+    ws = std::max(ws, l.workspace_floats(max_batch));
   }
+  bound_act_.assign(layers_.size(), nullptr);
+  bound_dact_.assign(layers_.size(), nullptr);
+  bind_layers(params_.data());
   workspace_ = FloatBuffer(std::max<std::size_t>(ws, 1));
   dlogits_ = FloatBuffer(std::size_t(max_batch) * classes);
+}
+
+void Model::bind_layers(float* params) {
+  param_base_ = params;
+  std::size_t off = 0;
+  for (auto& l : layers_) {
+    l->bind(params + off, grads_.data() + off);
+    off += l->param_floats();
+  }
 }
 
 std::size_t Model::param_count() const {
@@ -63,30 +79,36 @@ void Model::share_params(Model& owner) {
   if (owner.n_params_ != n_params_ || owner.layers_.size() != layers_.size()) {
     throw std::invalid_argument("model: cannot share parameters between different networks");
   }
-  std::size_t off = 0;
-  for (auto& l : layers_) {
-    l->bind(owner.params() + off, grads_.data() + off);
-    off += l->param_floats();
-  }
+  bind_layers(owner.params());
   params_ = FloatBuffer();  // unused from now on
 }
 
+void Model::use_param_storage(float* params) {
+  bind_layers(params);
+  params_ = FloatBuffer();
+}
+
 void Model::init(std::uint64_t seed) {
-  params_.fill(0.0f);
+  std::fill(param_base_, param_base_ + n_params_, 0.0f);
   Rng rng = Rng::derive(seed, 0x1A17, 0);
   for (auto& l : layers_) l->init(rng);
 }
 
-void Model::run_forward(int batch, const float* x) {
+void Model::run_forward(int batch, const float* x, bool bound) {
   if (batch < 1 || batch > max_batch_) {
     throw std::invalid_argument("model: batch " + std::to_string(batch) + " outside [1, " +
                                 std::to_string(max_batch_) + "]");
   }
   const k::Workspace ws{workspace_.data(), workspace_.size()};
   const float* in = x;
+  if (bound && bound_input_) {
+    std::copy(x, x + std::size_t(batch) * input_shape().size(), bound_input_);
+    in = bound_input_;
+  }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
-    layers_[i]->forward(batch, in, acts_[i].data(), ws);
-    in = acts_[i].data();
+    float* out = act(i, bound);
+    layers_[i]->forward(batch, in, out, ws);
+    in = out;
   }
 }
 
@@ -103,7 +125,7 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
   for (int first = 0; first < batch; first += micro) {
     const float* xb = x + std::size_t(first) * img;
     const std::int32_t* yb = labels + first;
-    run_forward(micro, xb);
+    run_forward(micro, xb, false);
     const float* logits = acts_.back().data();
     std::int64_t correct = 0;
     k::cpu::accuracy_count({micro, classes_}, logits, yb, &correct);
@@ -129,26 +151,27 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
   return r;
 }
 
-StepResult Model::forward_backward_fused(int batch, const float* x, const std::int32_t* labels,
-                                         float alpha) {
-  run_forward(batch, x);
-  const float* logits = acts_.back().data();
+StepResult Model::forward_backward_deferred(int batch, const float* x,
+                                            const std::int32_t* labels) {
+  run_forward(batch, x, true);
+  const std::size_t last = layers_.size() - 1;
+  const float* logits = act(last, true);
   StepResult r;
   k::cpu::accuracy_count({batch, classes_}, logits, labels, &r.correct);
   float loss = 0;
-  k::cpu::softmax_xent({batch, classes_, 1.0f / float(batch)}, logits, labels, dacts_.back().data(),
+  k::cpu::softmax_xent({batch, classes_, 1.0f / float(batch)}, logits, labels, dact(last, true),
                        &loss);
   r.loss_sum = loss;
   const k::Workspace ws{workspace_.data(), workspace_.size()};
+  const float* input = bound_input_ ? bound_input_ : x;
   for (std::size_t i = layers_.size(); i-- > 0;) {
-    const float* in = i == 0 ? x : acts_[i - 1].data();
-    float* din = i == 0 ? nullptr : dacts_[i - 1].data();
+    const float* in = i == 0 ? input : act(i - 1, true);
+    float* din = i == 0 ? nullptr : dact(i - 1, true);
     const InputGrad need = i == 0 ? InputGrad::kSkip : InputGrad::kCompute;
-    if (layers_[i]->fusable_weights().end > 0) {
-      layers_[i]->backward_fused(batch, in, acts_[i].data(), dacts_[i].data(), din, need, alpha,
-                                 ws);
+    if (layers_[i]->deferred_weights().end > 0) {
+      layers_[i]->backward_deferred(batch, in, act(i, true), dact(i, true), din, need, ws);
     } else {
-      layers_[i]->backward(batch, in, acts_[i].data(), dacts_[i].data(), din, need,
+      layers_[i]->backward(batch, in, act(i, true), dact(i, true), din, need,
                            k::Accumulate::kOverwrite, ws);
     }
   }
@@ -160,19 +183,35 @@ StepResult Model::forward_backward_fused(int batch, const float* x, const std::i
   return r;
 }
 
-std::vector<Layer::Range> Model::fused_ranges() const {
-  std::vector<Layer::Range> out;
-  std::size_t off = 0;
-  for (const auto& l : layers_) {
-    const Layer::Range r = l->fusable_weights();
-    if (r.end > r.begin) out.push_back({off + r.begin, off + r.end});
-    off += l->param_floats();
+void Model::bind_deferred(std::size_t k, float* x, float* dz) {
+  const std::size_t l = deferred_.at(k).layer;
+  if (l == 0) {
+    bound_input_ = x;
+  } else {
+    bound_act_[l - 1] = x;
   }
+  bound_dact_[l] = dz;
+}
+
+void Model::deferred_weight_rows(std::size_t k, int batch, const float* x, const float* dz, int lo,
+                                 int hi, float alpha, float beta, float* buffer) const {
+  const Deferred& d = deferred_.at(k);
+  layers_[d.layer]->weight_rows(batch, x, dz, lo, hi, alpha, beta, buffer + d.offset);
+}
+
+std::vector<Layer::Range> Model::undeferred_ranges() const {
+  std::vector<Layer::Range> out;
+  std::size_t at = 0;
+  for (const Deferred& d : deferred_) {
+    if (d.offset > at) out.push_back({at, d.offset});
+    at = d.offset + std::size_t(d.rows) * std::size_t(d.in);
+  }
+  if (at < n_params_) out.push_back({at, n_params_});
   return out;
 }
 
 StepResult Model::evaluate(int batch, const float* x, const std::int32_t* labels) {
-  run_forward(batch, x);
+  run_forward(batch, x, false);
   const float* logits = acts_.back().data();
   StepResult r;
   k::cpu::accuracy_count({batch, classes_}, logits, labels, &r.correct);

@@ -5,6 +5,8 @@
 #include <unistd.h>
 
 #include <climits>
+#include <cstring>
+#include <exception>
 #include <stdexcept>
 #include <string>
 
@@ -58,11 +60,13 @@ class MpiProcessGroup final : public ProcessGroup {
         MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, rank_, MPI_INFO_NULL, &local));
     GPURUN_MPI_CHECK(MPI_Comm_rank(local, &local_rank_));
     GPURUN_MPI_CHECK(MPI_Comm_size(local, &local_size_));
-    MPI_Comm_free(&local);
+    GPURUN_MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
+    local_ = local;
   }
   ~MpiProcessGroup() override {
     int fin = 0;
     MPI_Finalized(&fin);
+    if (!fin && local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
     if (owns_ && !fin) MPI_Finalize();  // errors here cannot be reported; never throw
   }
   int rank() const override { return rank_; }
@@ -97,8 +101,60 @@ class MpiProcessGroup final : public ProcessGroup {
   }
   void barrier() override { GPURUN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
+  std::unique_ptr<SharedMemory> allocate_shared(std::size_t bytes) override {
+    if (size_ == 1) return make_private_memory(bytes);
+    if (local_size_ != size_) return nullptr;  // the same answer on every rank
+    return std::make_unique<MpiSharedMemory>(local_, bytes);
+  }
+
  private:
+  // One window: rank 0 allocates all of it, every rank maps rank 0's segment (so the layout is
+  // the same for all). Open MPI backs it with a file in its session directory (tmpfs).
+  class MpiSharedMemory final : public SharedMemory {
+   public:
+    MpiSharedMemory(MPI_Comm comm, std::size_t bytes) : comm_(comm), bytes_(bytes) {
+      int rank = 0;
+      GPURUN_MPI_CHECK(MPI_Comm_rank(comm_, &rank));
+      void* mine = nullptr;
+      const MPI_Aint size = rank == 0 ? MPI_Aint(bytes) : 0;
+      GPURUN_MPI_CHECK(MPI_Win_allocate_shared(size, 1, MPI_INFO_NULL, comm_, &mine, &win_));
+      MPI_Aint got = 0;
+      int disp = 0;
+      GPURUN_MPI_CHECK(MPI_Win_shared_query(win_, 0, &got, &disp, &data_));
+      if (std::size_t(got) < bytes) {
+        throw std::runtime_error("MPI_Win_shared_query: rank 0's segment has " +
+                                 std::to_string(got) + " bytes, asked for " +
+                                 std::to_string(bytes));
+      }
+      // Passive-target epoch for the window's lifetime: MPI_Win_sync needs one.
+      GPURUN_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
+      if (rank == 0) std::memset(data_, 0, bytes);
+      fence();
+    }
+    ~MpiSharedMemory() override {
+      // MPI_Win_free is collective: while an exception unwinds this rank the others may never
+      // get there, so leave the window to MPI_Finalize/exit rather than hang.
+      if (std::uncaught_exceptions() > 0) return;
+      MPI_Win_unlock_all(win_);
+      MPI_Win_free(&win_);
+    }
+    void* data() override { return data_; }
+    std::size_t bytes() const override { return bytes_; }
+    void fence() override {
+      GPURUN_MPI_CHECK(MPI_Win_sync(win_));
+      GPURUN_MPI_CHECK(MPI_Barrier(comm_));
+      GPURUN_MPI_CHECK(MPI_Win_sync(win_));
+    }
+
+   private:
+    MPI_Comm comm_;
+    std::size_t bytes_;
+    MPI_Win win_ = MPI_WIN_NULL;
+    void* data_ = nullptr;
+  };
+
   bool owns_ = false;
+  MPI_Comm local_ = MPI_COMM_NULL;  // the ranks on this node
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 

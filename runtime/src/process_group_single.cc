@@ -1,8 +1,31 @@
 // process_group_single.cc: the one-rank group: collectives are identities.
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
 #include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime {
 namespace {
+class PrivateMemory final : public SharedMemory {
+ public:
+  explicit PrivateMemory(std::size_t bytes) : bytes_(bytes) {
+    // 64-byte aligned (cache lines, AVX-512 loads); aligned_alloc wants a multiple of it.
+    const std::size_t rounded = (bytes + 63) / 64 * 64;
+    data_ = std::aligned_alloc(64, rounded == 0 ? 64 : rounded);
+    if (!data_) throw std::bad_alloc();
+    std::memset(data_, 0, rounded == 0 ? 64 : rounded);
+  }
+  ~PrivateMemory() override { std::free(data_); }
+  void* data() override { return data_; }
+  std::size_t bytes() const override { return bytes_; }
+  void fence() override {}
+
+ private:
+  std::size_t bytes_;
+  void* data_;
+};
+
 class SingleProcessGroup final : public ProcessGroup {
  public:
   int rank() const override { return 0; }
@@ -16,6 +39,14 @@ class SingleProcessGroup final : public ProcessGroup {
   void barrier() override {}
 };
 }  // namespace
+
+std::unique_ptr<SharedMemory> make_private_memory(std::size_t bytes) {
+  return std::make_unique<PrivateMemory>(bytes);
+}
+
+std::unique_ptr<SharedMemory> ProcessGroup::allocate_shared(std::size_t bytes) {
+  return size() == 1 ? make_private_memory(bytes) : nullptr;
+}
 
 std::unique_ptr<ProcessGroup> make_single_process_group() {
   return std::make_unique<SingleProcessGroup>();

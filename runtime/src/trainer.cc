@@ -82,6 +82,18 @@ void draw_progress(std::ostream& log, int epoch, std::size_t step, std::size_t s
 
 }  // namespace
 
+const char* exchange_name(Exchange e) {
+  switch (e) {
+    case Exchange::kAuto:
+      return "auto";
+    case Exchange::kAllreduce:
+      return "allreduce";
+    case Exchange::kShared:
+      return "shared";
+  }
+  return "?";
+}
+
 float learning_rate(const TrainConfig& cfg, int world, std::int64_t t, std::int64_t spe) {
   const float peak = cfg.lr_scaling == LrScaling::kLinear ? cfg.lr * float(world) : cfg.lr;
   const double warm = cfg.warmup_epochs >= 0 ? cfg.warmup_epochs
@@ -130,11 +142,78 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   }
   Model* model = models[0].get();
   const std::size_t n = model->param_floats();
-  FloatBuffer velocity(cfg.momentum != 0.0f ? n : 0);
+
+  // The exchange. Shared: the parameters (and momentum), every member's X and dZ of each Dense
+  // layer, and one slot per rank for the small gradients live in one block all ranks map.
+  // Members are (rank, worker) pairs, rank-major: X and dZ of all members lie one after another,
+  // so one sgemm over them sums every member's gradient.
+  const int members = world * workers;
+  // small: the parameters SGD steps separately; exchanged: their gradients and the stat slots,
+  // what the shared exchange sums.
+  const std::vector<Layer::Range> small = model->undeferred_ranges();
+  std::vector<Layer::Range> exchanged = small;
+  exchanged.push_back({n, n + kStatSlots});
+  std::size_t small_floats = 0;
+  for (const Layer::Range& r : exchanged) small_floats += r.end - r.begin;
+  std::unique_ptr<SharedMemory> shm;
+  if (cfg.exchange == Exchange::kShared && cfg.micro_batch > 0) {
+    throw std::invalid_argument("--exchange shared cannot accumulate micro-batches: use "
+                                "--exchange allreduce with --micro-batch");
+  }
+  struct Arena {
+    std::size_t params = 0, velocity = 0, small = 0, total = 0;
+    std::vector<std::size_t> x, dz;  // per deferred layer
+  } arena;
+  if (cfg.exchange != Exchange::kAllreduce && cfg.micro_batch == 0) {
+    auto take = [&](std::size_t floats) {
+      const std::size_t at = arena.total;
+      arena.total += (floats + kParamAlign - 1) / kParamAlign * kParamAlign;
+      return at;
+    };
+    arena.params = take(n);
+    arena.velocity = take(cfg.momentum != 0.0f ? n : 0);
+    for (const Model::Deferred& d : model->deferred()) {
+      arena.x.push_back(take(std::size_t(members) * slice * std::size_t(d.in)));
+      arena.dz.push_back(take(std::size_t(members) * slice * std::size_t(d.rows)));
+    }
+    arena.small = take(std::size_t(world) * small_floats);
+    shm = pg.allocate_shared(arena.total * sizeof(float));
+    if (!shm && cfg.exchange == Exchange::kShared) {
+      throw std::invalid_argument("--exchange shared needs every rank on one node; this job's " +
+                                  std::to_string(world) + " ranks span several (" +
+                                  std::to_string(pg.local_size()) + " on this one)");
+    }
+  }
+  const bool shared = shm != nullptr;
+  float* const arena_base = shared ? static_cast<float*>(shm->data()) : nullptr;
+  FloatBuffer private_velocity(!shared && cfg.momentum != 0.0f ? n : 0);
+  float* velocity = nullptr;
+  if (cfg.momentum != 0.0f) velocity = shared ? arena_base + arena.velocity : private_velocity.data();
+  if (shared) {
+    models[0]->use_param_storage(arena_base + arena.params);
+    for (int w = 0; w < workers; ++w) {
+      if (w > 0) models[w]->share_params(*models[0]);
+      const std::size_t m = std::size_t(rank) * workers + w;
+      for (std::size_t k = 0; k < model->deferred().size(); ++k) {
+        const Model::Deferred& d = model->deferred()[k];
+        models[w]->bind_deferred(k, arena_base + arena.x[k] + m * slice * std::size_t(d.in),
+                                 arena_base + arena.dz[k] + m * slice * std::size_t(d.rows));
+      }
+    }
+  }
+  // Publishes rank 0's parameters (and momentum) to every rank.
+  auto publish_from_rank0 = [&] {
+    if (shared) {
+      shm->fence();  // one copy: rank 0 wrote it, everybody reads it after the fence
+      return;
+    }
+    pg.broadcast(model->params(), n * sizeof(float), 0);
+    if (velocity) pg.broadcast(velocity, n * sizeof(float), 0);
+  };
 
   // Rank 0's initial weights are the job's: broadcast so ranks agree even if their init differed.
-  model->init(cfg.seed);
-  pg.broadcast(model->params(), n * sizeof(float), 0);
+  if (!shared || rank == 0) model->init(cfg.seed);
+  publish_from_rank0();
 
   DistributedSampler sampler(train_set.count, world, rank, cfg.batch_per_rank, cfg.seed);
   const std::int64_t spe = std::int64_t(sampler.steps_per_epoch());
@@ -142,23 +221,11 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   TrainResult res;
   res.param_count = model->param_count();
   res.workers = workers;
-  // Fusing SGD into the weight-gradient sgemm skips writing the 11 MB gradient and a pass over the
-  // weights; it needs the gradient nowhere else, so only one rank, one replica, plain SGD.
-  const bool fused = cfg.fuse_update && world == 1 && workers == 1 && cfg.micro_batch == 0 &&
-                     cfg.momentum == 0.0f && cfg.weight_decay == 0.0f;
+  res.exchange = shared ? Exchange::kShared : Exchange::kAllreduce;
+  // Plain SGD goes inside the Dense layers' sgemm (w += -lr/N dZ^T X): no dW written, no
+  // separate pass over the 11 MB of weights. Momentum and weight decay need dW itself.
+  const bool fused = shared && cfg.momentum == 0.0f && cfg.weight_decay == 0.0f;
   res.fused_update = fused;
-  // The parameter ranges the separate SGD pass covers: everything, or all but the fused weights.
-  std::vector<Layer::Range> sgd_ranges;
-  {
-    std::size_t at = 0;
-    if (fused) {
-      for (const Layer::Range& f : model->fused_ranges()) {
-        if (f.begin > at) sgd_ranges.push_back({at, f.begin});
-        at = f.end;
-      }
-    }
-    if (at < n) sgd_ranges.push_back({at, n});
-  }
   res.steps_per_epoch = spe;
   res.lr_peak = learning_rate(cfg, world, std::int64_t(1) << 60, spe);
 
@@ -189,14 +256,13 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       double sums[3] = {ck.epoch_loss_sum, ck.epoch_correct, ck.epoch_seen};
       pg.broadcast(pos, sizeof pos, 0);
       pg.broadcast(sums, sizeof sums, 0);
-      if (rank == 0) std::memcpy(model->params(), ck.params.data(), n * sizeof(float));
-      pg.broadcast(model->params(), n * sizeof(float), 0);
-      std::int32_t has_vel = rank == 0 ? std::int32_t(ck.velocity.size() == n) : 0;
-      pg.broadcast(&has_vel, sizeof has_vel, 0);
-      if (velocity.size() == n && has_vel) {
-        if (rank == 0) std::memcpy(velocity.data(), ck.velocity.data(), n * sizeof(float));
-        pg.broadcast(velocity.data(), n * sizeof(float), 0);
+      if (rank == 0) {
+        std::memcpy(model->params(), ck.params.data(), n * sizeof(float));
+        if (velocity && ck.velocity.size() == n) {
+          std::memcpy(velocity, ck.velocity.data(), n * sizeof(float));
+        }
       }
+      publish_from_rank0();
       start_epoch = pos[0];
       start_step = pos[1];
       global_step = pos[2];
@@ -226,7 +292,7 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
     ck.epoch_correct = ep_correct;
     ck.epoch_seen = ep_seen;
     ck.params.assign(model->params(), model->params() + n);
-    if (velocity.size() == n) ck.velocity.assign(velocity.data(), velocity.data() + n);
+    if (velocity) ck.velocity.assign(velocity, velocity + n);
     save_checkpoint(cfg.checkpoint_dir, ck);
   };
 
@@ -237,9 +303,10 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   float* grads = model->grads();
   float* stats = model->stats();
   const std::size_t reduce_floats = model->grad_buffer_floats();
+  const std::vector<Layer::Range> whole{{0, reduce_floats}};
   log << "training: " << world << " rank(s) x " << cfg.batch_per_rank << " images, " << spe
-      << " steps/epoch, lr " << res.lr_peak << ", " << res.param_count << " parameters"
-      << std::endl;
+      << " steps/epoch, lr " << res.lr_peak << ", " << res.param_count << " parameters, "
+      << (shared ? "shared-memory exchange" : "allreduce") << std::endl;
 
   for (std::int64_t epoch = start_epoch; epoch < cfg.epochs && res.stop == StopReason::kFinished;
        ++epoch) {
@@ -263,48 +330,96 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
         float* xw = x.data() + std::size_t(w) * slice * img;
         std::int32_t* yw = y.data() + std::size_t(w) * slice;
         train_set.gather(idx.data() + std::size_t(w) * slice, slice, xw, yw);
-        if (fused) {
-          models[w]->forward_backward_fused(slice, xw, yw, -lr);
+        if (shared) {
+          models[w]->forward_backward_deferred(slice, xw, yw);
         } else {
           models[w]->forward_backward(slice, xw, yw, cfg.micro_batch);
         }
       });
+      // The ranges of the gradient buffer to sum: all of it, or (shared) the small ones.
+      const std::vector<Layer::Range>& summed = shared ? exchanged : whole;
       if (workers > 1) {
         // grads_0 += grads_1 + ... in worker order (the order micro-batch accumulation uses),
-        // each worker summing its own range of the buffer, stat slots included.
+        // each worker summing its own part of every range, stat slots included.
         pool.run([&](int w) {
-          std::size_t lo, hi;
-          share(reduce_floats, workers, w, lo, hi);
-          for (int v = 1; v < workers; ++v) {
-            const float* g = models[v]->grads();
-            for (std::size_t i = lo; i < hi; ++i) grads[i] += g[i];
+          for (const Layer::Range& r : summed) {
+            std::size_t lo, hi;
+            share(r.end - r.begin, workers, w, lo, hi);
+            for (int v = 1; v < workers; ++v) {
+              const float* g = models[v]->grads();
+              for (std::size_t i = r.begin + lo; i < r.begin + hi; ++i) grads[i] += g[i];
+            }
           }
         });
       }
       const int sig = StopSignalGuard::received();
       stats[kStopFlag] = sig != 0 ? 1.0f : 0.0f;
       const auto t1 = Clock::now();
-      pg.allreduce_sum(grads, reduce_floats);  // the step's one collective
-      const double t_ar = since(t1);
-      const auto t2 = Clock::now();
+      double t_ar = 0;
       kernels::SgdDesc sd;
       sd.n = n;
       sd.lr = lr;
       sd.momentum = cfg.momentum;
       sd.weight_decay = cfg.weight_decay;
-      sd.grad_scale = 1.0f / float(world * workers);
-      pool.run([&](int w) {
-        for (const Layer::Range& r : sgd_ranges) {
-          std::size_t lo, hi;
-          share(r.end - r.begin, workers, w, lo, hi);
-          lo += r.begin;
-          hi += r.begin;
-          kernels::SgdDesc part = sd;
-          part.n = hi - lo;
-          kernels::cpu::sgd_step(part, model->params() + lo, grads + lo,
-                                 velocity.size() ? velocity.data() + lo : nullptr);
+      sd.grad_scale = 1.0f / float(members);
+      auto sgd = [&](std::size_t lo, std::size_t hi) {
+        kernels::SgdDesc part = sd;
+        part.n = hi - lo;
+        kernels::cpu::sgd_step(part, model->params() + lo, grads + lo,
+                               velocity ? velocity + lo : nullptr);
+      };
+      if (shared) {
+        // The small gradients and the stats go through this rank's slot; after the fence every
+        // rank adds all slots in rank order (so all get the same sums).
+        float* slots = arena_base + arena.small;
+        float* mine = slots + std::size_t(rank) * small_floats;
+        for (const Layer::Range& r : exchanged) {
+          mine = std::copy(grads + r.begin, grads + r.end, mine);
         }
-      });
+        shm->fence();  // every rank's X, dZ and small gradients are written; W is no longer read
+        for (const Layer::Range& r : exchanged) std::fill(grads + r.begin, grads + r.end, 0.0f);
+        for (int q = 0; q < world; ++q) {
+          const float* from = slots + std::size_t(q) * small_floats;
+          for (const Layer::Range& r : exchanged) {
+            for (std::size_t i = r.begin; i < r.end; ++i) grads[i] += *from++;
+          }
+        }
+        t_ar += since(t1);
+        // Member m updates its share of every deferred layer's rows from all members' X and dZ;
+        // rank 0 also steps the small parameters.
+        pool.run([&](int w) {
+          const int m = rank * workers + w;
+          for (std::size_t k = 0; k < model->deferred().size(); ++k) {
+            const Model::Deferred& d = model->deferred()[k];
+            std::size_t lo, hi;
+            share(std::size_t(d.rows), members, m, lo, hi);
+            const float* xa = arena_base + arena.x[k];
+            const float* dza = arena_base + arena.dz[k];
+            if (fused) {
+              model->deferred_weight_rows(k, members * slice, xa, dza, int(lo), int(hi),
+                                          -lr * sd.grad_scale, 1.0f, model->params());
+            } else {
+              model->deferred_weight_rows(k, members * slice, xa, dza, int(lo), int(hi), 1.0f,
+                                          0.0f, grads);
+              sgd(d.offset + lo * std::size_t(d.in), d.offset + hi * std::size_t(d.in));
+            }
+          }
+          if (m == 0) {
+            for (const Layer::Range& r : small) sgd(r.begin, r.end);
+          }
+        });
+        const auto t3 = Clock::now();
+        shm->fence();  // the new parameters are in place before anyone's next forward
+        t_ar += since(t3);
+      } else {
+        pg.allreduce_sum(grads, reduce_floats);  // the step's one collective
+        t_ar = since(t1);
+        pool.run([&](int w) {
+          std::size_t lo, hi;
+          share(n, workers, w, lo, hi);
+          sgd(lo, hi);
+        });
+      }
       ++global_step;
       ep_loss += stats[kLossSum];
       ep_correct += stats[kCorrect];
@@ -312,7 +427,7 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       ep_images += std::int64_t(cfg.batch_per_rank) * world;
       ep_allreduce += t_ar;
       res.allreduce_seconds += t_ar;
-      res.compute_seconds += std::chrono::duration<double>(t1 - t0).count() + since(t2);
+      res.compute_seconds += since(t0) - t_ar;
       if (cfg.progress && rank == 0 && (step % 20 == 0 || step + 1 == spe)) {
         draw_progress(log, int(epoch) + 1, std::size_t(step + 1), std::size_t(spe),
                       ep_loss / std::max(1.0, ep_seen));
@@ -349,9 +464,10 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
     char line[256];
     std::snprintf(line, sizeof line,
                   "epoch %d/%d  loss %.4f  train_acc %.2f%%  test_acc %.2f%%  %.2fs  %.0f img/s"
-                  "  allreduce %.1f%%",
+                  "  %s %.1f%%",
                   es.epoch, cfg.epochs, es.loss, 100 * es.train_accuracy, 100 * es.test_accuracy,
-                  es.seconds, es.images_per_second, 100 * es.allreduce_share);
+                  es.seconds, es.images_per_second, shared ? "exchange" : "allreduce",
+                  100 * es.allreduce_share);
     log << line << std::endl;
     make_checkpoint(epoch + 1, 0);
   }

@@ -46,30 +46,55 @@ determinism)
   echo "determinism: identical weights and loss $(json "$work/a.json" final_loss)"
   ;;
 dp_equivalence)
-  # 2 ranks x 32 images == 1 rank x 64 images (--lr-scaling none) after 50 steps, to 1e-5.
-  # The one-rank run accumulates its 64 images as 2 micro-batches of 32: the sampler gives rank r
-  # the r-th block of the global batch, so both runs add the same two partial gradients and agree
-  # bit for bit. Without micro-batches the sums are formed in a different order; they agree to
-  # ~3e-8 for the first steps, then ReLU units whose input is within rounding of 0 flip and the
-  # float32 trajectories drift apart (measured: ~1e-4 after 50 steps at lr 0.2), so that variant
-  # is checked over 5 steps only.
+  # 2 ranks x 32 images == 1 rank x 64 images (--lr-scaling none) after 50 steps, for both ways
+  # of combining gradients.
+  # Allreduce exchange: the one-rank run accumulates its 64 images as 2 micro-batches of 32; the
+  # sampler gives rank r the r-th block of the global batch, so both runs add the same two
+  # partial gradients in the same order and agree bit for bit (checked to 1e-5).
   common=(--data "$data" --lr-scaling none --threads 1)
   "$bin" "${common[@]}" --batch-size 64 --micro-batch 32 --max-steps 50 --checkpoint "$work/one" \
     >"$work/one.log"
+  "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" --batch-size 32 --max-steps 50 --exchange allreduce \
+    --checkpoint "$work/two_ar" >"$work/two_ar.log"
+  grep -q "allreduce$" "$work/two_ar.log" || fail "--exchange allreduce did not allreduce"
+  "$ckdiff" "$work/one/checkpoint.bin" "$work/two_ar/checkpoint.bin" 1e-5 ||
+    fail "allreduce: 1x64 and 2x32 differ by more than 1e-5 after 50 steps"
+  # Shared-memory exchange (the default on one node): the one-rank run trains its 64 images as 2
+  # replicas of 32 (--threads 2), which form the Dense layers' update from both replicas'
+  # activations and sum the small gradients in the same order as 2 ranks: bit for bit.
   "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" --batch-size 32 --max-steps 50 \
     --checkpoint "$work/two" >"$work/two.log"
-  "$ckdiff" "$work/one/checkpoint.bin" "$work/two/checkpoint.bin" 1e-5 ||
-    fail "1x64 and 2x32 differ by more than 1e-5 after 50 steps"
-  # --threads 2 trains two replicas on 32 images each: the same sums again, bit for bit.
+  grep -q "shared-memory exchange" "$work/two.log" || fail "2 ranks on one node did not share"
   "$bin" --data "$data" --lr-scaling none --threads 2 --batch-size 64 --max-steps 50 \
     --checkpoint "$work/threads" >"$work/threads.log"
   "$ckdiff" "$work/two/checkpoint.bin" "$work/threads/checkpoint.bin" 0 ||
-    fail "--threads 2 differs from 2 ranks x 32"
+    fail "shared: 1x64 on 2 replicas differs from 2 ranks x 32"
+  # Across orders of summation the float32 sums differ in the last bits: ~3e-8 after 5 steps.
+  # From there, ReLU units whose input is within rounding of 0 flip and the trajectories drift
+  # apart at lr 0.2 (measured after 50 steps: 1e-4 between the exchanges, 4e-2 between 1x64 in
+  # one sgemm and 2x32), so these are checked over 5 steps.
   "$bin" "${common[@]}" --batch-size 64 --max-steps 5 --checkpoint "$work/one5" >/dev/null
-  "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" --batch-size 32 --max-steps 5 \
-    --checkpoint "$work/two5" >/dev/null
-  "$ckdiff" "$work/one5/checkpoint.bin" "$work/two5/checkpoint.bin" 1e-6 ||
-    fail "plain 1x64 and 2x32 differ by more than 1e-6 after 5 steps"
+  for ex in shared allreduce; do
+    "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" --batch-size 32 --max-steps 5 --exchange $ex \
+      --checkpoint "$work/two5_$ex" >/dev/null
+    "$ckdiff" "$work/one5/checkpoint.bin" "$work/two5_$ex/checkpoint.bin" 1e-6 ||
+      fail "plain 1x64 and 2x32 ($ex) differ by more than 1e-6 after 5 steps"
+  done
+  "$ckdiff" "$work/two5_shared/checkpoint.bin" "$work/two5_allreduce/checkpoint.bin" 1e-6 ||
+    fail "2x32: shared and allreduce exchanges differ by more than 1e-6 after 5 steps"
+  # Momentum and weight decay (the unfused update: dW rows, then SGD on them; the velocity is
+  # shared too): the same checks, velocity included.
+  opt=(--momentum 0.9 --weight-decay 1e-4 --max-steps 5)
+  "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" "${opt[@]}" --batch-size 32 \
+    --checkpoint "$work/mom_two" >/dev/null
+  "$bin" --data "$data" --lr-scaling none --threads 2 "${opt[@]}" --batch-size 64 \
+    --checkpoint "$work/mom_threads" >/dev/null
+  "$ckdiff" "$work/mom_two/checkpoint.bin" "$work/mom_threads/checkpoint.bin" 0 ||
+    fail "momentum: 2 ranks x 32 and 2 replicas x 32 differ"
+  "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" "${opt[@]}" --batch-size 32 --exchange allreduce \
+    --checkpoint "$work/mom_ar" >/dev/null
+  "$ckdiff" "$work/mom_two/checkpoint.bin" "$work/mom_ar/checkpoint.bin" 1e-6 ||
+    fail "momentum: shared and allreduce exchanges differ by more than 1e-6 after 5 steps"
   ;;
 convergence)
   # One epoch on the MNIST digits reaches >= 88% test accuracy.
@@ -121,6 +146,15 @@ bad_data)
   rc=0
   "$bin" --lr-scaling sideways >"$work/out" 2>&1 || rc=$?
   ((rc == 2)) || fail "bad option: exit code $rc, want 2"
+  rc=0
+  "$bin" --exchange carrier-pigeon >"$work/out" 2>&1 || rc=$?
+  ((rc == 2)) || fail "bad --exchange: exit code $rc, want 2"
+  grep -q "auto, allreduce or shared" "$work/out" || fail "bad --exchange: $(cat "$work/out")"
+  rc=0
+  "$bin" --data "$data" --threads 1 --exchange shared --micro-batch 32 --max-steps 1 \
+    >"$work/out" 2>&1 || rc=$?
+  ((rc == 1)) || fail "--exchange shared with --micro-batch: exit code $rc, want 1"
+  grep -q "cannot accumulate micro-batches" "$work/out" || fail "$(cat "$work/out")"
   ;;
 gpurun)
   # Two epochs: one epoch at 2 x 64 is only 62 steps on the 8,000 digits, half of it warm-up.

@@ -98,9 +98,10 @@ TEST(Model, SgdStepsLowerTheLossOnAFixedBatch) {
   EXPECT_THROW(m->forward_backward(17, x.data(), y.data()), std::invalid_argument);
 }
 
-TEST(Model, FusedUpdateMatchesGradientThenSgd) {
-  // Two identical models: one takes gradient + separate SGD, the other the fused step (dense
-  // weights updated inside the sgemm, the rest by SGD over the complement of fused_ranges()).
+TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
+  // Two identical models: one takes the full gradient + SGD, the other defers the Dense layers'
+  // dW and forms it as two halves of the rows: one half fused into the weights (w += -lr dZ^T X),
+  // the other as dW rows + SGD; the rest by SGD over undeferred_ranges().
   auto a = make_mnist_cnn({1, 28, 28}, 10, 16), b = make_mnist_cnn({1, 28, 28}, 10, 16);
   a->init(4);
   b->init(4);
@@ -110,32 +111,50 @@ TEST(Model, FusedUpdateMatchesGradientThenSgd) {
   std::vector<std::int32_t> y(16);
   for (int i = 0; i < 16; ++i) y[i] = (3 * i) % 10;
   const float lr = 0.2f;
-  const auto ranges = b->fused_ranges();
-  ASSERT_EQ(ranges.size(), 2u);  // the two Dense weight matrices
+  ASSERT_EQ(b->deferred().size(), 2u);  // the two Dense weight matrices
+  // b's X and dZ in caller memory, as the trainer's shared arena holds them.
+  std::vector<std::vector<float>> xs, dzs;
+  for (std::size_t k = 0; k < b->deferred().size(); ++k) {
+    xs.emplace_back(16 * std::size_t(b->deferred()[k].in));
+    dzs.emplace_back(16 * std::size_t(b->deferred()[k].rows));
+    b->bind_deferred(k, xs[k].data(), dzs[k].data());
+  }
   for (int step = 0; step < 3; ++step) {
     const double la = a->forward_backward(16, x.data(), y.data()).loss_sum;
     kernels::SgdDesc sd;
     sd.n = a->param_floats();
     sd.lr = lr;
     kernels::cpu::sgd_step(sd, a->params(), a->grads(), nullptr);
-    const double lb = b->forward_backward_fused(16, x.data(), y.data(), -lr).loss_sum;
+    const double lb = b->forward_backward_deferred(16, x.data(), y.data()).loss_sum;
     EXPECT_NEAR(la, lb, 1e-4 * std::fabs(la));
-    std::size_t at = 0;
-    for (const auto& r : ranges) {
+    for (std::size_t k = 0; k < b->deferred().size(); ++k) {
+      const auto& d = b->deferred()[k];
+      const int half = d.rows / 2;
+      b->deferred_weight_rows(k, 16, xs[k].data(), dzs[k].data(), 0, half, -lr, 1.0f,
+                              b->params());
+      b->deferred_weight_rows(k, 16, xs[k].data(), dzs[k].data(), half, d.rows, 1.0f, 0.0f,
+                              b->grads());
       kernels::SgdDesc part = sd;
-      part.n = r.begin - at;
-      kernels::cpu::sgd_step(part, b->params() + at, b->grads() + at, nullptr);
-      at = r.end;
+      const std::size_t lo = d.offset + std::size_t(half) * d.in;
+      part.n = std::size_t(d.rows - half) * d.in;
+      kernels::cpu::sgd_step(part, b->params() + lo, b->grads() + lo, nullptr);
     }
-    kernels::SgdDesc part = sd;
-    part.n = b->param_floats() - at;
-    kernels::cpu::sgd_step(part, b->params() + at, b->grads() + at, nullptr);
+    for (const auto& r : b->undeferred_ranges()) {
+      kernels::SgdDesc part = sd;
+      part.n = r.end - r.begin;
+      kernels::cpu::sgd_step(part, b->params() + r.begin, b->grads() + r.begin, nullptr);
+    }
   }
   double max_diff = 0;
   for (std::size_t i = 0; i < a->param_floats(); ++i)
     max_diff = std::max(max_diff, double(std::fabs(a->params()[i] - b->params()[i])));
-  EXPECT_LT(max_diff, 1e-5) << "fused and separate SGD drift apart";
+  EXPECT_LT(max_diff, 1e-5) << "deferred and separate SGD drift apart";
   EXPECT_GT(std::fabs(a->params()[500] - 0.0f), 0.0f);
+  // The ranges cover everything once: undeferred + deferred weights = all parameters.
+  std::size_t covered = 0;
+  for (const auto& r : b->undeferred_ranges()) covered += r.end - r.begin;
+  for (const auto& d : b->deferred()) covered += std::size_t(d.rows) * d.in;
+  EXPECT_EQ(covered, b->param_floats());
 }
 
 TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {

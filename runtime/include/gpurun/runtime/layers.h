@@ -4,6 +4,7 @@
 #pragma once
 
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 #include "gpurun/kernels/bias_act.h"
@@ -40,17 +41,28 @@ class Layer {
   // bound slice, overwriting it or (kAdd, micro-batch accumulation) adding this batch's sum to it.
   virtual void backward(int batch, const float* x, const float* y, float* dy, float* dx,
                         InputGrad need, kernels::Accumulate acc, kernels::Workspace ws) = 0;
-  // Fused SGD (one rank, one replica, plain SGD): backward adds alpha * dL/dW straight into the
-  // weight matrix inside its sgemm (alpha = -lr), after using the old weights for dx, instead of
-  // writing dW for a separate SGD pass. Layers that cannot return an empty range.
+  // The deferred weight gradient (Dense layers). backward_deferred() does all of backward()
+  // except dW: it leaves dZ, the gradient at the pre-activation, in dy (batch x rows), and dx.
+  // weight_rows() later forms rows [lo, hi) of dZ^T X into c, the layer's weight matrix in the
+  // parameter buffer (c = beta c + alpha dZ^T X: beta 1, alpha = -lr/N is the SGD step fused into
+  // the sgemm) or in the gradient buffer (beta 0). X and dZ may be several ranks' batches one
+  // after another. The trainer uses this to update each rank's share of the rows from every
+  // rank's activations in shared memory instead of allreducing the 11 MB dW. Layers that cannot
+  // defer return an empty range.
   struct Range {
     std::size_t begin = 0, end = 0;  // offsets in the layer's parameter slice
   };
-  virtual Range fusable_weights() const { return {}; }
-  virtual void backward_fused(int batch, const float* x, const float* y, float* dy, float* dx,
-                              InputGrad need, float alpha, kernels::Workspace ws) {
-    (void)alpha;
-    backward(batch, x, y, dy, dx, need, kernels::Accumulate::kOverwrite, ws);
+  virtual Range deferred_weights() const { return {}; }
+  virtual int deferred_rows() const { return 0; }
+  virtual void backward_deferred(int batch, const float* x, const float* y, float* dy, float* dx,
+                                 InputGrad need, kernels::Workspace ws) {
+    (void)batch, (void)x, (void)y, (void)dy, (void)dx, (void)need, (void)ws;
+    throw std::logic_error(name() + ": no deferred weight gradient");
+  }
+  virtual void weight_rows(int batch, const float* x, const float* dz, int lo, int hi,
+                           float alpha, float beta, float* c) const {
+    (void)batch, (void)x, (void)dz, (void)lo, (void)hi, (void)alpha, (void)beta, (void)c;
+    throw std::logic_error(name() + ": no deferred weight gradient");
   }
 };
 

@@ -38,18 +38,37 @@ class Model {
   // batch/micro_batch ranks of micro_batch images each would allreduce.
   StepResult forward_backward(int batch, const float* x, const std::int32_t* labels,
                               int micro_batch = 0);
-  // One rank, one replica, plain SGD: forward + backward in which the fusable weight matrices
-  // (the Dense layers') take their SGD step inside the gradient sgemm, w += alpha * dL/dw with
-  // alpha = -lr. The other parameters' gradients are written as usual and are the caller's to
-  // apply: fused_ranges() says which parts of the gradient buffer this leaves unwritten.
-  StepResult forward_backward_fused(int batch, const float* x, const std::int32_t* labels,
-                                    float alpha);
-  std::vector<Layer::Range> fused_ranges() const;
+  // The deferred weight gradient (see Layer::backward_deferred): the layers that can defer dW,
+  // in order, with where their weight matrix sits in the parameter buffer.
+  struct Deferred {
+    std::size_t layer = 0;       // index in layers()
+    std::size_t offset = 0;      // of the weight matrix in the parameter (and gradient) buffer
+    int rows = 0, in = 0;        // the matrix is rows x in
+  };
+  const std::vector<Deferred>& deferred() const { return deferred_; }
+  // The parameter ranges outside the deferred weight matrices (biases, the convolution): the
+  // part of the gradient buffer forward_backward_deferred() writes.
+  std::vector<Layer::Range> undeferred_ranges() const;
+  // Where deferred layer k's input X (batch x in floats) and its dZ (batch x rows) live during
+  // forward_backward_deferred(): the trainer points them into memory the ranks share, so any
+  // rank can form any rows of dW from everybody's activations. Each must hold `batch` images.
+  void bind_deferred(std::size_t k, float* x, float* dz);
+  // Forward + backward with every deferrable layer deferring dW: writes the undeferred ranges of
+  // the gradient buffer, the stat slots, and X and dZ of each deferred layer at the bound
+  // addresses (or in the model's own activations when none is bound).
+  StepResult forward_backward_deferred(int batch, const float* x, const std::int32_t* labels);
+  // Rows [lo, hi) of deferred layer k's weight matrix in `buffer` (params() or grads()):
+  // c = beta c + alpha dZ^T X over `batch` images whose X and dZ lie one after another.
+  void deferred_weight_rows(std::size_t k, int batch, const float* x, const float* dz, int lo,
+                            int hi, float alpha, float beta, float* buffer) const;
+  // Moves the parameters to caller-owned memory of param_floats() floats (shared memory in the
+  // trainer); the contents are not copied. The memory must outlive the model.
+  void use_param_storage(float* params);
   // Forward only; returns loss sum and correct count.
   StepResult evaluate(int batch, const float* x, const std::int32_t* labels);
 
-  float* params() { return params_.data(); }
-  const float* params() const { return params_.data(); }
+  float* params() { return param_base_; }
+  const float* params() const { return param_base_; }
   std::size_t param_floats() const { return n_params_; }  // including alignment padding
   std::size_t param_count() const;  // real parameters (2,770,634 for MNIST CNN)
   float* grads() { return grads_.data(); }
@@ -63,7 +82,15 @@ class Model {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 
  private:
-  void run_forward(int batch, const float* x);
+  // With `bound`, the activations of deferred layers go to their bound addresses.
+  void run_forward(int batch, const float* x, bool bound);
+  float* act(std::size_t i, bool bound) {
+    return bound && bound_act_[i] ? bound_act_[i] : acts_[i].data();
+  }
+  float* dact(std::size_t i, bool bound) {
+    return bound && bound_dact_[i] ? bound_dact_[i] : dacts_[i].data();
+  }
+  void bind_layers(float* params);
 
   std::vector<std::unique_ptr<Layer>> layers_;
   int classes_, max_batch_;
@@ -73,6 +100,10 @@ class Model {
   std::vector<FloatBuffer> dacts_;  // gradient w.r.t. acts_[i]
   FloatBuffer workspace_;
   FloatBuffer dlogits_;
+  std::vector<Deferred> deferred_;
+  std::vector<float*> bound_act_, bound_dact_;  // per layer; nullptr: the model's own buffer
+  float* bound_input_ = nullptr;  // when layer 0 defers, its X must be copied here
+  float* param_base_ = nullptr;   // where the layers' parameters are bound
 };
 
 // The benchmark's network: Conv2D(32, 3x3) + ReLU -> Flatten -> Dense(128) + ReLU ->

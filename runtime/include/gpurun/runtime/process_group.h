@@ -9,6 +9,21 @@
 
 namespace gpurun::runtime {
 
+// Bytes every rank of the group maps at once (an MPI-3 shared-memory window), for groups whose
+// ranks all run on one node. Each rank sees the same bytes at its own address.
+class SharedMemory {
+ public:
+  virtual ~SharedMemory() = default;
+  virtual void* data() = 0;
+  virtual std::size_t bytes() const = 0;
+  // A barrier with the memory synchronisation MPI's shared-memory model asks for: every rank's
+  // writes before fence() are visible to every rank after it.
+  virtual void fence() = 0;
+};
+
+// Plain process memory with a no-op fence: the shared memory of a one-rank group.
+std::unique_ptr<SharedMemory> make_private_memory(std::size_t bytes);
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -23,6 +38,10 @@ class ProcessGroup {
   virtual void allreduce_sum(double* data, std::size_t n) = 0;
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
+  // Collective (every rank, the same size): `bytes` of zeroed memory all ranks share, or nullptr
+  // when the ranks span more than one node (or the group cannot share memory). A one-rank group
+  // gets plain memory.
+  virtual std::unique_ptr<SharedMemory> allocate_shared(std::size_t bytes);
 };
 
 // The MPI group when built with MPI (initialising MPI if nobody has), else the single-rank group.
