@@ -177,7 +177,14 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       arena.dz.push_back(take(std::size_t(members) * slice * std::size_t(d.rows)));
     }
     arena.small = take(std::size_t(world) * small_floats);
-    shm = pg.allocate_shared(arena.total * sizeof(float));
+    try {
+      shm = pg.allocate_shared(arena.total * sizeof(float));
+    } catch (const std::exception& e) {
+      throw std::runtime_error(std::string(e.what()) + " (allocating " +
+                               std::to_string(arena.total * sizeof(float) >> 20) +
+                               " MiB for the shared-memory exchange; --exchange allreduce needs "
+                               "none)");
+    }
     if (!shm && cfg.exchange == Exchange::kShared) {
       throw std::invalid_argument("--exchange shared needs every rank on one node; this job's " +
                                   std::to_string(world) + " ranks span several (" +
