@@ -82,6 +82,14 @@ dp_equivalence)
   done
   "$ckdiff" "$work/two5_shared/checkpoint.bin" "$work/two5_allreduce/checkpoint.bin" 1e-6 ||
     fail "2x32: shared and allreduce exchanges differ by more than 1e-6 after 5 steps"
+  # Ranks and replicas together: 2 ranks x 2 replicas of 16 images are 4 members of the
+  # exchange, like 4 ranks of 16 (the small sums are grouped differently: to rounding).
+  "${mpirun_[@]}" -n 2 "$bin" --data "$data" --lr-scaling none --threads 2 --batch-size 32 \
+    --max-steps 5 --checkpoint "$work/two_by_two" >/dev/null
+  "${mpirun_[@]}" -n 4 "$bin" "${common[@]}" --batch-size 16 --max-steps 5 \
+    --checkpoint "$work/four" >/dev/null
+  "$ckdiff" "$work/two_by_two/checkpoint.bin" "$work/four/checkpoint.bin" 1e-6 ||
+    fail "2 ranks x 2 replicas x 16 and 4 ranks x 16 differ by more than 1e-6 after 5 steps"
   # Momentum and weight decay (the unfused update: dW rows, then SGD on them; the velocity is
   # shared too): the same checks, velocity included.
   opt=(--momentum 0.9 --weight-decay 1e-4 --max-steps 5)
