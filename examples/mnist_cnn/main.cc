@@ -219,6 +219,10 @@ int main(int argc, char** argv) {
           << (std::getenv("OPENBLAS_CORETYPE") ? " because OPENBLAS_CORETYPE is set" : "")
           << "; without that its AVX-512 kernels train about 40% faster" << std::endl;
     }
+    if (cuda && o.exchange != "auto") {
+      log << "note: --exchange " << o.exchange << " is for the CPU path; on the GPU the ranks "
+          << "allreduce with NCCL" << std::endl;
+    }
     rt::TrainResult r;
     if (cuda) {
 #ifdef GPURUN_HAVE_CUDA_TRAINER
@@ -249,6 +253,7 @@ int main(int argc, char** argv) {
     std::cerr << "mnist_cnn";
     if (rank >= 0) std::cerr << " (rank " << rank << ")";
     std::cerr << ": error: " << e.what() << std::endl;
+    rt::abort_job_if_parallel(1);  // the other ranks may wait for this one forever
     return 1;
   }
 }

@@ -151,8 +151,7 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
   return r;
 }
 
-StepResult Model::forward_backward_deferred(int batch, const float* x,
-                                            const std::int32_t* labels) {
+StepResult Model::forward_backward_deferred(int batch, const float* x, const std::int32_t* labels) {
   run_forward(batch, x, true);
   const std::size_t last = layers_.size() - 1;
   const float* logits = act(last, true);

@@ -2,9 +2,11 @@
 // which throws with the expression, file:line, rank and host instead of letting MPI abort the job,
 // so main() can report the failure.
 #include <mpi.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
 
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
@@ -66,6 +68,9 @@ class MpiProcessGroup final : public ProcessGroup {
   ~MpiProcessGroup() override {
     int fin = 0;
     MPI_Finalized(&fin);
+    // While an exception unwinds, main() reports it and aborts the job (abort_job_if_parallel):
+    // MPI_Finalize here could wait forever for ranks stuck in a collective.
+    if (!fin && size_ > 1 && std::uncaught_exceptions() > 0) return;
     if (!fin && local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
     if (owns_ && !fin) MPI_Finalize();  // errors here cannot be reported; never throw
   }
@@ -101,15 +106,39 @@ class MpiProcessGroup final : public ProcessGroup {
   }
   void barrier() override { GPURUN_MPI_CHECK(MPI_Barrier(MPI_COMM_WORLD)); }
 
-  std::unique_ptr<SharedMemory> allocate_shared(std::size_t bytes) override {
+  std::unique_ptr<SharedMemory> allocate_shared(std::size_t bytes, std::string& why_not) override {
     if (size_ == 1) return make_private_memory(bytes);
-    if (local_size_ != size_) return nullptr;  // the same answer on every rank
+    if (local_size_ != size_) {  // the same answer on every rank
+      why_not = "the " + std::to_string(size_) + " ranks span several nodes (" +
+                std::to_string(local_size_) + " on " + hostname() + ")";
+      return nullptr;
+    }
+    // Open MPI backs the window with a file in osc_sm_backing_directory (/dev/shm by default).
+    // Touching pages a full tmpfs cannot provide is a SIGBUS, and containers often get a 64 MiB
+    // /dev/shm: check the room first, and agree on the answer.
+    const char* env = std::getenv("OMPI_MCA_osc_sm_backing_directory");
+    const std::string dir = env && *env ? env : "/dev/shm";
+    struct statvfs st {};
+    int ok = 1;
+    unsigned long long avail = 0;
+    if (::statvfs(dir.c_str(), &st) == 0) {
+      avail = (unsigned long long)st.f_bavail * st.f_frsize;
+      ok = avail >= bytes + bytes / 8 + (1u << 20) ? 1 : 0;
+    }
+    GPURUN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, local_));
+    if (!ok) {
+      why_not = dir + " has " + std::to_string(avail >> 20) + " MiB free; the exchange needs " +
+                std::to_string((bytes >> 20) + 1) + " MiB (OMPI_MCA_osc_sm_backing_directory " +
+                "picks another directory)";
+      return nullptr;
+    }
     return std::make_unique<MpiSharedMemory>(local_, bytes);
   }
 
  private:
   // One window: rank 0 allocates all of it, every rank maps rank 0's segment (so the layout is
-  // the same for all). Open MPI backs it with a file in its session directory (tmpfs).
+  // the same for all). Nobody writes it here: a page lands on the NUMA node of the rank that
+  // first touches it, which the trainer arranges to be the rank that writes it.
   class MpiSharedMemory final : public SharedMemory {
    public:
     MpiSharedMemory(MPI_Comm comm, std::size_t bytes) : comm_(comm), bytes_(bytes) {
@@ -128,8 +157,6 @@ class MpiProcessGroup final : public ProcessGroup {
       }
       // Passive-target epoch for the window's lifetime: MPI_Win_sync needs one.
       GPURUN_MPI_CHECK(MPI_Win_lock_all(MPI_MODE_NOCHECK, win_));
-      if (rank == 0) std::memset(data_, 0, bytes);
-      fence();
     }
     ~MpiSharedMemory() override {
       // MPI_Win_free is collective: while an exception unwinds this rank the others may never
@@ -162,6 +189,15 @@ class MpiProcessGroup final : public ProcessGroup {
 
 std::unique_ptr<ProcessGroup> make_process_group() {
   return std::make_unique<MpiProcessGroup>();
+}
+
+void abort_job_if_parallel(int code) {
+  int init = 0, fin = 0, size = 1;
+  MPI_Initialized(&init);
+  MPI_Finalized(&fin);
+  if (!init || fin) return;
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size > 1) MPI_Abort(MPI_COMM_WORLD, code);
 }
 
 }  // namespace gpurun::runtime

@@ -44,8 +44,11 @@ std::unique_ptr<SharedMemory> make_private_memory(std::size_t bytes) {
   return std::make_unique<PrivateMemory>(bytes);
 }
 
-std::unique_ptr<SharedMemory> ProcessGroup::allocate_shared(std::size_t bytes) {
-  return size() == 1 ? make_private_memory(bytes) : nullptr;
+std::unique_ptr<SharedMemory> ProcessGroup::allocate_shared(std::size_t bytes,
+                                                            std::string& why_not) {
+  if (size() == 1) return make_private_memory(bytes);
+  why_not = "this " + backend() + " group cannot share memory";
+  return nullptr;
 }
 
 std::unique_ptr<ProcessGroup> make_single_process_group() {
@@ -56,6 +59,7 @@ std::unique_ptr<ProcessGroup> make_single_process_group() {
 std::unique_ptr<ProcessGroup> make_process_group() {
   return make_single_process_group();
 }
+void abort_job_if_parallel(int) {}
 #endif
 
 }  // namespace gpurun::runtime

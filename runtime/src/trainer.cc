@@ -157,8 +157,9 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   for (const Layer::Range& r : exchanged) small_floats += r.end - r.begin;
   std::unique_ptr<SharedMemory> shm;
   if (cfg.exchange == Exchange::kShared && cfg.micro_batch > 0) {
-    throw std::invalid_argument("--exchange shared cannot accumulate micro-batches: use "
-                                "--exchange allreduce with --micro-batch");
+    throw std::invalid_argument(
+        "--exchange shared cannot accumulate micro-batches: use "
+        "--exchange allreduce with --micro-batch");
   }
   struct Arena {
     std::size_t params = 0, velocity = 0, small = 0, total = 0;
@@ -177,8 +178,9 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
       arena.dz.push_back(take(std::size_t(members) * slice * std::size_t(d.rows)));
     }
     arena.small = take(std::size_t(world) * small_floats);
+    std::string why_not;
     try {
-      shm = pg.allocate_shared(arena.total * sizeof(float));
+      shm = pg.allocate_shared(arena.total * sizeof(float), why_not);
     } catch (const std::exception& e) {
       throw std::runtime_error(std::string(e.what()) + " (allocating " +
                                std::to_string(arena.total * sizeof(float) >> 20) +
@@ -186,16 +188,20 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
                                "none)");
     }
     if (!shm && cfg.exchange == Exchange::kShared) {
-      throw std::invalid_argument("--exchange shared needs every rank on one node; this job's " +
-                                  std::to_string(world) + " ranks span several (" +
-                                  std::to_string(pg.local_size()) + " on this one)");
+      throw std::invalid_argument("--exchange shared: " + why_not);
     }
+    if (!shm) log << "exchange: allreduce, not shared memory: " << why_not << "\n";
   }
   const bool shared = shm != nullptr;
   float* const arena_base = shared ? static_cast<float*>(shm->data()) : nullptr;
   FloatBuffer private_velocity(!shared && cfg.momentum != 0.0f ? n : 0);
   float* velocity = nullptr;
-  if (cfg.momentum != 0.0f) velocity = shared ? arena_base + arena.velocity : private_velocity.data();
+  if (cfg.momentum != 0.0f)
+    velocity = shared ? arena_base + arena.velocity : private_velocity.data();
+  // The arena starts uninitialised. Rank 0 writes the parameters (init) and the velocity; each
+  // member's X and dZ are written by that member before anyone reads them, so their pages land
+  // on the writer's NUMA node.
+  if (shared && rank == 0 && velocity) std::fill(velocity, velocity + n, 0.0f);
   if (shared) {
     models[0]->use_param_storage(arena_base + arena.params);
     for (int w = 0; w < workers; ++w) {
@@ -406,8 +412,8 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
               model->deferred_weight_rows(k, members * slice, xa, dza, int(lo), int(hi),
                                           -lr * sd.grad_scale, 1.0f, model->params());
             } else {
-              model->deferred_weight_rows(k, members * slice, xa, dza, int(lo), int(hi), 1.0f,
-                                          0.0f, grads);
+              model->deferred_weight_rows(k, members * slice, xa, dza, int(lo), int(hi), 1.0f, 0.0f,
+                                          grads);
               sgd(d.offset + lo * std::size_t(d.in), d.offset + hi * std::size_t(d.in));
             }
           }

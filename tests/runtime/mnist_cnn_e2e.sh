@@ -4,7 +4,7 @@
 # tests/runtime/CMakeLists.txt, one mode per test:
 #   mnist_cnn_e2e.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
-#       bad_data | gpurun
+#       resume_signal_mpi_allreduce | bad_data | gpurun
 set -euo pipefail
 mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
@@ -116,15 +116,19 @@ convergence)
   done
   echo "convergence: test accuracy $acc"
   ;;
-resume_signal | resume_signal_mpi)
+resume_signal | resume_signal_mpi | resume_signal_mpi_allreduce)
   # Stop by a signal mid-run, resume, and end with bitwise the same weights as an uninterrupted
   # run. One process gets SIGTERM; under mpirun, mpirun gets SIGUSR1 (it forwards it to ranks).
+  # The 2-rank runs use momentum, so the velocity (in shared memory with the default exchange)
+  # must be saved and restored too.
   args=(--data "$data" --epochs 2 --threads 1 --seed 3)
   launch=("$bin")
   sig=TERM
-  if [[ $mode == resume_signal_mpi ]]; then
+  if [[ $mode == resume_signal_mpi* ]]; then
     launch=("${mpirun_[@]}" -n 2 "$bin")
     sig=USR1
+    args+=(--momentum 0.5 --lr 0.1)
+    [[ $mode == resume_signal_mpi_allreduce ]] && args+=(--exchange allreduce)
   fi
   "${launch[@]}" "${args[@]}" --checkpoint "$work/ref" >"$work/ref.log"
   "${launch[@]}" "${args[@]}" --checkpoint "$work/int" >"$work/int.log" 2>&1 &

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <fstream>
+#include <functional>
 
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/runtime/checkpoint.h"
@@ -98,11 +99,23 @@ TEST(Model, SgdStepsLowerTheLossOnAFixedBatch) {
   EXPECT_THROW(m->forward_backward(17, x.data(), y.data()), std::invalid_argument);
 }
 
-TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
-  // Two identical models: one takes the full gradient + SGD, the other defers the Dense layers'
-  // dW and forms it as two halves of the rows: one half fused into the weights (w += -lr dZ^T X),
-  // the other as dW rows + SGD; the rest by SGD over undeferred_ranges().
-  auto a = make_mnist_cnn({1, 28, 28}, 10, 16), b = make_mnist_cnn({1, 28, 28}, 10, 16);
+// Largest |p - p0| over the parameters, p0 being a fresh init(seed) of the same network.
+double max_diff_from_init(Model& m, std::uint64_t seed) {
+  std::vector<float> now(m.params(), m.params() + m.param_floats());
+  m.init(seed);
+  double d = 0;
+  for (std::size_t i = 0; i < now.size(); ++i)
+    d = std::max(d, double(std::fabs(now[i] - m.params()[i])));
+  std::copy(now.begin(), now.end(), m.params());
+  return d;
+}
+
+// Two identical models: one takes the full gradient + SGD, the other defers the Dense layers'
+// dW and forms it as two halves of the rows: one half fused into the weights (w += -lr dZ^T X),
+// the other as dW rows + SGD; the rest by SGD over undeferred_ranges().
+void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_ptr<Model>()>& make,
+                                               std::size_t deferred_layers) {
+  auto a = make(), b = make();
   a->init(4);
   b->init(4);
   Rng rng(5);
@@ -111,7 +124,7 @@ TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
   std::vector<std::int32_t> y(16);
   for (int i = 0; i < 16; ++i) y[i] = (3 * i) % 10;
   const float lr = 0.2f;
-  ASSERT_EQ(b->deferred().size(), 2u);  // the two Dense weight matrices
+  ASSERT_EQ(b->deferred().size(), deferred_layers);
   // b's X and dZ in caller memory, as the trainer's shared arena holds them.
   std::vector<std::vector<float>> xs, dzs;
   for (std::size_t k = 0; k < b->deferred().size(); ++k) {
@@ -130,8 +143,7 @@ TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
     for (std::size_t k = 0; k < b->deferred().size(); ++k) {
       const auto& d = b->deferred()[k];
       const int half = d.rows / 2;
-      b->deferred_weight_rows(k, 16, xs[k].data(), dzs[k].data(), 0, half, -lr, 1.0f,
-                              b->params());
+      b->deferred_weight_rows(k, 16, xs[k].data(), dzs[k].data(), 0, half, -lr, 1.0f, b->params());
       b->deferred_weight_rows(k, 16, xs[k].data(), dzs[k].data(), half, d.rows, 1.0f, 0.0f,
                               b->grads());
       kernels::SgdDesc part = sd;
@@ -150,11 +162,29 @@ TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
     max_diff = std::max(max_diff, double(std::fabs(a->params()[i] - b->params()[i])));
   EXPECT_LT(max_diff, 1e-5) << "deferred and separate SGD drift apart";
   EXPECT_GT(std::fabs(a->params()[500] - 0.0f), 0.0f);
+  EXPECT_GT(max_diff_from_init(*b, 4), 0.0) << "the deferred model never moved";
   // The ranges cover everything once: undeferred + deferred weights = all parameters.
   std::size_t covered = 0;
   for (const auto& r : b->undeferred_ranges()) covered += r.end - r.begin;
   for (const auto& d : b->deferred()) covered += std::size_t(d.rows) * d.in;
   EXPECT_EQ(covered, b->param_floats());
+}
+
+TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
+  // The MNIST CNN: the two Dense weight matrices defer.
+  expect_deferred_matches_gradient_then_sgd([] { return make_mnist_cnn({1, 28, 28}, 10, 16); }, 2);
+}
+
+TEST(Model, DeferredUpdateWithADenseFirstLayer) {
+  // A Dense first layer defers too: its X is the input batch, copied to the bound buffer.
+  expect_deferred_matches_gradient_then_sgd(
+      [] {
+        std::vector<std::unique_ptr<Layer>> layers;
+        layers.push_back(make_dense({1, 28, 28}, 32, kernels::Activation::kRelu));
+        layers.push_back(make_dense({32, 1, 1}, 10, kernels::Activation::kNone));
+        return std::make_unique<Model>(std::move(layers), 10, 16);
+      },
+      2);
 }
 
 TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {

@@ -59,8 +59,8 @@ class Layer {
     (void)batch, (void)x, (void)y, (void)dy, (void)dx, (void)need, (void)ws;
     throw std::logic_error(name() + ": no deferred weight gradient");
   }
-  virtual void weight_rows(int batch, const float* x, const float* dz, int lo, int hi,
-                           float alpha, float beta, float* c) const {
+  virtual void weight_rows(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
+                           float beta, float* c) const {
     (void)batch, (void)x, (void)dz, (void)lo, (void)hi, (void)alpha, (void)beta, (void)c;
     throw std::logic_error(name() + ": no deferred weight gradient");
   }

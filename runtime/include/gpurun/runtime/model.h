@@ -41,9 +41,9 @@ class Model {
   // The deferred weight gradient (see Layer::backward_deferred): the layers that can defer dW,
   // in order, with where their weight matrix sits in the parameter buffer.
   struct Deferred {
-    std::size_t layer = 0;       // index in layers()
-    std::size_t offset = 0;      // of the weight matrix in the parameter (and gradient) buffer
-    int rows = 0, in = 0;        // the matrix is rows x in
+    std::size_t layer = 0;   // index in layers()
+    std::size_t offset = 0;  // of the weight matrix in the parameter (and gradient) buffer
+    int rows = 0, in = 0;    // the matrix is rows x in
   };
   const std::vector<Deferred>& deferred() const { return deferred_; }
   // The parameter ranges outside the deferred weight matrices (biases, the convolution): the
@@ -102,8 +102,8 @@ class Model {
   FloatBuffer dlogits_;
   std::vector<Deferred> deferred_;
   std::vector<float*> bound_act_, bound_dact_;  // per layer; nullptr: the model's own buffer
-  float* bound_input_ = nullptr;  // when layer 0 defers, its X must be copied here
-  float* param_base_ = nullptr;   // where the layers' parameters are bound
+  float* bound_input_ = nullptr;                // when layer 0 defers, its X must be copied here
+  float* param_base_ = nullptr;                 // where the layers' parameters are bound
 };
 
 // The benchmark's network: Conv2D(32, 3x3) + ReLU -> Flatten -> Dense(128) + ReLU ->

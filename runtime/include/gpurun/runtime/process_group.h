@@ -38,11 +38,16 @@ class ProcessGroup {
   virtual void allreduce_sum(double* data, std::size_t n) = 0;
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
-  // Collective (every rank, the same size): `bytes` of zeroed memory all ranks share, or nullptr
-  // when the ranks span more than one node (or the group cannot share memory). A one-rank group
-  // gets plain memory.
-  virtual std::unique_ptr<SharedMemory> allocate_shared(std::size_t bytes);
+  // Collective (every rank, the same size): `bytes` of uninitialised memory all ranks share, or
+  // nullptr with the reason in why_not when the ranks span more than one node, the node lacks
+  // the room, or the group cannot share memory. A one-rank group gets plain memory.
+  virtual std::unique_ptr<SharedMemory> allocate_shared(std::size_t bytes, std::string& why_not);
 };
+
+// After an error on this rank: when MPI runs with more than one rank, MPI_Abort the job (the
+// other ranks may be waiting in a collective this rank will never join, and MPI_Finalize would
+// wait for them); otherwise returns.
+void abort_job_if_parallel(int code);
 
 // The MPI group when built with MPI (initialising MPI if nobody has), else the single-rank group.
 std::unique_ptr<ProcessGroup> make_process_group();

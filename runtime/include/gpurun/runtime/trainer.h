@@ -1,8 +1,8 @@
 // trainer.h: the data-parallel training loop. Each step: gather this rank's shard of the global
 // batch, forward + backward, combine the gradients (ONE allreduce of the gradient buffer, which
 // also carries the loss, the correct count and the stop flag; or, for ranks on one node, the
-// shared-memory exchange below), then SGD with 1/world folded in. Initial weights come from
-// rank 0; evaluation is sharded and reduced; rank 0 writes checkpoints.
+// shared-memory exchange below), then SGD with 1/(ranks x replicas) folded in. Initial weights come
+// from rank 0; evaluation is sharded and reduced; rank 0 writes checkpoints.
 #pragma once
 
 #include <cstdint>
@@ -24,8 +24,8 @@ enum class LrScaling { kLinear, kNone };
 //    layers defer dW = dZ^T X: each rank leaves its X and dZ in shared memory, and after a
 //    barrier each rank updates its share of the weight rows from every rank's X and dZ, with the
 //    SGD step inside the sgemm (Poseidon's "sufficient factors", without sending them anywhere).
-//    Only the small gradients (convolution, biases; 7 KB) and the step's stats are summed. Per
-//    rank this is the one-rank step plus two barriers.
+//    Only the small gradients (convolution, biases: 464 floats) and the step's stats are summed.
+//    Per rank this is the one-rank step plus two barriers.
 //  kAuto: kShared when every rank is on one node and no micro-batching is asked for.
 enum class Exchange { kAuto, kAllreduce, kShared };
 
@@ -49,10 +49,10 @@ struct TrainConfig {
   bool resume = false;
   std::int64_t max_steps = -1;  // stop (and checkpoint) after this many global steps
   int eval_batch = 256;
-  int micro_batch = 0;      // > 0: accumulate gradients over micro-batches of this size
-  int threads = 1;          // per rank: replicas on slices of the batch (see trainer.cc)
+  int micro_batch = 0;  // > 0: accumulate gradients over micro-batches of this size
+  int threads = 1;      // per rank: replicas on slices of the batch (see trainer.cc)
   Exchange exchange = Exchange::kAuto;
-  bool progress = false;    // rank 0 draws a progress bar (stdout is a terminal)
+  bool progress = false;  // rank 0 draws a progress bar (stdout is a terminal)
 };
 
 struct EpochStats {
@@ -78,8 +78,8 @@ struct TrainResult {
   float lr_peak = 0;
   std::int64_t global_steps = 0, steps_per_epoch = 0;
   std::size_t param_count = 0;
-  int workers = 1;  // replicas per rank that --threads gave
-  bool fused_update = false;  // SGD inside the Dense layers' weight-gradient sgemm
+  int workers = 1;                           // replicas per rank that --threads gave
+  bool fused_update = false;                 // SGD inside the Dense layers' weight-gradient sgemm
   Exchange exchange = Exchange::kAllreduce;  // what the run used (never kAuto)
   bool resumed = false;
   std::int64_t resumed_epoch = 0, resumed_step = 0;
