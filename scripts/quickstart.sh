@@ -41,8 +41,8 @@ step "summary"
 python3 - out/quickstart-n1.json out/quickstart-n2.json <<'PY'
 import json, sys
 rows = [json.load(open(p)) for p in sys.argv[1:]]
-print(f"{'ranks':>5} {'global batch':>12} {'seconds':>8} {'images/s':>9} {'loss':>7} {'train acc':>9} {'test acc':>8} {'allreduce s':>11}")
+print(f"{'ranks':>5} {'global batch':>12} {'seconds':>8} {'images/s':>9} {'loss':>7} {'train acc':>9} {'test acc':>8} {'exchange':>9} {'exchange s':>10}")
 for r in rows:
     print(f"{r['world_size']:>5} {r['global_batch']:>12} {r['seconds_total']:>8.1f} {r['images_per_second']:>9.0f} "
-          f"{r['final_loss']:>7.4f} {100*r['train_accuracy']:>8.2f}% {100*r['test_accuracy']:>7.2f}% {r['allreduce_seconds']:>11.2f}")
+          f"{r['final_loss']:>7.4f} {100*r['train_accuracy']:>8.2f}% {100*r['test_accuracy']:>7.2f}% {r.get('exchange', 'allreduce'):>9} {r['allreduce_seconds']:>10.2f}")
 PY
