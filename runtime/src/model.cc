@@ -79,13 +79,20 @@ void Model::share_params(Model& owner) {
   if (owner.n_params_ != n_params_ || owner.layers_.size() != layers_.size()) {
     throw std::invalid_argument("model: cannot share parameters between different networks");
   }
-  bind_layers(owner.params());
-  params_ = FloatBuffer();  // unused from now on
+  use_param_storage(owner.params());
 }
 
 void Model::use_param_storage(float* params) {
   bind_layers(params);
-  params_ = FloatBuffer();
+  params_ = FloatBuffer();  // unused from now on
+}
+
+void Model::write_stats(const StepResult& r) {
+  float* s = stats();
+  s[kLossSum] = float(r.loss_sum);
+  s[kCorrect] = float(r.correct);
+  s[kStopFlag] = 0.0f;
+  s[3] = 0.0f;
 }
 
 void Model::init(std::uint64_t seed) {
@@ -143,11 +150,7 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
     r.loss_sum += loss;
     r.correct += correct;
   }
-  float* s = stats();
-  s[kLossSum] = float(r.loss_sum);
-  s[kCorrect] = float(r.correct);
-  s[kStopFlag] = 0.0f;
-  s[3] = 0.0f;
+  write_stats(r);
   return r;
 }
 
@@ -174,11 +177,7 @@ StepResult Model::forward_backward_deferred(int batch, const float* x, const std
                            k::Accumulate::kOverwrite, ws);
     }
   }
-  float* s = stats();
-  s[kLossSum] = loss;
-  s[kCorrect] = float(r.correct);
-  s[kStopFlag] = 0.0f;
-  s[3] = 0.0f;
+  write_stats(r);
   return r;
 }
 

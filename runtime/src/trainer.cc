@@ -138,7 +138,6 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   std::vector<std::unique_ptr<Model>> models;
   for (int w = 0; w < workers; ++w) {
     models.push_back(make_mnist_cnn(in, data.classes, std::max(slice, cfg.eval_batch)));
-    if (w > 0) models[w]->share_params(*models[0]);
   }
   Model* model = models[0].get();
   const std::size_t n = model->param_floats();
@@ -202,10 +201,11 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
   // member's X and dZ are written by that member before anyone reads them, so their pages land
   // on the writer's NUMA node.
   if (shared && rank == 0 && velocity) std::fill(velocity, velocity + n, 0.0f);
+  // The replicas train model 0's parameters (in the arena when shared).
+  if (shared) models[0]->use_param_storage(arena_base + arena.params);
+  for (int w = 1; w < workers; ++w) models[w]->share_params(*models[0]);
   if (shared) {
-    models[0]->use_param_storage(arena_base + arena.params);
     for (int w = 0; w < workers; ++w) {
-      if (w > 0) models[w]->share_params(*models[0]);
       const std::size_t m = std::size_t(rank) * workers + w;
       for (std::size_t k = 0; k < model->deferred().size(); ++k) {
         const Model::Deferred& d = model->deferred()[k];

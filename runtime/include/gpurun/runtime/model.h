@@ -91,6 +91,8 @@ class Model {
     return bound && bound_dact_[i] ? bound_dact_[i] : dacts_[i].data();
   }
   void bind_layers(float* params);
+  // The stat slots after a training step: its loss sum and correct count, no stop flag.
+  void write_stats(const StepResult& r);
 
   std::vector<std::unique_ptr<Layer>> layers_;
   int classes_, max_batch_;
