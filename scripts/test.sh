@@ -13,7 +13,7 @@ if [[ -x scripts/fetch-data.sh ]]; then ./scripts/fetch-data.sh; fi
 gen=()
 if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
 if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo
+  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPURUN_WERROR=ON
 fi
 cmake --build "$build" -j "$(nproc)"
 cd "$build"

@@ -67,17 +67,6 @@ bool read_lines(int fd, std::string& buf, std::vector<std::string>& lines) {
   return true;
 }
 
-bool write_all(int fd, const std::string& data) {
-  std::size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<std::size_t>(n);
-  }
-  return true;
-}
-
 std::vector<std::string> env_strings(const Env& env) {
   std::vector<std::string> out;
   for (const auto& [k, v] : env) out.push_back(k + "=" + v);

@@ -18,7 +18,6 @@ void restore_default_signals(const std::vector<int>& signals);
 
 // Reads what is available; appends complete lines to `lines`. Returns false on EOF/error.
 bool read_lines(int fd, std::string& buf, std::vector<std::string>& lines);
-bool write_all(int fd, const std::string& data);
 
 // envp for execve built from a map.
 std::vector<std::string> env_strings(const Env& env);

@@ -19,6 +19,7 @@
 #include <cstring>
 
 #include "env_util.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
 #include "proc_util.h"
 #include "run.h"
@@ -159,7 +160,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   std::string token;
   if (control != "none") {
     ctl = connect_control(control, me.rank, me.host, token);
-    proc::write_all(ctl, fmt::format("HELLO {} {} {} {}\n", token, me.rank, me.host, getpid()));
+    common::write_all(ctl, fmt::format("HELLO {} {} {} {}\n", token, me.rank, me.host, getpid()));
   }
 
   int sigfd = proc::install_signal_pipe([] {
@@ -228,7 +229,7 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
   int code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
   int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
   if (ctl >= 0) {
-    proc::write_all(ctl, fmt::format("EXIT {} {} {} {:.3f}\n", me.rank, code, sig, secs));
+    common::write_all(ctl, fmt::format("EXIT {} {} {} {:.3f}\n", me.rank, code, sig, secs));
     shutdown(ctl, SHUT_WR);
     // Wait briefly for gpurun to read it, so the EXIT is not lost to a reset.
     pollfd p{ctl, POLLIN, 0};

@@ -40,7 +40,6 @@ int run_rank_wrapper(const std::vector<std::string>& args);
 int exec_in_step(const Allocation& alloc, const RankPlan& plan, const Env& env,
                  const std::vector<std::string>& program);
 
-std::string signal_name(int sig);
 // "USR1", "SIGUSR1" or "10"; throws Error naming `what`.
 int parse_signal(const std::string& text, const std::string& what);
 

@@ -20,6 +20,7 @@
 #include <sstream>
 
 #include "env_util.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
 #include "proc_util.h"
 #include "run.h"
@@ -27,24 +28,8 @@
 
 namespace gpurun::launcher {
 
-std::string signal_name(int sig) {
-  static const std::map<int, const char*> names = {
-      {SIGHUP, "SIGHUP"},   {SIGINT, "SIGINT"},   {SIGQUIT, "SIGQUIT"}, {SIGILL, "SIGILL"},
-      {SIGABRT, "SIGABRT"}, {SIGBUS, "SIGBUS"},   {SIGFPE, "SIGFPE"},   {SIGKILL, "SIGKILL"},
-      {SIGUSR1, "SIGUSR1"}, {SIGSEGV, "SIGSEGV"}, {SIGUSR2, "SIGUSR2"}, {SIGPIPE, "SIGPIPE"},
-      {SIGALRM, "SIGALRM"}, {SIGTERM, "SIGTERM"}, {SIGXCPU, "SIGXCPU"}};
-  auto it = names.find(sig);
-  return it == names.end() ? fmt::format("SIG{}", sig) : it->second;
-}
-
 int parse_signal(const std::string& text, const std::string& what) {
-  if (!text.empty() && text.find_first_not_of("0123456789") == std::string::npos) {
-    int n = std::stoi(text.substr(0, 3));
-    if (n > 0 && n < 65) return n;
-  }
-  std::string t = text.rfind("SIG", 0) == 0 ? text : "SIG" + text;
-  for (int s = 1; s < 32; ++s)
-    if (signal_name(s) == t) return s;
+  if (auto sig = common::parse_signal(text)) return *sig;
   throw Error(fmt::format("{} '{}': expected a signal such as USR1, SIGTERM or 10", what, text));
 }
 
@@ -109,7 +94,7 @@ pid_t spawn(const std::vector<std::string>& argv, const Env& env) {
 }
 
 std::string describe_status(int code, int sig) {
-  if (sig) return fmt::format("was killed by signal {} ({})", sig, signal_name(sig));
+  if (sig) return fmt::format("was killed by signal {} ({})", sig, common::signal_name(sig));
   return fmt::format("exited with code {}", code);
 }
 
@@ -151,7 +136,7 @@ int run_supervisor(RunConfig& cfg) {
   // The rendezvous port must be free where rank 0 will bind it; we can check only our host.
   bool master_here = single_machine || plan.master_addr == "127.0.0.1" ||
                      (cfg.alloc.this_host && *cfg.alloc.this_host == plan.master_addr) ||
-                     plan.master_addr == sys::hostname();
+                     plan.master_addr == common::hostname();
   if (master_here && !cfg.plan_options.master_port) {
     int p = plan.master_port;
     while (!port_free(p) && p < plan.master_port + 200) ++p;
@@ -165,7 +150,7 @@ int run_supervisor(RunConfig& cfg) {
   std::string token = proc::random_token();
   std::string ctl_host = cfg.control_addr ? *cfg.control_addr
                          : single_machine ? "127.0.0.1"
-                                          : sys::hostname();
+                                          : common::hostname();
   cfg.launch.control = fmt::format("{}:{}:{}", ctl_host, ctl_port, token);
   plan.stdout_tty = isatty(STDOUT_FILENO) == 1;
   cfg.launch.plan_text = encode_plan(cfg.alloc, plan, cfg.plan_options);
@@ -228,7 +213,7 @@ int run_supervisor(RunConfig& cfg) {
     if (left) {
       ckpt_at = t0 + std::max(0.0, *left - cfg.checkpoint_before);
       say(fmt::format("{:.0f} s left in the job: {} to all ranks in {:.0f} s", *left,
-                      signal_name(cfg.checkpoint_signal), ckpt_at - t0));
+                      common::signal_name(cfg.checkpoint_signal), ckpt_at - t0));
     } else {
       say("--checkpoint-before given but the job's end time is unknown (no SLURM_JOB_END_TIME, "
           "no EndTime from scontrol; use --time-left)");
@@ -237,7 +222,7 @@ int run_supervisor(RunConfig& cfg) {
 
   auto broadcast = [&](const std::string& line) {
     for (auto& c : conns)
-      if (c.fd >= 0 && c.rank >= 0) proc::write_all(c.fd, line);
+      if (c.fd >= 0 && c.rank >= 0) common::write_all(c.fd, line);
   };
   auto begin_stop = [&](const std::string& why) {
     if (stopping) return;
@@ -284,9 +269,9 @@ int run_supervisor(RunConfig& cfg) {
           pid_t p;
           while ((p = waitpid(-1, &st, WNOHANG)) > 0) engine_status[p] = st;
         } else if ((s == SIGINT || s == SIGTERM) && forwarded_stop_signal) {
-          begin_stop(fmt::format("second {}: stopping all ranks now", signal_name(s)));
+          begin_stop(fmt::format("second {}: stopping all ranks now", common::signal_name(s)));
         } else {
-          say(fmt::format("forwarding {} to {} rank{}", signal_name(s), world,
+          say(fmt::format("forwarding {} to {} rank{}", common::signal_name(s), world,
                           world == 1 ? "" : "s"));
           broadcast(fmt::format("SIG {}\n", s));
           if (s == SIGUSR1 || s == SIGUSR2) checkpoint_signal_sent = s;
@@ -323,9 +308,9 @@ int run_supervisor(RunConfig& cfg) {
           ranks[static_cast<std::size_t>(r)].started = true;
           ranks[static_cast<std::size_t>(r)].host = host;
           ++started;
-          if (stopping) proc::write_all(c.fd, "STOP\n");
+          if (stopping) common::write_all(c.fd, "STOP\n");
           if (forwarded_stop_signal)
-            proc::write_all(c.fd, fmt::format("SIG {}\n", forwarded_stop_signal));
+            common::write_all(c.fd, fmt::format("SIG {}\n", forwarded_stop_signal));
         } else if (kind == "EXIT" && c.rank >= 0) {
           int r, code, sig;
           double secs;
@@ -365,13 +350,13 @@ int run_supervisor(RunConfig& cfg) {
     if (ckpt_at > 0 && !ckpt_sent && now >= ckpt_at) {
       ckpt_sent = true;
       say(fmt::format("job time nearly over: sending {} to all ranks to checkpoint",
-                      signal_name(cfg.checkpoint_signal)));
+                      common::signal_name(cfg.checkpoint_signal)));
       broadcast(fmt::format("SIG {}\n", cfg.checkpoint_signal));
       checkpoint_signal_sent = cfg.checkpoint_signal;
     }
     if (stop_deadline > 0 && !stopping && now >= stop_deadline)
       begin_stop(fmt::format("ranks still running {:.0f} s after {}: stopping them",
-                             cfg.stop_timeout, signal_name(forwarded_stop_signal)));
+                             cfg.stop_timeout, common::signal_name(forwarded_stop_signal)));
     if (term_at > 0 && now >= term_at) {
       for (pid_t p : children)
         if (!engine_status.count(p)) killpg(p, SIGTERM);
@@ -420,7 +405,7 @@ int run_supervisor(RunConfig& cfg) {
     std::string shown;
     for (const auto& w : rq) shown += (shown.empty() ? "" : " ") + w;
     say(fmt::format("all ranks exited 0 after {} (checkpointed): requeueing job {} ({})",
-                    signal_name(checkpoint_signal_sent), *cfg.alloc.job_id, shown));
+                    common::signal_name(checkpoint_signal_sent), *cfg.alloc.job_id, shown));
     int rc = run_and_wait(rq, cfg.env);
     if (rc != 0) {
       say(fmt::format("'{}' failed with status {}: the job was not requeued", shown, rc));

@@ -15,6 +15,7 @@
 #include <sstream>
 
 #include "env_util.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/launch.h"
 
@@ -33,7 +34,7 @@ Env process_env() {
 }
 
 Env read_env_file(const std::string& path) {
-  auto text = read_file(path);
+  auto text = common::read_file(path);
   if (!text) throw Error(fmt::format("--env-file {}: cannot be read", path));
   Env env;
   std::istringstream is(*text);
@@ -51,20 +52,6 @@ Env read_env_file(const std::string& path) {
     env[t.substr(0, eq)] = t.substr(eq + 1);
   }
   return env;
-}
-
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) return std::nullopt;
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
-
-std::string hostname() {
-  std::array<char, 256> buf{};
-  if (gethostname(buf.data(), buf.size() - 1) != 0) return "localhost";
-  return buf.data();
 }
 
 int cpu_count() {
@@ -165,8 +152,8 @@ std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& jo
 DetectInput detect_input(const Env& env) {
   DetectInput in;
   in.env = env;
-  in.read_file = [](const std::string& p) { return read_file(p); };
-  in.hostname = hostname();
+  in.read_file = [](const std::string& p) { return common::read_file(p); };
+  in.hostname = common::hostname();
   in.cpu_count = cpu_count();
   // Only the bare machine without CUDA_VISIBLE_DEVICES needs the device count.
   if (!env.count("CUDA_VISIBLE_DEVICES")) in.device_gpu_count = cuda_device_count();

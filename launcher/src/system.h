@@ -14,8 +14,6 @@ namespace gpurun::launcher::sys {
 Env process_env();
 // Reads KEY=VALUE lines (split at the first '='; blank lines and # comments skipped).
 Env read_env_file(const std::string& path);
-std::optional<std::string> read_file(const std::string& path);
-std::string hostname();
 int cpu_count();
 // CUDA devices through the driver API, loaded with dlopen so gpurun needs no CUDA at build or
 // run time; 0 when there is no driver or no device.

@@ -12,6 +12,8 @@
 #include <iterator>
 #include <stdexcept>
 
+#include "gpurun/common/posix.h"
+
 namespace gpurun::runtime {
 namespace {
 
@@ -66,18 +68,6 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-void write_all(int fd, const std::string& data, const std::string& path) {
-  std::size_t off = 0;
-  while (off < data.size()) {
-    const ssize_t w = ::write(fd, data.data() + off, data.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;  // a stop signal may arrive while we write
-      throw std::runtime_error(path + ": write failed: " + std::strerror(errno));
-    }
-    off += std::size_t(w);
-  }
-}
-
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir) {
@@ -112,7 +102,9 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(tmp + ": cannot create: " + std::strerror(errno));
   try {
-    write_all(fd, out, tmp);
+    if (!common::write_all(fd, out)) {
+      throw std::runtime_error(tmp + ": write failed: " + std::strerror(errno));
+    }
     if (::fsync(fd) != 0) throw std::runtime_error(tmp + ": fsync failed: " + std::strerror(errno));
   } catch (...) {
     ::close(fd);

@@ -12,16 +12,11 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpurun/common/posix.h"
 #include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime {
 namespace {
-
-std::string hostname() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
 
 [[noreturn]] void mpi_fail(int rc, const char* expr, const char* file, int line) {
   char msg[MPI_MAX_ERROR_STRING] = {0};
@@ -31,7 +26,8 @@ std::string hostname() {
   MPI_Initialized(&init);
   if (init) MPI_Comm_rank(MPI_COMM_WORLD, &rank);
   throw std::runtime_error(std::string(expr) + " failed at " + file + ":" + std::to_string(line) +
-                           " on rank " + std::to_string(rank) + " (" + hostname() + "): " + msg);
+                           " on rank " + std::to_string(rank) + " (" + common::hostname() +
+                           "): " + msg);
 }
 
 #define GPURUN_MPI_CHECK(expr)                                                      \
@@ -110,7 +106,7 @@ class MpiProcessGroup final : public ProcessGroup {
     if (size_ == 1) return make_private_memory(bytes);
     if (local_size_ != size_) {  // the same answer on every rank
       why_not = "the " + std::to_string(size_) + " ranks span several nodes (" +
-                std::to_string(local_size_) + " on " + hostname() + ")";
+                std::to_string(local_size_) + " on " + common::hostname() + ")";
       return nullptr;
     }
     // Open MPI backs the window with a file in osc_sm_backing_directory (/dev/shm by default).

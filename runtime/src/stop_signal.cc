@@ -6,6 +6,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "gpurun/common/posix.h"
+
 namespace gpurun::runtime {
 namespace {
 
@@ -29,7 +31,7 @@ StopSignalGuard::StopSignalGuard() {
   for (int i = 0; i < 3; ++i) {
     if (sigaction(kSignals[i], &sa, &g_previous[i]) != 0) {
       throw std::runtime_error("cannot install the handler for " +
-                               std::string(signal_name(kSignals[i])));
+                               common::signal_name(kSignals[i]));
     }
   }
 }
@@ -43,19 +45,6 @@ int StopSignalGuard::received() {
 }
 void StopSignalGuard::raise_for_test(int sig) {
   g_received = sig;
-}
-
-const char* signal_name(int sig) {
-  switch (sig) {
-    case SIGUSR1:
-      return "SIGUSR1";
-    case SIGUSR2:
-      return "SIGUSR2";
-    case SIGTERM:
-      return "SIGTERM";
-    default:
-      return "signal";
-  }
 }
 
 }  // namespace gpurun::runtime

@@ -10,6 +10,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "gpurun/common/posix.h"
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/threads.h"
 #include "gpurun/runtime/checkpoint.h"
@@ -485,8 +486,8 @@ TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg,
     make_checkpoint(epoch + 1, 0);
   }
   if (res.stop == StopReason::kSignal) {
-    log << "received " << signal_name(res.signal) << ": stopped at a step boundary (global step "
-        << global_step << ")";
+    log << "received " << common::signal_name(res.signal)
+        << ": stopped at a step boundary (global step " << global_step << ")";
     if (!cfg.checkpoint_dir.empty()) {
       log << ", checkpoint written to " << checkpoint_path(cfg.checkpoint_dir)
           << "; continue with --resume";

@@ -127,7 +127,9 @@ TEST_P(DenseVsRef, WeightRowsMatch) {
     EXPECT_TRUE(all_close(got, want, 1e-4f, 1e-4f)) << "beta " << beta;
     for (std::size_t i = 0; i < got.size(); ++i) {
       const int row = int(i / std::size_t(c.in));
-      if (row < lo || row >= hi) ASSERT_EQ(got[i], w0[i]) << "row " << row << " written";
+      if (row < lo || row >= hi) {
+        ASSERT_EQ(got[i], w0[i]) << "row " << row << " written";
+      }
     }
   }
   // The whole matrix at beta 0 is dense_backward_weights.

@@ -6,6 +6,7 @@
 #include <map>
 #include <string>
 
+#include "gpurun/common/posix.h"
 #include "gpurun/launcher/allocation.h"
 #include "system.h"
 
@@ -27,7 +28,7 @@ inline DetectInput fixture(const std::string& env_file,
   files.emplace("/home/alice/.lsbatch/1767225600.314159.hostfile", data("lsf.djob_hostfile"));
   in.read_file = [files](const std::string& p) {
     auto it = files.find(p);
-    return sys::read_file(it == files.end() ? p : it->second);
+    return common::read_file(it == files.end() ? p : it->second);
   };
   in.hostname = "testhost";
   in.cpu_count = 8;

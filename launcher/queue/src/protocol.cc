@@ -12,20 +12,6 @@
 
 namespace gpurun::queue {
 
-Fd& Fd::operator=(Fd&& o) noexcept {
-  if (this != &o) reset(o.release());
-  return *this;
-}
-
-Fd::~Fd() {
-  reset();
-}
-
-void Fd::reset(int fd) {
-  if (fd_ >= 0) ::close(fd_);
-  fd_ = fd;
-}
-
 std::string frame(const std::string& payload) {
   uint32_t n = static_cast<uint32_t>(payload.size());
   std::string out;
@@ -77,15 +63,8 @@ Fd connect_unix(const std::string& path) {
 }
 
 void write_all(int fd, const std::string& bytes) {
-  size_t off = 0;
-  while (off < bytes.size()) {
-    ssize_t w = ::send(fd, bytes.data() + off, bytes.size() - off, MSG_NOSIGNAL);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(fmt::format("write to gpuq daemon: {}", strerror(errno)));
-    }
-    off += static_cast<size_t>(w);
-  }
+  if (!common::write_all(fd, bytes))
+    throw std::runtime_error(fmt::format("write to gpuq daemon: {}", strerror(errno)));
 }
 
 std::string read_frame(int fd, uint32_t max_bytes) {

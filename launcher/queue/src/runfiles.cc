@@ -46,14 +46,6 @@ void write_file_atomic(const std::string& path, const std::string& content, bool
   }
 }
 
-std::optional<std::string> read_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return std::nullopt;
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 nlohmann::json status_to_json(const SupervisorStatus& s) {
   return {{"phase", s.phase},
           {"supervisor_pid", s.supervisor_pid},

@@ -13,6 +13,8 @@
 #include <string>
 #include <vector>
 
+#include "gpurun/common/posix.h"
+
 namespace gpurun::queue {
 
 struct RunPaths {
@@ -22,7 +24,7 @@ RunPaths run_paths(const std::string& run_dir, int64_t job_id);
 
 // Writes `content` to path via path.tmp + rename; fsyncs file and directory when `durable`.
 void write_file_atomic(const std::string& path, const std::string& content, bool durable);
-std::optional<std::string> read_file(const std::string& path);  // nullopt when missing
+using common::read_file;  // nullopt when missing
 
 struct SupervisorStatus {
   std::string phase;  // "running" or "done"

@@ -6,6 +6,7 @@
 #include <set>
 #include <stdexcept>
 
+#include "gpurun/common/posix.h"
 #include "gpurun/queue/sbatch.h"
 #include "parse_util.h"
 
@@ -75,36 +76,13 @@ int64_t parse_time_limit(const std::string& text) {
   return s;
 }
 
-namespace {
-const std::vector<std::pair<const char*, int>>& signal_table() {
-  static const std::vector<std::pair<const char*, int>> t = {
-      {"HUP", SIGHUP},   {"INT", SIGINT},   {"QUIT", SIGQUIT}, {"ABRT", SIGABRT},
-      {"KILL", SIGKILL}, {"USR1", SIGUSR1}, {"USR2", SIGUSR2}, {"PIPE", SIGPIPE},
-      {"ALRM", SIGALRM}, {"TERM", SIGTERM}, {"CONT", SIGCONT}, {"STOP", SIGSTOP},
-      {"TSTP", SIGTSTP}, {"URG", SIGURG},   {"XCPU", SIGXCPU}, {"WINCH", SIGWINCH},
-  };
-  return t;
-}
-}  // namespace
-
 int parse_signal_name(const std::string& text) {
-  if (all_digits(text)) {
-    int64_t n = to_int(text, "signal", 64);
-    if (n < 1) bad(fmt::format("signal '{}' out of range", text));
-    return static_cast<int>(n);
-  }
-  std::string name = text;
-  for (auto& c : name) c = static_cast<char>(toupper(static_cast<unsigned char>(c)));
-  if (name.rfind("SIG", 0) == 0) name = name.substr(3);
-  for (const auto& [n, v] : signal_table())
-    if (name == n) return v;
-  bad(fmt::format("unknown signal '{}'", text));
+  if (auto sig = common::parse_signal(text)) return *sig;
+  bad(fmt::format("unknown signal '{}' (expected a name such as USR1 or a number 1-64)", text));
 }
 
 std::string signal_name(int sig) {
-  for (const auto& [n, v] : signal_table())
-    if (v == sig) return n;
-  return std::to_string(sig);
+  return common::signal_name(sig).substr(3);  // Slurm writes USR1, not SIGUSR1
 }
 
 SignalSpec parse_signal_spec(const std::string& text) {

@@ -145,7 +145,4 @@ class GraphExec {
   cudaGraphExec_t x_ = nullptr;
 };
 
-// Host name, for error messages.
-std::string hostname();
-
 }  // namespace gpurun::runtime::cuda

@@ -19,6 +19,7 @@
 
 #include "cuda/check.cuh"
 #include "device.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/kernels/accuracy.h"
 #include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
@@ -722,8 +723,8 @@ GpuTrainResult train_gpu(ProcessGroup& pg, const Dataset& data, const TrainConfi
     make_checkpoint(epoch + 1, 0);
   }
   if (res.stop == StopReason::kSignal) {
-    log << "received " << signal_name(res.signal) << ": stopped at a step boundary (global step "
-        << global_step << ")";
+    log << "received " << common::signal_name(res.signal)
+        << ": stopped at a step boundary (global step " << global_step << ")";
     if (!cfg.checkpoint_dir.empty()) {
       log << ", checkpoint written to " << checkpoint_path(cfg.checkpoint_dir)
           << "; continue with --resume";

@@ -13,6 +13,7 @@
 
 #include "cuda/check.cuh"
 #include "device.h"
+#include "gpurun/common/posix.h"
 
 namespace gpurun::runtime::cuda {
 namespace {
@@ -28,14 +29,8 @@ int g_rank = -1;  // for messages from code that has no process group at hand
 
 }  // namespace
 
-std::string hostname() {
-  char buf[256] = {0};
-  ::gethostname(buf, sizeof buf - 1);
-  return buf;
-}
-
 std::string rank_label(int rank) {
-  return "rank " + std::to_string(rank) + " (" + hostname() + ")";
+  return "rank " + std::to_string(rank) + " (" + common::hostname() + ")";
 }
 
 [[noreturn]] void nccl_fail(ncclResult_t r, const char* last_error, const char* expr,
@@ -59,7 +54,7 @@ AllreduceBackend choose_backend(ProcessGroup& pg, int device, bool multi_rank_gp
   std::vector<char> table(kLen * std::size_t(pg.size()), 0);
   char bus[64] = {0};
   GPURUN_CUDA_CHECK(cudaDeviceGetPCIBusId(bus, sizeof bus - 1, device));
-  const std::string me = hostname() + "|" + bus;
+  const std::string me = common::hostname() + "|" + bus;
   std::strncpy(&table[kLen * std::size_t(pg.rank())], me.c_str(), kLen - 1);
   for (int r = 0; r < pg.size(); ++r) pg.broadcast(&table[kLen * std::size_t(r)], kLen, r);
   std::set<std::string> seen;

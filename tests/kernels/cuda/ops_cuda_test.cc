@@ -223,7 +223,9 @@ TEST_F(CudaOps, SgdMatchesCpu) {
         cuda::sgd_step(dd, dp.get(), dg.get(), dv.get(), kDefault);
       }
       EXPECT_TRUE(all_close(dp.host(), p, 1e-6f, 1e-6f)) << "params, momentum " << momentum;
-      if (momentum != 0.0f) EXPECT_TRUE(all_close(dv.host(), v, 1e-6f, 1e-6f)) << "velocity";
+      if (momentum != 0.0f) {
+        EXPECT_TRUE(all_close(dv.host(), v, 1e-6f, 1e-6f)) << "velocity";
+      }
     }
   }
 }

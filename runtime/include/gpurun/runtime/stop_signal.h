@@ -19,6 +19,4 @@ class StopSignalGuard {
   static void raise_for_test(int sig);
 };
 
-const char* signal_name(int sig);
-
 }  // namespace gpurun::runtime

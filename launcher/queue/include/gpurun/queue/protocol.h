@@ -1,40 +1,22 @@
 // gpuq wire protocol: one request and one reply per connection on a Unix stream socket, each a
 // 4-byte big-endian length followed by that many bytes of JSON. Requests are bounded
 // (kMaxRequestBytes) so a client cannot make the daemon buffer without limit; replies (a queue of
-// 10,000 jobs) may be larger. Also the small RAII file-descriptor type used across gpuq.
+// 10,000 jobs) may be larger.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <string>
 
+#include "gpurun/common/posix.h"
+
 namespace gpurun::queue {
 
 constexpr uint32_t kMaxRequestBytes = 8u << 20;  // 8 MiB: a script plus its environment
 constexpr uint32_t kMaxReplyBytes = 512u << 20;
 
-// Move-only owner of a file descriptor; closes on destruction, never throws.
-class Fd {
- public:
-  Fd() = default;
-  explicit Fd(int fd) : fd_(fd) {}
-  Fd(Fd&& o) noexcept : fd_(o.release()) {}
-  Fd& operator=(Fd&& o) noexcept;
-  Fd(const Fd&) = delete;
-  Fd& operator=(const Fd&) = delete;
-  ~Fd();
-  int get() const { return fd_; }
-  int release() {
-    int f = fd_;
-    fd_ = -1;
-    return f;
-  }
-  void reset(int fd = -1);
-  explicit operator bool() const { return fd_ >= 0; }
-
- private:
-  int fd_ = -1;
-};
+// The owned file descriptor gpuq uses everywhere (common/posix.h).
+using Fd = common::Fd;
 
 // "\0\0\0\5hello" for "hello".
 std::string frame(const std::string& payload);
@@ -58,7 +40,7 @@ class FrameReader {
 
 // Blocking helpers for the client side. Throw std::runtime_error naming the socket path on error.
 Fd connect_unix(const std::string& path);
-void write_all(int fd, const std::string& bytes);
+void write_all(int fd, const std::string& bytes);    // to the daemon
 std::string read_frame(int fd, uint32_t max_bytes);  // throws on EOF before a whole frame
 
 }  // namespace gpurun::queue

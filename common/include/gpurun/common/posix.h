@@ -1,0 +1,50 @@
+// posix.h: POSIX helpers shared by the launcher, the queue and the runtime. Each exists once,
+// here: an owning file descriptor, signal names both ways, writes that finish or say why, a
+// whole-file read and the host name.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace gpurun::common {
+
+// An owned file descriptor: closed when the owner goes, moved but never copied.
+class Fd {
+ public:
+  Fd() = default;
+  explicit Fd(int fd) : fd_(fd) {}
+  Fd(Fd&& o) noexcept : fd_(o.release()) {}
+  Fd& operator=(Fd&& o) noexcept;
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  ~Fd();
+  int get() const { return fd_; }
+  int release() {
+    const int f = fd_;
+    fd_ = -1;
+    return f;
+  }
+  void reset(int fd = -1);
+  explicit operator bool() const { return fd_ >= 0; }
+
+ private:
+  int fd_ = -1;
+};
+
+// "SIGUSR1" for SIGUSR1; "SIG40" for a number without a name (real-time signals).
+std::string signal_name(int sig);
+// "USR1", "usr1", "SIGUSR1" or "10" -> SIGUSR1; nullopt for anything else (0, 65, "NOPE").
+std::optional<int> parse_signal(std::string_view text);
+
+// Writes all of `data` to fd, retrying after EINTR and short writes. On a socket it never raises
+// SIGPIPE. Returns false with errno set when the descriptor fails (a peer that went away).
+bool write_all(int fd, std::string_view data);
+
+// The whole file, or nullopt when it cannot be opened or read.
+std::optional<std::string> read_file(const std::string& path);
+
+// This machine's host name ("localhost" if gethostname fails).
+std::string hostname();
+
+}  // namespace gpurun::common

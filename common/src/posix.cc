@@ -1,0 +1,107 @@
+// posix.cc: the shared POSIX helpers (posix.h).
+#include "gpurun/common/posix.h"
+
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <array>
+#include <cctype>
+#include <cerrno>
+#include <csignal>
+#include <fstream>
+#include <sstream>
+
+namespace gpurun::common {
+namespace {
+
+struct NamedSignal {
+  const char* name;  // without "SIG"
+  int number;
+};
+
+constexpr std::array<NamedSignal, 22> kSignals = {{
+    {"HUP", SIGHUP},   {"INT", SIGINT},     {"QUIT", SIGQUIT}, {"ILL", SIGILL},   {"TRAP", SIGTRAP},
+    {"ABRT", SIGABRT}, {"BUS", SIGBUS},     {"FPE", SIGFPE},   {"KILL", SIGKILL}, {"USR1", SIGUSR1},
+    {"SEGV", SIGSEGV}, {"USR2", SIGUSR2},   {"PIPE", SIGPIPE}, {"ALRM", SIGALRM}, {"TERM", SIGTERM},
+    {"CHLD", SIGCHLD}, {"CONT", SIGCONT},   {"STOP", SIGSTOP}, {"TSTP", SIGTSTP}, {"URG", SIGURG},
+    {"XCPU", SIGXCPU}, {"WINCH", SIGWINCH},
+}};
+
+constexpr int kMaxSignal = 64;
+
+}  // namespace
+
+Fd& Fd::operator=(Fd&& o) noexcept {
+  if (this != &o) reset(o.release());
+  return *this;
+}
+
+Fd::~Fd() {
+  reset();
+}
+
+void Fd::reset(int fd) {
+  if (fd_ >= 0) ::close(fd_);
+  fd_ = fd;
+}
+
+std::string signal_name(int sig) {
+  for (const NamedSignal& s : kSignals) {
+    if (s.number == sig) return std::string("SIG") + s.name;
+  }
+  return "SIG" + std::to_string(sig);
+}
+
+std::optional<int> parse_signal(std::string_view text) {
+  if (text.empty()) return std::nullopt;
+  if (text.find_first_not_of("0123456789") == std::string_view::npos) {
+    if (text.size() > 2) return std::nullopt;
+    const int n = std::stoi(std::string(text));
+    if (n < 1 || n > kMaxSignal) return std::nullopt;
+    return n;
+  }
+  std::string upper(text);
+  for (char& c : upper) c = char(std::toupper(static_cast<unsigned char>(c)));
+  if (upper.rfind("SIG", 0) == 0) upper.erase(0, 3);
+  for (const NamedSignal& s : kSignals) {
+    if (upper == s.name) return s.number;
+  }
+  return std::nullopt;
+}
+
+bool write_all(int fd, std::string_view data) {
+  bool socket = true;
+  std::size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = socket ? ::send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL) : -1;
+    if (n < 0 && socket && errno == ENOTSOCK) {
+      socket = false;
+      continue;
+    }
+    if (!socket) n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      if (n == 0) errno = EIO;
+      return false;
+    }
+    off += std::size_t(n);
+  }
+  return true;
+}
+
+std::optional<std::string> read_file(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return std::nullopt;
+  std::ostringstream ss;
+  ss << f.rdbuf();
+  if (f.bad()) return std::nullopt;
+  return ss.str();
+}
+
+std::string hostname() {
+  std::array<char, 256> buf{};
+  if (::gethostname(buf.data(), buf.size() - 1) != 0) return "localhost";
+  return buf.data();
+}
+
+}  // namespace gpurun::common

@@ -1,0 +1,103 @@
+// Pins the shared POSIX helpers: signal names both ways, whole writes to pipes and sockets (and
+// the failure when the reader is gone), whole-file reads, the owning descriptor.
+#include "gpurun/common/posix.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <cstdio>
+#include <string>
+
+namespace gpurun::common {
+namespace {
+
+TEST(SignalName, NamesKnownSignalsAndNumbersTheRest) {
+  EXPECT_EQ(signal_name(SIGUSR1), "SIGUSR1");
+  EXPECT_EQ(signal_name(SIGKILL), "SIGKILL");
+  EXPECT_EQ(signal_name(SIGTERM), "SIGTERM");
+  EXPECT_EQ(signal_name(40), "SIG40");
+}
+
+TEST(ParseSignal, AcceptsNamesWithOrWithoutSigAndNumbers) {
+  EXPECT_EQ(parse_signal("USR1"), SIGUSR1);
+  EXPECT_EQ(parse_signal("usr2"), SIGUSR2);
+  EXPECT_EQ(parse_signal("SIGTERM"), SIGTERM);
+  EXPECT_EQ(parse_signal("sigint"), SIGINT);
+  EXPECT_EQ(parse_signal("9"), 9);
+  EXPECT_EQ(parse_signal("64"), 64);
+}
+
+TEST(ParseSignal, RefusesWhatIsNoSignal) {
+  for (const char* bad : {"", "0", "65", "100", "NOPE", "SIG", "USR1x", "-9", " 9"}) {
+    EXPECT_FALSE(parse_signal(bad).has_value()) << "'" << bad << "'";
+  }
+}
+
+TEST(ParseSignal, RoundTripsEveryNamedSignal) {
+  for (int s = 1; s < 32; ++s) {
+    const std::string name = signal_name(s);
+    if (name == "SIG" + std::to_string(s)) continue;
+    EXPECT_EQ(parse_signal(name), s) << name;
+  }
+}
+
+TEST(WriteAll, WritesEverythingThroughAPipe) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  Fd r(p[0]), w(p[1]);
+  const std::string data(60000, 'x');  // less than the pipe's 64 KiB: no reader needed
+  ASSERT_TRUE(write_all(w.get(), data));
+  w.reset();
+  std::string got;
+  char buf[4096];
+  ssize_t n;
+  while ((n = ::read(r.get(), buf, sizeof buf)) > 0) got.append(buf, std::size_t(n));
+  EXPECT_EQ(got, data);
+}
+
+TEST(WriteAll, FailsWithoutSigpipeWhenTheSocketPeerIsGone) {
+  int sv[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  Fd a(sv[0]);
+  ::close(sv[1]);
+  // A SIGPIPE would kill this test process; write_all must report the failure instead.
+  EXPECT_FALSE(write_all(a.get(), "hello"));
+  EXPECT_EQ(errno, EPIPE);
+}
+
+TEST(ReadFile, ReadsWholeFilesAndSaysWhenMissing) {
+  char path[] = "/tmp/gpurun-posix-XXXXXX";
+  Fd f(::mkstemp(path));
+  ASSERT_TRUE(f);
+  std::string data = "line 1\nline 2\n";
+  data.push_back('\0');
+  data += "after a NUL";
+  ASSERT_TRUE(write_all(f.get(), data));
+  EXPECT_EQ(read_file(path), data);
+  ::unlink(path);
+  EXPECT_FALSE(read_file(path).has_value());
+}
+
+TEST(Fd, ClosesOnDestructionAndMovesOwnership) {
+  int p[2];
+  ASSERT_EQ(::pipe(p), 0);
+  const int raw = p[0];
+  {
+    Fd a(p[0]);
+    Fd b(std::move(a));
+    EXPECT_FALSE(a);
+    EXPECT_EQ(b.get(), raw);
+  }
+  EXPECT_EQ(::fcntl(raw, F_GETFD), -1);  // closed once, by b
+  ::close(p[1]);
+}
+
+TEST(Hostname, IsNeverEmpty) {
+  EXPECT_FALSE(hostname().empty());
+}
+
+}  // namespace
+}  // namespace gpurun::common
