@@ -14,7 +14,7 @@ void bias_act_forward(const BiasActDesc& d, float* y, const float* b) {
     for (int c = 0; c < d.channels; ++c)
       for (int i = 0; i < d.inner; ++i) {
         float& v = y[(std::size_t(n) * d.channels + c) * d.inner + i];
-        v += b[c];
+        if (b) v += b[c];
         if (d.act == Activation::kRelu && !(v > 0.0f)) v = 0.0f;
       }
 }
@@ -37,7 +37,9 @@ void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* d
 namespace cpu {
 namespace {
 GPURUN_SIMD_CLONES void add_bias_row(float* v, float b, int n, bool relu) {
-  if (relu) {
+  if (relu && b == 0.0f) {  // no bias (a ReLU layer), or a zero one: adding it changes nothing
+    for (int i = 0; i < n; ++i) v[i] = v[i] > 0.0f ? v[i] : 0.0f;
+  } else if (relu) {
     for (int i = 0; i < n; ++i) {
       const float t = v[i] + b;
       v[i] = t > 0.0f ? t : 0.0f;
@@ -51,9 +53,10 @@ GPURUN_SIMD_CLONES void add_bias_row(float* v, float b, int n, bool relu) {
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b) {
   validate(d);
   const bool relu = d.act == Activation::kRelu;
+  if (!b && !relu) return;
   for (int n = 0; n < d.outer; ++n)
     for (int c = 0; c < d.channels; ++c)
-      add_bias_row(y + (std::size_t(n) * d.channels + c) * d.inner, b[c], d.inner, relu);
+      add_bias_row(y + (std::size_t(n) * d.channels + c) * d.inner, b ? b[c] : 0.0f, d.inner, relu);
 }
 
 namespace {

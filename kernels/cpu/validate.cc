@@ -7,6 +7,7 @@
 #include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/dense.h"
+#include "gpurun/kernels/pool2d.h"
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/softmax_xent.h"
 
@@ -35,6 +36,20 @@ void validate(const Conv2dDesc& d) {
                                 std::to_string(d.k_w) + " does not fit the padded input " +
                                 std::to_string(d.in_h + 2 * d.pad) + "x" +
                                 std::to_string(d.in_w + 2 * d.pad));
+  }
+}
+
+void validate(const Pool2dDesc& d) {
+  positive("max_pool2d", "batch", d.batch);
+  positive("max_pool2d", "channels", d.channels);
+  positive("max_pool2d", "in_h", d.in_h);
+  positive("max_pool2d", "in_w", d.in_w);
+  positive("max_pool2d", "size", d.size);
+  positive("max_pool2d", "stride", d.stride);
+  if (d.in_h < d.size || d.in_w < d.size) {
+    throw std::invalid_argument("max_pool2d: window " + std::to_string(d.size) + "x" +
+                                std::to_string(d.size) + " does not fit the input " +
+                                std::to_string(d.in_h) + "x" + std::to_string(d.in_w));
   }
 }
 

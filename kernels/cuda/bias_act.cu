@@ -25,6 +25,14 @@ __global__ void bias_act_fwd_kernel(float* __restrict__ y, const float* __restri
   }
 }
 
+// No bias: y = max(y, 0).
+__global__ void relu_fwd_kernel(float* __restrict__ y, std::size_t n) {
+  for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
+       i += std::size_t(gridDim.x) * blockDim.x) {
+    y[i] = act_fwd(y[i], true);
+  }
+}
+
 // Only the mask: db == nullptr.
 __global__ void act_bwd_kernel(const float* __restrict__ y, float* __restrict__ dy, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
@@ -101,6 +109,12 @@ void bias_act_forward(const BiasActDesc& d, float* y, const float* b, Stream s) 
   const std::size_t n = d.floats();
   const bool relu = d.act == Activation::kRelu;
   const int grid = detail::grid_blocks(n, kBlock);
+  if (b == nullptr) {
+    if (!relu) return;
+    relu_fwd_kernel<<<grid, kBlock, 0, detail::raw(s)>>>(y, n);
+    GPURUN_LAUNCH_CHECK("relu_fwd_kernel");
+    return;
+  }
   // 32-bit only when i + gridDim*blockDim cannot wrap.
   if (n + std::size_t(grid) * kBlock < (std::size_t(1) << 32)) {
     bias_act_fwd_kernel<unsigned><<<grid, kBlock, 0, detail::raw(s)>>>(

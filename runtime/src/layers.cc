@@ -1,10 +1,12 @@
-// layers.cc: Conv2D and Dense layers over the kernels' cpu:: ops.
+// layers.cc: the CPU layers (Conv2D, Dense, ReLU, Flatten, MaxPool2D) over the kernels' cpu:: ops.
 #include "gpurun/runtime/layers.h"
 
-#include <cmath>
+#include <algorithm>
 
+#include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/dense.h"
+#include "gpurun/kernels/pool2d.h"
 
 namespace gpurun::runtime {
 namespace {
@@ -15,38 +17,23 @@ std::size_t aligned(std::size_t n) {
   return (n + kParamAlign - 1) / kParamAlign * kParamAlign;
 }
 
-void glorot(Rng& rng, float* w, std::size_t n, double fan_in, double fan_out) {
-  const float limit = float(std::sqrt(6.0 / (fan_in + fan_out)));
-  for (std::size_t i = 0; i < n; ++i) w[i] = rng.uniform(-limit, limit);
-}
-
+// Conv2D (stride 1, no padding, like Keras's default "valid") + bias + activation.
 class Conv2d final : public Layer {
  public:
-  Conv2d(Shape in, int out_c, int kernel, k::Activation act) : in_(in), act_(act) {
-    d_.in_c = in.c;
-    d_.in_h = in.h;
-    d_.in_w = in.w;
-    d_.out_c = out_c;
-    d_.k_h = d_.k_w = kernel;
+  explicit Conv2d(const LayerSpec& s) : Layer(s) {
+    d_.in_c = s.input.c;
+    d_.in_h = s.input.h;
+    d_.in_w = s.input.w;
+    d_.out_c = s.units;
+    d_.k_h = d_.k_w = s.kernel;
     d_.batch = 1;
     k::validate(d_);
-  }
-  std::string name() const override { return "conv2d"; }
-  Shape input_shape() const override { return in_; }
-  Shape output_shape() const override { return {d_.out_c, d_.out_h(), d_.out_w()}; }
-  std::size_t param_floats() const override {
-    return aligned(d_.w_floats()) + aligned(std::size_t(d_.out_c));
   }
   void bind(float* p, float* g) override {
     w_ = p;
     b_ = p + aligned(d_.w_floats());
     dw_ = g;
     db_ = g + aligned(d_.w_floats());
-  }
-  void init(Rng& rng) override {
-    const double rf = double(d_.k_h) * d_.k_w;
-    glorot(rng, w_, d_.w_floats(), rf * d_.in_c, rf * d_.out_c);
-    for (int c = 0; c < d_.out_c; ++c) b_[c] = 0.0f;
   }
   std::size_t workspace_floats(int batch) const override {
     return k::cpu::conv2d_workspace_floats(desc(batch));
@@ -71,54 +58,43 @@ class Conv2d final : public Layer {
     return d;
   }
   k::BiasActDesc bias_desc(int batch) const {
-    return {batch, d_.out_c, d_.out_h() * d_.out_w(), act_};
+    return {batch, d_.out_c, d_.out_h() * d_.out_w(), spec().activation};
   }
-  Shape in_;
   k::Conv2dDesc d_;
-  k::Activation act_;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
 };
 
+// Dense + bias + activation; flattens its input.
 class Dense final : public Layer {
  public:
-  Dense(Shape in, int out, k::Activation act) : in_(in), out_(out), act_(act) {
+  explicit Dense(const LayerSpec& s) : Layer(s), in_(int(s.input.size())), out_(s.units) {
     k::validate(desc(1));
   }
-  std::string name() const override { return "dense"; }
-  Shape input_shape() const override { return in_; }
-  Shape output_shape() const override { return {out_, 1, 1}; }
-  std::size_t param_floats() const override {
-    return aligned(std::size_t(out_) * in_.size()) + aligned(std::size_t(out_));
-  }
   void bind(float* p, float* g) override {
-    const std::size_t wn = aligned(std::size_t(out_) * in_.size());
+    const std::size_t wn = aligned(std::size_t(out_) * in_);
     w_ = p;
     b_ = p + wn;
     dw_ = g;
     db_ = g + wn;
   }
-  void init(Rng& rng) override {
-    glorot(rng, w_, std::size_t(out_) * in_.size(), double(in_.size()), double(out_));
-    for (int c = 0; c < out_; ++c) b_[c] = 0.0f;
-  }
   std::size_t workspace_floats(int) const override { return 0; }
   void forward(int batch, const float* x, float* y, k::Workspace) override {
     k::cpu::dense_forward(desc(batch), x, w_, y);
-    k::cpu::bias_act_forward({batch, out_, 1, act_}, y, b_);
+    k::cpu::bias_act_forward(bias_desc(batch), y, b_);
   }
   void backward(int batch, const float* x, const float* y, float* dy, float* dx, InputGrad need,
                 k::Accumulate acc, k::Workspace) override {
     const k::DenseDesc d = desc(batch);
-    k::cpu::bias_act_backward({batch, out_, 1, act_}, y, dy, db_, acc);
+    k::cpu::bias_act_backward(bias_desc(batch), y, dy, db_, acc);
     k::cpu::dense_backward_weights(d, x, dy, dw_, acc);
     if (need == InputGrad::kCompute) k::cpu::dense_backward_data(d, w_, dy, dx);
   }
-  Range deferred_weights() const override { return {0, std::size_t(out_) * in_.size()}; }
+  Range deferred_weights() const override { return {0, std::size_t(out_) * in_}; }
   int deferred_rows() const override { return out_; }
   void backward_deferred(int batch, const float* x, const float* y, float* dy, float* dx,
                          InputGrad need, k::Workspace) override {
     (void)x;
-    k::cpu::bias_act_backward({batch, out_, 1, act_}, y, dy, db_);
+    k::cpu::bias_act_backward(bias_desc(batch), y, dy, db_);
     // dx needs the weights before anyone updates them: the trainer updates after a barrier.
     if (need == InputGrad::kCompute) k::cpu::dense_backward_data(desc(batch), w_, dy, dx);
   }
@@ -128,22 +104,85 @@ class Dense final : public Layer {
   }
 
  private:
-  k::DenseDesc desc(int batch) const { return {batch, int(in_.size()), out_}; }
-  Shape in_;
-  int out_;
-  k::Activation act_;
+  k::DenseDesc desc(int batch) const { return {batch, in_, out_}; }
+  k::BiasActDesc bias_desc(int batch) const { return {batch, out_, 1, spec().activation}; }
+  int in_, out_;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;
+};
+
+// ReLU: bias_act without a bias. Backward masks dy by the output (y > 0) into dx.
+class Relu final : public Layer {
+ public:
+  explicit Relu(const LayerSpec& s) : Layer(s) {}
+  std::size_t workspace_floats(int) const override { return 0; }
+  void forward(int batch, const float* x, float* y, k::Workspace) override {
+    std::copy(x, x + floats(batch), y);
+    k::cpu::bias_act_forward(desc(batch), y, nullptr);
+  }
+  void backward(int batch, const float*, const float* y, float* dy, float* dx, InputGrad need,
+                k::Accumulate, k::Workspace) override {
+    if (need == InputGrad::kSkip) return;
+    k::cpu::bias_act_backward(desc(batch), y, dy, nullptr);
+    std::copy(dy, dy + floats(batch), dx);
+  }
+
+ private:
+  std::size_t floats(int batch) const { return std::size_t(batch) * input_shape().size(); }
+  k::BiasActDesc desc(int batch) const {
+    return {batch, 1, int(input_shape().size()), k::Activation::kRelu};
+  }
+};
+
+// Flatten: the same floats under a flat shape (NCHW is already row-major per example).
+class Flatten final : public Layer {
+ public:
+  explicit Flatten(const LayerSpec& s) : Layer(s) {}
+  std::size_t workspace_floats(int) const override { return 0; }
+  void forward(int batch, const float* x, float* y, k::Workspace) override {
+    std::copy(x, x + std::size_t(batch) * input_shape().size(), y);
+  }
+  void backward(int batch, const float*, const float*, float* dy, float* dx, InputGrad need,
+                k::Accumulate, k::Workspace) override {
+    if (need == InputGrad::kCompute)
+      std::copy(dy, dy + std::size_t(batch) * input_shape().size(), dx);
+  }
+};
+
+class MaxPool2d final : public Layer {
+ public:
+  explicit MaxPool2d(const LayerSpec& s) : Layer(s) { k::validate(desc(1)); }
+  std::size_t workspace_floats(int) const override { return 0; }
+  void forward(int batch, const float* x, float* y, k::Workspace) override {
+    k::cpu::max_pool2d_forward(desc(batch), x, y);
+  }
+  void backward(int batch, const float* x, const float*, float* dy, float* dx, InputGrad need,
+                k::Accumulate, k::Workspace) override {
+    if (need == InputGrad::kCompute) k::cpu::max_pool2d_backward(desc(batch), x, dy, dx);
+  }
+
+ private:
+  k::Pool2dDesc desc(int batch) const {
+    const Shape in = input_shape();
+    return {batch, in.c, in.h, in.w, spec().kernel, spec().stride};
+  }
 };
 
 }  // namespace
 
-std::unique_ptr<Layer> make_conv2d(Shape in, int out_channels, int kernel,
-                                   kernels::Activation act) {
-  return std::make_unique<Conv2d>(in, out_channels, kernel, act);
-}
-
-std::unique_ptr<Layer> make_dense(Shape in, int out, kernels::Activation act) {
-  return std::make_unique<Dense>(in, out, act);
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec) {
+  switch (spec.kind) {
+    case LayerKind::kConv2D:
+      return std::make_unique<Conv2d>(spec);
+    case LayerKind::kDense:
+      return std::make_unique<Dense>(spec);
+    case LayerKind::kReLU:
+      return std::make_unique<Relu>(spec);
+    case LayerKind::kFlatten:
+      return std::make_unique<Flatten>(spec);
+    case LayerKind::kMaxPool2D:
+      return std::make_unique<MaxPool2d>(spec);
+  }
+  throw std::invalid_argument(std::string("no CPU layer for ") + spec.name());
 }
 
 }  // namespace gpurun::runtime

@@ -12,33 +12,22 @@ namespace gpurun::runtime {
 
 namespace k = gpurun::kernels;
 
-Model::Model(std::vector<std::unique_ptr<Layer>> layers, int classes, int max_batch)
-    : layers_(std::move(layers)), classes_(classes), max_batch_(max_batch) {
-  if (layers_.empty()) throw std::invalid_argument("model: no layers");
+Model::Model(const ModelSpec& spec, int max_batch)
+    : spec_(spec), classes_(int(spec.output().size())), max_batch_(max_batch) {
+  if (spec.layers().empty()) throw std::invalid_argument("model: no layers");
   if (max_batch < 1) throw std::invalid_argument("model: max_batch must be >= 1");
-  for (std::size_t i = 1; i < layers_.size(); ++i) {
-    if (layers_[i - 1]->output_shape().size() != layers_[i]->input_shape().size()) {
-      throw std::invalid_argument("model: layer " + std::to_string(i) + " (" + layers_[i]->name() +
-                                  ") input does not match layer " + std::to_string(i - 1) +
-                                  " output");
-    }
-  }
-  if (layers_.back()->output_shape().size() != std::size_t(classes)) {
-    throw std::invalid_argument("model: last layer has " +
-                                std::to_string(layers_.back()->output_shape().size()) +
-                                " outputs, expected " + std::to_string(classes) + " classes");
-  }
-  for (auto& l : layers_) n_params_ += l->param_floats();
+  n_params_ = spec.param_floats();
   params_ = FloatBuffer(n_params_);
   grads_ = FloatBuffer(n_params_ + kStatSlots);
-  std::size_t off = 0, ws = 0;
-  for (std::size_t i = 0; i < layers_.size(); ++i) {
-    Layer& l = *layers_[i];
+  std::size_t ws = 0;
+  for (std::size_t i = 0; i < spec.layers().size(); ++i) {
+    layers_.push_back(make_layer(spec.layers()[i]));
+    const Layer& l = *layers_.back();
     const Layer::Range dr = l.deferred_weights();
     if (dr.end > dr.begin) {
-      deferred_.push_back({i, off + dr.begin, l.deferred_rows(), int(l.input_shape().size())});
+      deferred_.push_back(
+          {i, spec.params_of(i).offset + dr.begin, l.deferred_rows(), int(l.input_shape().size())});
     }
-    off += l.param_floats();
     const std::size_t a = std::size_t(max_batch) * l.output_shape().size();
     acts_.emplace_back(a);
     dacts_.emplace_back(a);
@@ -48,31 +37,15 @@ Model::Model(std::vector<std::unique_ptr<Layer>> layers, int classes, int max_ba
   bound_dact_.assign(layers_.size(), nullptr);
   bind_layers(params_.data());
   workspace_ = FloatBuffer(std::max<std::size_t>(ws, 1));
-  dlogits_ = FloatBuffer(std::size_t(max_batch) * classes);
+  dlogits_ = FloatBuffer(std::size_t(max_batch) * classes_);
 }
 
 void Model::bind_layers(float* params) {
   param_base_ = params;
-  std::size_t off = 0;
-  for (auto& l : layers_) {
-    l->bind(params + off, grads_.data() + off);
-    off += l->param_floats();
+  for (std::size_t i = 0; i < layers_.size(); ++i) {
+    const std::size_t off = spec_.params_of(i).offset;
+    layers_[i]->bind(params + off, grads_.data() + off);
   }
-}
-
-std::size_t Model::param_count() const {
-  // Alignment padding is zero and never trained; count only real tensors.
-  std::size_t n = 0;
-  for (const auto& l : layers_) {
-    const Shape in = l->input_shape(), out = l->output_shape();
-    if (l->name() == "conv2d") {
-      const int kh = in.h - out.h + 1, kw = in.w - out.w + 1;
-      n += std::size_t(out.c) * in.c * kh * kw + out.c;
-    } else {
-      n += out.size() * in.size() + out.size();
-    }
-  }
-  return n;
 }
 
 void Model::share_params(Model& owner) {
@@ -96,9 +69,7 @@ void Model::write_stats(const StepResult& r) {
 }
 
 void Model::init(std::uint64_t seed) {
-  std::fill(param_base_, param_base_ + n_params_, 0.0f);
-  Rng rng = Rng::derive(seed, 0x1A17, 0);
-  for (auto& l : layers_) l->init(rng);
+  spec_.init_params(seed, param_base_);
 }
 
 void Model::run_forward(int batch, const float* x, bool bound) {
@@ -217,14 +188,6 @@ StepResult Model::evaluate(int batch, const float* x, const std::int32_t* labels
   k::cpu::softmax_xent({batch, classes_, 1.0f}, logits, labels, dlogits_.data(), &loss);
   r.loss_sum = loss;
   return r;
-}
-
-std::unique_ptr<Model> make_mnist_cnn(Shape input, int classes, int max_batch) {
-  std::vector<std::unique_ptr<Layer>> layers;
-  layers.push_back(make_conv2d(input, 32, 3, k::Activation::kRelu));
-  layers.push_back(make_dense(layers.back()->output_shape(), 128, k::Activation::kRelu));
-  layers.push_back(make_dense(layers.back()->output_shape(), classes, k::Activation::kNone));
-  return std::make_unique<Model>(std::move(layers), classes, max_batch);
 }
 
 }  // namespace gpurun::runtime

@@ -11,6 +11,7 @@
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "gpurun/common/posix.h"
 #include "gpurun/runtime/process_group.h"
@@ -41,7 +42,7 @@ constexpr std::size_t kMaxChunk = std::size_t(INT_MAX) / 2;
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
-  MpiProcessGroup() {
+  explicit MpiProcessGroup(std::string shm_dir) : shm_dir_(std::move(shm_dir)) {
     int init = 0;
     GPURUN_MPI_CHECK(MPI_Initialized(&init));
     if (!init) {
@@ -112,8 +113,7 @@ class MpiProcessGroup final : public ProcessGroup {
     // Open MPI backs the window with a file in osc_sm_backing_directory (/dev/shm by default).
     // Touching pages a full tmpfs cannot provide is a SIGBUS, and containers often get a 64 MiB
     // /dev/shm: check the room first, and agree on the answer.
-    const char* env = std::getenv("OMPI_MCA_osc_sm_backing_directory");
-    const std::string dir = env && *env ? env : "/dev/shm";
+    const std::string& dir = shm_dir_;
     struct statvfs st {};
     int ok = 1;
     unsigned long long avail = 0;
@@ -176,6 +176,7 @@ class MpiProcessGroup final : public ProcessGroup {
     void* data_ = nullptr;
   };
 
+  std::string shm_dir_;
   bool owns_ = false;
   MPI_Comm local_ = MPI_COMM_NULL;  // the ranks on this node
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
@@ -183,8 +184,8 @@ class MpiProcessGroup final : public ProcessGroup {
 
 }  // namespace
 
-std::unique_ptr<ProcessGroup> make_process_group() {
-  return std::make_unique<MpiProcessGroup>();
+std::unique_ptr<ProcessGroup> make_process_group(const ProcessGroupOptions& options) {
+  return std::make_unique<MpiProcessGroup>(options.shm_dir);
 }
 
 void abort_job_if_parallel(int code) {

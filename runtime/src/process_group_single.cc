@@ -56,7 +56,7 @@ std::unique_ptr<ProcessGroup> make_single_process_group() {
 }
 
 #ifndef GPURUN_HAVE_MPI
-std::unique_ptr<ProcessGroup> make_process_group() {
+std::unique_ptr<ProcessGroup> make_process_group(const ProcessGroupOptions&) {
   return make_single_process_group();
 }
 void abort_job_if_parallel(int) {}

@@ -16,12 +16,17 @@
 #include "gpurun/runtime/process_group.h"
 #include "gpurun/runtime/rng.h"
 #include "gpurun/runtime/trainer.h"
+#include "test_models.h"
 
 namespace gpurun::runtime {
 namespace {
 
+using testing::lenet_spec;
+using testing::make_model;
+using testing::mnist_cnn_spec;
+
 TEST(Model, MnistCnnHasTheBenchmarksParameterCount) {
-  auto m = make_mnist_cnn({1, 28, 28}, 10, 64);
+  auto m = make_model(mnist_cnn_spec(), 64);
   EXPECT_EQ(m->param_count(), 2770634u);
   EXPECT_GE(m->param_floats(), m->param_count());
   EXPECT_EQ(m->grad_buffer_floats(), m->param_floats() + kStatSlots);
@@ -29,7 +34,7 @@ TEST(Model, MnistCnnHasTheBenchmarksParameterCount) {
 }
 
 TEST(Model, InitIsDeterministicAndGlorotBounded) {
-  auto a = make_mnist_cnn({1, 28, 28}, 10, 8), b = make_mnist_cnn({1, 28, 28}, 10, 8);
+  auto a = make_model(mnist_cnn_spec(), 8), b = make_model(mnist_cnn_spec(), 8);
   a->init(5);
   b->init(5);
   EXPECT_EQ(0, std::memcmp(a->params(), b->params(), a->param_floats() * sizeof(float)));
@@ -45,26 +50,23 @@ TEST(Model, InitIsDeterministicAndGlorotBounded) {
 
 // A small network of the same kind, so a finite-difference check over all parameters is cheap.
 std::unique_ptr<Model> small_model() {
-  std::vector<std::unique_ptr<Layer>> layers;
-  layers.push_back(make_conv2d({1, 6, 6}, 3, 3, kernels::Activation::kRelu));
-  layers.push_back(make_dense(layers.back()->output_shape(), 5, kernels::Activation::kRelu));
-  layers.push_back(make_dense(layers.back()->output_shape(), 4, kernels::Activation::kNone));
-  return std::make_unique<Model>(std::move(layers), 4, 3);
+  ModelSpec net({1, 6, 6});
+  net.add(conv2d(3, 3, Activation::kRelu)).add(dense(5, Activation::kRelu)).add(dense(4));
+  return make_model(net, 3);
 }
 
-TEST(Model, WholeModelGradientMatchesFiniteDifferences) {
-  auto m = small_model();
-  m->init(3);
-  Rng rng(11);
-  std::vector<float> x(3 * 36);
-  for (auto& v : x) v = rng.uniform(0, 1);
-  const std::vector<std::int32_t> y = {0, 3, 2};
-  m->forward_backward(3, x.data(), y.data());
-  const std::vector<float> grad(m->grads(), m->grads() + m->param_floats());
-  auto loss = [&]() { return m->evaluate(3, x.data(), y.data()).loss_sum / 3.0; };
+// Central differences of the mean loss against the backward pass, over every parameter of m
+// (3 images of input x, labels y).
+void expect_gradient_matches_finite_differences(Model& m, const std::vector<float>& x,
+                                                const std::vector<std::int32_t>& y) {
+  m.init(3);
+  const int n = int(y.size());
+  m.forward_backward(n, x.data(), y.data());
+  const std::vector<float> grad(m.grads(), m.grads() + m.param_floats());
+  auto loss = [&]() { return m.evaluate(n, x.data(), y.data()).loss_sum / n; };
   std::size_t checked = 0;
-  for (std::size_t i = 0; i < m->param_floats(); ++i) {
-    float& p = m->params()[i];
+  for (std::size_t i = 0; i < m.param_floats(); ++i) {
+    float& p = m.params()[i];
     const float keep = p;
     p = keep + 1e-3f;
     const double up = loss();
@@ -78,8 +80,85 @@ TEST(Model, WholeModelGradientMatchesFiniteDifferences) {
   EXPECT_GT(checked, 100u);
 }
 
+std::vector<float> random_images(std::size_t floats, std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> x(floats);
+  for (auto& v : x) v = rng.uniform(0, 1);
+  return x;
+}
+
+TEST(Model, WholeModelGradientMatchesFiniteDifferences) {
+  auto m = small_model();
+  expect_gradient_matches_finite_differences(*m, random_images(3 * 36, 11), {0, 3, 2});
+}
+
+TEST(Model, PoolingReluFlattenGradientMatchesFiniteDifferences) {
+  // Every layer kind LeNet uses, small: conv -> max pool -> conv -> ReLU -> flatten -> dense.
+  ModelSpec net({1, 10, 10});
+  net.add(conv2d(3, 3, Activation::kRelu))
+      .add(max_pool2d(2))
+      .add(conv2d(4, 2))
+      .add(relu())
+      .add(flatten())
+      .add(dense(5, Activation::kRelu))
+      .add(dense(4));
+  auto m = make_model(net, 3);
+  expect_gradient_matches_finite_differences(*m, random_images(3 * 100, 12), {1, 0, 3});
+}
+
+TEST(ModelSpec, WorksOutShapesAndTheFlatLayout) {
+  const ModelSpec net = lenet_spec();
+  const std::vector<Shape> out = {{6, 24, 24}, {6, 12, 12}, {16, 8, 8}, {16, 4, 4},
+                                  {256, 1, 1}, {120, 1, 1}, {84, 1, 1}, {10, 1, 1}};
+  ASSERT_EQ(net.layers().size(), out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    EXPECT_EQ(net.layers()[i].output, out[i]) << "layer " << i << " " << net.layers()[i].name();
+  }
+  EXPECT_EQ(net.param_count(), 44426u);  // 156 + 2416 + 30840 + 10164 + 850
+  std::size_t at = 0;
+  for (std::size_t i = 0; i < net.layers().size(); ++i) {
+    const ParamSlice& s = net.params_of(i);
+    EXPECT_EQ(s.offset, at) << "layer " << i;
+    EXPECT_EQ(s.offset % kParamAlign, 0u);
+    EXPECT_EQ(s.bias % kParamAlign, 0u);
+    EXPECT_GE(s.bias - s.weights, net.layers()[i].weight_floats());
+    at += s.floats;
+  }
+  EXPECT_EQ(at, net.param_floats());
+  EXPECT_EQ(mnist_cnn_spec().param_count(), 2770634u);
+}
+
+TEST(ModelSpec, RefusesLayersThatDoNotFitNamingThem) {
+  ModelSpec net({1, 4, 4});
+  try {
+    net.add(conv2d(8, 5));
+    FAIL() << "a 5x5 kernel on a 4x4 input was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("layer 1 (conv2d) on input 1x4x4"), std::string::npos)
+        << e.what();
+  }
+  net.add(conv2d(2, 3));
+  EXPECT_THROW(net.add(max_pool2d(3)), std::invalid_argument);
+  EXPECT_THROW(net.add(dense(0)), std::invalid_argument);
+  EXPECT_THROW(ModelSpec({0, 28, 28}), std::invalid_argument);
+  EXPECT_EQ(net.layers().size(), 1u) << "a refused layer must not be added";
+}
+
+TEST(ModelSpec, InitIsTheSameForTheSameSeed) {
+  const ModelSpec net = lenet_spec();
+  std::vector<float> a(net.param_floats()), b(net.param_floats()), c(net.param_floats());
+  net.init_params(9, a.data());
+  net.init_params(9, b.data());
+  net.init_params(10, c.data());
+  EXPECT_EQ(a, b);
+  EXPECT_NE(a, c);
+  // Biases start at zero.
+  const ParamSlice& s = net.params_of(0);
+  for (int i = 0; i < 6; ++i) EXPECT_EQ(a[s.bias + std::size_t(i)], 0.0f);
+}
+
 TEST(Model, SgdStepsLowerTheLossOnAFixedBatch) {
-  auto m = make_mnist_cnn({1, 28, 28}, 10, 16);
+  auto m = make_model(mnist_cnn_spec(), 16);
   m->init(1);
   Rng rng(2);
   std::vector<float> x(16 * 784);
@@ -172,17 +251,21 @@ void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_p
 
 TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
   // The MNIST CNN: the two Dense weight matrices defer.
-  expect_deferred_matches_gradient_then_sgd([] { return make_mnist_cnn({1, 28, 28}, 10, 16); }, 2);
+  expect_deferred_matches_gradient_then_sgd([] { return make_model(mnist_cnn_spec(), 16); }, 2);
+}
+
+TEST(Model, DeferredUpdateOnLeNet) {
+  // Three Dense layers defer, after pooling and a flatten.
+  expect_deferred_matches_gradient_then_sgd([] { return make_model(lenet_spec(), 16); }, 3);
 }
 
 TEST(Model, DeferredUpdateWithADenseFirstLayer) {
   // A Dense first layer defers too: its X is the input batch, copied to the bound buffer.
   expect_deferred_matches_gradient_then_sgd(
       [] {
-        std::vector<std::unique_ptr<Layer>> layers;
-        layers.push_back(make_dense({1, 28, 28}, 32, kernels::Activation::kRelu));
-        layers.push_back(make_dense({32, 1, 1}, 10, kernels::Activation::kNone));
-        return std::make_unique<Model>(std::move(layers), 10, 16);
+        ModelSpec net({1, 28, 28});
+        net.add(dense(32, Activation::kRelu)).add(dense(10));
+        return make_model(net, 16);
       },
       2);
 }

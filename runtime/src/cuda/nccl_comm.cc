@@ -46,6 +46,18 @@ std::string rank_label(int rank) {
   throw std::runtime_error(msg);
 }
 
+const char* to_string(AllreduceBackend b) {
+  switch (b) {
+    case AllreduceBackend::kNone:
+      return "none";
+    case AllreduceBackend::kNccl:
+      return "nccl";
+    case AllreduceBackend::kHostMpi:
+      return "mpi-host-staged";
+  }
+  return "?";
+}
+
 AllreduceBackend choose_backend(ProcessGroup& pg, int device, bool multi_rank_gpu_env,
                                 std::string* why) {
   if (pg.size() == 1) return AllreduceBackend::kNone;

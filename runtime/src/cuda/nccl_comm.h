@@ -18,7 +18,6 @@
 #include <string>
 #include <thread>
 
-#include "gpurun/runtime/gpu_trainer.h"
 #include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime::cuda {
@@ -32,6 +31,11 @@ namespace gpurun::runtime::cuda {
     if (gpurun_r_ != ncclSuccess && gpurun_r_ != ncclInProgress)                         \
       ::gpurun::runtime::cuda::nccl_fail(gpurun_r_, nullptr, #expr, __FILE__, __LINE__); \
   } while (0)
+
+// How the GPU ranks sum their gradients. kNone: one rank.
+enum class AllreduceBackend { kNone, kNccl, kHostMpi };
+// "none", "nccl", "mpi-host-staged": the report's `exchange`.
+const char* to_string(AllreduceBackend b);
 
 // "rank R (host)", for messages.
 std::string rank_label(int rank);

@@ -1,6 +1,7 @@
 // ops_cuda_test.cc: every cuda:: op against its CPU twin (the oracle), on shapes that include the
 // MNIST CNN's, with the tolerance stated per op as |gpu - cpu| <= atol + rtol*|cpu| (the first
-// mismatches are printed). FP32 math (no TF32). Skips without a CUDA device.
+// mismatches are printed). FP32 math (no TF32). Without a CUDA device the program exits 77
+// (skipped); with one, every case runs (gpu_test_main.cc).
 // Run: ctest -L gpu, or build-cuda/tests/kernels/cuda/kernels_cuda_test.
 #include <gtest/gtest.h>
 
@@ -13,6 +14,7 @@
 #include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/dense.h"
+#include "gpurun/kernels/pool2d.h"
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/softmax_xent.h"
 
@@ -34,10 +36,7 @@ Conv2dDesc conv_desc(int batch, int in_c, int hw, int out_c, int k, int stride =
 
 class CudaOps : public ::testing::Test {
  protected:
-  void SetUp() override {
-    GPURUN_REQUIRE_GPU();
-    cuda::set_math_precision(cuda::MathPrecision::kFp32);
-  }
+  void SetUp() override { cuda::set_math_precision(cuda::MathPrecision::kFp32); }
 };
 
 // Forward: a sum of in_c*k*k (9..72) products of values in [-1, 1]: FP32 rounding differences
@@ -152,6 +151,38 @@ TEST_F(CudaOps, BiasActMatchesCpu) {
     cuda::bias_act_backward(d, dyv.get(), dg.get(), nullptr, Accumulate::kOverwrite, kDefault);
     EXPECT_TRUE(all_close(dg.host(), g, 0.0f, 0.0f)) << "mask only, channels " << d.channels;
   }
+}
+
+// Max pooling: a max does not round and the gather adds each input's gradients in the CPU
+// scatter's order: bitwise (atol 0), overlapping windows included.
+TEST_F(CudaOps, MaxPoolMatchesCpu) {
+  const Pool2dDesc shapes[] = {{64, 6, 24, 24, 2, 2},
+                               {64, 16, 8, 8, 2, 2},
+                               {3, 2, 7, 9, 2, 2},
+                               {2, 3, 7, 7, 3, 2},
+                               {1, 1, 5, 5, 3, 1}};
+  for (const Pool2dDesc& d : shapes) {
+    const auto x = random_vec(d.x_floats(), 30), dyv = random_vec(d.y_floats(), 31);
+    std::vector<float> y(d.y_floats()), dx(d.x_floats());
+    cpu::max_pool2d_forward(d, x.data(), y.data());
+    cpu::max_pool2d_backward(d, x.data(), dyv.data(), dx.data());
+    DeviceVec<float> gx(x), gy(d.y_floats()), gdy(dyv), gdx(d.x_floats());
+    cuda::max_pool2d_forward(d, gx.get(), gy.get(), kDefault);
+    cuda::max_pool2d_backward(d, gx.get(), gdy.get(), gdx.get(), kDefault);
+    EXPECT_TRUE(all_close(gy.host(), y, 0.0f, 0.0f)) << "forward " << d.size << "/" << d.stride;
+    EXPECT_TRUE(all_close(gdx.host(), dx, 0.0f, 0.0f)) << "backward " << d.size << "/" << d.stride;
+  }
+}
+
+// A ReLU layer: bias_act without a bias, exact.
+TEST_F(CudaOps, ReluWithoutBiasMatchesCpu) {
+  const BiasActDesc d{64, 1, 2304, Activation::kRelu};
+  const auto y0 = random_vec(d.floats(), 32);
+  std::vector<float> y = y0;
+  cpu::bias_act_forward(d, y.data(), nullptr);
+  DeviceVec<float> dy(y0);
+  cuda::bias_act_forward(d, dy.get(), nullptr, kDefault);
+  EXPECT_TRUE(all_close(dy.host(), y, 0.0f, 0.0f));
 }
 
 // Softmax cross-entropy: expf/logf differ from the host's by an ulp or two: dlogits

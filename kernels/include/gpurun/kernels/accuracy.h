@@ -2,6 +2,7 @@
 // (ties go to the lowest class index, as torch.argmax does).
 #pragma once
 
+#include "gpurun/kernels/config.h"
 #include "gpurun/kernels/types.h"
 
 namespace gpurun::kernels {
@@ -24,10 +25,12 @@ void accuracy_count(const AccuracyDesc& d, const float* logits, const std::int32
                     std::int64_t* correct);
 }  // namespace cpu
 
+#if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
 // correct is a device pointer (one int64).
 void accuracy_count(const AccuracyDesc& d, const float* logits, const std::int32_t* labels,
                     std::int64_t* correct, Stream s);
 }  // namespace cuda
+#endif
 
 }  // namespace gpurun::kernels

@@ -3,6 +3,7 @@
 // output [batch, out_c, out_h*out_w]; bias has `channels` floats.
 #pragma once
 
+#include "gpurun/kernels/config.h"
 #include "gpurun/kernels/types.h"
 
 namespace gpurun::kernels {
@@ -21,7 +22,7 @@ struct BiasActDesc {
 void validate(const BiasActDesc& d);
 
 namespace ref {
-// y = act(y + b), in place.
+// y = act(y + b), in place; b == nullptr means no bias (a ReLU layer is channels 1 and no bias).
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b);
 // Given the activated output y and dL/dy: dx = dL/dy * act'(y) (written over dy, in place) and
 // db = sum of dx over outer and inner (skipped when db is nullptr). With Accumulate::kAdd the
@@ -37,10 +38,12 @@ void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* d
                        Accumulate acc = Accumulate::kOverwrite);
 }  // namespace cpu
 
+#if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b, Stream s);
 void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db, Accumulate acc,
                        Stream s);
 }  // namespace cuda
+#endif
 
 }  // namespace gpurun::kernels

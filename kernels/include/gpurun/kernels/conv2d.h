@@ -4,6 +4,7 @@
 //   ref::  plain loops, the test oracle;  cpu::  im2col + OpenBLAS sgemm;  cuda::  kernels/cuda/.
 #pragma once
 
+#include "gpurun/kernels/config.h"
 #include "gpurun/kernels/types.h"
 
 namespace gpurun::kernels {
@@ -46,6 +47,7 @@ void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, 
                           Workspace ws);
 }  // namespace cpu
 
+#if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
 // Implemented in kernels/cuda/ when GPURUN_ENABLE_CUDA; device pointers, asynchronous on `s`.
 std::size_t conv2d_workspace_floats(const Conv2dDesc& d);
@@ -56,5 +58,6 @@ void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* d
 void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, float* dx,
                           Workspace ws, Stream s);
 }  // namespace cuda
+#endif
 
 }  // namespace gpurun::kernels

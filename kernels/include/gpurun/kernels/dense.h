@@ -4,6 +4,7 @@
 //   cuda:: cuBLAS, in kernels/cuda/.
 #pragma once
 
+#include "gpurun/kernels/config.h"
 #include "gpurun/kernels/types.h"
 
 namespace gpurun::kernels {
@@ -43,11 +44,13 @@ void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy,
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx);
 }  // namespace cpu
 
+#if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
 void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y, Stream s);
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc, Stream s);
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx, Stream s);
 }  // namespace cuda
+#endif
 
 }  // namespace gpurun::kernels

@@ -6,6 +6,7 @@
 // extra pass over the 11 MB gradient buffer.
 #pragma once
 
+#include "gpurun/kernels/config.h"
 #include "gpurun/kernels/types.h"
 
 namespace gpurun::kernels {
@@ -30,6 +31,7 @@ namespace cpu {
 void sgd_step(const SgdDesc& d, float* params, const float* grads, float* velocity);
 }  // namespace cpu
 
+#if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
 void sgd_step(const SgdDesc& d, float* params, const float* grads, float* velocity, Stream s);
 // The same step with the learning rate read from device memory (one float) when the kernel runs,
@@ -38,5 +40,6 @@ void sgd_step(const SgdDesc& d, float* params, const float* grads, float* veloci
 void sgd_step_device_lr(const SgdDesc& d, const float* lr_device, float* params, const float* grads,
                         float* velocity, Stream s);
 }  // namespace cuda
+#endif
 
 }  // namespace gpurun::kernels

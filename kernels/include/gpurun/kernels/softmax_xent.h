@@ -7,6 +7,7 @@
 // A label out of range throws std::out_of_range naming its position (cpu/ref).
 #pragma once
 
+#include "gpurun/kernels/config.h"
 #include "gpurun/kernels/types.h"
 
 namespace gpurun::kernels {
@@ -29,10 +30,12 @@ void softmax_xent(const SoftmaxXentDesc& d, const float* logits, const std::int3
                   float* dlogits, float* loss_sum);
 }  // namespace cpu
 
+#if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
 // loss_sum is a device pointer (one float).
 void softmax_xent(const SoftmaxXentDesc& d, const float* logits, const std::int32_t* labels,
                   float* dlogits, float* loss_sum, Stream s);
 }  // namespace cuda
+#endif
 
 }  // namespace gpurun::kernels

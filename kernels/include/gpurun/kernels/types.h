@@ -6,6 +6,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "gpurun/kernels/config.h"
+
 namespace gpurun::kernels {
 
 // An opaque CUDA stream (a cudaStream_t cast to void*); nullptr is the legacy default stream.
@@ -24,6 +26,7 @@ struct Workspace {
 // accumulation across micro-batches).
 enum class Accumulate { kOverwrite, kAdd };
 
+#if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
 // Math of the cuda:: matrix products (cuBLAS) and convolutions (cuDNN). kFp32, the default, keeps
 // full FP32 for parity with the CPU path; kTf32 opts in to tensor cores (inputs rounded to a
@@ -32,5 +35,6 @@ enum class MathPrecision { kFp32, kTf32 };
 void set_math_precision(MathPrecision p);
 MathPrecision math_precision();
 }  // namespace cuda
+#endif
 
 }  // namespace gpurun::kernels

@@ -1,24 +1,16 @@
-// layers.h: the layers of a sequential model on the CPU. A layer owns no parameter memory: the
-// model binds it to a slice of one flat parameter buffer and the same slice of one flat gradient
-// buffer, so the whole gradient is a single allreduce.
+// layers.h: the CPU implementation of each layer of a ModelSpec (model_spec.h). A layer owns no
+// parameter memory: the model binds it to its slice of one flat parameter buffer and the same
+// slice of one flat gradient buffer, so the whole gradient is a single allreduce.
 #pragma once
 
 #include <memory>
 #include <stdexcept>
 #include <string>
 
-#include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/types.h"
-#include "gpurun/runtime/rng.h"
+#include "gpurun/runtime/model_spec.h"
 
 namespace gpurun::runtime {
-
-// Per-example activation shape, channels x height x width (a flat vector is {n, 1, 1}).
-struct Shape {
-  int c = 1, h = 1, w = 1;
-  std::size_t size() const { return std::size_t(c) * h * w; }
-  bool operator==(const Shape& o) const { return c == o.c && h == o.h && w == o.w; }
-};
 
 // Whether backward() must produce the gradient with respect to the layer's input. The first layer
 // does not need it, which saves a full convolution backward pass.
@@ -27,14 +19,14 @@ enum class InputGrad { kSkip, kCompute };
 class Layer {
  public:
   virtual ~Layer() = default;
-  virtual std::string name() const = 0;
-  virtual Shape input_shape() const = 0;
-  virtual Shape output_shape() const = 0;
-  // Parameter tensors are laid out one after another; offsets are multiples of kParamAlign floats.
-  virtual std::size_t param_floats() const = 0;
-  virtual void bind(float* params, float* grads) = 0;
-  // Glorot-uniform weights and zero biases, as Keras initialises Conv2D and Dense.
-  virtual void init(Rng& rng) = 0;
+  explicit Layer(const LayerSpec& spec) : spec_(spec) {}
+  const LayerSpec& spec() const { return spec_; }
+  std::string name() const { return spec_.name(); }
+  Shape input_shape() const { return spec_.input; }
+  Shape output_shape() const { return spec_.output; }
+  // The layer's slice of the flat buffers (ModelSpec::params_of); layers without parameters
+  // ignore the call.
+  virtual void bind(float* params, float* grads) { (void)params, (void)grads; }
   virtual std::size_t workspace_floats(int batch) const = 0;
   virtual void forward(int batch, const float* x, float* y, kernels::Workspace ws) = 0;
   // y is forward's output; dy (dL/dy) is overwritten with scratch; parameter gradients go to the
@@ -64,13 +56,12 @@ class Layer {
     (void)batch, (void)x, (void)dz, (void)lo, (void)hi, (void)alpha, (void)beta, (void)c;
     throw std::logic_error(name() + ": no deferred weight gradient");
   }
+
+ private:
+  LayerSpec spec_;
 };
 
-constexpr std::size_t kParamAlign = 16;  // floats: 64-byte aligned parameter tensors
-
-// Conv2D (stride 1, no padding, like Keras's default "valid") + bias + activation.
-std::unique_ptr<Layer> make_conv2d(Shape in, int out_channels, int kernel, kernels::Activation act);
-// Dense + bias + activation; flattens its input.
-std::unique_ptr<Layer> make_dense(Shape in, int out, kernels::Activation act);
+// The CPU layer for one entry of a ModelSpec (its input and output shapes set).
+std::unique_ptr<Layer> make_layer(const LayerSpec& spec);
 
 }  // namespace gpurun::runtime

@@ -1,7 +1,8 @@
-// model.h: a sequential classifier trained with softmax cross-entropy. Parameters live in one
-// contiguous buffer and gradients in another; the gradient buffer ends with a few "stat" slots
-// (loss sum, correct count, stop flag) so one allreduce per step carries everything the ranks must
-// agree on. Activations and workspaces are allocated once, for max_batch.
+// model.h: the CPU model of a ModelSpec, trained with softmax cross-entropy. Parameters live in
+// one contiguous buffer (laid out as ModelSpec says) and gradients in another; the gradient buffer
+// ends with a few "stat" slots (loss sum, correct count, stop flag) so one allreduce per step
+// carries everything the ranks must agree on. Activations and workspaces are allocated once, for
+// max_batch.
 #pragma once
 
 #include <cstdint>
@@ -23,9 +24,10 @@ struct StepResult {
 
 class Model {
  public:
-  Model(std::vector<std::unique_ptr<Layer>> layers, int classes, int max_batch);
+  // The classes are the last layer's outputs; throws std::invalid_argument for an empty model.
+  Model(const ModelSpec& spec, int max_batch);
 
-  // Glorot/zero initialisation from a seed (all ranks can do it; rank 0's copy is broadcast).
+  // ModelSpec::init_params into this model's parameters.
   void init(std::uint64_t seed);
   // Makes this model a replica of `owner` for intra-process data parallelism: its layers read
   // owner's parameters; gradients, activations and workspaces stay its own. Shapes must match.
@@ -69,13 +71,14 @@ class Model {
 
   float* params() { return param_base_; }
   const float* params() const { return param_base_; }
-  std::size_t param_floats() const { return n_params_; }  // including alignment padding
-  std::size_t param_count() const;  // real parameters (2,770,634 for MNIST CNN)
+  std::size_t param_floats() const { return n_params_; }           // including alignment padding
+  std::size_t param_count() const { return spec_.param_count(); }  // 2,770,634 for the MNIST CNN
   float* grads() { return grads_.data(); }
   // Gradients followed by kStatSlots floats: the buffer a step allreduces.
   std::size_t grad_buffer_floats() const { return n_params_ + kStatSlots; }
   float* stats() { return grads_.data() + n_params_; }
 
+  const ModelSpec& spec() const { return spec_; }
   int max_batch() const { return max_batch_; }
   int classes() const { return classes_; }
   Shape input_shape() const { return layers_.front()->input_shape(); }
@@ -94,6 +97,7 @@ class Model {
   // The stat slots after a training step: its loss sum and correct count, no stop flag.
   void write_stats(const StepResult& r);
 
+  ModelSpec spec_;
   std::vector<std::unique_ptr<Layer>> layers_;
   int classes_, max_batch_;
   std::size_t n_params_ = 0;
@@ -107,9 +111,5 @@ class Model {
   float* bound_input_ = nullptr;                // when layer 0 defers, its X must be copied here
   float* param_base_ = nullptr;                 // where the layers' parameters are bound
 };
-
-// The benchmark's network: Conv2D(32, 3x3) + ReLU -> Flatten -> Dense(128) + ReLU ->
-// Dense(classes).
-std::unique_ptr<Model> make_mnist_cnn(Shape input, int classes, int max_batch);
 
 }  // namespace gpurun::runtime

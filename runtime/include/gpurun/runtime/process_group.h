@@ -49,8 +49,14 @@ class ProcessGroup {
 // wait for them); otherwise returns.
 void abort_job_if_parallel(int code);
 
+struct ProcessGroupOptions {
+  // Where Open MPI backs shared-memory windows (OMPI_MCA_osc_sm_backing_directory, read at the
+  // program's edge: environment.h): allocate_shared() checks its free room first.
+  std::string shm_dir = "/dev/shm";
+};
+
 // The MPI group when built with MPI (initialising MPI if nobody has), else the single-rank group.
-std::unique_ptr<ProcessGroup> make_process_group();
+std::unique_ptr<ProcessGroup> make_process_group(const ProcessGroupOptions& options = {});
 std::unique_ptr<ProcessGroup> make_single_process_group();
 
 }  // namespace gpurun::runtime

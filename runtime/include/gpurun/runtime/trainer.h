@@ -1,8 +1,9 @@
-// trainer.h: the data-parallel training loop. Each step: gather this rank's shard of the global
-// batch, forward + backward, combine the gradients (ONE allreduce of the gradient buffer, which
-// also carries the loss, the correct count and the stop flag; or, for ranks on one node, the
-// shared-memory exchange below), then SGD with 1/(ranks x replicas) folded in. Initial weights come
-// from rank 0; evaluation is sharded and reduced; rank 0 writes checkpoints.
+// trainer.h: the data-parallel training loop, written once for every device. It owns what does
+// not depend on the device: the distributed sampler, epochs, the learning-rate schedule with
+// warm-up, initial weights (ModelSpec::init_params on rank 0), checkpoints and resume (one format
+// for every backend), stop signals (SIGUSR1/SIGUSR2/SIGTERM: every rank stops at the same step
+// and checkpoints), the heartbeat the launcher watches, evaluation each epoch and the result the
+// report is made from. A Backend (backend.h) does the steps.
 #pragma once
 
 #include <cstdint>
@@ -10,24 +11,14 @@
 #include <string>
 #include <vector>
 
+#include "gpurun/runtime/backend.h"
 #include "gpurun/runtime/dataset.h"
+#include "gpurun/runtime/model_spec.h"
 #include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime {
 
 enum class LrScaling { kLinear, kNone };
-
-// How the ranks combine their gradients each step.
-//  kAllreduce: each rank writes its whole gradient (11 MB for the MNIST CNN) and one
-//    MPI_Allreduce sums it; then every rank applies SGD to its own copy of the parameters.
-//  kShared: for ranks on one node. The parameters live once, in memory all ranks map. Dense
-//    layers defer dW = dZ^T X: each rank leaves its X and dZ in shared memory, and after a
-//    barrier each rank updates its share of the weight rows from every rank's X and dZ, with the
-//    SGD step inside the sgemm (Poseidon's "sufficient factors", without sending them anywhere).
-//    Only the small gradients (convolution, biases: 464 floats) and the step's stats are summed.
-//    Per rank this is the one-rank step plus two barriers.
-//  kAuto: kShared when every rank is on one node and no micro-batching is asked for.
-enum class Exchange { kAuto, kAllreduce, kShared };
 
 // The default warm-up never lasts fewer steps than this: on a small data set one epoch is a few
 // dozen steps at 4 ranks, too short a ramp to 4x the rate (0.2 x 4 diverged on 8,000 digits with
@@ -45,31 +36,32 @@ struct TrainConfig {
   float momentum = 0.0f;
   float weight_decay = 0.0f;
   std::uint64_t seed = 42;
-  std::string checkpoint_dir;  // empty: no checkpoints
-  bool resume = false;
+  std::string checkpoint_dir;   // empty: no checkpoints
+  bool resume = false;          // continue from checkpoint_dir when it holds a checkpoint
   std::int64_t max_steps = -1;  // stop (and checkpoint) after this many global steps
   int eval_batch = 256;
-  int micro_batch = 0;  // > 0: accumulate gradients over micro-batches of this size
-  int threads = 1;      // per rank: replicas on slices of the batch (see trainer.cc)
-  Exchange exchange = Exchange::kAuto;
-  bool progress = false;  // rank 0 draws a progress bar (stdout is a terminal)
+  bool progress = false;       // rank 0 draws a progress bar (stdout is a terminal)
+  std::string heartbeat_path;  // GPURUN_HEARTBEAT: write the global step there at every sync
+  int record_losses = 0;       // keep this rank's first N per-step losses (tests)
 };
 
 struct EpochStats {
   int epoch = 0;  // 1-based, as printed
   double loss = 0, train_accuracy = 0, test_loss = 0, test_accuracy = 0;
-  double seconds = 0, images_per_second = 0, allreduce_share = 0;  // share: of the exchange
+  double seconds = 0, images_per_second = 0, exchange_share = 0;
 };
 
 enum class StopReason { kFinished, kSignal, kMaxSteps };
 
 struct TrainResult {
+  BackendInfo backend;
   std::vector<EpochStats> epochs;
   StopReason stop = StopReason::kFinished;
   int signal = 0;
-  // allreduce_seconds: the gradient exchange; with Exchange::kShared, the barriers (including
-  // waiting for the slowest rank) and the sum of the small gradients.
-  double seconds_total = 0, train_seconds = 0, compute_seconds = 0, allreduce_seconds = 0;
+  // exchange_seconds: combining gradients (BackendTimes::exchange); compute: the rest of the
+  // steps. kernel/host: the CUDA backend's breakdown (0 elsewhere).
+  double seconds_total = 0, train_seconds = 0, compute_seconds = 0, exchange_seconds = 0;
+  double kernel_seconds = 0, host_seconds = 0;
   // CPU time this process spent in the training steps (all its threads): on a machine shared with
   // other work, images per CPU-second still says what the code costs.
   double train_cpu_seconds = 0;
@@ -78,19 +70,20 @@ struct TrainResult {
   float lr_peak = 0;
   std::int64_t global_steps = 0, steps_per_epoch = 0;
   std::size_t param_count = 0;
-  int workers = 1;                           // replicas per rank that --threads gave
-  bool fused_update = false;                 // SGD inside the Dense layers' weight-gradient sgemm
-  Exchange exchange = Exchange::kAllreduce;  // what the run used (never kAuto)
   bool resumed = false;
   std::int64_t resumed_epoch = 0, resumed_step = 0;
   std::uint64_t param_checksum = 0;  // FNV-1a of the final parameter bytes (bitwise comparisons)
+  std::vector<double> step_losses;   // record_losses first steps: this rank's mean loss
 };
 
-const char* exchange_name(Exchange e);  // "auto", "allreduce", "shared"
+// Throws std::invalid_argument on a bad configuration and std::runtime_error on failures (data,
+// checkpoints, devices); `log` receives rank 0's lines (pass a null stream on other ranks).
+TrainResult train(ProcessGroup& pg, const Dataset& data, const ModelSpec& model, Backend& backend,
+                  const TrainConfig& cfg, std::ostream& log);
 
-// Throws on bad configuration or data; `log` receives rank 0's lines (pass a null stream on
-// other ranks).
-TrainResult train(ProcessGroup& pg, const Dataset& data, const TrainConfig& cfg, std::ostream& log);
+// Checks what train() and make_backend() need of cfg (epochs, batch sizes, resume needs a
+// checkpoint directory); throws std::invalid_argument naming the option.
+void validate(const TrainConfig& cfg);
 
 // The learning rate at a global step (exposed for tests).
 float learning_rate(const TrainConfig& cfg, int world_size, std::int64_t global_step,

@@ -1,11 +1,13 @@
-// gpu_test_util.h: what the GPU tests share: the skip guard (a test without a usable CUDA device
-// is skipped, never failed and never faked), and move-only device vectors for host <-> device
-// round trips. Used by tests/kernels/cuda only.
+// gpu_test_util.h: what the GPU tests share: why no device is usable (gpu_test_main.cc turns a
+// reason into exit code 77, CTest's skip: the whole binary is skipped, and on a machine with a
+// device nothing is), and move-only device vectors for host <-> device round trips. Used by
+// tests/kernels/cuda and tests/runtime/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -28,11 +30,9 @@ inline std::string no_device_reason() {
   return "";
 }
 
-#define GPURUN_REQUIRE_GPU()                                               \
-  do {                                                                     \
-    const std::string gpurun_why_ = ::gpurun::testing::no_device_reason(); \
-    if (!gpurun_why_.empty()) GTEST_SKIP() << gpurun_why_;                 \
-  } while (0)
+// Exit code 77 (CTest's SKIP_RETURN_CODE) with the reason printed when no device is usable;
+// returns otherwise. Every GPU test program calls it first.
+void exit_77_without_a_device();
 
 template <typename T>
 class DeviceVec {

@@ -1,10 +1,10 @@
-// gpu_mpi_test.cc: the GPU trainer's collectives across processes, run as
-//   mpirun -n 2 build-cuda/tests/kernels/cuda/gpu_mpi_test
-// (ctest: kernels_cuda_mpi_2). Pins: (1) every rank picks the same allreduce backend (NCCL, or
+// collectives_test.cc: the CUDA backend's collectives across processes, run as
+//   mpirun -n 2 build/tests/runtime/cuda/collectives_test
+// (ctest: runtime_cuda_collectives_mpi_2). Pins: (1) every rank picks the same allreduce backend (NCCL, or
 // the host-staged MPI path when two ranks share one GPU, as on a one-GPU machine) and that
 // backend sums exactly, in place and out of place; (2) the watchdog: when a rank never joins the
 // NCCL communicator, the others fail within --comm-timeout with a message naming rank and host
-// instead of hanging. Skips (on every rank alike) without a CUDA device.
+// instead of hanging. Every rank exits 77 (skipped) without a CUDA device, before MPI starts.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -17,13 +17,12 @@
 #include <vector>
 
 #include "gpu_test_util.h"
-#include "gpurun/runtime/gpu_trainer.h"
 #include "gpurun/runtime/process_group.h"
 #include "nccl_comm.h"
 
 namespace {
 
-using gpurun::runtime::AllreduceBackend;
+using gpurun::runtime::cuda::AllreduceBackend;
 using gpurun::runtime::ProcessGroup;
 namespace rc = gpurun::runtime::cuda;
 
@@ -49,7 +48,6 @@ std::size_t count_wrong(const std::vector<float>& got, int nranks) {
 }
 
 TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
-  GPURUN_REQUIRE_GPU();
   const int dev = my_device();
   std::string why;
   const AllreduceBackend b = rc::choose_backend(*g_pg, dev, false, &why);
@@ -62,7 +60,7 @@ TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
     return;
   }
   if (g_pg->rank() == 0)
-    std::printf("backend: %s %s\n", gpurun::runtime::to_string(b), why.c_str());
+    std::printf("backend: %s %s\n", rc::to_string(b), why.c_str());
   const std::size_t n = 2770640 + 4;
   std::vector<float> h(n);
   for (std::size_t i = 0; i < n; ++i) h[i] = value(g_pg->rank(), i);
@@ -98,8 +96,7 @@ TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
 // itself and its host. (No second GPU is needed: the duplicate-GPU check NCCL makes happens only
 // once every rank has joined, which here never happens.)
 TEST(GpuCollectives, WatchdogFailsWhenARankNeverJoins) {
-  GPURUN_REQUIRE_GPU();
-  if (g_pg->size() < 2) GTEST_SKIP() << "needs mpirun -n 2";
+  ASSERT_GE(g_pg->size(), 2) << "run it under mpirun -n 2 (ctest does)";
   my_device();
   constexpr double kTimeout = 3.0;
   if (g_pg->rank() == 1) {
@@ -131,6 +128,7 @@ TEST(GpuCollectives, WatchdogFailsWhenARankNeverJoins) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  gpurun::testing::exit_77_without_a_device();
   ::testing::InitGoogleTest(&argc, argv);
   auto pg = gpurun::runtime::make_process_group();
   g_pg = pg.get();

@@ -1,0 +1,248 @@
+// train_cli.cc: the examples' shared command line (train_cli.h). This file is the programs' edge:
+// it reads the environment (runtime_env_from_process), the arguments and the data, and hands
+// configs down to the runtime.
+#include "train_cli.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/program_options.hpp>
+#include <iostream>
+#include <string>
+#include <thread>
+
+#include "gpurun/kernels/threads.h"
+#include "gpurun/runtime/backend.h"
+#include "gpurun/runtime/dataset.h"
+#include "gpurun/runtime/environment.h"
+#include "gpurun/runtime/process_group.h"
+#include "gpurun/runtime/report.h"
+#include "gpurun/runtime/trainer.h"
+
+namespace po = boost::program_options;
+namespace rt = gpurun::runtime;
+
+namespace gpurun::examples {
+namespace {
+
+struct Options {
+  std::string data = "data/mnist";
+  std::string device = "auto";
+  std::string lr_scaling = "linear";
+  std::string exchange = "auto";
+  std::string report;
+  int threads = 0;
+  bool no_graph = false, tf32 = false;
+  double warmup = -1;
+  long long max_steps = -1;
+  unsigned long long seed = 42;
+  rt::TrainConfig train;
+  rt::BackendOptions backend;
+};
+
+po::options_description describe(Options& o, const Example& ex) {
+  rt::TrainConfig& t = o.train;
+  rt::CudaOptions& c = o.backend.cuda;
+  po::options_description d(std::string(ex.program) + ": " + ex.summary + "\noptions");
+  d.add_options()("help,h", "show this help")(
+      "data", po::value(&o.data)->default_value(o.data),
+      "directory with train-/t10k- IDX files (raw or .gz); see scripts/fetch-data.sh")(
+      "epochs", po::value(&t.epochs)->default_value(t.epochs), "epochs")(
+      "batch-size", po::value(&t.batch_per_rank)->default_value(t.batch_per_rank),
+      "images per rank per step")("lr", po::value(&t.lr)->default_value(t.lr),
+                                  "single-rank learning rate")(
+      "lr-scaling", po::value(&o.lr_scaling)->default_value(o.lr_scaling),
+      "linear (lr x ranks, warmed up) or none")(
+      "warmup-epochs", po::value(&o.warmup),
+      "epochs of linear warm-up from --lr to the scaled rate (default with linear: 1 epoch and at "
+      "least 100 steps; 0 with none)")(
+      "momentum", po::value(&t.momentum)->default_value(t.momentum), "SGD momentum")(
+      "weight-decay", po::value(&t.weight_decay)->default_value(t.weight_decay),
+      "SGD weight decay")("seed", po::value(&o.seed)->default_value(o.seed),
+                          "seed of the initial weights and the shuffles")(
+      "device", po::value(&o.device)->default_value(o.device),
+      "cpu, cuda or auto (the GPU when one is usable, else the CPU)")(
+      "no-graph", po::bool_switch(&o.no_graph),
+      "GPU: launch each step's kernels eagerly instead of replaying a CUDA Graph")(
+      "tf32", po::bool_switch(&o.tf32), "GPU: TF32 tensor-core math (default: full FP32)")(
+      "comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
+      "GPU: seconds before a stuck NCCL collective (or a rank that never joins) is an error")(
+      "loss-every", po::value(&c.loss_every)->default_value(c.loss_every),
+      "GPU: steps between loss read-backs (and stop-signal checks)")(
+      "breakdown", po::bool_switch(&c.breakdown),
+      "GPU: time kernels vs allreduce per step and print the breakdown")(
+      "threads", po::value(&o.threads),
+      "threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node): T replicas "
+      "each train on batch/T images; T BLAS threads when T does not divide the batch")(
+      "report", po::value(&o.report), "write the run's report JSON to FILE")(
+      "checkpoint", po::value(&t.checkpoint_dir),
+      "checkpoint directory (written each epoch and on SIGUSR1/SIGUSR2/SIGTERM)")(
+      "resume", po::bool_switch(&t.resume), "continue from --checkpoint DIR when it holds one")(
+      "max-steps", po::value(&o.max_steps),
+      "stop after this many global steps, checkpoint and evaluate (tests, benchmarks)")(
+      "exchange", po::value(&o.exchange)->default_value(o.exchange),
+      "CPU: how ranks combine gradients: allreduce (MPI_Allreduce of the whole gradient), shared "
+      "(ranks on one node share one copy of the weights and update the Dense layers from each "
+      "other's activations in shared memory), or auto (shared when every rank is on one node)")(
+      "micro-batch", po::value(&o.backend.cpu.micro_batch),
+      "accumulate gradients over micro-batches of this many images (must divide --batch-size)")(
+      "eval-batch", po::value(&t.eval_batch)->default_value(t.eval_batch),
+      "images per evaluation batch");
+  return d;
+}
+
+// Turns the words into enums; an empty string, or the complaint.
+std::string interpret(Options& o, const po::variables_map& vm) {
+  if (o.lr_scaling == "linear")
+    o.train.lr_scaling = rt::LrScaling::kLinear;
+  else if (o.lr_scaling == "none")
+    o.train.lr_scaling = rt::LrScaling::kNone;
+  else
+    return "--lr-scaling must be linear or none, got " + o.lr_scaling;
+  if (o.exchange == "auto")
+    o.backend.cpu.exchange = rt::Exchange::kAuto;
+  else if (o.exchange == "allreduce")
+    o.backend.cpu.exchange = rt::Exchange::kAllreduce;
+  else if (o.exchange == "shared")
+    o.backend.cpu.exchange = rt::Exchange::kShared;
+  else
+    return "--exchange must be auto, allreduce or shared, got " + o.exchange;
+  if (o.device != "cpu" && o.device != "cuda" && o.device != "auto") {
+    return "--device must be cpu, cuda or auto, got " + o.device;
+  }
+  if (vm.count("threads") && o.threads < 1) return "--threads must be >= 1";
+  o.backend.cuda.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
+  o.backend.cuda.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
+  o.train.warmup_epochs = o.warmup;
+  o.train.max_steps = o.max_steps;
+  o.train.seed = o.seed;
+  return "";
+}
+
+// Returns false (after printing) when the program should exit without training.
+bool parse(int argc, char** argv, const Example& ex, Options& o, int& exit_code) {
+  po::options_description desc = describe(o, ex);
+  po::variables_map vm;
+  try {
+    po::store(po::parse_command_line(argc, argv, desc), vm);
+    po::notify(vm);
+  } catch (const po::error& e) {
+    std::cerr << ex.program << ": " << e.what() << "\n" << desc;
+    exit_code = 2;
+    return false;
+  }
+  if (vm.count("help")) {
+    std::cout << desc;
+    exit_code = 0;
+    return false;
+  }
+  const std::string bad = interpret(o, vm);
+  if (!bad.empty()) {
+    std::cerr << ex.program << ": " << bad << "\n";
+    exit_code = 2;
+    return false;
+  }
+  return true;
+}
+
+// Whether to train on the GPU. --device cuda without a usable device is an error (make_backend
+// says which); auto falls back to the CPU.
+rt::Device choose_device(const std::string& requested, std::ostream& log) {
+  if (requested == "cpu") return rt::Device::kCpu;
+  if (requested == "cuda") return rt::Device::kCuda;
+  const bool have = rt::cuda_available();
+  log << (have ? "device auto: a CUDA device is present, training on the GPU"
+               : "device auto: no usable CUDA device, training on the CPU")
+      << std::endl;
+  return have ? rt::Device::kCuda : rt::Device::kCpu;
+}
+
+// OMP_NUM_THREADS is what gpurun sets as CPUs per rank; else the node's cores among its ranks.
+int default_threads(const rt::RuntimeEnv& env, const rt::ProcessGroup& pg) {
+  if (env.omp_num_threads > 0) return env.omp_num_threads;
+  const int cores = int(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, cores / std::max(1, pg.local_size()));
+}
+
+// Whether the user's terminal shows rank 0's stdout. gpurun says so in GPURUN_STDOUT_TTY; bare
+// mpirun gives every rank a pseudo-terminal whatever its own stdout is, so isatty() means nothing
+// under Open MPI and there is no bar.
+bool stdout_is_terminal(const rt::RuntimeEnv& env) {
+  if (env.stdout_tty >= 0) return env.stdout_tty == 1;
+  if (env.under_open_mpi) return false;
+  return ::isatty(STDOUT_FILENO) != 0;
+}
+
+void notes(const Options& o, const rt::RuntimeEnv& env, std::ostream& log) {
+  if (o.backend.device == rt::Device::kCpu && kernels::cpu::blas_below_cpu()) {
+    // OPENBLAS_CORETYPE is the user's (or the site's) choice, so it is kept; but say what it costs.
+    log << "note: OpenBLAS runs its " << kernels::cpu::blas_core()
+        << " (AVX2) kernels on this AVX-512 CPU"
+        << (env.openblas_coretype.empty() ? "" : " because OPENBLAS_CORETYPE is set")
+        << "; without that its AVX-512 kernels train about 40% faster" << std::endl;
+  }
+  if (o.backend.device == rt::Device::kCuda && o.exchange != "auto") {
+    log << "note: --exchange " << o.exchange << " is for the CPU path; on the GPU the ranks "
+        << "allreduce with NCCL" << std::endl;
+  }
+  if (o.backend.device == rt::Device::kCuda && o.backend.cpu.micro_batch > 0) {
+    log << "note: --micro-batch is a CPU memory saver; the GPU runs the whole batch at once"
+        << std::endl;
+  }
+}
+
+void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGroup& pg,
+         std::ostream& log) {
+  o.backend.device = choose_device(o.device, log);
+  const int threads = o.threads > 0 ? o.threads : default_threads(env, pg);
+  o.backend.cpu.threads = threads;
+  o.backend.cuda.nccl_multi_rank_gpu = env.nccl_multi_rank_gpu;
+  o.backend.cuda.visible_devices = env.cuda_visible_devices;
+  o.train.heartbeat_path = env.heartbeat;
+  o.train.progress = pg.rank() == 0 && stdout_is_terminal(env);
+  const rt::Dataset data = rt::load_mnist_dir(o.data);
+  const rt::ModelSpec model = ex.model({1, data.train.rows, data.train.cols}, data.classes);
+  log << ex.program << ": " << data.name << " (" << data.train.count << " train, "
+      << data.test.count << " test), " << pg.size() << " rank(s) [" << pg.backend() << "], device "
+      << (o.backend.device == rt::Device::kCuda ? "cuda" : "cpu") << ", " << threads
+      << " thread(s) per rank" << std::endl;
+  notes(o, env, log);
+  auto backend = rt::make_backend(pg, model, data, o.train, o.backend, log);
+  const rt::TrainResult r = rt::train(pg, data, model, *backend, o.train, log);
+  if (o.backend.cuda.breakdown && o.backend.device == rt::Device::kCuda) {
+    log << "breakdown: kernels " << r.kernel_seconds << " s, allreduce " << r.exchange_seconds
+        << " s, host " << r.host_seconds << " s" << std::endl;
+  }
+  if (pg.rank() == 0 && !o.report.empty()) {
+    const rt::ReportContext ctx{ex.program, pg.size(),        pg.backend(),
+                                data.name,  data.train.count, data.test.count,
+                                threads,    o.lr_scaling,     env.restart_count};
+    rt::write_report(o.report, o.train, r, ctx);
+    log << "report written to " << o.report << std::endl;
+  }
+}
+
+}  // namespace
+
+int train_main(int argc, char** argv, const Example& example) {
+  Options o;
+  int code = 0;
+  if (!parse(argc, argv, example, o, code)) return code;
+  int rank = -1;
+  try {
+    const rt::RuntimeEnv env = rt::runtime_env_from_process();
+    auto pg = rt::make_process_group({env.shm_dir});
+    rank = pg->rank();
+    std::ostream null_stream(nullptr);
+    run(example, o, env, *pg, rank == 0 ? std::cout : null_stream);
+    return 0;
+  } catch (const std::exception& e) {
+    std::cerr << example.program;
+    if (rank >= 0) std::cerr << " (rank " << rank << ")";
+    std::cerr << ": error: " << e.what() << std::endl;
+    rt::abort_job_if_parallel(1);  // the other ranks may wait for this one forever
+    return 1;
+  }
+}
+
+}  // namespace gpurun::examples

@@ -1,0 +1,136 @@
+// backend.h: what does a training step, behind one interface, so that the training loop
+// (trainer.h) is written once for every device. A backend holds the model's parameters (and
+// momentum) where its device wants them, walks an epoch's steps as the loop asks, combines the
+// ranks' gradients (CPU: an allreduce or node-shared memory; CUDA: NCCL or a host-staged MPI
+// allreduce inside a captured CUDA Graph) and reports what the steps measured when the loop syncs.
+// make_backend() exists in every build; asking for CUDA in a build without it says so.
+#pragma once
+
+#include <cstdint>
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpurun/runtime/dataset.h"
+#include "gpurun/runtime/model_spec.h"
+#include "gpurun/runtime/process_group.h"
+
+namespace gpurun::runtime {
+
+struct TrainConfig;  // trainer.h
+
+// One epoch as the sampler and the learning-rate schedule lay it out, handed over whole so a
+// device can upload it once.
+struct EpochPlan {
+  std::int64_t epoch = 0;
+  std::int64_t first_step = 0;        // the first step to run (> 0 when resuming mid-epoch)
+  std::int64_t steps = 0;             // in the whole epoch
+  std::vector<std::int32_t> indices;  // steps x batch_per_rank: this rank's samples, step-major
+  std::vector<float> lr;              // one learning rate per step
+};
+
+// What the steps since the previous sync did, the same on every rank.
+struct Progress {
+  std::int64_t steps = 0;
+  double loss_sum = 0, correct = 0;  // summed over the steps and over all ranks
+  bool stop = false;                 // some rank asked to stop: every rank stops here
+  std::vector<double> rank_losses;   // this rank's mean loss of each step (tests compare them)
+};
+
+struct Evaluation {
+  double loss = 0, accuracy = 0;  // means over the whole test split (all ranks' shards)
+};
+
+// Seconds spent so far, by kind.
+struct BackendTimes {
+  double exchange = 0;  // combining gradients across ranks: allreduce, shared-memory barriers
+  double kernels = 0;   // CUDA with breakdown: GPU time in compute kernels (estimated); else 0
+  double host = 0;      // CUDA: host time spent issuing work
+};
+
+struct BackendInfo {
+  std::string device;         // the report's `device`: "cpu" or "cuda:<name>"
+  std::string exchange;       // "allreduce", "shared", "nccl", "mpi-host-staged" or "none"
+  std::string summary;        // the end of the "training:" line, e.g. "shared-memory exchange"
+  std::string versions;       // CUDA: driver, runtime, cuDNN, cuBLAS and NCCL as loaded; else ""
+  int workers = 1;            // CPU: replicas per rank (--threads)
+  bool fused_update = false;  // CPU: SGD inside the Dense layers' weight-gradient sgemm
+  bool graph = false;         // CUDA: each step is a CUDA Graph replay
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual BackendInfo info() const = 0;
+  // Collective: rank 0's parameters (ModelSpec::param_floats() floats) and momentum (the same
+  // size, or nullptr for zero) become every rank's. Other ranks' pointers are not read.
+  virtual void set_state(const float* params, const float* velocity) = 0;
+  // This rank's parameters and momentum (left empty without momentum). Not collective.
+  virtual void get_state(std::vector<float>* params, std::vector<float>* velocity) = 0;
+  virtual void begin_epoch(const EpochPlan& plan) = 0;
+  // Step `step` of the current epoch; stop_requested: this rank received a stop signal.
+  virtual void step(std::int64_t step, bool stop_requested) = 0;
+  // Collective, at the same step on every rank: at least every sync_every() steps and after the
+  // last step of an epoch or of a run. A CPU step combines its statistics with its gradients, so
+  // a CPU backend syncs every step for free; a GPU backend reads its device back less often.
+  virtual int sync_every() const = 0;
+  virtual Progress sync() = 0;
+  // Collective: loss and accuracy on the dataset's test split, eval_batch images at a time.
+  virtual Evaluation evaluate(int eval_batch) = 0;
+  virtual BackendTimes times() const = 0;
+};
+
+enum class Device { kCpu, kCuda };
+
+// How the CPU ranks combine their gradients each step.
+//  kAllreduce: each rank writes its whole gradient and one MPI_Allreduce sums it; then every rank
+//    applies SGD to its own copy of the parameters.
+//  kShared: for ranks on one node. The parameters live once, in memory all ranks map. Dense
+//    layers defer dW = dZ^T X: each rank leaves its X and dZ in shared memory, and after a
+//    barrier each rank updates its share of the weight rows from every rank's X and dZ, with the
+//    SGD step inside the sgemm (Poseidon's "sufficient factors", without sending them anywhere).
+//    Only the small gradients (convolutions, biases) and the step's stats are summed.
+//  kAuto: kShared when every rank is on one node and no micro-batching is asked for.
+enum class Exchange { kAuto, kAllreduce, kShared };
+const char* exchange_name(Exchange e);  // "auto", "allreduce", "shared"
+
+struct CpuOptions {
+  int threads = 1;      // per rank: replicas on slices of the batch (T ranks' sums, bitwise)
+  int micro_batch = 0;  // > 0: accumulate gradients over micro-batches of this size
+  Exchange exchange = Exchange::kAuto;
+};
+
+enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager
+enum class GpuMath { kFp32, kTf32 };        // --tf32 selects kTf32
+
+struct CudaOptions {
+  GraphMode graph = GraphMode::kCapture;
+  GpuMath math = GpuMath::kFp32;
+  double comm_timeout_s = 60;  // watchdog: a collective (or NCCL init) stuck this long is an error
+  int loss_every = 100;        // steps between read-backs of the losses (and stop agreements)
+  bool breakdown = false;      // time kernels vs allreduce per step (adds timing events)
+  // NCCL >= 2.30 accepts two ranks on one GPU only with NCCL_MULTI_RANK_GPU_ENABLE=1 (read at the
+  // program's edge, environment.h); without it such ranks use the host-staged MPI allreduce.
+  bool nccl_multi_rank_gpu = false;
+  std::string visible_devices;  // CUDA_VISIBLE_DEVICES as the launcher set it, for messages
+};
+
+struct BackendOptions {
+  Device device = Device::kCpu;
+  CpuOptions cpu;
+  CudaOptions cuda;
+};
+
+// True when a CUDA device can be used by this process (built with CUDA, a driver, a visible
+// device, a kernel launches). Never throws.
+bool cuda_available() noexcept;
+
+// The backend for `options.device`. Throws std::invalid_argument on a bad configuration and
+// std::runtime_error when the device cannot be used ("built without CUDA", no device).
+// `log` gets rank 0's notes (which exchange was chosen and why).
+std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
+                                      const TrainConfig& cfg, const BackendOptions& options,
+                                      std::ostream& log);
+
+}  // namespace gpurun::runtime

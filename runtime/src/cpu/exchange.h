@@ -1,0 +1,69 @@
+// exchange.h (private): how the CPU ranks combine their gradients and step the parameters, one
+// interface with two implementations (backend.h, Exchange, says what each does):
+//   allreduce: exchange_allreduce.cc, one MPI_Allreduce of the whole gradient buffer;
+//   shared:    exchange_shared.cc, one copy of the parameters in node-shared memory.
+// The members of an exchange are (rank, worker) pairs: --threads T gives each rank T replicas of
+// the model (models[w], worker w of the rank's pool), each on batch/T images.
+#pragma once
+
+#include <iosfwd>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gpurun/runtime/backend.h"
+#include "gpurun/runtime/model.h"
+#include "gpurun/runtime/process_group.h"
+#include "worker_pool.h"
+
+namespace gpurun::runtime::cpu {
+
+struct ExchangeSetup {
+  Exchange requested = Exchange::kAuto;
+  int micro_batch = 0;
+  int slice = 0;  // images per member per step
+  float momentum = 0, weight_decay = 0;
+};
+
+class CpuExchange {
+ public:
+  virtual ~CpuExchange() = default;
+  virtual const char* name() const = 0;     // "allreduce" or "shared"
+  virtual std::string summary() const = 0;  // the end of the "training:" line
+  // Whether the members run Model::forward_backward_deferred (the Dense layers' dW deferred).
+  virtual bool deferred() const = 0;
+  virtual bool fused() const { return false; }
+  // The parts of the gradient buffer (stat slots included) that the rank's workers add into
+  // model 0's before combine_and_update(): all of it, or only what the exchange sums.
+  virtual const std::vector<Layer::Range>& summed() const = 0;
+  virtual const float* velocity() const = 0;  // nullptr without momentum
+  // Collective: rank 0's parameters and momentum (nullptr: zero) become every rank's.
+  virtual void set_state(const float* params, const float* velocity) = 0;
+  // Collective: combine model 0's gradient buffer (its stat slots then hold the sums over all
+  // ranks) and step the parameters with learning rate lr, 1/members folded in.
+  virtual void combine_and_update(float lr, WorkerPool& pool) = 0;
+  double seconds() const { return seconds_; }  // spent combining, so far
+
+ protected:
+  double seconds_ = 0;
+};
+
+// One SGD step (sgd.h) on parameters [lo, hi) of the flat buffers; grad_scale 1/members.
+void sgd_range(const ExchangeSetup& setup, int members, float lr, float* params, const float* grads,
+               float* velocity, std::size_t lo, std::size_t hi);
+
+// The exchange `setup.requested` asks for (auto: shared when the ranks share a node and no
+// micro-batching is asked for, else allreduce, saying why on `log`). Binds the models'
+// parameters where the exchange keeps them; models[1..] then share model 0's.
+std::unique_ptr<CpuExchange> make_exchange(ProcessGroup& pg,
+                                           std::vector<std::unique_ptr<Model>>& models,
+                                           const ExchangeSetup& setup, std::ostream& log);
+std::unique_ptr<CpuExchange> make_allreduce_exchange(ProcessGroup& pg,
+                                                     std::vector<std::unique_ptr<Model>>& models,
+                                                     const ExchangeSetup& setup);
+// nullptr, with the reason in why_not, when the ranks cannot share memory.
+std::unique_ptr<CpuExchange> make_shared_exchange(ProcessGroup& pg,
+                                                  std::vector<std::unique_ptr<Model>>& models,
+                                                  const ExchangeSetup& setup, std::string& why_not);
+
+}  // namespace gpurun::runtime::cpu

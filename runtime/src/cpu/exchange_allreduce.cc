@@ -1,0 +1,85 @@
+// exchange_allreduce.cc: the allreduce exchange (exchange.h). Every rank keeps its own copy of
+// the parameters; one MPI_Allreduce sums the whole gradient buffer (gradients + stat slots), then
+// every rank applies the same SGD step, its workers each taking a share of the parameters.
+#include <chrono>
+#include <cstring>
+
+#include "exchange.h"
+#include "gpurun/kernels/sgd.h"
+
+namespace gpurun::runtime::cpu {
+namespace {
+
+class AllreduceExchange final : public CpuExchange {
+ public:
+  AllreduceExchange(ProcessGroup& pg, Model& model, const ExchangeSetup& setup, int members)
+      : pg_(pg),
+        model_(model),
+        setup_(setup),
+        members_(members),
+        whole_{{0, model.grad_buffer_floats()}},
+        velocity_(setup.momentum != 0.0f ? model.param_floats() : 0) {}
+
+  const char* name() const override { return "allreduce"; }
+  std::string summary() const override { return "allreduce"; }
+  bool deferred() const override { return false; }
+  const std::vector<Layer::Range>& summed() const override { return whole_; }
+  const float* velocity() const override { return velocity_.size() ? velocity_.data() : nullptr; }
+
+  void set_state(const float* params, const float* velocity) override {
+    const std::size_t bytes = model_.param_floats() * sizeof(float);
+    if (pg_.rank() == 0) {
+      std::memcpy(model_.params(), params, bytes);
+      if (velocity_.size()) {
+        if (velocity)
+          std::memcpy(velocity_.data(), velocity, bytes);
+        else
+          velocity_.fill(0.0f);
+      }
+    }
+    pg_.broadcast(model_.params(), bytes, 0);
+    if (velocity_.size()) pg_.broadcast(velocity_.data(), bytes, 0);
+  }
+
+  void combine_and_update(float lr, WorkerPool& pool) override {
+    const auto t = std::chrono::steady_clock::now();
+    pg_.allreduce_sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
+    seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+    float* vel = velocity_.size() ? velocity_.data() : nullptr;
+    pool.run([&](int w) {
+      std::size_t lo, hi;
+      share(model_.param_floats(), pool.size(), w, lo, hi);
+      sgd_range(setup_, members_, lr, model_.params(), model_.grads(), vel, lo, hi);
+    });
+  }
+
+ private:
+  ProcessGroup& pg_;
+  Model& model_;
+  ExchangeSetup setup_;
+  int members_;
+  std::vector<Layer::Range> whole_;
+  FloatBuffer velocity_;
+};
+
+}  // namespace
+
+void sgd_range(const ExchangeSetup& setup, int members, float lr, float* params, const float* grads,
+               float* velocity, std::size_t lo, std::size_t hi) {
+  kernels::SgdDesc d;
+  d.n = hi - lo;
+  d.lr = lr;
+  d.momentum = setup.momentum;
+  d.weight_decay = setup.weight_decay;
+  d.grad_scale = 1.0f / float(members);
+  kernels::cpu::sgd_step(d, params + lo, grads + lo, velocity ? velocity + lo : nullptr);
+}
+
+std::unique_ptr<CpuExchange> make_allreduce_exchange(ProcessGroup& pg,
+                                                     std::vector<std::unique_ptr<Model>>& models,
+                                                     const ExchangeSetup& setup) {
+  const int members = pg.size() * int(models.size());
+  return std::make_unique<AllreduceExchange>(pg, *models[0], setup, members);
+}
+
+}  // namespace gpurun::runtime::cpu

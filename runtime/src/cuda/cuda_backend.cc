@@ -1,0 +1,504 @@
+// cuda_backend.cc: the CUDA backend (backend.h). Device-resident: the dataset is uploaded once,
+// each epoch's sample indices and learning rates once per epoch, and a step is one CUDA Graph
+// replay built from the model's layer list (device_model.h): gather the batch by the device's
+// step counter, forward, loss, backward into the flat gradient buffer, ONE allreduce on its own
+// stream (NCCL, ordered by events), SGD with 1/world and the scheduled learning rate read on the
+// device, and the step counter's advance. Where NCCL cannot serve (two ranks on one GPU) the
+// gradients go through pinned host memory and the process group's MPI allreduce, between two
+// graphs. The host only launches; it reads losses back at each sync (every loss_every steps).
+// With NCCL, a watchdog turns a stuck or failed collective (or a rank that never joins) into an
+// exception within comm_timeout_s; the host-staged path relies on the launcher's fail-fast.
+// Run: mnist_cnn --device cuda; tests: ctest -L gpu.
+#include <algorithm>
+#include <chrono>
+#include <memory>
+#include <ostream>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "backends.h"
+#include "cuda/check.cuh"
+#include "device.h"
+#include "device_model.h"
+#include "gpurun/kernels/accuracy.h"
+#include "gpurun/kernels/device_probe.h"
+#include "gpurun/kernels/sgd.h"
+#include "gpurun/kernels/softmax_xent.h"
+#include "gpurun/runtime/sampler.h"
+#include "nccl_comm.h"
+#include "step_kernels.h"
+
+namespace gpurun::runtime {
+
+bool cuda_device_usable() noexcept {
+  return kernels::cuda_device_count() > 0;
+}
+
+namespace {
+
+namespace k = gpurun::kernels;
+namespace kc = gpurun::kernels::cuda;
+using cuda::DeviceBuffer;
+using cuda::Event;
+using cuda::EventTiming;
+using cuda::GraphExec;
+using cuda::PinnedBuffer;
+using Clock = std::chrono::steady_clock;
+
+double since(Clock::time_point t) {
+  return std::chrono::duration<double>(Clock::now() - t).count();
+}
+
+// What this process loaded, not what it was compiled against: the device may carry other minor
+// versions of the libraries than the build machine.
+std::string library_versions() {
+  int driver = 0, runtime = 0, nccl = 0, cublas = 0, cublas_minor = 0, cublas_patch = 0;
+  GPURUN_CUDA_CHECK(cudaDriverGetVersion(&driver));
+  GPURUN_CUDA_CHECK(cudaRuntimeGetVersion(&runtime));
+  GPURUN_NCCL_CHECK(ncclGetVersion(&nccl));
+  GPURUN_CUBLAS_CHECK(cublasGetProperty(MAJOR_VERSION, &cublas));
+  GPURUN_CUBLAS_CHECK(cublasGetProperty(MINOR_VERSION, &cublas_minor));
+  GPURUN_CUBLAS_CHECK(cublasGetProperty(PATCH_LEVEL, &cublas_patch));
+  auto dotted = [](int v) {  // CUDA encodes 1000*major + 10*minor
+    return std::to_string(v / 1000) + "." + std::to_string(v % 1000 / 10);
+  };
+  return "driver CUDA " + dotted(driver) + ", runtime " + dotted(runtime) + ", cuDNN " +
+         std::to_string(cudnnGetVersion()) + ", cuBLAS " + std::to_string(cublas) + "." +
+         std::to_string(cublas_minor) + "." + std::to_string(cublas_patch) + ", NCCL " +
+         std::to_string(nccl);
+}
+
+std::string device_name(int dev) {
+  cudaDeviceProp prop;
+  GPURUN_CUDA_CHECK(cudaGetDeviceProperties(&prop, dev));
+  return prop.name;
+}
+
+int pick_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) {
+  // cudaGetDeviceCount, not the probe: the probe launches on device 0, which would put a context
+  // (hundreds of MB) of every rank on the node's first GPU.
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    count = 0;
+  }
+  if (count == 0) {
+    throw std::runtime_error("no usable CUDA device on " + cuda::rank_label(pg.rank()) +
+                             " (CUDA_VISIBLE_DEVICES=" + opt.visible_devices +
+                             "); use --device cpu or --device auto");
+  }
+  // gpurun gives each rank exactly its GPU(s) in CUDA_VISIBLE_DEVICES, so device 0 is ours. With
+  // several visible (bare mpirun), ranks on a node take them in local-rank order.
+  int dev = 0;
+  if (count > 1) {
+    dev = pg.local_rank() % count;
+    if (pg.local_size() > count && pg.rank() == 0) {
+      log << "note: " << pg.local_size() << " ranks share " << count << " visible GPUs\n";
+    }
+  }
+  GPURUN_CUDA_CHECK(cudaSetDevice(dev));
+  return dev;
+}
+
+// The dataset and the epoch's plan, on the device.
+struct DeviceData {
+  DeviceData(const Dataset& data, std::size_t steps_per_epoch, int batch)
+      : img(data.train.image_floats()),
+        train_px(data.train.pixels.size()),
+        train_lb(data.train.count),
+        test_px(data.test.pixels.size()),
+        test_lb(data.test.count),
+        idx(steps_per_epoch * std::size_t(batch)),
+        lr_table(steps_per_epoch),
+        step(1),
+        lr_cur(1),
+        loss_hist(steps_per_epoch),
+        correct_hist(steps_per_epoch),
+        h_idx(steps_per_epoch * std::size_t(batch)),
+        h_lr(steps_per_epoch),
+        h_step(1),
+        h_loss_hist(steps_per_epoch),
+        h_correct_hist(steps_per_epoch) {
+    // Once; 47 MB for MNIST's training split.
+    upload(train_px.get(), data.train.pixels.data(), train_px.bytes());
+    upload(train_lb.get(), data.train.labels.data(), train_lb.bytes());
+    upload(test_px.get(), data.test.pixels.data(), test_px.bytes());
+    upload(test_lb.get(), data.test.labels.data(), test_lb.bytes());
+  }
+  static void upload(void* to, const void* from, std::size_t bytes) {
+    if (bytes) GPURUN_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice));
+  }
+
+  std::size_t img;
+  DeviceBuffer<std::uint8_t> train_px;
+  DeviceBuffer<std::int32_t> train_lb;
+  DeviceBuffer<std::uint8_t> test_px;
+  DeviceBuffer<std::int32_t> test_lb;
+  DeviceBuffer<std::int32_t> idx;
+  DeviceBuffer<float> lr_table;
+  DeviceBuffer<int> step;
+  DeviceBuffer<float> lr_cur;
+  DeviceBuffer<float> loss_hist;
+  DeviceBuffer<std::int64_t> correct_hist;
+  PinnedBuffer<std::int32_t> h_idx;
+  PinnedBuffer<float> h_lr;
+  PinnedBuffer<int> h_step;
+  PinnedBuffer<float> h_loss_hist;
+  PinnedBuffer<std::int64_t> h_correct_hist;
+};
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data, const TrainConfig& cfg,
+              const CudaOptions& opt, std::ostream& log);
+
+  BackendInfo info() const override { return info_; }
+  void set_state(const float* params, const float* velocity) override;
+  void get_state(std::vector<float>* params, std::vector<float>* velocity) override;
+  void begin_epoch(const EpochPlan& plan) override;
+  void step(std::int64_t step, bool stop_requested) override;
+  int sync_every() const override { return opt_.loss_every; }
+  Progress sync() override;
+  Evaluation evaluate(int eval_batch) override;
+  BackendTimes times() const override;
+
+ private:
+  void mark(int i, cudaStream_t on);
+  void enqueue_part1();
+  void enqueue_part2();
+  void host_allreduce();
+  void warm_up_and_capture();
+  GraphExec capture(void (CudaBackend::*body)());
+  void capture_both();
+  void sample_breakdown(std::int64_t steps);
+
+  ProcessGroup& pg_;
+  const int batch_;
+  const float momentum_, weight_decay_;
+  const CudaOptions opt_;
+  const std::size_t spe_;
+  const int dev_;  // chosen (cudaSetDevice) before anything is allocated
+  BackendInfo info_;
+  cuda::AllreduceBackend exchange_ = cuda::AllreduceBackend::kNone;
+  cuda::DeviceModel dm_;
+  DeviceData dd_;
+  cuda::Stream compute_, comm_stream_;
+  std::unique_ptr<cuda::NcclComm> comm_;
+  std::unique_ptr<cuda::Watchdog> wd_;
+  PinnedBuffer<float> h_grads_;
+  Event ev_fb_, ev_ar_, ev_d2h_, ev_read_;
+  std::vector<Event> t_;  // timing marks of one step: start, after backward, after allreduce, end
+  GraphExec g1_, g2_;
+  std::int64_t next_step_ = 0, synced_ = 0;
+  bool stop_requested_ = false;
+  double host_seconds_ = 0, mpi_seconds_ = 0, kernel_est_ = 0, allreduce_est_ = 0;
+};
+
+CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
+                         const TrainConfig& cfg, const CudaOptions& opt, std::ostream& log)
+    : pg_(pg),
+      batch_(cfg.batch_per_rank),
+      momentum_(cfg.momentum),
+      weight_decay_(cfg.weight_decay),
+      opt_(opt),
+      spe_(DistributedSampler(data.train.count, pg.size(), pg.rank(), cfg.batch_per_rank, cfg.seed)
+               .steps_per_epoch()),
+      dev_(pick_device(pg, opt, log)),
+      dm_(model, cfg.batch_per_rank, cfg.eval_batch, cfg.momentum != 0.0f),
+      dd_(data, spe_, cfg.batch_per_rank),
+      h_grads_(0),
+      t_(4) {
+  if (opt.loss_every < 1) throw std::invalid_argument("--loss-every must be >= 1");
+  if (!(opt.comm_timeout_s > 0)) throw std::invalid_argument("--comm-timeout must be > 0");
+  info_.device = "cuda:" + device_name(dev_);
+  info_.versions = library_versions();
+  log << "versions: " << info_.versions << "\n";
+  kc::set_math_precision(opt.math == GpuMath::kTf32 ? kc::MathPrecision::kTf32
+                                                    : kc::MathPrecision::kFp32);
+  std::string why;
+  exchange_ = cuda::choose_backend(pg, dev_, opt.nccl_multi_rank_gpu, &why);  // the same everywhere
+  if (!why.empty() && pg.rank() == 0) log << "note: " << why << "\n";
+  if (exchange_ == cuda::AllreduceBackend::kNccl) {
+    comm_ = std::make_unique<cuda::NcclComm>(pg, opt.comm_timeout_s);
+    wd_ = std::make_unique<cuda::Watchdog>(*comm_, opt.comm_timeout_s);
+  }
+  if (exchange_ == cuda::AllreduceBackend::kHostMpi)
+    h_grads_ = PinnedBuffer<float>(dm_.param_floats());
+  for (auto& e : t_) e = Event(EventTiming::kOn);
+  info_.exchange = cuda::to_string(exchange_);
+  info_.graph = opt.graph == GraphMode::kCapture;
+  info_.summary = std::string(info_.graph ? "CUDA Graph" : "eager") + ", allreduce " +
+                  info_.exchange + (opt.math == GpuMath::kTf32 ? ", TF32" : ", FP32");
+  // Pageable cudaMemcpy may return before its DMA lands, and the streams are non-blocking (they
+  // do not wait for the legacy stream): settle everything before the first step.
+  GPURUN_CUDA_CHECK(cudaDeviceSynchronize());
+  warm_up_and_capture();
+}
+
+void CudaBackend::mark(int i, cudaStream_t on) {
+  // External records become event nodes when captured, so replays can be timed too.
+  if (opt_.breakdown) {
+    GPURUN_CUDA_CHECK(
+        cudaEventRecordWithFlags(t_[std::size_t(i)].get(), on, cudaEventRecordExternal));
+  }
+}
+
+// Gather (by the device step counter), forward, loss, backward, and (NCCL) the allreduce forked
+// onto its own stream; or (host-staged) the gradients' download.
+void CudaBackend::enqueue_part1() {
+  const cudaStream_t s = compute_.get();
+  const k::Stream S{s};
+  mark(0, s);
+  cuda::gather_batch(dd_.train_px.get(), dd_.train_lb.get(), dd_.img, dd_.idx.get(), dd_.step.get(),
+                     batch_, dd_.lr_table.get(), dd_.lr_cur.get(), dm_.input(), dm_.labels(), S);
+  dm_.forward_loss(batch_, 1.0f / float(batch_), S);
+  dm_.backward(batch_, S);
+  mark(1, s);
+  const std::size_t n = dm_.param_floats();
+  if (exchange_ == cuda::AllreduceBackend::kNccl) {
+    GPURUN_CUDA_CHECK(cudaEventRecord(ev_fb_.get(), s));
+    GPURUN_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_.get(), ev_fb_.get(), 0));
+    comm_->allreduce_sum(dm_.grads(), dm_.grads(), n, comm_stream_.get());
+    GPURUN_CUDA_CHECK(cudaEventRecord(ev_ar_.get(), comm_stream_.get()));
+    GPURUN_CUDA_CHECK(cudaStreamWaitEvent(s, ev_ar_.get(), 0));
+  } else if (exchange_ == cuda::AllreduceBackend::kHostMpi) {
+    GPURUN_CUDA_CHECK(
+        cudaMemcpyAsync(h_grads_.get(), dm_.grads(), n * sizeof(float), cudaMemcpyDeviceToHost, s));
+  }
+}
+
+// (Host-staged) the summed gradients back up; then SGD and the step counter's advance.
+void CudaBackend::enqueue_part2() {
+  const cudaStream_t s = compute_.get();
+  const std::size_t n = dm_.param_floats();
+  if (exchange_ == cuda::AllreduceBackend::kHostMpi) {
+    GPURUN_CUDA_CHECK(
+        cudaMemcpyAsync(dm_.grads(), h_grads_.get(), n * sizeof(float), cudaMemcpyHostToDevice, s));
+  }
+  mark(2, s);
+  k::SgdDesc sd;
+  sd.n = n;
+  sd.momentum = momentum_;
+  sd.weight_decay = weight_decay_;
+  sd.grad_scale = 1.0f / float(pg_.size());
+  kc::sgd_step_device_lr(sd, dd_.lr_cur.get(), dm_.params(), dm_.grads(), dm_.velocity(),
+                         k::Stream{s});
+  cuda::advance_step(dd_.step.get(), dm_.loss(), dm_.correct(), dd_.loss_hist.get(),
+                     dd_.correct_hist.get(), k::Stream{s});
+  mark(3, s);
+}
+
+void CudaBackend::host_allreduce() {
+  const auto t = Clock::now();
+  GPURUN_CUDA_CHECK(cudaEventRecord(ev_d2h_.get(), compute_.get()));
+  cuda::wait_event(ev_d2h_.get(), wd_.get(), "gradient download");
+  pg_.allreduce_sum(h_grads_.get(), dm_.param_floats());
+  mpi_seconds_ += since(t);
+}
+
+GraphExec CudaBackend::capture(void (CudaBackend::*body)()) {
+  const cudaStream_t s = compute_.get();
+  GPURUN_CUDA_CHECK(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal));
+  try {
+    (this->*body)();
+  } catch (...) {
+    cudaGraph_t broken = nullptr;
+    cudaStreamEndCapture(s, &broken);  // leave the stream usable for the error path
+    if (broken) cudaGraphDestroy(broken);
+    throw;
+  }
+  cudaGraph_t graph = nullptr;
+  GPURUN_CUDA_CHECK(cudaStreamEndCapture(s, &graph));
+  return GraphExec(graph);
+}
+
+void CudaBackend::capture_both() {
+  enqueue_part1();
+  enqueue_part2();
+}
+
+// Warm-up outside capture: loads modules, creates library handles, connects NCCL. It writes only
+// activations and gradients (the next step overwrites them); parameters are untouched. The step
+// counter, indices and learning rates are zero (valid) until the first epoch sets them.
+void CudaBackend::warm_up_and_capture() {
+  enqueue_part1();
+  if (exchange_ == cuda::AllreduceBackend::kHostMpi) host_allreduce();
+  Event warm;  // waited for under the watchdog: this is the job's first collective
+  GPURUN_CUDA_CHECK(cudaEventRecord(warm.get(), compute_.get()));
+  cuda::wait_event(warm.get(), wd_.get(), "warm-up step (first allreduce)");
+  mpi_seconds_ = 0;
+  if (!info_.graph) return;
+  if (exchange_ == cuda::AllreduceBackend::kHostMpi) {
+    g1_ = capture(&CudaBackend::enqueue_part1);
+    g2_ = capture(&CudaBackend::enqueue_part2);
+  } else {
+    g1_ = capture(&CudaBackend::capture_both);
+  }
+}
+
+void CudaBackend::set_state(const float* params, const float* velocity) {
+  const std::size_t n = dm_.param_floats();
+  std::vector<float> host(n);
+  std::int32_t has_velocity = velocity != nullptr ? 1 : 0;
+  if (pg_.rank() == 0) std::copy(params, params + n, host.begin());
+  pg_.broadcast(host.data(), n * sizeof(float), 0);
+  pg_.broadcast(&has_velocity, sizeof has_velocity, 0);
+  GPURUN_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  GPURUN_CUDA_CHECK(
+      cudaMemcpy(dm_.params(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  if (dm_.velocity()) {
+    if (has_velocity && pg_.rank() == 0) std::copy(velocity, velocity + n, host.begin());
+    if (!has_velocity) std::fill(host.begin(), host.end(), 0.0f);
+    if (has_velocity) pg_.broadcast(host.data(), n * sizeof(float), 0);
+    GPURUN_CUDA_CHECK(
+        cudaMemcpy(dm_.velocity(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  }
+  GPURUN_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies, legacy stream (see the ctor)
+}
+
+void CudaBackend::get_state(std::vector<float>* params, std::vector<float>* velocity) {
+  const std::size_t n = dm_.param_floats();
+  GPURUN_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  params->resize(n);
+  GPURUN_CUDA_CHECK(
+      cudaMemcpy(params->data(), dm_.params(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  velocity->clear();
+  if (dm_.velocity()) {
+    velocity->resize(n);
+    GPURUN_CUDA_CHECK(
+        cudaMemcpy(velocity->data(), dm_.velocity(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  }
+}
+
+// This rank's indices and learning rates for the whole epoch go up once.
+void CudaBackend::begin_epoch(const EpochPlan& plan) {
+  std::copy(plan.indices.begin(), plan.indices.end(), dd_.h_idx.get());
+  std::copy(plan.lr.begin(), plan.lr.end(), dd_.h_lr.get());
+  dd_.h_step[0] = int(plan.first_step);
+  const cudaStream_t s = compute_.get();
+  GPURUN_CUDA_CHECK(
+      cudaMemcpyAsync(dd_.idx.get(), dd_.h_idx.get(), dd_.idx.bytes(), cudaMemcpyHostToDevice, s));
+  GPURUN_CUDA_CHECK(cudaMemcpyAsync(dd_.lr_table.get(), dd_.h_lr.get(), dd_.lr_table.bytes(),
+                                    cudaMemcpyHostToDevice, s));
+  GPURUN_CUDA_CHECK(
+      cudaMemcpyAsync(dd_.step.get(), dd_.h_step.get(), sizeof(int), cudaMemcpyHostToDevice, s));
+  next_step_ = synced_ = plan.first_step;
+  stop_requested_ = false;
+}
+
+void CudaBackend::step(std::int64_t step, bool stop_requested) {
+  if (step != next_step_) {
+    throw std::logic_error("CUDA backend: step " + std::to_string(step) +
+                           " asked for, the device is at " + std::to_string(next_step_));
+  }
+  stop_requested_ = stop_requested_ || stop_requested;
+  const bool split = exchange_ == cuda::AllreduceBackend::kHostMpi;
+  auto t = Clock::now();
+  if (info_.graph)
+    g1_.launch(compute_.get());
+  else
+    enqueue_part1();
+  host_seconds_ += since(t);
+  if (split) host_allreduce();
+  t = Clock::now();
+  if (info_.graph && split) g2_.launch(compute_.get());
+  if (!info_.graph) enqueue_part2();
+  host_seconds_ += since(t);
+  ++next_step_;
+}
+
+// The step's timing marks (the last step's) stand for every step since the previous sync.
+void CudaBackend::sample_breakdown(std::int64_t steps) {
+  if (!opt_.breakdown || steps == 0) return;
+  float a = 0, b = 0, c = 0;
+  GPURUN_CUDA_CHECK(cudaEventElapsedTime(&a, t_[0].get(), t_[1].get()));
+  GPURUN_CUDA_CHECK(cudaEventElapsedTime(&b, t_[1].get(), t_[2].get()));
+  GPURUN_CUDA_CHECK(cudaEventElapsedTime(&c, t_[2].get(), t_[3].get()));
+  kernel_est_ += 1e-3 * double(a + c) * double(steps);
+  allreduce_est_ += 1e-3 * double(b) * double(steps);
+}
+
+Progress CudaBackend::sync() {
+  const std::size_t from = std::size_t(synced_), to = std::size_t(next_step_);
+  const cudaStream_t s = compute_.get();
+  Progress p;
+  p.steps = next_step_ - synced_;
+  if (to > from) {
+    GPURUN_CUDA_CHECK(cudaMemcpyAsync(dd_.h_loss_hist.get() + from, dd_.loss_hist.get() + from,
+                                      (to - from) * sizeof(float), cudaMemcpyDeviceToHost, s));
+    GPURUN_CUDA_CHECK(
+        cudaMemcpyAsync(dd_.h_correct_hist.get() + from, dd_.correct_hist.get() + from,
+                        (to - from) * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s));
+  }
+  GPURUN_CUDA_CHECK(cudaEventRecord(ev_read_.get(), s));
+  cuda::wait_event(ev_read_.get(), wd_.get(), "training steps");
+  sample_breakdown(p.steps);
+  // Ranks agree on the sums and on stopping in one collective.
+  double sums[3] = {0, 0, stop_requested_ ? 1.0 : 0.0};
+  for (std::size_t t = from; t < to; ++t) {
+    sums[0] += dd_.h_loss_hist[t];
+    sums[1] += double(dd_.h_correct_hist[t]);
+    p.rank_losses.push_back(double(dd_.h_loss_hist[t]) / batch_);
+  }
+  pg_.allreduce_sum(sums, 3);
+  p.loss_sum = sums[0];
+  p.correct = sums[1];
+  p.stop = sums[2] > 0;
+  synced_ = next_step_;
+  return p;
+}
+
+Evaluation CudaBackend::evaluate(int eval_batch) {
+  const std::vector<std::int32_t> shard = eval_shard(dd_.test_lb.size(), pg_.size(), pg_.rank());
+  const std::size_t nb = (shard.size() + std::size_t(eval_batch) - 1) / std::size_t(eval_batch);
+  DeviceBuffer<std::int32_t> idx(std::max<std::size_t>(shard.size(), 1));
+  PinnedBuffer<float> h_loss(std::max<std::size_t>(nb, 1));
+  PinnedBuffer<std::int64_t> h_correct(std::max<std::size_t>(nb, 1));
+  const cudaStream_t s = compute_.get();
+  const k::Stream S{s};
+  if (!shard.empty()) {
+    GPURUN_CUDA_CHECK(cudaMemcpyAsync(idx.get(), shard.data(), shard.size() * sizeof(std::int32_t),
+                                      cudaMemcpyHostToDevice, s));
+  }
+  for (std::size_t b = 0; b < nb; ++b) {
+    const std::size_t off = b * std::size_t(eval_batch);
+    const int n = int(std::min<std::size_t>(std::size_t(eval_batch), shard.size() - off));
+    cuda::gather_batch(dd_.test_px.get(), dd_.test_lb.get(), dd_.img, idx.get() + off, nullptr, n,
+                       nullptr, nullptr, dm_.input(), dm_.labels(), S);
+    dm_.forward_loss(n, 0.0f, S);
+    GPURUN_CUDA_CHECK(
+        cudaMemcpyAsync(h_loss.get() + b, dm_.loss(), sizeof(float), cudaMemcpyDeviceToHost, s));
+    GPURUN_CUDA_CHECK(cudaMemcpyAsync(h_correct.get() + b, dm_.correct(), sizeof(std::int64_t),
+                                      cudaMemcpyDeviceToHost, s));
+  }
+  Event done;
+  GPURUN_CUDA_CHECK(cudaEventRecord(done.get(), s));
+  cuda::wait_event(done.get(), wd_.get(), "evaluation");
+  double sums[3] = {0, 0, double(shard.size())};
+  for (std::size_t b = 0; b < nb; ++b) {
+    sums[0] += h_loss[b];
+    sums[1] += double(h_correct[b]);
+  }
+  pg_.allreduce_sum(sums, 3);
+  return {sums[0] / sums[2], sums[1] / sums[2]};
+}
+
+BackendTimes CudaBackend::times() const {
+  if (wd_) wd_->check();
+  BackendTimes t;
+  t.exchange = exchange_ == cuda::AllreduceBackend::kHostMpi ? mpi_seconds_ : allreduce_est_;
+  t.kernels = kernel_est_;
+  t.host = host_seconds_;
+  return t;
+}
+
+}  // namespace
+
+std::unique_ptr<Backend> make_cuda_backend(ProcessGroup& pg, const ModelSpec& model,
+                                           const Dataset& data, const TrainConfig& cfg,
+                                           const CudaOptions& options, std::ostream& log) {
+  return std::make_unique<CudaBackend>(pg, model, data, cfg, options, log);
+}
+
+}  // namespace gpurun::runtime

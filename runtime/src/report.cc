@@ -1,0 +1,111 @@
+// report.cc: builds the run report with nlohmann::json and writes it atomically (report.h).
+#include "gpurun/runtime/report.h"
+
+#include <unistd.h>
+
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <stdexcept>
+
+#include "gpurun/kernels/threads.h"
+
+namespace gpurun::runtime {
+namespace {
+
+const char* stop_name(StopReason s) {
+  switch (s) {
+    case StopReason::kFinished:
+      return "finished";
+    case StopReason::kMaxSteps:
+      return "max_steps";
+    case StopReason::kSignal:
+      return "signal";
+  }
+  return "?";
+}
+
+nlohmann::json run_fields(const TrainConfig& cfg, const ReportContext& ctx) {
+  nlohmann::json j;
+  j["program"] = ctx.program;
+  j["world_size"] = ctx.world_size;
+  j["dataset"] = ctx.dataset;
+  j["train_examples"] = ctx.train_examples;
+  j["test_examples"] = ctx.test_examples;
+  j["epochs"] = cfg.epochs;
+  j["batch_per_rank"] = cfg.batch_per_rank;
+  j["global_batch"] = cfg.batch_per_rank * ctx.world_size;
+  j["lr_base"] = cfg.lr;
+  j["lr_scaling"] = ctx.lr_scaling;
+  j["momentum"] = cfg.momentum;
+  j["seed"] = cfg.seed;
+  j["threads_per_rank"] = ctx.threads;
+  j["backend"] = ctx.process_group;
+  j["restart_count"] = ctx.restart_count;
+  j["blas"] = kernels::cpu::blas_info();
+  j["blas_core"] = kernels::cpu::blas_core();
+  return j;
+}
+
+void add_result(nlohmann::json& j, const TrainResult& r) {
+  j["device"] = r.backend.device;
+  j["exchange"] = r.backend.exchange;
+  j["workers_per_rank"] = r.backend.workers;
+  j["fused_update"] = r.backend.fused_update;
+  j["cuda_graph"] = r.backend.graph;
+  j["versions"] = r.backend.versions;
+  j["epochs_completed"] = r.epochs.size();
+  j["lr"] = r.lr_peak;
+  j["param_count"] = r.param_count;
+  j["steps_per_epoch"] = r.steps_per_epoch;
+  j["global_steps"] = r.global_steps;
+  j["seconds_total"] = r.seconds_total;
+  j["train_seconds"] = r.train_seconds;
+  j["train_cpu_seconds"] = r.train_cpu_seconds;
+  nlohmann::json spe = nlohmann::json::array(), acc = nlohmann::json::array(),
+                 loss = nlohmann::json::array();
+  for (const EpochStats& e : r.epochs) {
+    spe.push_back(e.seconds);
+    acc.push_back(e.test_accuracy);
+    loss.push_back(e.loss);
+  }
+  j["seconds_per_epoch"] = spe;
+  j["test_accuracy_per_epoch"] = acc;
+  j["loss_per_epoch"] = loss;
+  j["images"] = r.images;
+  j["images_per_second"] = r.train_seconds > 0 ? double(r.images) / r.train_seconds : 0.0;
+  j["allreduce_seconds"] = r.exchange_seconds;
+  j["compute_seconds"] = r.compute_seconds;
+  j["kernel_seconds"] = r.kernel_seconds;
+  j["host_seconds"] = r.host_seconds;
+  j["final_loss"] = r.final_loss;
+  j["train_accuracy"] = r.train_accuracy;
+  j["test_accuracy"] = r.test_accuracy;
+  j["test_loss"] = r.test_loss;
+  j["stopped_by"] = stop_name(r.stop);
+  j["resumed"] = r.resumed;
+  char sum[32];
+  std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r.param_checksum));
+  j["param_checksum"] = sum;
+}
+
+}  // namespace
+
+void write_report(const std::string& path, const TrainConfig& cfg, const TrainResult& result,
+                  const ReportContext& ctx) {
+  nlohmann::json j = run_fields(cfg, ctx);
+  add_result(j, result);
+  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
+  {
+    std::ofstream out(tmp);
+    if (!out) throw std::runtime_error(path + ": cannot write the report (" + tmp + ")");
+    out << j.dump(2) << "\n";
+    if (!out) throw std::runtime_error(path + ": write failed");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw std::runtime_error(path + ": cannot rename the report into place");
+  }
+}
+
+}  // namespace gpurun::runtime

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# cuda_e2e.sh: the training programs on the GPU as a user runs them, checked from their report
+# JSON: mnist_cnn --device cuda learns (test accuracy >= 0.85 after one epoch) and names the
+# device "cuda:..."; graph replay and --no-graph give the same loss; --device auto picks the GPU;
+# lenet (pooling, flatten) learns on the GPU too; a GPU checkpoint resumes on the CPU; with
+# mpirun, two ranks (on one GPU: the host-staged allreduce) finish and agree.
+# Whether it runs is decided by the device probe's exit code (77: no usable device, skipped),
+# never by what the programs print: once the probe finds a device, every failure fails.
+#   cuda_e2e.sh CUDA_PROBE MNIST_CNN LENET DATA_DIR [MPIEXEC]
+set -euo pipefail
+probe=$1 bin=$2 lenet=$3 data=$4 mpiexec=${5:-}
+"$probe" || exit $?
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-cuda-e2e.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+py=/usr/bin/python3
+field() { $py -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+fail() { echo "FAIL: $*" >&2; exit 1; }
+at_least() { $py -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$1" "$2"; }
+run() {  # run NAME ARGS...: the program's output goes to $work/NAME.log, shown on failure
+  local name=$1; shift
+  "$@" >"$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "$name exited $?"; }
+}
+
+run graph "$bin" --device cuda --data "$data" --epochs 1 --report "$work/graph.json"
+cat "$work/graph.log"
+dev=$(field "$work/graph.json" device)
+acc=$(field "$work/graph.json" test_accuracy)
+[[ $dev == cuda:* ]] || fail "report device is '$dev', expected cuda:<name>"
+at_least "$acc" 0.85 || fail "mnist_cnn test accuracy $acc < 0.85 after one epoch"
+
+run eager "$bin" --device cuda --data "$data" --epochs 1 --no-graph --report "$work/eager.json"
+lg=$(field "$work/graph.json" final_loss)
+le=$(field "$work/eager.json" final_loss)
+[ "$lg" = "$le" ] || fail "graph final_loss $lg != --no-graph $le"
+
+run auto "$bin" --device auto --data "$data" --epochs 1 --max-steps 20
+grep -q "a CUDA device is present" "$work/auto.log" || fail "--device auto did not pick the GPU"
+
+run lenet "$lenet" --device cuda --data "$data" --epochs 2 --report "$work/lenet.json"
+lacc=$(field "$work/lenet.json" test_accuracy)
+at_least "$lacc" 0.9 || fail "lenet test accuracy $lacc < 0.9 after two epochs on the GPU"
+
+# One checkpoint format: 60 steps on the GPU, the rest of the epoch on the CPU.
+run ck_gpu "$bin" --device cuda --data "$data" --epochs 1 --max-steps 60 --checkpoint "$work/ck"
+run ck_cpu "$bin" --device cpu --data "$data" --epochs 1 --checkpoint "$work/ck" --resume \
+  --report "$work/ck.json"
+grep -q "resumed from" "$work/ck_cpu.log" || fail "the CPU run did not resume the GPU checkpoint"
+at_least "$(field "$work/ck.json" test_accuracy)" 0.85 || fail "GPU->CPU resume did not learn"
+
+if [ -n "$mpiexec" ]; then
+  run mpi2 "$mpiexec" --allow-run-as-root --oversubscribe --bind-to none -n 2 "$bin" \
+    --device cuda --data "$data" --epochs 1 --report "$work/mpi2.json"
+  cat "$work/mpi2.log"
+  [ "$(field "$work/mpi2.json" world_size)" = 2 ] || fail "world_size"
+  at_least "$(field "$work/mpi2.json" test_accuracy)" 0.8 || fail "2-rank test accuracy"
+fi
+echo "PASS: $dev, mnist_cnn $acc (graph == eager loss $lg), lenet $lacc"
