@@ -30,6 +30,21 @@ inline std::string no_device_reason() {
   return "";
 }
 
+// Exact-sum inputs, nccl-tests style: rank r's value at i is (r + 1) * (i % 97); the sum over n
+// ranks is (i % 97) * n(n+1)/2, an integer below 2^24 for n <= 64, so FP32 addition is exact in
+// any order and any wrong value is a real error.
+inline float exact_sum_input(int rank, std::size_t i) {
+  return float((rank + 1) * int(i % 97));
+}
+
+// How many of `got` differ from the exact sum over `nranks` ranks.
+inline std::size_t count_wrong_sums(const std::vector<float>& got, int nranks) {
+  std::size_t bad = 0;
+  const float tri = float(nranks * (nranks + 1) / 2);
+  for (std::size_t i = 0; i < got.size(); ++i) bad += got[i] != float(i % 97) * tri;
+  return bad;
+}
+
 // Exit code 77 (CTest's SKIP_RETURN_CODE) with the reason printed when no device is usable;
 // returns otherwise. Every GPU test program calls it first.
 void exit_77_without_a_device();

@@ -1,9 +1,9 @@
 // collectives_test.cc: the CUDA backend's collectives across processes, run as
 //   mpirun -n 2 build/tests/runtime/cuda/collectives_test
-// (ctest: runtime_cuda_collectives_mpi_2). Pins: (1) every rank picks the same allreduce backend (NCCL, or
-// the host-staged MPI path when two ranks share one GPU, as on a one-GPU machine) and that
-// backend sums exactly, in place and out of place; (2) the watchdog: when a rank never joins the
-// NCCL communicator, the others fail within --comm-timeout with a message naming rank and host
+// (ctest: runtime_cuda_collectives_mpi_2). Pins: (1) every rank picks the same allreduce backend
+// (NCCL, or the host-staged MPI path when two ranks share one GPU, as on a one-GPU machine) and
+// that backend sums exactly, in place and out of place; (2) the watchdog: when a rank never joins
+// the NCCL communicator, the others fail within --comm-timeout with a message naming rank and host
 // instead of hanging. Every rank exits 77 (skipped) without a CUDA device, before MPI starts.
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -22,9 +22,11 @@
 
 namespace {
 
-using gpurun::runtime::cuda::AllreduceBackend;
 using gpurun::runtime::ProcessGroup;
+using gpurun::runtime::cuda::AllreduceBackend;
 namespace rc = gpurun::runtime::cuda;
+using gpurun::testing::count_wrong_sums;
+using gpurun::testing::exact_sum_input;
 
 ProcessGroup* g_pg = nullptr;
 
@@ -34,17 +36,6 @@ int my_device() {
   const int dev = n > 1 ? g_pg->local_rank() % n : 0;
   cudaSetDevice(dev);
   return dev;
-}
-
-float value(int rank, std::size_t i) {
-  return float((rank + 1) * int(i % 97));
-}
-
-std::size_t count_wrong(const std::vector<float>& got, int nranks) {
-  std::size_t bad = 0;
-  const float tri = float(nranks * (nranks + 1) / 2);
-  for (std::size_t i = 0; i < got.size(); ++i) bad += got[i] != float(i % 97) * tri;
-  return bad;
 }
 
 TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
@@ -59,11 +50,10 @@ TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
     EXPECT_EQ(b, AllreduceBackend::kNone);
     return;
   }
-  if (g_pg->rank() == 0)
-    std::printf("backend: %s %s\n", rc::to_string(b), why.c_str());
+  if (g_pg->rank() == 0) std::printf("backend: %s %s\n", rc::to_string(b), why.c_str());
   const std::size_t n = 2770640 + 4;
   std::vector<float> h(n);
-  for (std::size_t i = 0; i < n; ++i) h[i] = value(g_pg->rank(), i);
+  for (std::size_t i = 0; i < n; ++i) h[i] = exact_sum_input(g_pg->rank(), i);
   if (b == AllreduceBackend::kHostMpi) {
     // The host-staged path: device -> host, MPI sum, host -> device.
     gpurun::testing::DeviceVec<float> d(h);
@@ -71,7 +61,7 @@ TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
     g_pg->allreduce_sum(stage.data(), n);
     ASSERT_EQ(cudaMemcpy(d.get(), stage.data(), n * sizeof(float), cudaMemcpyHostToDevice),
               cudaSuccess);
-    EXPECT_EQ(count_wrong(d.host(), g_pg->size()), 0u);
+    EXPECT_EQ(count_wrong_sums(d.host(), g_pg->size()), 0u);
     return;
   }
   rc::NcclComm comm(*g_pg, 60.0);
@@ -80,14 +70,14 @@ TEST(GpuCollectives, BackendAgreesAndSumsExactly) {
   gpurun::testing::DeviceVec<float> a(h), out(n);
   comm.allreduce_sum(a.get(), out.get(), n, s);  // out of place
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  EXPECT_EQ(count_wrong(out.host(), g_pg->size()), 0u) << "out of place";
+  EXPECT_EQ(count_wrong_sums(out.host(), g_pg->size()), 0u) << "out of place";
   std::size_t changed = 0;
   const auto in = a.host();
   for (std::size_t i = 0; i < n; ++i) changed += in[i] != h[i];
   EXPECT_EQ(changed, 0u) << "out of place modified its input";
   comm.allreduce_sum(a.get(), a.get(), n, s);  // in place
   ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-  EXPECT_EQ(count_wrong(a.host(), g_pg->size()), 0u) << "in place";
+  EXPECT_EQ(count_wrong_sums(a.host(), g_pg->size()), 0u) << "in place";
   cudaStreamDestroy(s);
 }
 

@@ -22,22 +22,11 @@ namespace {
 
 namespace rt = gpurun::runtime;
 namespace rc = gpurun::runtime::cuda;
+using gpurun::testing::count_wrong_sums;
 using gpurun::testing::DeviceVec;
+using gpurun::testing::exact_sum_input;
 
 rt::ProcessGroup* g_world = nullptr;
-
-// Rank r's value at i: (r + 1) * (i % 97); the sum over n ranks is (i % 97) * n(n+1)/2, an
-// integer below 2^24 for n <= 64, so FP32 addition is exact in any order.
-float value(int rank, std::size_t i) {
-  return float((rank + 1) * int(i % 97));
-}
-
-std::size_t count_wrong(const std::vector<float>& got, int nranks) {
-  std::size_t bad = 0;
-  const float tri = float(nranks * (nranks + 1) / 2);
-  for (std::size_t i = 0; i < got.size(); ++i) bad += got[i] != float(i % 97) * tri;
-  return bad;
-}
 
 TEST(NcclAllreduce, ExactSumsInPlaceAndOutOfPlace) {
   int ndev = 0;
@@ -56,18 +45,18 @@ TEST(NcclAllreduce, ExactSumsInPlaceAndOutOfPlace) {
   ASSERT_EQ(cudaStreamCreate(&s), cudaSuccess);
   for (const std::size_t n : {std::size_t(1), std::size_t(1000), std::size_t(2770640) + 4}) {
     std::vector<float> h(n);
-    for (std::size_t i = 0; i < n; ++i) h[i] = value(pg.rank(), i);
+    for (std::size_t i = 0; i < n; ++i) h[i] = exact_sum_input(pg.rank(), i);
     DeviceVec<float> a(h), out(n);
     comm.allreduce_sum(a.get(), out.get(), n, s);  // out of place
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    EXPECT_EQ(count_wrong(out.host(), pg.size()), 0u) << n << " floats, out of place";
+    EXPECT_EQ(count_wrong_sums(out.host(), pg.size()), 0u) << n << " floats, out of place";
     const std::vector<float> in = a.host();
     std::size_t changed = 0;
     for (std::size_t i = 0; i < n; ++i) changed += in[i] != h[i];
     EXPECT_EQ(changed, 0u) << n << " floats: out of place modified its input";
     comm.allreduce_sum(a.get(), a.get(), n, s);  // in place
     ASSERT_EQ(cudaStreamSynchronize(s), cudaSuccess);
-    EXPECT_EQ(count_wrong(a.host(), pg.size()), 0u) << n << " floats, in place";
+    EXPECT_EQ(count_wrong_sums(a.host(), pg.size()), 0u) << n << " floats, in place";
   }
   cudaStreamDestroy(s);
 }
