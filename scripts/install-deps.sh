@@ -10,7 +10,7 @@ core=(
   libboost-program-options-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
-  libopenblas-dev zlib1g-dev libsqlite3-dev sqlite3
+  libopenblas-dev libdnnl-dev libblis-dev zlib1g-dev libsqlite3-dev sqlite3
   slurm-wlm munge
   dataset-fashion-mnist
   gnuplot-nox

@@ -11,6 +11,7 @@
 #include <string>
 #include <thread>
 
+#include "gpurun/kernels/cpu_kernels.h"
 #include "gpurun/kernels/threads.h"
 #include "gpurun/runtime/backend.h"
 #include "gpurun/runtime/dataset.h"
@@ -30,6 +31,7 @@ struct Options {
   std::string device = "auto";
   std::string lr_scaling = "linear";
   std::string exchange = "auto";
+  std::string cpu_kernels = kernels::cpu::name(kernels::cpu::default_cpu_kernels());
   std::string report;
   int threads = 0;
   bool no_graph = false, tf32 = false;
@@ -84,6 +86,9 @@ po::options_description describe(Options& o, const Example& ex) {
       "CPU: how ranks combine gradients: allreduce (MPI_Allreduce of the whole gradient), shared "
       "(ranks on one node share one copy of the weights and update the Dense layers from each "
       "other's activations in shared memory), or auto (shared when every rank is on one node)")(
+      "cpu-kernels", po::value(&o.cpu_kernels)->default_value(o.cpu_kernels),
+      "CPU: the library under the ops: onednn (oneDNN primitives, the CPU's best instructions), "
+      "openblas (im2col + OpenBLAS sgemm) or blis (BLIS sgemm)")(
       "micro-batch", po::value(&o.backend.cpu.micro_batch),
       "accumulate gradients over micro-batches of this many images (must divide --batch-size)")(
       "eval-batch", po::value(&t.eval_batch)->default_value(t.eval_batch),
@@ -107,6 +112,10 @@ std::string interpret(Options& o, const po::variables_map& vm) {
     o.backend.cpu.exchange = rt::Exchange::kShared;
   else
     return "--exchange must be auto, allreduce or shared, got " + o.exchange;
+  if (auto k = kernels::cpu::parse_cpu_kernels(o.cpu_kernels))
+    o.backend.cpu.kernels = *k;
+  else
+    return "--cpu-kernels must be onednn, openblas or blis, got " + o.cpu_kernels;
   if (o.device != "cpu" && o.device != "cuda" && o.device != "auto") {
     return "--device must be cpu, cuda or auto, got " + o.device;
   }
@@ -174,7 +183,9 @@ bool stdout_is_terminal(const rt::RuntimeEnv& env) {
 }
 
 void notes(const Options& o, const rt::RuntimeEnv& env, std::ostream& log) {
-  if (o.backend.device == rt::Device::kCpu && kernels::cpu::blas_below_cpu()) {
+  if (o.backend.device == rt::Device::kCpu &&
+      o.backend.cpu.kernels == kernels::cpu::CpuKernels::kOpenBlas &&
+      kernels::cpu::blas_below_cpu()) {
     // OPENBLAS_CORETYPE is the user's (or the site's) choice, so it is kept; but say what it costs.
     log << "note: OpenBLAS runs its " << kernels::cpu::blas_core()
         << " (AVX2) kernels on this AVX-512 CPU"

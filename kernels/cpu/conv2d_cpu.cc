@@ -1,15 +1,28 @@
-// conv2d_cpu.cc: the fast CPU convolution: per image, im2col into the caller's workspace, then one
-// OpenBLAS sgemm. The workspace keeps the training step free of allocations.
-#include <cblas.h>
-
+// conv2d_cpu.cc: the fast CPU convolution. With oneDNN (cpu_kernels.h) each op is one oneDNN
+// primitive, the forward with bias and activation fused; otherwise, per image, im2col into the
+// caller's workspace and one sgemm on the chosen library. The workspace keeps the training step
+// free of allocations.
 #include <cstring>
 #include <stdexcept>
 #include <string>
 
+#include "gemm.h"
+#include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
+#include "gpurun/kernels/cpu_kernels.h"
+#if GPURUN_HAVE_ONEDNN
+#include "onednn.h"
+#endif
 
 namespace gpurun::kernels::cpu {
 namespace {
+
+using detail::sgemm;
+using detail::Trans;
+
+bool on_onednn() {
+  return GPURUN_HAVE_ONEDNN && cpu_kernels() == CpuKernels::kOneDnn;
+}
 
 // Rows of the column matrix: one per (c, p, q); columns: one per output pixel.
 std::size_t col_rows(const Conv2dDesc& d) {
@@ -82,13 +95,15 @@ std::size_t conv2d_workspace_floats(const Conv2dDesc& d) {
 void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws) {
   validate(d);
   check_workspace(d, ws);
+#if GPURUN_HAVE_ONEDNN
+  if (on_onednn()) return onednn::conv_forward(d, Activation::kNone, x, w, nullptr, y);
+#endif
   const int K = int(col_rows(d)), P = int(col_cols(d));
   const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
   for (int n = 0; n < d.batch; ++n) {
     im2col(d, x + n * xs, ws.data);
     // y_n [out_c, P] = w [out_c, K] * cols [K, P]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.out_c, P, K, 1.0f, w, K, ws.data, P,
-                0.0f, y + n * ys, P);
+    sgemm(Trans::kNo, Trans::kNo, d.out_c, P, K, 1.0f, w, K, ws.data, P, 0.0f, y + n * ys, P);
   }
 }
 
@@ -100,11 +115,14 @@ void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* d
   const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
   // With kAdd the batch's sum goes to the workspace tail first and is added once at the end.
   float* sum = acc == Accumulate::kAdd ? ws.data + col_rows(d) * col_cols(d) : dw;
-  for (int n = 0; n < d.batch; ++n) {
+#if GPURUN_HAVE_ONEDNN
+  if (on_onednn()) onednn::conv_backward_weights(d, x, dy, sum);
+#endif
+  for (int n = 0; n < d.batch && !on_onednn(); ++n) {
     im2col(d, x + n * xs, ws.data);
     // sum [out_c, K] += dy_n [out_c, P] * cols^T [P, K]
-    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.out_c, K, P, 1.0f, dy + n * ys, P,
-                ws.data, P, n == 0 ? 0.0f : 1.0f, sum, K);
+    sgemm(Trans::kNo, Trans::kYes, d.out_c, K, P, 1.0f, dy + n * ys, P, ws.data, P,
+          n == 0 ? 0.0f : 1.0f, sum, K);
   }
   if (acc == Accumulate::kAdd) {
     for (std::size_t i = 0; i < d.w_floats(); ++i) dw[i] += sum[i];
@@ -117,13 +135,27 @@ void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, 
   check_workspace(d, ws);
   const int K = int(col_rows(d)), P = int(col_cols(d));
   const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
+#if GPURUN_HAVE_ONEDNN
+  if (on_onednn()) return onednn::conv_backward_data(d, w, dy, dx);
+#endif
   std::memset(dx, 0, sizeof(float) * d.x_floats());
   for (int n = 0; n < d.batch; ++n) {
     // cols [K, P] = w^T [K, out_c] * dy_n [out_c, P], then scattered back onto the image
-    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, K, P, d.out_c, 1.0f, w, K, dy + n * ys, P,
-                0.0f, ws.data, P);
+    sgemm(Trans::kYes, Trans::kNo, K, P, d.out_c, 1.0f, w, K, dy + n * ys, P, 0.0f, ws.data, P);
     col2im_add(d, ws.data, dx + n * xs);
   }
+}
+
+void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x, const float* w,
+                             const float* b, float* y, Workspace ws) {
+#if GPURUN_HAVE_ONEDNN
+  if (on_onednn()) {
+    validate(d);
+    return onednn::conv_forward(d, act, x, w, b, y);
+  }
+#endif
+  conv2d_forward(d, x, w, y, ws);
+  bias_act_forward({d.batch, d.out_c, d.out_h() * d.out_w(), act}, y, b);
 }
 
 }  // namespace gpurun::kernels::cpu

@@ -1,11 +1,12 @@
 // dense.cc: the fully connected layer: ref:: loops with double accumulation (the oracle) and cpu::
-// as three OpenBLAS sgemm calls, which is where almost all of the MNIST CNN's time goes.
+// as three sgemm calls on the chosen CPU library (gemm.h), which is where almost all of the
+// MNIST CNN's time goes.
 #include "gpurun/kernels/dense.h"
-
-#include <cblas.h>
 
 #include <stdexcept>
 #include <string>
+
+#include "gemm.h"
 
 namespace gpurun::kernels {
 namespace {
@@ -70,18 +71,19 @@ void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int 
 }  // namespace ref
 
 namespace cpu {
+using detail::sgemm;
+using detail::Trans;
+
 void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y) {
   validate(d);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, d.batch, d.out, d.in, 1.0f, x, d.in, w, d.in,
-              0.0f, y, d.out);
+  sgemm(Trans::kNo, Trans::kYes, d.batch, d.out, d.in, 1.0f, x, d.in, w, d.in, 0.0f, y, d.out);
 }
 
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc) {
   validate(d);
   const float beta = acc == Accumulate::kAdd ? 1.0f : 0.0f;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, d.out, d.in, d.batch, 1.0f, dy, d.out, x,
-              d.in, beta, dw, d.in);
+  sgemm(Trans::kYes, Trans::kNo, d.out, d.in, d.batch, 1.0f, dy, d.out, x, d.in, beta, dw, d.in);
 }
 
 void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
@@ -89,14 +91,13 @@ void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int 
   validate(d);
   check_rows(d, lo, hi);
   if (lo == hi) return;
-  cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, hi - lo, d.in, d.batch, alpha, dy + lo,
-              d.out, x, d.in, beta, c + std::size_t(lo) * d.in, d.in);
+  sgemm(Trans::kYes, Trans::kNo, hi - lo, d.in, d.batch, alpha, dy + lo, d.out, x, d.in, beta,
+        c + std::size_t(lo) * d.in, d.in);
 }
 
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {
   validate(d);
-  cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, d.batch, d.in, d.out, 1.0f, dy, d.out, w,
-              d.in, 0.0f, dx, d.in);
+  sgemm(Trans::kNo, Trans::kNo, d.batch, d.in, d.out, 1.0f, dy, d.out, w, d.in, 0.0f, dx, d.in);
 }
 }  // namespace cpu
 

@@ -39,9 +39,7 @@ class Conv2d final : public Layer {
     return k::cpu::conv2d_workspace_floats(desc(batch));
   }
   void forward(int batch, const float* x, float* y, k::Workspace ws) override {
-    const k::Conv2dDesc d = desc(batch);
-    k::cpu::conv2d_forward(d, x, w_, y, ws);
-    k::cpu::bias_act_forward(bias_desc(batch), y, b_);
+    k::cpu::conv2d_bias_act_forward(desc(batch), spec().activation, x, w_, b_, y, ws);
   }
   void backward(int batch, const float* x, const float* y, float* dy, float* dx, InputGrad need,
                 k::Accumulate acc, k::Workspace ws) override {

@@ -54,6 +54,7 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   j["fused_update"] = r.backend.fused_update;
   j["cuda_graph"] = r.backend.graph;
   j["versions"] = r.backend.versions;
+  if (r.backend.device == "cpu") j["cpu_kernels"] = r.backend.versions;
   j["epochs_completed"] = r.epochs.size();
   j["lr"] = r.lr_peak;
   j["param_count"] = r.param_count;

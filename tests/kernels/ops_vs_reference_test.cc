@@ -62,6 +62,17 @@ TEST_P(ConvVsRef, ForwardAndBothBackwardsMatch) {
   cpu::conv2d_backward_data(d, w.data(), dy.data(), dx.data(), W);
   ref::conv2d_backward_data(d, w.data(), dy.data(), dx_ref.data());
   EXPECT_TRUE(all_close(dx, dx_ref, 1e-5f, 1e-4f));
+
+  // Convolution + bias + ReLU in one call (one oneDNN primitive, or the two ops), and the same
+  // again: bitwise the same (a run repeats bit for bit).
+  const auto b = random_vec(std::size_t(d.out_c), 4);
+  std::vector<float> fused(d.y_floats(), 3.0f), again(d.y_floats(), -3.0f);
+  cpu::conv2d_bias_act_forward(d, Activation::kRelu, x.data(), w.data(), b.data(), fused.data(), W);
+  cpu::conv2d_bias_act_forward(d, Activation::kRelu, x.data(), w.data(), b.data(), again.data(), W);
+  ref::bias_act_forward({d.batch, d.out_c, d.out_h() * d.out_w(), Activation::kRelu}, y_ref.data(),
+                        b.data());
+  EXPECT_TRUE(all_close(fused, y_ref, 1e-5f, 1e-4f));
+  EXPECT_EQ(fused, again) << "the same call gave different bits";
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, ConvVsRef,
@@ -125,6 +136,9 @@ TEST_P(DenseVsRef, WeightRowsMatch) {
     cpu::dense_weight_rows(d, x.data(), dy.data(), lo, hi, alpha, beta, got.data());
     ref::dense_weight_rows(d, x.data(), dy.data(), lo, hi, alpha, beta, want.data());
     EXPECT_TRUE(all_close(got, want, 1e-4f, 1e-4f)) << "beta " << beta;
+    std::vector<float> again = w0;  // a run repeats bit for bit
+    cpu::dense_weight_rows(d, x.data(), dy.data(), lo, hi, alpha, beta, again.data());
+    EXPECT_EQ(got, again) << "beta " << beta << ": the same call gave different bits";
     for (std::size_t i = 0; i < got.size(); ++i) {
       const int row = int(i / std::size_t(c.in));
       if (row < lo || row >= hi) {

@@ -11,6 +11,7 @@
 
 #include "backends.h"
 #include "exchange.h"
+#include "gpurun/kernels/cpu_kernels.h"
 #include "gpurun/kernels/threads.h"
 #include "gpurun/runtime/sampler.h"
 
@@ -38,6 +39,7 @@ class CpuBackend final : public Backend {
         x_(std::size_t(batch_) * data.train.image_floats()),
         y_(std::size_t(batch_)) {
     check(model, data, opt);
+    kernels::cpu::set_cpu_kernels(opt.kernels);
     kernels::cpu::set_num_threads(workers_ > 1 ? 1 : std::max(1, opt.threads));
     for (int w = 0; w < workers_; ++w) {
       models_.push_back(std::make_unique<Model>(model, std::max(slice_, cfg.eval_batch)));
@@ -54,6 +56,7 @@ class CpuBackend final : public Backend {
   BackendInfo info() const override {
     BackendInfo i;
     i.device = "cpu";
+    i.versions = kernels::cpu::cpu_kernels_info();
     i.exchange = exchange_->name();
     i.summary = exchange_->summary();
     i.workers = workers_;

@@ -1,9 +1,11 @@
 // conv2d.h: 2-D convolution (cross-correlation, as in every framework), NCHW activations, OIHW
 // weights [out_c, in_c, k_h, k_w], no bias (bias + activation is bias_act.h). Forward, backward to
 // the weights and backward to the input. Three implementations share these signatures:
-//   ref::  plain loops, the test oracle;  cpu::  im2col + OpenBLAS sgemm;  cuda::  kernels/cuda/.
+//   ref::  plain loops, the test oracle;  cpu::  oneDNN primitives, or im2col + sgemm on the
+//   chosen CPU library (cpu_kernels.h);  cuda::  kernels/cuda/.
 #pragma once
 
+#include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/config.h"
 #include "gpurun/kernels/types.h"
 
@@ -45,6 +47,10 @@ void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* d
                              Workspace ws, Accumulate acc = Accumulate::kOverwrite);
 void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, float* dx,
                           Workspace ws);
+// y = act(conv(x, w) + b): one fused primitive with oneDNN, else conv2d_forward and
+// bias_act_forward (bias_act.h; b may be nullptr).
+void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x, const float* w,
+                             const float* b, float* y, Workspace ws);
 }  // namespace cpu
 
 #if GPURUN_KERNELS_HAVE_CUDA

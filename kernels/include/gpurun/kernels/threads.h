@@ -1,9 +1,11 @@
-// threads.h: how many threads the CPU ops (OpenBLAS) use in this process.
+// threads.h: how many threads the CPU ops use in this process (OpenBLAS's, oneDNN's OpenMP
+// teams, BLIS's: whichever library cpu_kernels.h chose), and what OpenBLAS runs on this CPU.
 #pragma once
 
 namespace gpurun::kernels::cpu {
 
-// Sets OpenBLAS's thread count; n < 1 throws std::invalid_argument.
+// Threads per call of the chosen CPU library, for every thread of the process; n < 1 throws
+// std::invalid_argument.
 void set_num_threads(int n);
 int num_threads();
 // Name of the BLAS library and its build config, for reports ("OpenBLAS 0.3.21 ... Zen").

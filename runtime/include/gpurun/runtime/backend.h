@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "gpurun/kernels/cpu_kernels.h"
 #include "gpurun/runtime/dataset.h"
 #include "gpurun/runtime/model_spec.h"
 #include "gpurun/runtime/process_group.h"
@@ -96,6 +97,8 @@ enum class Exchange { kAuto, kAllreduce, kShared };
 const char* exchange_name(Exchange e);  // "auto", "allreduce", "shared"
 
 struct CpuOptions {
+  // The library under the CPU ops (kernels/cpu_kernels.h): oneDNN by default when built with it.
+  kernels::cpu::CpuKernels kernels = kernels::cpu::default_cpu_kernels();
   int threads = 1;      // per rank: replicas on slices of the batch (T ranks' sums, bitwise)
   int micro_batch = 0;  // > 0: accumulate gradients over micro-batches of this size
   Exchange exchange = Exchange::kAuto;
