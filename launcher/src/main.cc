@@ -5,18 +5,23 @@
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <iostream>
+#include <sstream>
 
+#include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/hostlist.h"
 #include "gpurun/launcher/launch.h"
 #include "gpurun/launcher/plan.h"
+#include "proc_util.h"
 #include "report.h"
 #include "run.h"
 #include "system.h"
 
 namespace po = boost::program_options;
 using namespace gpurun::launcher;
+namespace proc = gpurun::launcher::proc;
 
 namespace {
 
@@ -170,45 +175,13 @@ int cmd_hostlist(const std::vector<std::string>& args) {
   return 0;
 }
 
-// Options that take a value, so that `gpurun -n 2 python train.py` finds where PROGRAM starts.
-bool takes_value(const std::string& a) {
-  static const char* v[] = {"-n",
-                            "--ntasks",
-                            "--nproc-per-node",
-                            "--gpus-per-rank",
-                            "--cpus-per-rank",
-                            "--scheduler",
-                            "--launcher",
-                            "--launcher-args",
-                            "--master-port",
-                            "--master-addr",
-                            "--env-file",
-                            "--start-timeout",
-                            "--kill-grace",
-                            "--stop-timeout",
-                            "--time-left",
-                            "--checkpoint-before",
-                            "--checkpoint-signal",
-                            "--control-addr"};
-  for (const char* x : v)
-    if (a == x) return true;
-  return false;
+// "USR1", "SIGUSR1" or "10"; throws Error naming `what`.
+int parse_signal(const std::string& text, const std::string& what) {
+  if (auto sig = gpurun::common::parse_signal(text)) return *sig;
+  throw Error(fmt::format("{} '{}': expected a signal such as USR1, SIGTERM or 10", what, text));
 }
 
-int cmd_launch(const std::vector<std::string>& args) {
-  std::vector<std::string> opts, program;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    if (args[i] == "--") {
-      program.assign(args.begin() + static_cast<long>(i) + 1, args.end());
-      break;
-    }
-    if (args[i].empty() || args[i][0] != '-') {
-      program.assign(args.begin() + static_cast<long>(i), args.end());
-      break;
-    }
-    opts.push_back(args[i]);
-    if (takes_value(args[i]) && i + 1 < args.size()) opts.push_back(args[++i]);
-  }
+po::options_description launch_options() {
   po::options_description d("options");
   add_plan_options(d);
   d.add_options()("launcher", po::value<std::string>()->default_value("auto"),
@@ -234,21 +207,36 @@ int cmd_launch(const std::vector<std::string>& args) {
       "requeue the job (scontrol requeue, qrerun, brequeue) so it resumes")(
       "quiet,q", "no gpurun: status lines (failures are still reported)")(
       "version", "print the version")("help,h", "this help");
-  po::variables_map vm;
-  po::store(po::command_line_parser(opts).options(d).run(), vm);
-  po::notify(vm);
-  if (vm.count("help") || (args.empty())) {
-    std::cout << kUsage << "\n" << d;
-    return args.empty() ? 2 : 0;
-  }
-  if (vm.count("version")) {
-    std::cout << "gpurun 0.1.0\n";
-    return 0;
-  }
-  if (program.empty())
-    throw Error("no program to launch: usage: gpurun [OPTIONS] -- PROGRAM [ARGS...]");
-  Setup s = setup(vm);
+  return d;
+}
 
+// Splits gpurun's options from PROGRAM ARGS: `gpurun -n 2 python train.py` has no "--", so the
+// first word that is neither an option nor an option's value starts the program.
+std::pair<std::vector<std::string>, std::vector<std::string>> split_program(
+    const po::options_description& d, const std::vector<std::string>& args) {
+  std::vector<std::string> opts, program;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    const std::string& a = args[i];
+    if (a == "--") {
+      program.assign(args.begin() + static_cast<long>(i) + 1, args.end());
+      break;
+    }
+    if (a.empty() || a[0] != '-') {
+      program.assign(args.begin() + static_cast<long>(i), args.end());
+      break;
+    }
+    opts.push_back(a);
+    bool is_long = a.rfind("--", 0) == 0;
+    const po::option_description* o = a.find('=') != std::string::npos ? nullptr
+                                      : is_long ? d.find_nothrow(a.substr(2), false)
+                                                : d.find_nothrow(a, false);
+    if (o && o->semantic()->max_tokens() > 0 && i + 1 < args.size()) opts.push_back(args[++i]);
+  }
+  return {opts, program};
+}
+
+LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
+                              const std::vector<std::string>& program, bool dry) {
   LaunchOptions lo;
   lo.launcher = vm["launcher"].as<std::string>();
   if (vm.count("launcher-args")) {
@@ -261,20 +249,14 @@ int cmd_launch(const std::vector<std::string>& args) {
   lo.as_root = geteuid() == 0 && !s.from_file;  // an --env-file job is not ours to run
   Env tool_env = s.env;
   lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };
-  bool dry = vm.count("dry-run") > 0 || s.from_file;
   lo.self_exe = dry ? "gpurun" : sys::self_exe();
   if (s.alloc.scheduler == Scheduler::slurm && !s.alloc.step_task &&
       (lo.launcher == "auto" || lo.launcher == "srun"))
     if (auto srun = lo.find_tool("srun")) lo.srun_mpi_plugins = sys::srun_mpi_plugins(*srun);
+  return lo;
+}
 
-  if (dry) {
-    lo.plan_text = encode_plan(s.alloc, s.plan, s.popts);
-    LaunchCommand c = build_launch(s.alloc, s.plan, lo);
-    std::cout << dry_run_text(s.alloc, s.plan, c, program);
-    return 0;
-  }
-  if (s.alloc.step_task) return exec_in_step(s.alloc, s.plan, s.env, program);
-
+RunConfig run_settings(const po::variables_map& vm, const Setup& s, const LaunchOptions& lo) {
   RunConfig cfg;
   cfg.alloc = s.alloc;
   cfg.plan = s.plan;
@@ -291,6 +273,36 @@ int cmd_launch(const std::vector<std::string>& args) {
   if (vm.count("control-addr")) cfg.control_addr = vm["control-addr"].as<std::string>();
   cfg.quiet = vm.count("quiet") > 0;
   cfg.requeue = vm.count("requeue") > 0;
+  return cfg;
+}
+
+int cmd_launch(const std::vector<std::string>& args) {
+  po::options_description d = launch_options();
+  auto [opts, program] = split_program(d, args);
+  po::variables_map vm;
+  po::store(po::command_line_parser(opts).options(d).run(), vm);
+  po::notify(vm);
+  if (vm.count("help") || args.empty()) {
+    std::cout << kUsage << "\n" << d;
+    return args.empty() ? 2 : 0;
+  }
+  if (vm.count("version")) {
+    std::cout << "gpurun 0.1.0\n";
+    return 0;
+  }
+  if (program.empty())
+    throw Error("no program to launch: usage: gpurun [OPTIONS] -- PROGRAM [ARGS...]");
+  Setup s = setup(vm);
+  bool dry = vm.count("dry-run") > 0 || s.from_file;
+  LaunchOptions lo = launch_settings(vm, s, program, dry);
+  if (dry) {
+    lo.plan_text = encode_plan(s.alloc, s.plan, s.popts);
+    LaunchCommand c = build_launch(s.alloc, s.plan, lo);
+    std::cout << dry_run_text(s.alloc, s.plan, c, program);
+    return 0;
+  }
+  if (s.alloc.step_task) return exec_in_step(s.alloc, s.plan, s.env, program);
+  RunConfig cfg = run_settings(vm, s, lo);
   return run_supervisor(cfg);
 }
 
@@ -316,6 +328,9 @@ int main(int argc, char** argv) {
   } catch (const HostlistError& e) {
     fmt::print(stderr, "gpurun: {}\n{}\n", e.what(), e.pointer());
     return 2;
+  } catch (const proc::ExecError& e) {
+    fmt::print(stderr, "gpurun: {}\n", e.what());
+    return e.err == ENOENT ? 127 : 126;  // what a shell would say
   } catch (const std::exception& e) {
     fmt::print(stderr, "gpurun: {}\n", e.what());
     return 2;

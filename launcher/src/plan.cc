@@ -78,16 +78,9 @@ std::vector<int> capacities(const Allocation& a, const PlanOptions& o) {
   return cap;
 }
 
-}  // namespace
-
-RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
-  if (a.nodes.empty()) throw Error("the allocation has no nodes");
-  if (o.ntasks && *o.ntasks < 1)
-    throw Error(fmt::format("-n {}: expected at least 1 rank", *o.ntasks));
-  if (o.gpus_per_rank && *o.gpus_per_rank < 0)
-    throw Error(fmt::format("--gpus-per-rank {}: expected 0 or more", *o.gpus_per_rank));
-
-  RankPlan p;
+// Ranks on each node of the allocation, in order: the step's own placement inside srun/jsrun,
+// else the nodes filled in order up to -n.
+std::vector<int> ranks_per_node(const Allocation& a, const PlanOptions& o) {
   std::vector<int> per_node;
   if (a.step_task) {
     // Inside srun/jsrun the step already placed the ranks; -n can only agree with it.
@@ -98,57 +91,71 @@ RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
           "once per job (not under {}) and let it launch the ranks",
           *o.ntasks, t.engine, t.world_size, t.engine));
     for (const auto& n : a.nodes) per_node.push_back(n.slots);
-  } else {
-    std::vector<int> cap = capacities(a, o);
-    long total_cap = 0;
-    for (int c : cap) total_cap += c;
-    int want = o.ntasks ? *o.ntasks : static_cast<int>(total_cap);
-    if (want > total_cap)
-      throw Error(fmt::format("-n {} asks for more ranks than the allocation's {} slots ({})", want,
-                              total_cap, slots_summary(a)));
-    int left = want;
-    for (int c : cap) {
-      int take = std::min(c, left);
-      per_node.push_back(take);
-      left -= take;
-    }
+    return per_node;
   }
+  std::vector<int> cap = capacities(a, o);
+  long total_cap = 0;
+  for (int c : cap) total_cap += c;
+  int want = o.ntasks ? *o.ntasks : static_cast<int>(total_cap);
+  if (want > total_cap)
+    throw Error(fmt::format("-n {} asks for more ranks than the allocation's {} slots ({})", want,
+                            total_cap, slots_summary(a)));
+  int left = want;
+  for (int c : cap) {
+    int take = std::min(c, left);
+    per_node.push_back(take);
+    left -= take;
+  }
+  return per_node;
+}
 
-  int rank = 0;
-  for (std::size_t i = 0; i < a.nodes.size(); ++i) {
-    int k = per_node[i];
-    if (k == 0) continue;
-    const NodeAlloc& n = a.nodes[i];
-    int node_rank = static_cast<int>(p.nodes.size());
-    p.nodes.push_back({n.host, k, n.gpus, rank});
-    int gpr;
-    bool shared = false;
-    if (o.gpus_per_rank) {
-      gpr = *o.gpus_per_rank;
-      if (k * gpr > n.gpus)
-        throw Error(fmt::format("{} ranks x {} GPUs per rank need {} GPUs on node {}, which has {}",
-                                k, gpr, k * gpr, n.host, n.gpus));
-    } else if (n.gpus == 0) {
-      gpr = 0;
-    } else if (k <= n.gpus) {
-      gpr = 1;
-    } else {
-      gpr = 1;
-      shared = true;
-      p.notes.push_back(
-          fmt::format("{} ranks share {} GPU{} on {}", k, n.gpus, n.gpus == 1 ? "" : "s", n.host));
-    }
-    for (int lr = 0; lr < k; ++lr) {
-      RankEntry e{rank++, node_rank, lr, k, n.host, {}};
-      if (shared) {
-        e.gpus.push_back(static_cast<int>(static_cast<long>(lr) * n.gpus / k));
-      } else {
-        for (int g = 0; g < gpr; ++g) e.gpus.push_back(lr * gpr + g);
-      }
-      p.ranks.push_back(std::move(e));
-    }
+// Appends node `n`'s k ranks (from global rank `rank`) with their GPU positions.
+void plan_node(const NodeAlloc& n, int k, const PlanOptions& o, RankPlan& p) {
+  int rank = static_cast<int>(p.ranks.size());
+  int node_rank = static_cast<int>(p.nodes.size());
+  p.nodes.push_back({n.host, k, n.gpus, rank});
+  int gpr;
+  bool shared = false;
+  if (o.gpus_per_rank) {
+    gpr = *o.gpus_per_rank;
+    if (k * gpr > n.gpus)
+      throw Error(fmt::format("{} ranks x {} GPUs per rank need {} GPUs on node {}, which has {}",
+                              k, gpr, k * gpr, n.host, n.gpus));
+  } else if (n.gpus == 0) {
+    gpr = 0;
+  } else if (k <= n.gpus) {
+    gpr = 1;
+  } else {
+    gpr = 1;
+    shared = true;
+    p.notes.push_back(
+        fmt::format("{} ranks share {} GPU{} on {}", k, n.gpus, n.gpus == 1 ? "" : "s", n.host));
   }
-  p.world_size = rank;
+  for (int lr = 0; lr < k; ++lr) {
+    RankEntry e{rank++, node_rank, lr, k, n.host, {}};
+    if (shared) {
+      e.gpus.push_back(static_cast<int>(static_cast<long>(lr) * n.gpus / k));
+    } else {
+      for (int g = 0; g < gpr; ++g) e.gpus.push_back(lr * gpr + g);
+    }
+    p.ranks.push_back(std::move(e));
+  }
+}
+
+}  // namespace
+
+RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
+  if (a.nodes.empty()) throw Error("the allocation has no nodes");
+  if (o.ntasks && *o.ntasks < 1)
+    throw Error(fmt::format("-n {}: expected at least 1 rank", *o.ntasks));
+  if (o.gpus_per_rank && *o.gpus_per_rank < 0)
+    throw Error(fmt::format("--gpus-per-rank {}: expected 0 or more", *o.gpus_per_rank));
+
+  RankPlan p;
+  std::vector<int> per_node = ranks_per_node(a, o);
+  for (std::size_t i = 0; i < a.nodes.size(); ++i)
+    if (per_node[i] > 0) plan_node(a.nodes[i], per_node[i], o, p);
+  p.world_size = static_cast<int>(p.ranks.size());
 
   bool single_machine = a.scheduler == Scheduler::local || a.scheduler == Scheduler::gpuq;
   p.master_addr = single_machine ? "127.0.0.1" : p.nodes.front().host;

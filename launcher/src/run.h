@@ -1,6 +1,6 @@
-// run.h: running a launch for real. The supervisor (gpurun itself) starts the engine, listens on
-// a control socket where every rank's wrapper reports HELLO and EXIT, forwards signals, and ends
-// the whole job when one rank fails. The wrapper (`gpurun _rank`) runs in every rank. Private.
+// run.h: running a launch for real. The supervisor (gpurun itself, supervisor.h) starts the
+// engine, listens on a control socket where every rank's wrapper (`gpurun _rank`, wrapper.h)
+// reports (control.h), forwards signals, and ends the whole job when one rank fails. Private.
 #pragma once
 
 #include <optional>
@@ -39,8 +39,5 @@ int run_rank_wrapper(const std::vector<std::string>& args);
 // success).
 int exec_in_step(const Allocation& alloc, const RankPlan& plan, const Env& env,
                  const std::vector<std::string>& program);
-
-// "USR1", "SIGUSR1" or "10"; throws Error naming `what`.
-int parse_signal(const std::string& text, const std::string& what);
 
 }  // namespace gpurun::launcher

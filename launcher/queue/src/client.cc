@@ -17,12 +17,11 @@
 #include <stdexcept>
 #include <thread>
 
+#include "env.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/sbatch.h"
 #include "runfiles.h"
-
-extern char** environ;
 
 namespace gpurun::queue {
 namespace po = boost::program_options;
@@ -34,8 +33,7 @@ constexpr const char* kSystemSocket = "/run/gpuq.sock";
 // Sends one request; GPUQ_RETRY_SECONDS (default 0) retries while the daemon is unreachable or
 // drops the connection (a daemon restart). Submissions carry a key, so a retry never duplicates.
 nlohmann::json call(const std::string& socket, const nlohmann::json& req) {
-  double retry_s = 0;
-  if (const char* r = std::getenv("GPUQ_RETRY_SECONDS")) retry_s = std::atof(r);
+  const double retry_s = queue_env().retry_seconds;
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(retry_s * 1000));
   const std::string bytes = frame(req.dump());
@@ -112,9 +110,10 @@ int report_results(const nlohmann::json& reply, const char* what) {
 }  // namespace
 
 std::string default_socket_path() {
-  if (const char* s = std::getenv("GPUQ_SOCKET"); s && *s) return s;
+  const QueueEnv& env = queue_env();
+  if (env.socket) return *env.socket;
   if (access(kSystemSocket, F_OK) == 0) return kSystemSocket;
-  if (const char* x = std::getenv("XDG_RUNTIME_DIR"); x && *x) return std::string(x) + "/gpuq.sock";
+  if (env.runtime_dir) return *env.runtime_dir + "/gpuq.sock";
   return fmt::format("/tmp/gpuq-{}.sock", getuid());
 }
 
@@ -167,12 +166,7 @@ int cmd_submit(const Args& a) {
   }
   char cwd[4096];
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
-  nlohmann::json env = nlohmann::json::object();
-  for (char** e = environ; *e; ++e) {
-    std::string kv = *e;
-    auto eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  nlohmann::json env = queue_env().all;
   nlohmann::json req = {{"op", "submit"}, {"script", script},          {"script_name", script_name},
                         {"args", args},   {"options", options},        {"cwd", cwd},
                         {"env", env},     {"submit_key", random_key()}};

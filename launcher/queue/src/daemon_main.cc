@@ -12,6 +12,7 @@
 
 #include "client.h"
 #include "daemon.h"
+#include "env.h"
 
 namespace gpurun::queue {
 namespace po = boost::program_options;
@@ -40,8 +41,9 @@ std::vector<int> detect_gpus() {
 
 std::string default_state_dir() {
   if (geteuid() == 0) return "/var/lib/gpuq";
-  if (const char* x = std::getenv("XDG_STATE_HOME"); x && *x) return std::string(x) + "/gpuq";
-  if (const char* h = std::getenv("HOME"); h && *h) return std::string(h) + "/.local/state/gpuq";
+  const QueueEnv& env = queue_env();
+  if (env.state_home) return *env.state_home + "/gpuq";
+  if (env.home) return *env.home + "/.local/state/gpuq";
   throw std::runtime_error("no --state-dir given and $HOME is not set");
 }
 

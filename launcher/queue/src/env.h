@@ -1,0 +1,40 @@
+// env.h: the environment variables gpuq reads, by their literal names in one table, read once at
+// the edge (queue_env()) into a config struct; nothing else in gpuq calls getenv.
+#pragma once
+
+#include <map>
+#include <optional>
+#include <string>
+
+namespace gpurun::queue {
+
+struct QueueEnvVar {
+  const char* name;
+  const char* use;
+};
+
+inline constexpr QueueEnvVar kQueueEnvRead[] = {
+    {"GPUQ_SOCKET", "the daemon's socket, for the client and a per-user daemon"},
+    {"GPUQ_RETRY_SECONDS", "how long a client retries while the daemon is unreachable (0)"},
+    {"XDG_RUNTIME_DIR", "where a per-user daemon's socket lives"},
+    {"XDG_STATE_HOME", "where a per-user daemon keeps its state"},
+    {"HOME", "~/.local/state/gpuq when XDG_STATE_HOME is unset"},
+};
+
+struct QueueEnv {
+  std::optional<std::string> socket;       // GPUQ_SOCKET
+  double retry_seconds = 0;                // GPUQ_RETRY_SECONDS
+  std::optional<std::string> runtime_dir;  // XDG_RUNTIME_DIR
+  std::optional<std::string> state_home;   // XDG_STATE_HOME
+  std::optional<std::string> home;         // HOME
+  // The whole environment: `gpuq submit` hands it to the job, as sbatch does.
+  std::map<std::string, std::string> all;
+};
+
+// From an environment map (empty values count as unset); throws std::invalid_argument naming a
+// variable whose value does not parse.
+QueueEnv queue_env_from(const std::map<std::string, std::string>& env);
+// The process environment, read on first use; the same object after.
+const QueueEnv& queue_env();
+
+}  // namespace gpurun::queue
