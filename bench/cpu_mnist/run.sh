@@ -1,88 +1,143 @@
 #!/usr/bin/env bash
-# run.sh: CPU MNIST benchmark. In one run, on the same data, batch and thread count:
-#   1. mnist_cnn, one process, 1 thread, batch 64        vs  PyTorch 1.13 (torch_mnist.py), same
-#   2. mnist_cnn, one process, 2 threads                 (the single-process epoch time)
-#   3. mnist_cnn, 2 ranks x 1 thread (mpirun)            vs  1 rank x 1 thread, with the default
-#      gradient exchange (shared memory, the ranks being on one node) and with --exchange allreduce
-# Prints training images/s (evaluation and start-up excluded on both sides) and the ratios as a
-# markdown table, with the machine described.
+# run.sh: the CPU MNIST benchmark. In one run, on the same data, batch (64 per rank) and threads:
+#   - PyTorch 1.13 (torch_mnist.py, Debian's python3-torch), 1 process, 1 thread: the peer;
+#   - mnist_cnn, 1 process, 1 thread, once per CPU library (--cpu-kernels onednn|openblas|blis);
+#   - mnist_cnn, 2 ranks x 1 thread (mpirun, default library), shared-memory exchange and
+#     --exchange allreduce, against 1 rank; and 1 process x 2 threads;
+# all of it with OPENBLAS_CORETYPE as the environment has it and, when it is set, again unset.
+# Configurations run interleaved, --repeats times; the best run of each counts (other work on
+# the machine only ever slows a run down). Prints a markdown report: images/s, images per
+# CPU-second, the training step's GFLOP/s per core (17.4 MFLOP per image: notes/runtime.md) and
+# its share of the core's peak, measured by fma_peak (packed FMAs at the core's clock), the load
+# average before and after, and the ratios.
 #   bench/cpu_mnist/run.sh [--data data/fashion] [--bin build/examples/mnist_cnn/mnist_cnn]
-#                          [--epochs 1] [--repeats 1]
-# With --repeats R each configuration runs R times, interleaved, and the best run counts (other
-# work on the machine only ever slows a run down).
+#                          [--peak build/bench/cpu_mnist/fma_peak] [--epochs 1] [--repeats 2]
+#                          [--kernels "onednn openblas blis"]
 set -euo pipefail
 root=$(cd "$(dirname "$0")/../.." && pwd)
 data=$root/data/fashion
 bin=$root/build/examples/mnist_cnn/mnist_cnn
+peak_bin=$root/build/bench/cpu_mnist/fma_peak
 epochs=1
-repeats=1
+repeats=2
+kernels="onednn openblas blis"
 while (($#)); do
   case $1 in
     --data) data=$2; shift 2 ;;
     --bin) bin=$2; shift 2 ;;
+    --peak) peak_bin=$2; shift 2 ;;
     --epochs) epochs=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
-    *) echo "run.sh: unknown argument $1" >&2; exit 2 ;;
+    --kernels) kernels=$2; shift 2 ;;
+    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 py=/usr/bin/python3
 [[ -x $bin ]] || { echo "run.sh: $bin not built (cmake --build build --target mnist_cnn)" >&2; exit 1; }
+[[ -x $peak_bin ]] || { echo "run.sh: $peak_bin not built (--target fma_peak)" >&2; exit 1; }
 [[ -d $data ]] || { echo "run.sh: $data missing (scripts/fetch-data.sh)" >&2; exit 1; }
+"$py" -c 'import torch' 2>/dev/null ||
+  { echo "run.sh: PyTorch missing (scripts/install-deps.sh --bench)" >&2; exit 1; }
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
-json() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-best() { "$py" -c "import sys; print(max(float(x) for x in sys.argv[1:]))" "$@"; }
-ratio() { "$py" -c "import sys; print('%.2f' % (float(sys.argv[1]) / float(sys.argv[2])))" "$1" "$2"; }
 
-load_before=$(cut -d' ' -f1-3 /proc/loadavg)
-common=(--data "$data" --epochs "$epochs" --batch-size 64 --lr-scaling none)
-ours1=() torch1=() ours2t=() ranks2=() ranks2a=() ours1c=() torch1c=()
-cpu_rate() { "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print(r['images']/r['train_cpu_seconds'])" "$1"; }
-for ((r = 0; r < repeats; r++)); do
-  "$bin" "${common[@]}" --threads 1 --report "$work/o1.json" >"$work/o1.log"
-  ours1+=("$(json "$work/o1.json" images_per_second)")
-  ours1c+=("$(cpu_rate "$work/o1.json")")
+# One configuration, once: NAME CMD... (a report JSON lands in $work/NAME.R.json).
+run_one() {
+  local name=$1 r=$2; shift 2
+  "$@" --report "$work/$name.$r.json" >"$work/$name.$r.log" 2>&1 ||
+    { cat "$work/$name.$r.log" >&2; echo "run.sh: $name failed" >&2; exit 1; }
+}
+torch_one() {
   OMP_NUM_THREADS=1 "$py" "$root/bench/cpu_mnist/torch_mnist.py" --data "$data" --threads 1 \
-    --batch-size 64 --epochs "$epochs" >"$work/t1.json"
-  torch1+=("$(json "$work/t1.json" images_per_second)")
-  torch1c+=("$(cpu_rate "$work/t1.json")")
-  "$bin" "${common[@]}" --threads 2 --report "$work/o2.json" >"$work/o2.log"
-  ours2t+=("$(json "$work/o2.json" images_per_second)")
-  mpirun --oversubscribe -n 2 --bind-to core "$bin" "${common[@]}" --threads 1 \
-    --report "$work/r2.json" >"$work/r2.log"
-  ranks2+=("$(json "$work/r2.json" images_per_second)")
-  mpirun --oversubscribe -n 2 --bind-to core "$bin" "${common[@]}" --threads 1 \
-    --exchange allreduce --report "$work/r2a.json" >"$work/r2a.log"
-  ranks2a+=("$(json "$work/r2a.json" images_per_second)")
-done
-o1c=$(best "${ours1c[@]}") t1c=$(best "${torch1c[@]}")
-o1=$(best "${ours1[@]}") t1=$(best "${torch1[@]}") o2=$(best "${ours2t[@]}") r2=$(best "${ranks2[@]}")
-r2a=$(best "${ranks2a[@]}")
-n=$(json "$work/o1.json" train_examples)
-epoch() { "$py" -c "import sys; print('%.2f' % (float(sys.argv[1]) / float(sys.argv[2])))" "$n" "$1"; }
+    --batch-size 64 --epochs "$epochs" >"$work/torch.$1.json"
+}
 
-echo "## CPU MNIST CNN: mnist_cnn vs PyTorch $("$py" -c 'import torch; print(torch.__version__)')"
+# All configurations, interleaved, for one setting of OPENBLAS_CORETYPE.
+measure() {
+  local common=(--data "$data" --epochs "$epochs" --batch-size 64 --lr-scaling none --device cpu)
+  local mpi=(mpirun --oversubscribe -n 2 --bind-to core)
+  for ((r = 0; r < repeats; r++)); do
+    torch_one "$r"
+    for k in $kernels; do run_one "one_$k" "$r" "$bin" "${common[@]}" --threads 1 --cpu-kernels "$k"; done
+    run_one two_ranks "$r" "${mpi[@]}" "$bin" "${common[@]}" --threads 1
+    run_one two_ranks_allreduce "$r" "${mpi[@]}" "$bin" "${common[@]}" --threads 1 --exchange allreduce
+    run_one two_threads "$r" "$bin" "${common[@]}" --threads 2
+  done
+}
+
+# The best of three: another process on the core only ever lowers it.
+peak=$(for i in 1 2 3; do "$peak_bin"; done |
+  "$py" -c "import json,sys; print(max(json.loads(l)['gflops'] for l in sys.stdin))")
+report() {  # report TITLE: the tables for the runs in $work
+  "$py" - "$work" "$repeats" "$peak" "$1" "$kernels" <<'PY'
+import glob, json, os, sys
+work, repeats, peak, title, kernels = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5].split()
+MFLOP = 17.4  # per training image: forward 5.93 + backward 11.47 (shared/notes/runtime.md, section 0)
+def runs(name):
+    out = []
+    for p in sorted(glob.glob(os.path.join(work, name + ".*.json"))):
+        with open(p) as f:
+            text = f.read().strip()
+        try:
+            out.append(json.loads(text))  # mnist_cnn's report
+        except ValueError:
+            out.append(json.loads(text.splitlines()[-1]))  # torch_mnist.py's last line
+    return out
+def best(name, key="images_per_second"):
+    rs = runs(name)
+    return max(rs, key=lambda r: r[key]) if rs else None
+def cpu_rate(r):
+    return r["images"] / r["train_cpu_seconds"]
+torch = best("torch")
+rows = [("%s, 1 process, 1 thread" % torch.get("peer", "PyTorch"), torch, None)]
+for k in kernels:
+    r = best("one_" + k)
+    if r: rows.append(("mnist_cnn, 1 thread, %s" % r.get("cpu_kernels", k), r, torch))
+print("### %s" % title)
+print()
+print("| configuration | images/s | images per CPU-s | GFLOP/s per core | share of peak | ratio |")
+print("|---|---:|---:|---:|---:|---|")
+for name, r, base in rows:
+    c = cpu_rate(r)
+    g = c * MFLOP / 1000
+    ratio = "%.2fx PyTorch" % (r["images_per_second"] / base["images_per_second"]) if base else "1.00"
+    print("| %s | %.0f | %.0f | %.1f | %.0f%% | %s |" % (name, r["images_per_second"], c, g, 100 * g / peak, ratio))
+one = best("one_" + kernels[0])
+for name, label in (("two_ranks", "2 ranks x 1 thread, %s exchange"), ("two_ranks_allreduce", "2 ranks x 1 thread, %s exchange"),
+                    ("two_threads", "1 process x 2 threads")):
+    r = best(name)
+    if not r: continue
+    share = 100 * r["allreduce_seconds"] / r["train_seconds"] if r["train_seconds"] else 0
+    lab = label % r["exchange"] if "%s" in label else label
+    print("| %s (exchange %.1f%% of the epoch) | %.0f | | %.1f | %.0f%% | %.2fx 1 rank |" % (
+        lab, share, r["images_per_second"], r["images_per_second"] / 2 * MFLOP / 1000,
+        100 * r["images_per_second"] / 2 * MFLOP / 1000 / peak, r["images_per_second"] / one["images_per_second"]))
+print()
+names = sorted({os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(work, "*.json"))})
+print("Every run, images/s: " + "; ".join(
+    "%s %s" % (n, ", ".join("%.0f" % r["images_per_second"] for r in runs(n))) for n in names))
+PY
+}
+
+echo "## CPU MNIST CNN: mnist_cnn vs PyTorch $("$py" -c 'import torch; print(torch.__version__)'), $(date -u '+%Y-%m-%d %H:%M UTC')"
 echo
-echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB"
-echo "- data: $data ($n training images), batch 64 per rank, $epochs epoch(s), best of $repeats"
-echo "- BLAS: mnist_cnn $(json "$work/o1.json" blas_core) kernels of $(json "$work/o1.json" blas | cut -d' ' -f1-2); PyTorch BLAS_INFO=$(json "$work/t1.json" blas); OPENBLAS_CORETYPE=${OPENBLAS_CORETYPE:-unset}"
-echo "- load average before / after the run: $load_before / $(cut -d' ' -f1-3 /proc/loadavg) (other work slows runs; best of $repeats counts)"
-share() { "$py" -c "import json,sys; r=json.load(open(sys.argv[1])); print('%.1f%%' % (100*r['allreduce_seconds']/r['train_seconds']))" "$1"; }
-echo "- 2 ranks: exchange $(json "$work/r2.json" exchange), its share of the epoch $(share "$work/r2.json") (barriers and the small gradients' sum); with --exchange allreduce, the allreduce's share $(share "$work/r2a.json")"
-echo
-echo "| configuration | images/s | s per epoch | ratio |"
-echo "|---|---:|---:|---|"
-printf "| PyTorch, 1 process, 1 thread | %.0f | %s | 1.00 |\n" "$t1" "$(epoch "$t1")"
-printf "| mnist_cnn, 1 process, 1 thread | %.0f | %s | %s x PyTorch |\n" "$o1" "$(epoch "$o1")" "$(ratio "$o1" "$t1")"
-printf "| mnist_cnn, 1 process, 2 threads | %.0f | %s | %s x 1 thread |\n" "$o2" "$(epoch "$o2")" "$(ratio "$o2" "$o1")"
-printf "| mnist_cnn, 2 ranks x 1 thread (mpirun), shared-memory exchange | %.0f | %s | %s x 1 rank |\n" "$r2" "$(epoch "$r2")" "$(ratio "$r2" "$o1")"
-printf "| mnist_cnn, 2 ranks x 1 thread (mpirun), --exchange allreduce | %.0f | %s | %s x 1 rank |\n" "$r2a" "$(epoch "$r2a")" "$(ratio "$r2a" "$o1")"
-echo
-echo "Per CPU-second of the training loop (one thread, so this is the rate on a core of its own;"
-echo "it discounts time the process waited for a core while other work ran):"
-echo
-echo "| configuration | images per CPU-second | ratio |"
-echo "|---|---:|---|"
-printf "| PyTorch, 1 thread | %.0f | 1.00 |\n" "$t1c"
-printf "| mnist_cnn, 1 thread | %.0f | %s x PyTorch |\n" "$o1c" "$(ratio "$o1c" "$t1c")"
+echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; commit $(git -C "$root" rev-parse --short HEAD)"
+echo "- data: $data, batch 64 per rank, $epochs epoch(s), best of $repeats interleaved runs"
+echo "- core peak: $peak GFLOP/s single precision, measured by fma_peak (16 chains of packed FMAs, 2 FLOP each, at the core's clock as it runs now)"
+echo "- the step: 17.4 MFLOP per image (forward 5.93, backward 11.47); GFLOP/s per core = images per CPU-second x 17.4 MFLOP (2 ranks: images/s / 2)"
+env_coretype=${OPENBLAS_CORETYPE-}
+settings=("${env_coretype:-unset}")
+[[ -n $env_coretype ]] && settings+=(unset)
+for setting in "${settings[@]}"; do
+  rm -f "$work"/*.json "$work"/*.log
+  load_before=$(cut -d' ' -f1-3 /proc/loadavg)
+  if [[ $setting == unset ]]; then
+    (unset OPENBLAS_CORETYPE; measure)
+  else
+    OPENBLAS_CORETYPE=$setting measure
+  fi
+  echo
+  report "OPENBLAS_CORETYPE=$setting; load average before / after: $load_before / $(cut -d' ' -f1-3 /proc/loadavg)"
+done
