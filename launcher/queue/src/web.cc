@@ -1,11 +1,12 @@
 // `gpuq web`: the read-only status page, /api/status and Prometheus /metrics over HTTP. An
 // unprivileged process (started as root it drops to --user, default nobody, once the port is
 // bound) that asks the daemon over its socket for every page; it serves no job output and offers
-// no job control. Boost.Beast on one asio thread: every connection is a few KiB and a timer, so
-// hundreds of idle or slow clients cost no threads and cannot starve the others; connections
-// beyond --max-connections are closed at once, requests are limited to 8 KiB of headers (414 for
-// a longer request line, 431 for longer headers), and only GET and HEAD are served (405).
-// Concurrent page loads share one daemon "status" request.
+// no job control. Boost.Beast on one asio thread: a connection costs a few KiB and a timer, not a
+// thread, so hundreds of idle or slow clients cannot starve the others. At --max-connections a new
+// connection pushes out the one that has waited longest without sending a request (and is closed
+// when none is idle); a request must arrive within 10 s, with at most 8 KiB of headers (414 for a
+// longer request line, 431 for longer fields) and 16 KiB of body (413); only GET and HEAD are
+// served (405). Page loads that arrive together share one daemon "status" request.
 #include <fmt/format.h>
 #include <grp.h>
 #include <pwd.h>
@@ -19,6 +20,7 @@
 #include <chrono>
 #include <functional>
 #include <iostream>
+#include <list>
 #include <memory>
 #include <optional>
 
@@ -139,6 +141,7 @@ class Session : public std::enable_shared_from_this<Session> {
   Session(tcp::socket s, Server& server);
   ~Session();
   void read();
+  void evict();  // closes an idle connection to make room for a new one
 
  private:
   void on_read(beast::error_code ec);
@@ -155,6 +158,8 @@ class Session : public std::enable_shared_from_this<Session> {
   bool head_ = false;
   unsigned served_ = 0;
   http::response<http::string_body> res_;
+  std::optional<std::list<std::weak_ptr<Session>>::iterator> idle_at_;  // in Server::idle
+  bool counted_ = true;                                                 // in Server::connections
 };
 
 class Server {
@@ -169,6 +174,7 @@ class Server {
   }
   const WebConfig& cfg() const { return cfg_; }
   size_t connections = 0;
+  std::list<std::weak_ptr<Session>> idle;  // sessions waiting for a request, oldest first
 
  private:
   asio::io_context& io_;
@@ -186,8 +192,13 @@ void Server::accept() {
       retry_.async_wait([this](beast::error_code) { accept(); });
       return;
     }
+    while (connections >= cfg_.max_connections && !idle.empty()) {
+      auto oldest = idle.front().lock();
+      idle.pop_front();
+      if (oldest) oldest->evict();
+    }
+    // With every connection busy (not idle), s closes here, at once.
     if (connections < cfg_.max_connections) std::make_shared<Session>(std::move(s), *this)->read();
-    // else: s closes here, at once; the clients already connected keep being served
     accept();
   });
 }
@@ -206,7 +217,16 @@ Session::Session(tcp::socket s, Server& server) : stream_(std::move(s)), server_
   server_.connections += 1;
 }
 Session::~Session() {
+  if (counted_) server_.connections -= 1;
+  if (idle_at_) server_.idle.erase(*idle_at_);
+}
+
+void Session::evict() {
+  idle_at_.reset();  // the server took it off its list
+  counted_ = false;  // its slot is free now; its read handler only has to notice the close
   server_.connections -= 1;
+  beast::error_code ignored;
+  stream_.socket().close(ignored);
 }
 
 void Session::read() {
@@ -214,16 +234,18 @@ void Session::read() {
   parser_->header_limit(kHeaderLimit);
   parser_->body_limit(kBodyLimit);
   stream_.expires_after(served_ ? 5s : 10s);  // idle keep-alive, or a first request's headers
+  idle_at_ = server_.idle.insert(server_.idle.end(), weak_from_this());
   http::async_read(
       stream_, buffer_, *parser_,
       [self = shared_from_this()](beast::error_code ec, size_t) { self->on_read(ec); });
 }
 
 void Session::on_read(beast::error_code ec) {
+  if (idle_at_) server_.idle.erase(*idle_at_);
+  idle_at_.reset();
   if (ec == http::error::header_limit) {
-    // 414 when the request line alone overflows, 431 when the header fields do.
-    std::string_view seen(static_cast<const char*>(buffer_.data().data()), buffer_.size());
-    bool line = seen.find("\r\n") == std::string_view::npos;
+    // 414 when the request line alone overflows (it was never parsed), 431 when the fields do.
+    bool line = parser_->get().target().empty();
     return respond(line ? 414 : 431, "text/html; charset=utf-8",
                    render_error_page(
                        line ? 414 : 431, line ? "URI Too Long" : "Request Header Fields Too Large",
@@ -236,7 +258,8 @@ void Session::on_read(beast::error_code ec) {
                    Close::kAlways);
   if (ec) {  // timeout, a closed connection, or garbage: nothing more to say
     if (ec != http::error::end_of_stream && ec != beast::error::timeout &&
-        ec != asio::error::connection_reset && ec != asio::error::eof)
+        ec != asio::error::connection_reset && ec != asio::error::eof &&
+        ec != asio::error::operation_aborted && ec != asio::error::bad_descriptor)
       return respond(400, "text/html; charset=utf-8",
                      render_error_page(400, "Bad Request", ec.message()), Close::kAlways);
     beast::error_code ignored;
