@@ -284,7 +284,7 @@ TEST(WebRender, EverythingUsersChooseIsEscaped) {
   std::string job = render_job_page(stats, 10);
   EXPECT_EQ(job.find("<script"), std::string::npos);
   EXPECT_NE(job.find("<svg class=\"chart\""), std::string::npos);
-  EXPECT_NE(job.find("<polyline points=\"60.0,"), std::string::npos);
+  EXPECT_NE(job.find("<polyline points=\"74.0,"), std::string::npos);
   std::string err = render_error_page(404, "Not Found", "no such page: /<x>");
   EXPECT_NE(err.find("/&lt;x&gt;"), std::string::npos);
 }

@@ -14,13 +14,18 @@ namespace {
 constexpr const char* kColours[] = {"#1f77b4", "#d62728", "#2ca02c", "#ff7f0e",
                                     "#9467bd", "#8c564b", "#e377c2", "#17becf"};
 
-std::string clock(int64_t ms) {
+// UTC clock time; with seconds when the chart spans less than 10 minutes.
+std::string clock(int64_t ms, bool seconds) {
   time_t t = static_cast<time_t>(ms / 1000);
   tm tm{};
   gmtime_r(&t, &tm);
   char buf[16];
-  strftime(buf, sizeof(buf), "%H:%M", &tm);
+  strftime(buf, sizeof(buf), seconds ? "%H:%M:%S" : "%H:%M", &tm);
   return buf;
+}
+
+std::string tick(double v) {
+  return v >= 100 ? fmt::format("{:.0f}", v) : fmt::format("{:.3g}", v);
 }
 
 // Polylines through the points, broken where a value is missing.
@@ -63,7 +68,7 @@ std::string svg_sparkline(const std::vector<std::optional<double>>& values, doub
 
 std::string svg_chart(const std::vector<ChartSeries>& series, const std::string& y_label,
                       std::optional<double> y_max, int width, int height) {
-  const int left = 60, right = 110, top = 10, bottom = 30;
+  const int left = 74, right = 110, top = 10, bottom = 30;
   const double pw = width - left - right, ph = height - top - bottom;
   int64_t t0 = INT64_MAX, t1 = INT64_MIN;
   double ymax = y_max.value_or(0);
@@ -85,14 +90,14 @@ std::string svg_chart(const std::vector<ChartSeries>& series, const std::string&
     double y = top + ph - k * ph / 4;
     out += fmt::format(
         "<line x1=\"{0}\" x2=\"{1}\" y1=\"{2:.1f}\" y2=\"{2:.1f}\" stroke=\"#e3e3e3\"/>"
-        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\" font-size=\"11\">{5:.4g}</text>",
-        left, left + pw, y, left - 4, y + 4, ymax * k / 4);
+        "<text x=\"{3}\" y=\"{4:.1f}\" text-anchor=\"end\" font-size=\"11\">{5}</text>",
+        left, left + pw, y, left - 4, y + 4, tick(ymax * k / 4));
   }
   for (int k = 0; k <= 4; ++k) {  // time labels
     double x = left + k * pw / 4;
     out +=
         fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"middle\" font-size=\"11\">{}</text>",
-                    x, height - 10, clock(t0 + (t1 - t0) * k / 4));
+                    x, height - 10, clock(t0 + (t1 - t0) * k / 4, t1 - t0 < 600000));
   }
   out += fmt::format(
       "<text x=\"12\" y=\"{:.1f}\" font-size=\"11\" transform=\"rotate(-90 12 {:.1f})\" "
