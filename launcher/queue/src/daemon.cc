@@ -68,6 +68,7 @@ Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
     if (row.array_job_id) array_members_[row.array_job_id].push_back(row.id);
   }
   for (auto& j : store_->load_active()) active_.emplace(j.id, std::move(j));
+  finished_gpu_seconds_ = store_->finished_gpu_seconds_by_user();
   // Supervisors are re-executions of this binary; SIG_IGN reaps them automatically, and their
   // exits are seen through pidfds, which work for adopted (non-child) supervisors too.
   signal(SIGCHLD, SIG_IGN);

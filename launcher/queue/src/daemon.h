@@ -142,6 +142,8 @@ class Daemon {
   std::vector<UsageSampler::Target> published_targets_;
   std::optional<launcher::GpuSnapshot> last_gpus_;  // the newest GPU sample, every GPU
   std::string sample_error_;                        // why the newest sample failed, if it did
+  // GPU-seconds of finished jobs by user, for /metrics' counter without a scan per request.
+  std::map<std::string, double> finished_gpu_seconds_;
 };
 
 }  // namespace gpurun::queue

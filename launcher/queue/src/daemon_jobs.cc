@@ -314,7 +314,10 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
     store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
   }
   txn.commit();
-  if (was_running) cleanup_.push_back(j.id);  // only once the state change is committed
+  if (was_running) {
+    cleanup_.push_back(j.id);  // only once the state change is committed
+    finished_gpu_seconds_[j.user] += gpu_seconds(j, j.end_ms);
+  }
   states_[j.id] = state;
   int64_t id = j.id;
   active_.erase(id);  // j is gone from here on

@@ -196,15 +196,14 @@ nlohmann::json Daemon::op_status(const nlohmann::json& req) {
   nlohmann::json history = nlohmann::json::array();
   auto done = store_->history(std::nullopt, req.value("recent", size_t{20}));
   for (auto it = done.rbegin(); it != done.rend(); ++it) history.push_back(job_brief(*it, now));
-  std::map<std::string, int64_t> by_state;
-  for (const auto& e :
-       {JobState::kPending, JobState::kRunning, JobState::kCompleted, JobState::kFailed,
-        JobState::kCancelled, JobState::kTimeout, JobState::kNodeFail})
-    by_state[state_name(e)] = 0;
-  for (const auto& [id, st] : states_) by_state[state_name(st)] += 1;
-  nlohmann::json user_seconds = nlohmann::json::object();
-  for (const auto& r : store_->report(0, now, Store::ReportBy::kUser))
-    user_seconds[r.key] = r.gpu_seconds;
+  constexpr int kStates = static_cast<int>(JobState::kNodeFail) + 1;  // the enum's last
+  int64_t counts[kStates] = {};
+  for (const auto& [id, st] : states_) counts[static_cast<int>(st)] += 1;
+  nlohmann::json by_state = nlohmann::json::object();
+  for (int k = 0; k < kStates; ++k) by_state[state_name(static_cast<JobState>(k))] = counts[k];
+  std::map<std::string, double> seconds = finished_gpu_seconds_;
+  for (const auto& [id, j] : active_)
+    if (j.state == JobState::kRunning) seconds[j.user] += gpu_seconds(j, now);
   nlohmann::json sampler = {{"interval_s", cfg_.sample_interval_s},
                             {"error", sample_error_},
                             {"time_ms", last_gpus_ ? last_gpus_->time_ms : 0},
@@ -220,7 +219,7 @@ nlohmann::json Daemon::op_status(const nlohmann::json& req) {
           {"pending_total", pending_total},
           {"recent", history},
           {"jobs_by_state", by_state},
-          {"user_gpu_seconds", user_seconds}};
+          {"user_gpu_seconds", seconds}};
 }
 
 nlohmann::json Daemon::op_stats(const nlohmann::json& req) {

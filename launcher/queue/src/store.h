@@ -7,7 +7,8 @@
 // Schema versions (PRAGMA user_version), upgraded in place when a store is opened:
 //   0  jobs(id, submit_key, state, uid, array_job_id, data), meta, usage (gpuq before issue 12)
 //   1  + jobs columns user, account, start_ms, end_ms, ngpus, util_sum, util_n (copied from each
-//      job's document, so reports and metrics aggregate in SQL without parsing documents), and
+//      job's document) with covering indexes by user and by account, so reports and metrics
+//      aggregate in SQL without reading documents, and
 //      samples(time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w, temp_c): raw GPU
 //      samples of running jobs, deleted after the retention time.
 #pragma once
@@ -101,6 +102,9 @@ class Store {
   };
   enum class ReportBy { kUser, kAccount };
   std::vector<ReportRow> report(int64_t since_ms, int64_t now_ms, ReportBy by);
+
+  // GPU-seconds of every finished job, by user (the daemon adds running jobs and keeps it current).
+  std::map<std::string, double> finished_gpu_seconds_by_user();
 
   static constexpr int kSchemaVersion = 1;
   int schema_version();
