@@ -12,6 +12,7 @@
 #include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <map>
 #include <stdexcept>
 
 #include "client.h"
@@ -62,11 +63,17 @@ void plot_png(const nlohmann::json& reply, const std::string& png) {
       std::filesystem::remove_all(dir, ec);
     }
   } cleanup{dir};
-  write_file_atomic(dir + "/samples.csv", samples_csv(reply["samples"]), false);
+  // One file per GPU: gnuplot draws a line through consecutive rows of a file.
+  std::map<int, nlohmann::json> by_gpu;
+  for (const auto& s : reply["samples"]) by_gpu[s[1].get<int>()].push_back(s);
+  std::map<int, std::string> files;
+  for (const auto& [gpu, samples] : by_gpu) {
+    files[gpu] = fmt::format("{}/gpu{}.csv", dir, gpu);
+    write_file_atomic(files[gpu], samples_csv(samples), false);
+  }
   int rc = -1;
   for (const char* term : {"pngcairo", "png"}) {  // pngcairo draws smoother; png is always there
-    write_file_atomic(dir + "/plot.gp", gnuplot_script(reply, dir + "/samples.csv", tmp_png, term),
-                      false);
+    write_file_atomic(dir + "/plot.gp", gnuplot_script(reply, files, tmp_png, term), false);
     rc = run_gnuplot(dir + "/plot.gp", dir + "/gnuplot.log");
     if (rc == 0 || rc == -1) break;
   }

@@ -108,9 +108,12 @@ std::string format_stats(const nlohmann::json& reply) {
                      j.value("gpu_hours", 0.0) * 3600);
   out += gpu_lines(reply);
   out += fmt::format("CPU Utilized: {}\n", sacct_elapsed(static_cast<int64_t>(cpu_s)));
-  if (elapsed > 0)
+  // Efficiency from the exact run time: whole seconds would overstate short jobs.
+  const int64_t start = j.value("start_ms", int64_t{0}), end = j.value("end_ms", int64_t{0});
+  const double wall = start ? ((end ? end : reply.value("now_ms", start)) - start) / 1000.0 : 0;
+  if (wall > 0)
     out += fmt::format("CPU Efficiency: {:.2f}% of {} core-walltime ({} core{})\n",
-                       100.0 * cpu_s / (static_cast<double>(elapsed) * cpus),
+                       100.0 * cpu_s / (wall * cpus),
                        sacct_elapsed(elapsed * cpus), cpus, cpus == 1 ? "" : "s");
   out += fmt::format("Peak RSS: {}\n",
                      bytes_text(static_cast<double>(u.value("peak_rss_bytes", int64_t{0}))));
@@ -152,34 +155,38 @@ std::string format_report(const nlohmann::json& reply) {
   return out;
 }
 
-std::string gnuplot_script(const nlohmann::json& reply, const std::string& data_path,
+std::string gnuplot_script(const nlohmann::json& reply, const std::map<int, std::string>& data_by_gpu,
                            const std::string& png_path, const std::string& terminal) {
   const auto& j = reply.at("job");
-  std::string gpus;
-  for (const auto& [gpu, f] : per_gpu(reply["samples"]))
-    gpus += (gpus.empty() ? "" : " ") + std::to_string(gpu);
-  auto quote = [](std::string s) {  // a gnuplot single-quoted string: '' is a quote
+  auto quote = [](const std::string& s) {  // a gnuplot single-quoted string: '' is a quote
     std::string out = "'";
     for (char c : s) out += c == '\'' ? std::string("''") : std::string(1, c);
     return out + "'";
   };
+  int64_t t0 = INT64_MAX, t1 = 0;
+  for (const auto& s : reply["samples"]) {
+    t0 = std::min(t0, s[0].get<int64_t>());
+    t1 = std::max(t1, s[0].get<int64_t>());
+  }
   std::string title = fmt::format("gpuq job {} ({}, {})", j["display_id"].get<std::string>(),
                                   j["name"].get<std::string>(), j["user"].get<std::string>());
-  std::string out =
-      fmt::format("set terminal {} size 1000,700\nset output {}\n", terminal, quote(png_path));
+  std::string out = fmt::format("set terminal {} size 1000,700\nset output {}\n", terminal,
+                                quote(png_path));
   out += fmt::format(
-      "set datafile separator ','\nset datafile missing ''\nset xdata time\n"
-      "set timefmt '%Y-%m-%dT%H:%M:%SZ'\nset format x '%H:%M'\nset xlabel 'time (UTC)'\n"
-      "set key outside right\nset grid\nset multiplot layout 2,1 title {}\n",
-      quote(title));
-  std::string plot = fmt::format(
-      "plot for [g in '{}'] {} using 1:(column(2) == g+0 ? column({{}}) : NaN) every ::1 "
-      "with lines lw 2 title 'GPU '.g\n",
-      gpus, quote(data_path));
-  out += "set ylabel 'utilisation (%)'\nset yrange [0:105]\n" + fmt::format(plot, 3);
-  out += "set ylabel 'memory used (MiB)'\nset yrange [0:*]\n" + fmt::format(plot, 4);
-  out += "unset multiplot\n";
-  return out;
+      "set datafile separator ','\nset xdata time\nset timefmt '%Y-%m-%dT%H:%M:%SZ'\n"
+      "set format x '{}'\nset xlabel 'time (UTC)'\nset key outside right\nset grid\n"
+      "set multiplot layout 2,1 title {}\n",
+      t1 - t0 < 600000 ? "%H:%M:%S" : "%H:%M", quote(title));
+  auto plot = [&](int column) {
+    std::string p = "plot";
+    for (const auto& [gpu, path] : data_by_gpu)
+      p += fmt::format("{} {} using 1:{} every ::1 with lines lw 2 title 'GPU {}'",
+                       p == "plot" ? "" : ",", quote(path), column, gpu);
+    return p + "\n";
+  };
+  out += "set ylabel 'utilisation (%)'\nset yrange [0:105]\n" + plot(3);
+  out += "set ylabel 'memory used (MiB)'\nset yrange [0:*]\n" + plot(4);
+  return out + "unset multiplot\n";
 }
 
 int64_t parse_since(const std::string& text, int64_t now_ms) {

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 
@@ -20,9 +21,10 @@ std::string samples_csv(const nlohmann::json& samples);
 // `gpuq report` from a "report" reply.
 std::string format_report(const nlohmann::json& reply);
 
-// A gnuplot script that draws utilisation and memory over time, one line per GPU, from
-// samples_csv() output in `data_path`, into a PNG at `png_path` (terminal: pngcairo, or png).
-std::string gnuplot_script(const nlohmann::json& reply, const std::string& data_path,
+// A gnuplot script that draws utilisation and memory over time, one line per GPU, each GPU's
+// samples in its own samples_csv() file (data_by_gpu), into a PNG at `png_path` (terminal:
+// pngcairo, or png).
+std::string gnuplot_script(const nlohmann::json& reply, const std::map<int, std::string>& data_by_gpu,
                            const std::string& png_path, const std::string& terminal);
 
 // "7d", "12h", "30m", "2w", "all" (the epoch), "2026-11-01" or "2026-11-01T08:00:00" (local
