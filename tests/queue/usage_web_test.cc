@@ -312,11 +312,11 @@ TEST(UsageFormat, GnuplotDrawsALinePerGpuFromItsOwnFile) {
   Job j = finished("o'neil", "", {0, 3}, 1000, 2000, 0, 0);
   j.id = 9;
   j.name = "it's";
-  nlohmann::json reply = {{"job", job_brief(j, 0)},
-                          {"samples", {{1000, 0, 1.0, 2.0, 3.0, 4.0, 5.0},
-                                       {1000, 3, 1.0, 2.0, 3.0, 4.0, 5.0}}}};
-  std::string gp = gnuplot_script(reply, {{0, "/t/gpu0.csv"}, {3, "/t/gpu3.csv"}}, "/t/o'.png",
-                                  "pngcairo");
+  nlohmann::json reply = {
+      {"job", job_brief(j, 0)},
+      {"samples", {{1000, 0, 1.0, 2.0, 3.0, 4.0, 5.0}, {1000, 3, 1.0, 2.0, 3.0, 4.0, 5.0}}}};
+  std::string gp =
+      gnuplot_script(reply, {{0, "/t/gpu0.csv"}, {3, "/t/gpu3.csv"}}, "/t/o'.png", "pngcairo");
   EXPECT_NE(gp.find("set output '/t/o''.png'\n"), std::string::npos) << gp;
   EXPECT_NE(gp.find("title 'gpuq job 9 (it''s, o''neil)'"), std::string::npos) << gp;
   EXPECT_NE(gp.find("plot '/t/gpu0.csv' using 1:3 every ::1 with lines lw 2 title 'GPU 0', "

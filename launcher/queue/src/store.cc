@@ -339,7 +339,13 @@ void Store::insert_samples(const std::vector<Sample>& rows) {
   }
 }
 
-std::vector<Store::Sample> Store::query_samples(sqlite3_stmt* st) {
+std::vector<Store::Sample> Store::select_samples(const char* where, int64_t value) {
+  auto* st = prepare(
+      std::string("SELECT time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w, temp_c"
+                  " FROM samples WHERE ") +
+      where + " ORDER BY time_ms, gpu");
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, value);
   std::vector<Sample> out;
   int rc;
   while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
@@ -359,21 +365,11 @@ std::vector<Store::Sample> Store::query_samples(sqlite3_stmt* st) {
 }
 
 std::vector<Store::Sample> Store::job_samples(int64_t job_id) {
-  auto* st = prepare(
-      "SELECT time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w, temp_c"
-      " FROM samples WHERE job_id = ? ORDER BY time_ms, gpu");
-  Reset r{st};
-  sqlite3_bind_int64(st, 1, job_id);
-  return query_samples(st);
+  return select_samples("job_id = ?", job_id);
 }
 
 std::vector<Store::Sample> Store::samples_since(int64_t since_ms) {
-  auto* st = prepare(
-      "SELECT time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w, temp_c"
-      " FROM samples WHERE time_ms >= ? ORDER BY time_ms, gpu");
-  Reset r{st};
-  sqlite3_bind_int64(st, 1, since_ms);
-  return query_samples(st);
+  return select_samples("time_ms >= ?", since_ms);
 }
 
 void Store::delete_samples_before(int64_t time_ms) {

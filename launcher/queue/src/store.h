@@ -114,7 +114,7 @@ class Store {
   void exec(const char* sql);
   sqlite3_stmt* prepare(const std::string& sql);  // cached per SQL text
   std::vector<Job> query_jobs(sqlite3_stmt* st);
-  std::vector<Sample> query_samples(sqlite3_stmt* st);
+  std::vector<Sample> select_samples(const char* where, int64_t value);  // where: "col op ?"
   [[noreturn]] void fail(const std::string& what);
 
   std::string path_;
