@@ -7,13 +7,14 @@ set -euo pipefail
 
 core=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  libboost-program-options-dev libfmt-dev nlohmann-json3-dev
+  libboost-program-options-dev libboost-dev libfmt-dev nlohmann-json3-dev
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev libblis-dev zlib1g-dev libsqlite3-dev sqlite3
   slurm-wlm munge
   dataset-fashion-mnist
   gnuplot-nox
+  chromium python3-prometheus-client
   nodejs npm
   procps psmisc util-linux iproute2 passwd
   python3

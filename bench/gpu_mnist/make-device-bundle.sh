@@ -15,7 +15,7 @@ root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${BUILD:-$root/build-devbundle}
 jobs=${JOBS:-2}
 targets=(mnist_cnn kernels_test kernels_cuda_test nccl_allreduce_test gpu_train_test
-  gpu_watchdog_test)
+  gpu_watchdog_test gpu_sampler_nvml_test)
 cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release -DGPURUN_ENABLE_CUDA=ON \
   -DGPURUN_ENABLE_MPI=OFF "-DCMAKE_CUDA_ARCHITECTURES=80;90" -DGPURUN_BUILD_BENCH=OFF >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"

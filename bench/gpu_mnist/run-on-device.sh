@@ -78,6 +78,9 @@ else
   command -v mpirun >/dev/null && step smoke_mpi_2 mpirun --allow-run-as-root --oversubscribe \
     --bind-to none -n 2 "$mnist" --device cuda --data "$data" --epochs 1
 fi
+# Issue 12: the GPU sampler reads real utilisation through NVML while mnist_cnn trains.
+[ -x "${bin:-}/gpu_sampler_nvml_test" ] &&
+  step gpu_sampler_nvml "$bin/gpu_sampler_nvml_test" "$mnist" --device cuda --data "$data" --epochs 1
 step smoke_cuda "$mnist" --device cuda --data "$data" --epochs 1 --report "$logs/smoke_cuda.json"
 step smoke_auto "$mnist" --device auto --data "$data" --epochs 1 --max-steps 50
 step smoke_no_graph_tf32 "$mnist" --device cuda --data "$data" --epochs 1 --no-graph --tf32 \

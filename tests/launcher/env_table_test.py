@@ -5,8 +5,8 @@
 
 Checks, for the launcher (launcher/src) and the queue (launcher/queue/src):
   - only the edge touches the process environment: getenv/setenv/putenv/unsetenv/environ appear
-    in launcher/src/system.cc and launcher/queue/src/env.cc alone (the queue's daemon may pass
-    environ through to the job supervisor it spawns: that reads no variable);
+    in launcher/src/system.cc and launcher/queue/src/env.cc alone (a few places pass environ
+    through to a child they spawn, the job supervisor, nvidia-smi, gnuplot: that reads no variable);
   - every variable name the launcher's sources spell is in launcher/src/env_table.h (kEnvRead or
     kEnvSet), so the table cannot fall behind the code;
   - README.md names every variable of both tables and of the queue's (launcher/queue/src/env.h).
@@ -34,7 +34,9 @@ if len(read) < 40 or len(set_) < 10 or len(queue) < 5:
 
 edge_calls = re.compile(r"\b(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv|environ)\b")
 edges = {"launcher/src/system.cc", "launcher/queue/src/env.cc"}
-passthrough = {"launcher/queue/src/daemon_jobs.cc"}  # posix_spawn(..., environ): no variable read
+# posix_spawn(..., environ): the environment passed through to a child, no variable read.
+passthrough = {"launcher/queue/src/daemon_jobs.cc", "launcher/src/run_capture.cc",
+               "launcher/queue/src/client_usage.cc"}
 for d in ("launcher/src", "launcher/queue/src"):
     for f in sorted((root / d).glob("*.[ch]*")):
         rel = str(f.relative_to(root))

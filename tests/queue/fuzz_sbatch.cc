@@ -1,6 +1,6 @@
 // Fuzz target for the #SBATCH parser: any input must either parse or throw std::invalid_argument,
 // never crash, hang or throw anything else. Built as a libFuzzer target when the compiler supports
-// -fsanitize=fuzzer; otherwise (CI) fuzz_sbatch_driver.cc feeds it a corpus and random mutations.
+// -fsanitize=fuzzer; otherwise (CI) fuzz_driver.cc feeds it a corpus and random mutations.
 #include <cstddef>
 #include <cstdint>
 #include <stdexcept>
@@ -23,4 +23,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   } catch (const std::invalid_argument&) {
   }
   return 0;
+}
+
+extern "C" const char* FuzzAlphabet() {
+  return "#SBATCH-=:%@,?_ \t\n\"'0123456789gpuJtoeadBUSR1\\\xff";
 }

@@ -30,6 +30,8 @@ namespace {
 
 constexpr const char* kSystemSocket = "/run/gpuq.sock";
 
+}  // namespace
+
 // Sends one request; GPUQ_RETRY_SECONDS (default 0) retries while the daemon is unreachable or
 // drops the connection (a daemon restart). Submissions carry a key, so a retry never duplicates.
 nlohmann::json call(const std::string& socket, const nlohmann::json& req) {
@@ -54,12 +56,6 @@ nlohmann::json call(const std::string& socket, const nlohmann::json& req) {
   }
 }
 
-// Options every client command shares; returns the parsed map or prints help and returns nullopt.
-struct Parsed {
-  po::variables_map vm;
-  std::string socket;
-};
-
 bool parse(const Args& a, po::options_description& desc, po::positional_options_description* pos,
            const std::string& usage, Parsed* out) {
   desc.add_options()("help,h", "show this help")(
@@ -78,6 +74,8 @@ bool parse(const Args& a, po::options_description& desc, po::positional_options_
       out->vm.count("socket") ? out->vm["socket"].as<std::string>() : default_socket_path();
   return true;
 }
+
+namespace {
 
 std::string random_key() {
   unsigned char b[16];

@@ -3,6 +3,8 @@
 // them to exit codes.
 #pragma once
 
+#include <boost/program_options.hpp>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
@@ -22,5 +24,24 @@ int cmd_daemon(const Args& a);
 
 // GPUQ_SOCKET, else the system socket when it exists, else the per-user one.
 std::string default_socket_path();
+
+// One request to the daemon and its reply; throws std::invalid_argument with the daemon's error
+// when it answers ok=false, std::runtime_error when it cannot be reached.
+nlohmann::json call(const std::string& socket, const nlohmann::json& req);
+
+// Options every client command shares (--help, --socket): parses `a` into *out; prints the usage
+// and returns false for --help.
+struct Parsed {
+  boost::program_options::variables_map vm;
+  std::string socket;
+};
+bool parse(const Args& a, boost::program_options::options_description& desc,
+           boost::program_options::positional_options_description* pos, const std::string& usage,
+           Parsed* out);
+
+// Usage commands (client_usage.cc) and the web page (web.cc).
+int cmd_stats(const Args& a);
+int cmd_report(const Args& a);
+int cmd_web(const Args& a);
 
 }  // namespace gpurun::queue

@@ -68,6 +68,7 @@ Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
     if (row.array_job_id) array_members_[row.array_job_id].push_back(row.id);
   }
   for (auto& j : store_->load_active()) active_.emplace(j.id, std::move(j));
+  finished_gpu_seconds_ = store_->finished_gpu_seconds_by_user();
   // Supervisors are re-executions of this binary; SIG_IGN reaps them automatically, and their
   // exits are seen through pidfds, which work for adopted (non-child) supervisors too.
   signal(SIGCHLD, SIG_IGN);
@@ -178,12 +179,15 @@ int Daemon::run() {
   sigaddset(&set, SIGHUP);
   sigprocmask(SIG_BLOCK, &set, nullptr);
   signal_fd_ = Fd(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  start_sampling();
   fmt::print(stderr, "gpuq daemon: {} GPUs [{}], socket {}, state {}\n", cfg_.gpus.size(),
              join_ids(cfg_.gpus), cfg_.socket_path, cfg_.state_dir);
   while (true) {
     std::vector<pollfd> fds;
     fds.push_back({listen_fd_.get(), POLLIN, 0});
     fds.push_back({signal_fd_.get(), POLLIN, 0});
+    fds.push_back({sampler_ ? sampler_->fd() : -1, POLLIN, 0});  // fd -1: poll skips it
+    const size_t runner_base = fds.size();
     std::vector<int64_t> runner_ids;
     for (auto& [id, r] : runners_) {
       if (!r.pidfd) continue;
@@ -214,7 +218,8 @@ int Daemon::run() {
     // supervisor starts: one WAL fsync per iteration however many jobs ended, started or arrived.
     store_->begin_batch();
     for (size_t i = 0; i < runner_ids.size(); ++i)
-      if (fds[2 + i].revents) on_supervisor_exit(runner_ids[i]);
+      if (fds[runner_base + i].revents) on_supervisor_exit(runner_ids[i]);
+    if (fds[2].revents & POLLIN) on_usage_ticks();
     if (polling) {
       std::vector<int64_t> gone;
       for (auto& [id, r] : runners_)
@@ -244,6 +249,7 @@ int Daemon::run() {
         finish(it->second, JobState::kFailed, 1, 0, now_ms(), e.what());
       }
     }
+    publish_targets();
     int64_t now = now_ms();
     for (auto it = conns_.begin(); it != conns_.end();) {
       Conn& c = it->second;

@@ -14,12 +14,18 @@
 #include <string>
 #include <vector>
 
+#include "gpurun/launcher/gpu_sampler.h"
 #include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
+#include "usage_sampler.h"
 
 namespace gpurun::queue {
 
 class Store;
+
+// A job as the status page, /api/status and `gpuq stats` show it: no environment, script or
+// paths; with elapsed_s, gpu_hours, util_mean and its usage (daemon_usage.cc).
+nlohmann::json job_brief(const Job& j, int64_t now_ms);
 
 struct DaemonConfig {
   std::vector<int> gpus;
@@ -31,6 +37,11 @@ struct DaemonConfig {
   std::string self_exe;  // this binary, re-executed as the per-job supervisor
   // Where the boot id is read; tests point it at a file to simulate a reboot.
   std::string boot_id_file = "/proc/sys/kernel/random/boot_id";
+  // Usage sampling (issue 12): every sample_interval_s seconds (0 = off) the GPUs and running
+  // jobs are sampled; raw samples are kept sample_retention_s, per-job figures for good.
+  int sample_interval_s = 10;
+  int64_t sample_retention_s = 7 * 24 * 3600;
+  launcher::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
 };
 
 struct Peer {
@@ -76,6 +87,16 @@ class Daemon {
   nlohmann::json op_hold(const nlohmann::json& req, const Peer& peer, bool hold);
   nlohmann::json op_history(const nlohmann::json& req, const Peer& peer);
   nlohmann::json op_drain(const Peer& peer, bool drain);
+  // daemon_usage.cc: sampling and the usage requests (status, stats, report)
+  nlohmann::json op_status(const nlohmann::json& req);
+  nlohmann::json status_gpus(const std::map<int, const Job*>& holder, int spark_points,
+                             int64_t now);
+  nlohmann::json op_stats(const nlohmann::json& req);
+  nlohmann::json op_report(const nlohmann::json& req);
+  void start_sampling();   // in run(), once signals are blocked (the thread must not take them)
+  void publish_targets();  // running jobs' sessions, to the sampling thread
+  void on_usage_ticks();   // inside the batch
+  void apply_tick(const UsageSampler::Tick& t);
   // "12", "12_3" -> job ids; ids reached through a whole-array id also go into *via_array.
   std::vector<int64_t> resolve_ids(const nlohmann::json& req,
                                    std::set<int64_t>* via_array = nullptr);
@@ -117,6 +138,12 @@ class Daemon {
     int64_t updated_ms = 0;
   };
   std::map<uint32_t, UsageRec> usage_;
+  std::unique_ptr<UsageSampler> sampler_;
+  std::vector<UsageSampler::Target> published_targets_;
+  std::optional<launcher::GpuSnapshot> last_gpus_;  // the newest GPU sample, every GPU
+  std::string sample_error_;                        // why the newest sample failed, if it did
+  // GPU-seconds of finished jobs by user, for /metrics' counter without a scan per request.
+  std::map<std::string, double> finished_gpu_seconds_;
 };
 
 }  // namespace gpurun::queue

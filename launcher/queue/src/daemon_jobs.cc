@@ -141,6 +141,7 @@ void Daemon::mark_running(Job& j, const std::vector<int>& gpus) {
   j.end_ms = 0;
   j.reason.clear();
   j.boot_id = boot_id_;
+  j.usage = {};           // a requeued job is measured afresh, as its GPU-hours are
   store_->update_job(j);  // committed before anything runs: GPUs are never handed out twice
   states_[j.id] = j.state;
 }
@@ -272,6 +273,9 @@ void Daemon::on_supervisor_exit(int64_t id) {
       state = JobState::kCompleted;
     else if (reason.empty())
       reason = "NonZeroExitCode";
+    // The supervisor's rusage is exact where samples miss processes that lived between them.
+    j.usage.cpu_seconds = std::max(j.usage.cpu_seconds, st->cpu_seconds);
+    j.usage.peak_rss_bytes = std::max(j.usage.peak_rss_bytes, st->max_rss_kb * 1024);
     finish(j, state, st->exit_code, st->exit_signal, st->end_ms, reason);
     return;
   }
@@ -310,7 +314,10 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
     store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
   }
   txn.commit();
-  if (was_running) cleanup_.push_back(j.id);  // only once the state change is committed
+  if (was_running) {
+    cleanup_.push_back(j.id);  // only once the state change is committed
+    finished_gpu_seconds_[j.user] += gpu_seconds(j, j.end_ms);
+  }
   states_[j.id] = state;
   int64_t id = j.id;
   active_.erase(id);  // j is gone from here on

@@ -71,7 +71,11 @@ int cmd_daemon(const Args& a) {
       "fairshare-half-life", po::value<double>()->default_value(168),
       "hours for past GPU usage to count half in the fair-share order")(
       "boot-id-file", po::value<std::string>(),
-      "where the machine's boot id is read (tests use it to simulate a reboot)");
+      "where the machine's boot id is read (tests use it to simulate a reboot)")(
+      "sample-interval", po::value<int>()->default_value(10),
+      "seconds between GPU and job usage samples (0 = no sampling)")(
+      "sample-retention", po::value<double>()->default_value(7),
+      "days raw samples are kept (per-job figures are kept with the job)");
   po::variables_map vm;
   po::store(po::command_line_parser(a).options(desc).run(), vm);
   if (vm.count("help")) {
@@ -108,6 +112,16 @@ int cmd_daemon(const Args& a) {
   if (cfg.kill_wait_s < 0) throw std::invalid_argument("--kill-wait must be >= 0");
   cfg.self_exe = self_exe();
   if (vm.count("boot-id-file")) cfg.boot_id_file = vm["boot-id-file"].as<std::string>();
+  cfg.sample_interval_s = vm["sample-interval"].as<int>();
+  if (cfg.sample_interval_s < 0 || cfg.sample_interval_s > 86400)
+    throw std::invalid_argument(
+        fmt::format("--sample-interval {}: expected 0 (off) to 86400 s", cfg.sample_interval_s));
+  double retention_days = vm["sample-retention"].as<double>();
+  if (!(retention_days > 0) || retention_days > 3650)
+    throw std::invalid_argument(fmt::format(
+        "--sample-retention {}: expected more than 0 and at most 3650 days", retention_days));
+  cfg.sample_retention_s = static_cast<int64_t>(retention_days * 86400);
+  if (queue_env().nvidia_smi) cfg.sampler.nvidia_smi = *queue_env().nvidia_smi;
   Daemon d(cfg);
   return d.run();
 }

@@ -67,6 +67,9 @@ nlohmann::json Daemon::handle(const nlohmann::json& req, const Peer& peer) {
   if (op == "history") return op_history(req, peer);
   if (op == "drain") return op_drain(peer, true);
   if (op == "resume") return op_drain(peer, false);
+  if (op == "status") return op_status(req);
+  if (op == "stats") return op_stats(req);
+  if (op == "report") return op_report(req);
   throw std::invalid_argument(fmt::format("unknown request op '{}'", op));
 }
 
@@ -118,6 +121,8 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   base.user = user;
   base.name = r.job_name.value_or(basename_of(req.value("script_name", "sbatch")));
   base.priority = r.priority.value_or(0);
+  base.account = r.account.value_or("");
+  base.cpus = r.cpus_per_task.value_or(1);
   base.gpus_requested = gpus;
   base.time_limit_s = r.time_limit_s.value_or(0);
   base.held = r.hold.value_or(false);

@@ -19,6 +19,7 @@ inline constexpr QueueEnvVar kQueueEnvRead[] = {
     {"XDG_RUNTIME_DIR", "where a per-user daemon's socket lives"},
     {"XDG_STATE_HOME", "where a per-user daemon keeps its state"},
     {"HOME", "~/.local/state/gpuq when XDG_STATE_HOME is unset"},
+    {"GPURUN_NVIDIA_SMI", "an nvidia-smi for the daemon's GPU sampler to run instead of NVML"},
 };
 
 struct QueueEnv {
@@ -27,6 +28,7 @@ struct QueueEnv {
   std::optional<std::string> runtime_dir;  // XDG_RUNTIME_DIR
   std::optional<std::string> state_home;   // XDG_STATE_HOME
   std::optional<std::string> home;         // HOME
+  std::optional<std::string> nvidia_smi;   // GPURUN_NVIDIA_SMI
   // The whole environment: `gpuq submit` hands it to the job, as sbatch does.
   std::map<std::string, std::string> all;
 };

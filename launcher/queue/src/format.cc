@@ -5,6 +5,7 @@
 
 #include <algorithm>
 
+#include "gpurun/queue/job_json.h"
 #include "gpurun/queue/sbatch.h"
 
 namespace gpurun::queue {
@@ -34,6 +35,15 @@ int64_t elapsed_s(const nlohmann::json& j, int64_t now_ms) {
   if (start == 0) return 0;
   int64_t end = j.value("end_ms", int64_t{0});
   return std::max<int64_t>(0, ((end ? end : now_ms) - start) / 1000);
+}
+
+// GPUHours (GPUs held x elapsed) and MeanUtil (over the job's samples; "-" without any).
+std::string usage_cells(const nlohmann::json& j) {
+  double hours =
+      static_cast<double>(j["gpus"].size()) * static_cast<double>(elapsed_s(j, 0)) / 3600.0;
+  auto mean = util_mean(usage_from_json(j.value("usage", nlohmann::json::object())));
+  return sacct_cell(fmt::format("{:.2f}", hours), 8, false) + " " +
+         sacct_cell(mean ? fmt::format("{:.1f}%", *mean) : "-", 8, false);
 }
 
 }  // namespace
@@ -120,10 +130,11 @@ std::string format_history(const nlohmann::json& jobs, bool header) {
     out += sacct_cell("JobID", 12, true) + " " + sacct_cell("JobName", 10, false) + " " +
            sacct_cell("User", 9, false) + " " + sacct_cell("State", 10, false) + " " +
            sacct_cell("ExitCode", 8, false) + " " + sacct_cell("Elapsed", 10, false) + " " +
-           sacct_cell("GPUs", 8, false) + "\n";
+           sacct_cell("GPUs", 8, false) + " " + sacct_cell("GPUHours", 8, false) + " " +
+           sacct_cell("MeanUtil", 8, false) + "\n";
     out += std::string(12, '-') + " " + std::string(10, '-') + " " + std::string(9, '-') + " " +
            std::string(10, '-') + " " + std::string(8, '-') + " " + std::string(10, '-') + " " +
-           std::string(8, '-') + "\n";
+           std::string(8, '-') + " " + std::string(8, '-') + " " + std::string(8, '-') + "\n";
   }
   for (const auto& j : jobs) {
     std::string state = j["state"].get<std::string>();
@@ -136,7 +147,7 @@ std::string format_history(const nlohmann::json& jobs, bool header) {
         " " +
         sacct_cell(exit_code_text(j.value("exit_code", 0), j.value("exit_signal", 0)), 8, false) +
         " " + sacct_cell(sacct_elapsed(elapsed_s(j, 0)), 10, false) + " " +
-        sacct_cell(id_list(j["gpus"]), 8, false) + "\n";
+        sacct_cell(id_list(j["gpus"]), 8, false) + " " + usage_cells(j) + "\n";
   }
   return out;
 }

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <stdexcept>
 
 namespace gpurun::queue {
@@ -68,7 +69,21 @@ void JobRequest::merge_from(const JobRequest& o) {
   if (o.requeue) requeue = o.requeue;
   if (o.hold) hold = o.hold;
   if (o.priority) priority = o.priority;
+  if (o.account) account = o.account;
+  if (o.cpus_per_task) cpus_per_task = o.cpus_per_task;
   warnings.insert(warnings.end(), o.warnings.begin(), o.warnings.end());
+}
+
+std::optional<double> util_mean(const JobUsage& u) {
+  if (u.util_samples <= 0) return std::nullopt;
+  return u.util_sum / static_cast<double>(u.util_samples);
+}
+
+double gpu_seconds(const Job& j, int64_t now_ms) {
+  if (j.start_ms == 0) return 0;
+  int64_t end = j.end_ms ? j.end_ms : now_ms;
+  return static_cast<double>(j.gpus.size()) *
+         static_cast<double>(std::max<int64_t>(0, end - j.start_ms)) / 1000.0;
 }
 
 std::string display_id(const Job& j) {

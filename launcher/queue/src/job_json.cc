@@ -3,6 +3,28 @@
 
 namespace gpurun::queue {
 
+nlohmann::json usage_to_json(const JobUsage& u) {
+  return {{"util_samples", u.util_samples},
+          {"util_sum", u.util_sum},
+          {"util_max", u.util_max},
+          {"mem_max_mib", u.mem_max_mib},
+          {"cpu_seconds", u.cpu_seconds},
+          {"peak_rss_bytes", u.peak_rss_bytes},
+          {"last_sample_ms", u.last_sample_ms}};
+}
+
+JobUsage usage_from_json(const nlohmann::json& o) {
+  JobUsage u;
+  u.util_samples = o.value("util_samples", int64_t{0});
+  u.util_sum = o.value("util_sum", 0.0);
+  u.util_max = o.value("util_max", 0.0);
+  u.mem_max_mib = o.value("mem_max_mib", 0.0);
+  u.cpu_seconds = o.value("cpu_seconds", 0.0);
+  u.peak_rss_bytes = o.value("peak_rss_bytes", int64_t{0});
+  u.last_sample_ms = o.value("last_sample_ms", int64_t{0});
+  return u;
+}
+
 nlohmann::json job_to_json(const Job& j, JobView view) {
   nlohmann::json deps = nlohmann::json::array();
   for (const auto& d : j.dependencies)
@@ -17,6 +39,8 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"gid", j.gid},
       {"user", j.user},
       {"name", j.name},
+      {"account", j.account},
+      {"cpus", j.cpus},
       {"state", state_name(j.state)},
       {"reason", j.reason},
       {"priority", j.priority},
@@ -41,6 +65,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"output", j.output_pattern},
       {"error", j.error_pattern},
       {"boot_id", j.boot_id},
+      {"usage", usage_to_json(j.usage)},
   };
   if (view == JobView::kFull) {
     o["script"] = j.script;
@@ -97,6 +122,9 @@ Job job_from_json(const nlohmann::json& o) {
   j.env = o.value("env", std::map<std::string, std::string>{});
   j.submit_key = o.value("submit_key", "");
   j.boot_id = o.value("boot_id", "");
+  j.account = o.value("account", "");
+  j.cpus = o.value("cpus", 1);
+  if (o.contains("usage")) j.usage = usage_from_json(o["usage"]);
   return j;
 }
 

@@ -23,6 +23,9 @@ constexpr const char* kUsage =
     "  show ID                         one job in detail\n"
     "  log [-f] ID                     a job's output\n"
     "  history                         finished jobs (sacct columns)\n"
+    "  stats ID [--csv|--plot F.png]   what a job used (like seff)\n"
+    "  report [--since 7d] [--by user] GPU usage per user or account (like sreport)\n"
+    "  web [--listen 127.0.0.1:8080]   read-only status page, /api/status, /metrics\n"
     "  hold ID... | release ID...      keep pending jobs from starting / let them start\n"
     "  drain | resume                  stop starting jobs / start again (root)\n"
     "  daemon [--gpus 0,1,...]         run the queue\n";
@@ -35,6 +38,9 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "show") return cmd_show(args);
   if (cmd == "log") return cmd_log(args);
   if (cmd == "history") return cmd_history(args);
+  if (cmd == "stats") return cmd_stats(args);
+  if (cmd == "report") return cmd_report(args);
+  if (cmd == "web") return cmd_web(args);
   if (cmd == "hold") return cmd_hold(args, true);
   if (cmd == "release") return cmd_hold(args, false);
   if (cmd == "drain") return cmd_drain(args, true);

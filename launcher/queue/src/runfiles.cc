@@ -12,6 +12,7 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "gpurun/launcher/proc_usage.h"
 #include "gpurun/queue/protocol.h"
 
 namespace gpurun::queue {
@@ -55,7 +56,9 @@ nlohmann::json status_to_json(const SupervisorStatus& s) {
           {"timed_out", s.timed_out},
           {"cancelled", s.cancelled},
           {"end_ms", s.end_ms},
-          {"reason", s.reason}};
+          {"reason", s.reason},
+          {"cpu_seconds", s.cpu_seconds},
+          {"max_rss_kb", s.max_rss_kb}};
 }
 
 std::optional<SupervisorStatus> read_status(const std::string& path) {
@@ -73,6 +76,8 @@ std::optional<SupervisorStatus> read_status(const std::string& path) {
     s.cancelled = o.value("cancelled", false);
     s.end_ms = o.value("end_ms", int64_t{0});
     s.reason = o.value("reason", "");
+    s.cpu_seconds = o.value("cpu_seconds", 0.0);
+    s.max_rss_kb = o.value("max_rss_kb", int64_t{0});
     return s;
   } catch (const std::exception&) {
     return std::nullopt;  // torn writes cannot happen (rename), but never trust a file blindly
@@ -84,34 +89,15 @@ int64_t now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-}  // namespace gpurun::queue
-
-#include <dirent.h>
-
-namespace gpurun::queue {
-
 std::vector<int> find_job_processes(int sid, int pgid, int ppid) {
   std::vector<int> out;
-  DIR* d = opendir("/proc");
-  if (!d) return out;
-  int self = getpid();
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    int pid = atoi(e->d_name);
-    if (pid == self) continue;
-    auto text = read_file(fmt::format("/proc/{}/stat", pid));
-    if (!text) continue;
-    size_t close = text->rfind(')');  // comm may contain spaces and parentheses
-    if (close == std::string::npos) continue;
-    char state = 0;
-    int p_ppid = 0, p_pgrp = 0, p_sid = 0;
-    if (sscanf(text->c_str() + close + 1, " %c %d %d %d", &state, &p_ppid, &p_pgrp, &p_sid) != 4)
-      continue;
-    if (state == 'Z') continue;  // a zombie holds nothing; its reaper may be slow (PID 1)
-    if ((sid && p_sid == sid) || (pgid && p_pgrp == pgid) || (ppid && p_ppid == ppid))
-      out.push_back(pid);
+  const int self = getpid();
+  for (const auto& p : launcher::scan_processes()) {
+    if (p.pid == self || p.state == 'Z')
+      continue;  // a zombie holds nothing; its reaper may be slow
+    if ((sid && p.sid == sid) || (pgid && p.pgid == pgid) || (ppid && p.ppid == ppid))
+      out.push_back(p.pid);
   }
-  closedir(d);
   return out;
 }
 

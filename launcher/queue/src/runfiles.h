@@ -36,6 +36,10 @@ struct SupervisorStatus {
   bool cancelled = false;
   int64_t end_ms = 0;
   std::string reason;  // why the job could not start (chdir, output file, exec), if so
+  // The job's processes as getrusage(RUSAGE_CHILDREN) saw them once all were reaped (the
+  // supervisor is their subreaper): exact, where the daemon's samples miss short-lived ones.
+  double cpu_seconds = 0;
+  int64_t max_rss_kb = 0;  // the largest single process
 };
 nlohmann::json status_to_json(const SupervisorStatus& s);
 std::optional<SupervisorStatus> read_status(

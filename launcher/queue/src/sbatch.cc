@@ -58,15 +58,11 @@ const std::map<std::string, bool>& ignored_options() {
       {"--nodes", true},
       {"-n", true},
       {"--ntasks", true},
-      {"-c", true},
-      {"--cpus-per-task", true},
       {"--mem", true},
       {"--mem-per-cpu", true},
       {"--mem-per-gpu", true},
       {"-p", true},
       {"--partition", true},
-      {"-A", true},
-      {"--account", true},
       {"-q", true},
       {"--qos", true},
       {"--reservation", true},
@@ -118,6 +114,10 @@ const std::map<std::string, std::pair<std::string, bool>>& known_options() {
       {"-H", {"--hold", false}},
       {"--hold", {"--hold", false}},
       {"--priority", {"--priority", true}},
+      {"-A", {"--account", true}},
+      {"--account", {"--account", true}},
+      {"-c", {"--cpus-per-task", true}},
+      {"--cpus-per-task", {"--cpus-per-task", true}},
   };
   return m;
 }
@@ -155,6 +155,12 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     r.hold = true;
   } else if (opt == "--priority") {
     r.priority = static_cast<int>(to_int(v, "--priority", 1000000));
+  } else if (opt == "--account") {
+    if (v.empty()) bad("--account: empty name");
+    r.account = v;
+  } else if (opt == "--cpus-per-task") {
+    r.cpus_per_task = static_cast<int>(to_int(v, "--cpus-per-task", 4096));
+    if (*r.cpus_per_task < 1) bad("--cpus-per-task: must be at least 1");
   }
 }
 

@@ -46,6 +46,50 @@ Store::Store(const std::string& path) : path_(path) {
   exec(
       "CREATE TABLE IF NOT EXISTS usage(uid INTEGER PRIMARY KEY, gpu_seconds REAL NOT NULL,"
       " updated_ms INTEGER NOT NULL)");
+  migrate();
+}
+
+int Store::schema_version() {
+  auto* st = prepare("PRAGMA user_version");
+  Reset r{st};
+  if (sqlite3_step(st) != SQLITE_ROW) fail("read the schema version");
+  return sqlite3_column_int(st, 0);
+}
+
+void Store::migrate() {
+  const int v = schema_version();
+  if (v > kSchemaVersion)
+    throw std::runtime_error(fmt::format(
+        "job store {} has schema version {}, newer than this gpuq's {}: run the gpuq that wrote it",
+        path_, v, kSchemaVersion));
+  if (v >= 1) return;
+  // 0 -> 1 in one transaction: a crash leaves the old store as it was.
+  Txn txn(*this);
+  for (const char* col : {"user TEXT NOT NULL DEFAULT ''", "account TEXT NOT NULL DEFAULT ''",
+                          "start_ms INTEGER NOT NULL DEFAULT 0",
+                          "end_ms INTEGER NOT NULL DEFAULT 0", "ngpus INTEGER NOT NULL DEFAULT 0",
+                          "util_sum REAL NOT NULL DEFAULT 0", "util_n INTEGER NOT NULL DEFAULT 0"})
+    exec(fmt::format("ALTER TABLE jobs ADD COLUMN {}", col).c_str());
+  exec(
+      "UPDATE jobs SET user = COALESCE(json_extract(data, '$.user'), ''),"
+      " account = COALESCE(json_extract(data, '$.account'), ''),"
+      " start_ms = COALESCE(json_extract(data, '$.start_ms'), 0),"
+      " end_ms = COALESCE(json_extract(data, '$.end_ms'), 0),"
+      " ngpus = COALESCE(json_array_length(data, '$.gpus'), 0)");
+  // Covering indexes: reports and the per-user counter of /metrics read only these, never the
+  // job documents, so 10,000 finished jobs cost an index scan.
+  exec("CREATE INDEX jobs_by_user ON jobs(user, state, start_ms, end_ms, ngpus, util_sum, util_n)");
+  exec(
+      "CREATE INDEX jobs_by_account ON jobs(account, state, start_ms, end_ms, ngpus, util_sum,"
+      " util_n)");
+  exec(
+      "CREATE TABLE samples(time_ms INTEGER NOT NULL, gpu INTEGER NOT NULL,"
+      " job_id INTEGER NOT NULL, util REAL, mem_used_mib REAL, mem_total_mib REAL, power_w REAL,"
+      " temp_c REAL)");
+  exec("CREATE INDEX samples_job ON samples(job_id, time_ms)");
+  exec("CREATE INDEX samples_time ON samples(time_ms)");
+  exec("PRAGMA user_version = 1");
+  txn.commit();
 }
 
 Store::~Store() {
@@ -106,31 +150,47 @@ void Store::commit_batch() {
   depth_ = 0;
 }
 
+namespace {
+// The columns both insert_job and update_job write, bound from parameter `first` on: state,
+// array_job_id, data, user, account, start_ms, end_ms, ngpus, util_sum, util_n.
+void bind_job_columns(sqlite3_stmt* st, int first, const Job& j, const std::string& data) {
+  sqlite3_bind_text(st, first, state_name(j.state), -1, SQLITE_STATIC);
+  sqlite3_bind_int64(st, first + 1, j.array_job_id);
+  sqlite3_bind_text(st, first + 2, data.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, first + 3, j.user.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, first + 4, j.account.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, first + 5, j.start_ms);
+  sqlite3_bind_int64(st, first + 6, j.end_ms);
+  sqlite3_bind_int64(st, first + 7, static_cast<int64_t>(j.gpus.size()));
+  sqlite3_bind_double(st, first + 8, j.usage.util_sum);
+  sqlite3_bind_int64(st, first + 9, j.usage.util_samples);
+}
+}  // namespace
+
 void Store::insert_job(Job& j) {
-  auto* st =
-      prepare("INSERT INTO jobs(submit_key, state, uid, array_job_id, data) VALUES(?, ?, ?, ?, ?)");
+  auto* st = prepare(
+      "INSERT INTO jobs(submit_key, uid, state, array_job_id, data, user, account, start_ms,"
+      " end_ms, ngpus, util_sum, util_n) VALUES(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)");
   Reset r{st};
   std::string data = job_to_json(j, JobView::kFull).dump();
   if (j.submit_key.empty())
     sqlite3_bind_null(st, 1);
   else
     sqlite3_bind_text(st, 1, j.submit_key.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_text(st, 2, state_name(j.state), -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 3, j.uid);
-  sqlite3_bind_int64(st, 4, j.array_job_id);
-  sqlite3_bind_text(st, 5, data.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 2, j.uid);
+  bind_job_columns(st, 3, j, data);
   if (sqlite3_step(st) != SQLITE_DONE) fail("insert job");
   j.id = sqlite3_last_insert_rowid(db_);
 }
 
 void Store::update_job(const Job& j) {
-  auto* st = prepare("UPDATE jobs SET state = ?, array_job_id = ?, data = ? WHERE id = ?");
+  auto* st = prepare(
+      "UPDATE jobs SET state = ?1, array_job_id = ?2, data = ?3, user = ?4, account = ?5,"
+      " start_ms = ?6, end_ms = ?7, ngpus = ?8, util_sum = ?9, util_n = ?10 WHERE id = ?11");
   Reset r{st};
   std::string data = job_to_json(j, JobView::kFull).dump();
-  sqlite3_bind_text(st, 1, state_name(j.state), -1, SQLITE_STATIC);
-  sqlite3_bind_int64(st, 2, j.array_job_id);
-  sqlite3_bind_text(st, 3, data.c_str(), -1, SQLITE_TRANSIENT);
-  sqlite3_bind_int64(st, 4, j.id);
+  bind_job_columns(st, 1, j, data);
+  sqlite3_bind_int64(st, 11, j.id);
   if (sqlite3_step(st) != SQLITE_DONE) fail(fmt::format("update job {}", j.id));
 }
 
@@ -246,6 +306,114 @@ void Store::save_usage(uint32_t uid, const Usage& u) {
   sqlite3_bind_double(st, 2, u.gpu_seconds);
   sqlite3_bind_int64(st, 3, u.updated_ms);
   if (sqlite3_step(st) != SQLITE_DONE) fail("save usage");
+}
+
+namespace {
+void bind_figure(sqlite3_stmt* st, int i, const std::optional<double>& v) {
+  if (v)
+    sqlite3_bind_double(st, i, *v);
+  else
+    sqlite3_bind_null(st, i);
+}
+std::optional<double> column_figure(sqlite3_stmt* st, int i) {
+  if (sqlite3_column_type(st, i) == SQLITE_NULL) return std::nullopt;
+  return sqlite3_column_double(st, i);
+}
+}  // namespace
+
+void Store::insert_samples(const std::vector<Sample>& rows) {
+  auto* st = prepare(
+      "INSERT INTO samples(time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w,"
+      " temp_c) VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+  for (const auto& s : rows) {
+    Reset r{st};
+    sqlite3_bind_int64(st, 1, s.time_ms);
+    sqlite3_bind_int(st, 2, s.gpu);
+    sqlite3_bind_int64(st, 3, s.job_id);
+    bind_figure(st, 4, s.util);
+    bind_figure(st, 5, s.mem_used_mib);
+    bind_figure(st, 6, s.mem_total_mib);
+    bind_figure(st, 7, s.power_w);
+    bind_figure(st, 8, s.temp_c);
+    if (sqlite3_step(st) != SQLITE_DONE) fail("insert sample");
+  }
+}
+
+std::vector<Store::Sample> Store::select_samples(const char* where, int64_t value) {
+  auto* st = prepare(
+      std::string("SELECT time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w, temp_c"
+                  " FROM samples WHERE ") +
+      where + " ORDER BY time_ms, gpu");
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, value);
+  std::vector<Sample> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    Sample s;
+    s.time_ms = sqlite3_column_int64(st, 0);
+    s.gpu = sqlite3_column_int(st, 1);
+    s.job_id = sqlite3_column_int64(st, 2);
+    s.util = column_figure(st, 3);
+    s.mem_used_mib = column_figure(st, 4);
+    s.mem_total_mib = column_figure(st, 5);
+    s.power_w = column_figure(st, 6);
+    s.temp_c = column_figure(st, 7);
+    out.push_back(s);
+  }
+  if (rc != SQLITE_DONE) fail("query samples");
+  return out;
+}
+
+std::vector<Store::Sample> Store::job_samples(int64_t job_id) {
+  return select_samples("job_id = ?", job_id);
+}
+
+std::vector<Store::Sample> Store::samples_since(int64_t since_ms) {
+  return select_samples("time_ms >= ?", since_ms);
+}
+
+void Store::delete_samples_before(int64_t time_ms) {
+  auto* st = prepare("DELETE FROM samples WHERE time_ms < ?");
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, time_ms);
+  if (sqlite3_step(st) != SQLITE_DONE) fail("delete old samples");
+}
+
+std::vector<Store::ReportRow> Store::report(int64_t since_ms, int64_t now_ms, ReportBy by) {
+  // A job's GPU time inside [since, now]: its GPUs times the overlap of its run with the window.
+  std::string sql = fmt::format(
+      "SELECT {0}, COUNT(*), SUM(ngpus * (MIN(CASE end_ms WHEN 0 THEN ?2 ELSE end_ms END, ?2)"
+      " - MAX(start_ms, ?1)) / 1000.0), SUM(util_sum), SUM(util_n) FROM jobs"
+      " WHERE state != 'PENDING' AND start_ms > 0 AND start_ms < ?2 AND (end_ms = 0 OR end_ms > ?1)"
+      " GROUP BY {0} ORDER BY 3 DESC, 1",
+      by == ReportBy::kAccount ? "account" : "user");
+  auto* st = prepare(sql);
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, since_ms);
+  sqlite3_bind_int64(st, 2, now_ms);
+  std::vector<ReportRow> out;
+  int rc;
+  while ((rc = sqlite3_step(st)) == SQLITE_ROW) {
+    const char* key = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    out.push_back({key ? key : "", sqlite3_column_int64(st, 1), sqlite3_column_double(st, 2),
+                   sqlite3_column_double(st, 3), sqlite3_column_int64(st, 4)});
+  }
+  if (rc != SQLITE_DONE) fail("report");
+  return out;
+}
+
+std::map<std::string, double> Store::finished_gpu_seconds_by_user() {
+  auto* st = prepare(
+      "SELECT user, SUM(ngpus * (end_ms - start_ms) / 1000.0) FROM jobs"
+      " WHERE state NOT IN ('PENDING', 'RUNNING') AND start_ms > 0 AND end_ms >= start_ms"
+      " GROUP BY user");
+  Reset r{st};
+  std::map<std::string, double> out;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    const char* user = reinterpret_cast<const char*>(sqlite3_column_text(st, 0));
+    out[user ? user : ""] = sqlite3_column_double(st, 1);
+  }
+  return out;
 }
 
 }  // namespace gpurun::queue

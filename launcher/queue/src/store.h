@@ -3,6 +3,14 @@
 // NORMAL would be enough for kill -9 alone, but the issue asks for "durable at commit" and a WAL
 // commit costs one fsync of the log, well inside the submit budget. Ids come from AUTOINCREMENT, so
 // an id is never handed out twice, even after the newest jobs are deleted.
+//
+// Schema versions (PRAGMA user_version), upgraded in place when a store is opened:
+//   0  jobs(id, submit_key, state, uid, array_job_id, data), meta, usage (gpuq before issue 12)
+//   1  + jobs columns user, account, start_ms, end_ms, ngpus, util_sum, util_n (copied from each
+//      job's document) with covering indexes by user and by account, so reports and metrics
+//      aggregate in SQL without reading documents, and
+//      samples(time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w, temp_c): raw GPU
+//      samples of running jobs, deleted after the retention time.
 #pragma once
 
 #include <sqlite3.h>
@@ -71,10 +79,42 @@ class Store {
   std::map<uint32_t, Usage> load_usage();
   void save_usage(uint32_t uid, const Usage& u);
 
+  // GPU samples of running jobs; nullopt where the GPU gave no figure.
+  struct Sample {
+    int64_t time_ms = 0;
+    int gpu = 0;
+    int64_t job_id = 0;
+    std::optional<double> util, mem_used_mib, mem_total_mib, power_w, temp_c;
+  };
+  void insert_samples(const std::vector<Sample>& rows);
+  std::vector<Sample> job_samples(int64_t job_id);      // oldest first
+  std::vector<Sample> samples_since(int64_t since_ms);  // every job's, oldest first
+  void delete_samples_before(int64_t time_ms);
+
+  // GPU usage per user (or account) from jobs that held GPUs between since_ms and now_ms: running
+  // jobs count up to now, and a job that started before since_ms counts from since_ms (sreport).
+  struct ReportRow {
+    std::string key;
+    int64_t jobs = 0;
+    double gpu_seconds = 0;
+    double util_sum = 0;
+    int64_t util_samples = 0;
+  };
+  enum class ReportBy { kUser, kAccount };
+  std::vector<ReportRow> report(int64_t since_ms, int64_t now_ms, ReportBy by);
+
+  // GPU-seconds of every finished job, by user (the daemon adds running jobs and keeps it current).
+  std::map<std::string, double> finished_gpu_seconds_by_user();
+
+  static constexpr int kSchemaVersion = 1;
+  int schema_version();
+
  private:
+  void migrate();
   void exec(const char* sql);
   sqlite3_stmt* prepare(const std::string& sql);  // cached per SQL text
   std::vector<Job> query_jobs(sqlite3_stmt* st);
+  std::vector<Sample> select_samples(const char* where, int64_t value);  // where: "col op ?"
   [[noreturn]] void fail(const std::string& what);
 
   std::string path_;

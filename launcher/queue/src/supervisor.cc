@@ -7,6 +7,7 @@
 #include <grp.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -244,6 +245,12 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
     }
   }
   ::unlink(s.script_path.c_str());
+  rusage ru{};
+  if (getrusage(RUSAGE_CHILDREN, &ru) == 0) {
+    st.cpu_seconds =
+        ru.ru_utime.tv_sec + ru.ru_stime.tv_sec + (ru.ru_utime.tv_usec + ru.ru_stime.tv_usec) / 1e6;
+    st.max_rss_kb = ru.ru_maxrss;
+  }
   st.phase = "done";
   st.end_ms = now_ms();
   // No fsync: a process crash cannot lose page-cache data, and after a power loss the daemon

@@ -53,10 +53,24 @@ struct JobRequest {
   std::optional<bool> requeue;
   std::optional<bool> hold;
   std::optional<int> priority;
-  std::vector<std::string> warnings;  // unsupported directives, ignored with a warning
+  std::optional<std::string> account;  // recorded for `gpuq report --by account`; no limits
+  std::optional<int> cpus_per_task;    // recorded for CPU efficiency in `gpuq stats`; not enforced
+  std::vector<std::string> warnings;   // unsupported directives, ignored with a warning
 
   // Fields set in `over` replace ours (command line over #SBATCH).
   void merge_from(const JobRequest& over);
+};
+
+// What a job used, measured by the daemon's sampler while it ran (every --sample-interval) and by
+// its supervisor when it ended; kept with the job for good (raw samples expire, this does not).
+struct JobUsage {
+  int64_t util_samples = 0;  // GPU samples with a utilisation figure (one per GPU per tick)
+  double util_sum = 0;       // their sum of percents: the mean is util_sum / util_samples
+  double util_max = 0;
+  double mem_max_mib = 0;  // the most memory used on any one of its GPUs
+  double cpu_seconds = 0;  // user + system time of all its processes
+  int64_t peak_rss_bytes = 0;
+  int64_t last_sample_ms = 0;
 };
 
 // A job as the daemon stores it. Array tasks are separate jobs sharing array_job_id.
@@ -69,6 +83,8 @@ struct Job {
   uint32_t gid = 0;
   std::string user;
   std::string name;
+  std::string account;  // -A/--account, "" when not given
+  int cpus = 1;         // -c/--cpus-per-task: the cores CPU efficiency is measured against
   JobState state = JobState::kPending;
   std::string reason;  // squeue's (Reason) for pending jobs, or why a job failed
   int priority = 0;
@@ -82,6 +98,7 @@ struct Job {
   int64_t start_ms = 0;
   int64_t end_ms = 0;
   std::vector<int> gpus;  // allocated GPU ids while running, kept afterwards for history
+  JobUsage usage;
   int exit_code = 0;
   int exit_signal = 0;
   std::vector<Dependency> dependencies;
@@ -99,6 +116,12 @@ struct Job {
   std::string error_pattern;  // empty = stderr goes to the output file
   std::map<std::string, std::string> env;
 };
+
+// Mean GPU utilisation (percent) over the job's samples; nullopt when it has none.
+std::optional<double> util_mean(const JobUsage& u);
+// GPU-seconds the job held: its GPUs times its run time (until now_ms while it runs), as Slurm
+// bills allocated GPUs, however busy they were.
+double gpu_seconds(const Job& j, int64_t now_ms);
 
 // "12" or "12_3" for array tasks (squeue's JOBID column).
 std::string display_id(const Job& j);

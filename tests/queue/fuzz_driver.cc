@@ -1,6 +1,7 @@
-// Plain driver for the #SBATCH fuzz target, for CI without libFuzzer: runs every file of a corpus
-// directory, then N random mutations of them (seeded, so a failure is reproducible).
-//   fuzz_sbatch CORPUS_DIR [ITERATIONS] [SEED]
+// Plain driver for gpurun's fuzz targets (the #SBATCH parser, nvidia-smi's CSV), for CI without
+// libFuzzer: runs every file of a corpus directory, then N random mutations of them (seeded, so a
+// failure is reproducible). Each target names the bytes worth inserting (FuzzAlphabet).
+//   fuzz_TARGET CORPUS_DIR [ITERATIONS] [SEED]
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
@@ -11,10 +12,11 @@
 #include <vector>
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size);
+extern "C" const char* FuzzAlphabet();  // defined by each target
 
 int main(int argc, char** argv) {
   if (argc < 2) {
-    std::fprintf(stderr, "usage: fuzz_sbatch CORPUS_DIR [ITERATIONS] [SEED]\n");
+    std::fprintf(stderr, "usage: %s CORPUS_DIR [ITERATIONS] [SEED]\n", argv[0]);
     return 2;
   }
   long iterations = argc > 2 ? std::atol(argv[2]) : 20000;
@@ -27,13 +29,13 @@ int main(int argc, char** argv) {
     corpus.push_back(ss.str());
   }
   if (corpus.empty()) {
-    std::fprintf(stderr, "fuzz_sbatch: corpus %s is empty\n", argv[1]);
+    std::fprintf(stderr, "%s: corpus %s is empty\n", argv[0], argv[1]);
     return 2;
   }
   for (const auto& c : corpus)
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(c.data()), c.size());
   std::mt19937 rng(seed);
-  const std::string alphabet = "#SBATCH-=:%@,?_ \t\n\"'0123456789gpuJtoeadBUSR1\\\xff";
+  const std::string alphabet = FuzzAlphabet();
   for (long i = 0; i < iterations; ++i) {
     std::string s = corpus[rng() % corpus.size()];
     int edits = 1 + rng() % 8;
@@ -56,7 +58,7 @@ int main(int argc, char** argv) {
     }
     LLVMFuzzerTestOneInput(reinterpret_cast<const uint8_t*>(s.data()), s.size());
   }
-  std::printf("fuzz_sbatch: %zu corpus files, %ld mutations, seed %u: no crash\n", corpus.size(),
+  std::printf("%s: %zu corpus files, %ld mutations, seed %u: no crash\n", argv[0], corpus.size(),
               iterations, seed);
   return 0;
 }

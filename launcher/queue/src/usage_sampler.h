@@ -1,0 +1,64 @@
+// usage_sampler.h: the gpuq daemon's sampling thread. Every interval it samples the machine's
+// GPUs (gpurun's GpuSampler: NVML, or nvidia-smi, which can take seconds on a busy or failing
+// machine) and the CPU time and memory of each running job's session, away from the daemon's
+// single-threaded poll loop; the loop picks the results up when fd() turns readable and writes
+// them in its own transaction. The thread touches no daemon state.
+#pragma once
+
+#include <condition_variable>
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/queue/protocol.h"
+
+namespace gpurun::queue {
+
+class UsageSampler {
+ public:
+  struct Target {
+    int64_t job_id = 0;
+    int session = 0;  // the job's supervisor, its session leader
+    bool operator==(const Target& o) const { return job_id == o.job_id && session == o.session; }
+  };
+  struct Tick {
+    int64_t time_ms = 0;
+    std::optional<launcher::GpuSnapshot> gpus;  // nullopt when sampling failed (error says why)
+    std::string error;
+    std::map<int64_t, launcher::ProcessUsage> jobs;  // by job id
+  };
+
+  // Samples at once, then every interval_s seconds (> 0).
+  UsageSampler(launcher::SamplerConfig cfg, int interval_s);
+  ~UsageSampler();  // stops and joins the thread
+  UsageSampler(const UsageSampler&) = delete;
+  UsageSampler& operator=(const UsageSampler&) = delete;
+
+  int fd() const { return event_.get(); }  // readable while ticks wait
+  void set_targets(std::vector<Target> targets);
+  std::vector<Tick> take();  // the waiting ticks, oldest first
+
+ private:
+  void loop(launcher::SamplerConfig cfg);
+  Tick sample_once(launcher::GpuSampler* gpus, const std::string& gpu_error,
+                   const std::vector<Target>& targets) const;
+
+  const int interval_s_;
+  Fd event_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::vector<Target> targets_;
+  std::deque<Tick> ticks_;
+  std::optional<std::string> own_cgroup_;
+  std::thread thread_;
+};
+
+}  // namespace gpurun::queue

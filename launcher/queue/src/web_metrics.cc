@@ -1,0 +1,76 @@
+// /metrics of `gpuq web` (web_render.h): Prometheus' text exposition format, version 0.0.4
+// (prometheus.io/docs/instrumenting/exposition_formats: "# HELP"/"# TYPE" lines, label values with
+// \\, \" and \n escaped). The gpu label is the id gpuq schedules; ratios are 0-1.
+#include <fmt/format.h>
+
+#include "gpurun/queue/web_render.h"
+
+namespace gpurun::queue {
+namespace {
+
+std::string label(const std::string& v) {
+  std::string out;
+  for (char c : v) {
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
+  }
+  return out;
+}
+
+void family(std::string& out, const char* name, const char* type, const char* help) {
+  out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
+}
+
+// One gauge per GPU from a figure of the newest sample; GPUs without the figure get no line.
+void per_gpu(std::string& out, const nlohmann::json& gpus, const char* name, const char* help,
+             const char* field, double scale) {
+  family(out, name, "gauge", help);
+  for (const auto& g : gpus)
+    if (g[field].is_number())
+      out += fmt::format("{}{{gpu=\"{}\"}} {}\n", name, g["id"].get<int>(),
+                         g[field].get<double>() * scale);
+}
+
+}  // namespace
+
+std::string render_metrics(const nlohmann::json& s) {
+  std::string out;
+  const auto& gpus = s["gpus"];
+  per_gpu(out, gpus, "gpuq_gpu_utilization_ratio", "GPU utilisation in the newest sample (0-1).",
+          "util_percent", 0.01);
+  per_gpu(out, gpus, "gpuq_gpu_memory_used_bytes", "GPU memory used in the newest sample.",
+          "mem_used_mib", 1024.0 * 1024.0);
+  per_gpu(out, gpus, "gpuq_gpu_memory_total_bytes", "GPU memory in all.", "mem_total_mib",
+          1024.0 * 1024.0);
+  per_gpu(out, gpus, "gpuq_gpu_power_watts", "GPU power draw in the newest sample.", "power_w",
+          1.0);
+  per_gpu(out, gpus, "gpuq_gpu_temperature_celsius", "GPU temperature in the newest sample.",
+          "temp_c", 1.0);
+  family(out, "gpuq_gpu_allocated", "gauge", "1 while a job holds the GPU.");
+  for (const auto& g : gpus)
+    if (g["state"] == "busy")
+      out += fmt::format("gpuq_gpu_allocated{{gpu=\"{}\",job=\"{}\",user=\"{}\"}} 1\n",
+                         g["id"].get<int>(), label(g["job"]["display_id"].get<std::string>()),
+                         label(g["job"]["user"].get<std::string>()));
+  family(out, "gpuq_jobs", "gauge", "Jobs the queue knows, by state.");
+  for (const auto& [state, n] : s["jobs_by_state"].items())
+    out += fmt::format("gpuq_jobs{{state=\"{}\"}} {}\n", label(state), n.get<int64_t>());
+  family(out, "gpuq_user_gpu_seconds_total", "counter",
+         "GPU-seconds held by each user's jobs, running ones up to now.");
+  for (const auto& [user, secs] : s["user_gpu_seconds"].items())
+    out += fmt::format("gpuq_user_gpu_seconds_total{{user=\"{}\"}} {}\n", label(user),
+                       secs.get<double>());
+  family(out, "gpuq_sample_timestamp_seconds", "gauge",
+         "When the GPUs were last sampled (0: not yet, or sampling off).");
+  out += fmt::format("gpuq_sample_timestamp_seconds {}\n",
+                     s["sampler"]["time_ms"].get<int64_t>() / 1000.0);
+  return out;
+}
+
+}  // namespace gpurun::queue

@@ -1,0 +1,104 @@
+// gpu_sampler.cc: GpuSampler (gpu_sampler.h): picks NVML or nvidia-smi once, then samples.
+#include "gpurun/launcher/gpu_sampler.h"
+
+#include <fmt/format.h>
+
+#include <chrono>
+
+#include "gpu_nvml.h"
+#include "gpurun/common/posix.h"
+#include "gpurun/launcher/error.h"
+#include "run_capture.h"
+
+namespace gpurun::launcher {
+namespace {
+
+int64_t wall_ms() {
+  using namespace std::chrono;
+  return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
+}
+
+std::string first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  return line.size() > 200 ? line.substr(0, 200) : line;
+}
+
+// nvidia-smi's CSV, and `nvidia-smi -L` for the MIG devices of GPUs in MIG mode.
+void sample_nvidia_smi(const SamplerConfig& cfg, GpuSnapshot& out) {
+  Captured c = run_capture({cfg.nvidia_smi, std::string("--query-gpu=") + kNvidiaSmiQueryFields,
+                            "--format=csv,noheader,nounits"},
+                           cfg.timeout_ms);
+  if (c.timed_out)
+    throw Error(
+        fmt::format("{} did not answer within {} ms (killed)", cfg.nvidia_smi, cfg.timeout_ms));
+  NvidiaSmiCsv csv = parse_nvidia_smi_csv(c.output);
+  // An empty answer is fine when the driver says why (no devices, or every GPU lost); anything
+  // else means this nvidia-smi does not speak the query (too old, or not nvidia-smi at all).
+  bool explained = c.output.find("No devices were found") != std::string::npos;
+  for (const auto& p : csv.problems)
+    explained = explained || p.find("device handle") != std::string::npos;
+  if (csv.gpus.empty() && !explained)
+    throw Error(fmt::format("{} --query-gpu printed no GPU (exit {}): {}", cfg.nvidia_smi,
+                            c.exit_code ? std::to_string(*c.exit_code) : "unknown",
+                            c.output.empty() ? "nothing" : first_line(c.output)));
+  out.problems = std::move(csv.problems);
+  if (csv.mig_enabled.empty()) {
+    out.gpus = std::move(csv.gpus);
+    return;
+  }
+  Captured list = run_capture({cfg.nvidia_smi, "-L"}, cfg.timeout_ms);
+  std::vector<GpuSample> migs = parse_nvidia_smi_mig_list(list.output);
+  for (auto& g : csv.gpus) {
+    int index = g.index;
+    out.gpus.push_back(std::move(g));
+    for (const auto& m : migs)
+      if (m.index == index) out.gpus.push_back(m);
+  }
+}
+
+}  // namespace
+
+struct GpuSampler::Impl {
+  SamplerConfig cfg;
+  std::unique_ptr<NvmlBackend> nvml;
+  std::string host = common::hostname();
+};
+
+GpuSampler::GpuSampler(SamplerConfig cfg) : impl_(std::make_unique<Impl>()) {
+  impl_->cfg = std::move(cfg);
+  if (impl_->cfg.nvidia_smi.empty()) {
+    std::string why;
+    impl_->nvml = NvmlBackend::open(&why);
+    if (!impl_->nvml) impl_->cfg.nvidia_smi = "nvidia-smi";  // the driver's tool, from PATH
+  }
+}
+
+GpuSampler::~GpuSampler() = default;
+GpuSampler::GpuSampler(GpuSampler&&) noexcept = default;
+GpuSampler& GpuSampler::operator=(GpuSampler&&) noexcept = default;
+
+std::string GpuSampler::backend() const {
+  return impl_->nvml ? "nvml (libnvidia-ml.so.1)" : "nvidia-smi " + impl_->cfg.nvidia_smi;
+}
+
+GpuSnapshot GpuSampler::sample() {
+  GpuSnapshot s;
+  s.time_ms = wall_ms();
+  s.host = impl_->host;
+  if (impl_->nvml) {
+    s.source = "nvml";
+    impl_->nvml->sample(s);
+  } else {
+    s.source = "nvidia-smi";
+    sample_nvidia_smi(impl_->cfg, s);
+  }
+  return s;
+}
+
+const GpuSample* GpuSnapshot::gpu(int index) const {
+  for (const auto& g : gpus)
+    if (g.index == index && g.mig < 0) return &g;
+  return nullptr;
+}
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,23 @@
+// run_capture.h: runs a tool and returns what it printed, killing it when it takes too long. The
+// GPU sampler's nvidia-smi backend needs the bound (nvidia-smi can hang on a failing GPU) and
+// must not go through a shell. Private to the launcher.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gpurun::launcher {
+
+struct Captured {
+  std::string output;            // stdout and stderr together, at most max_bytes
+  std::optional<int> exit_code;  // nullopt: killed by a signal, or the status could not be had
+  bool timed_out = false;
+};
+
+// Runs argv[0] (a path, or a name looked up on PATH) with stdin from /dev/null. Throws Error when
+// it cannot be started at all.
+Captured run_capture(const std::vector<std::string>& argv, int timeout_ms,
+                     size_t max_bytes = 1 << 20);
+
+}  // namespace gpurun::launcher
