@@ -71,8 +71,10 @@ void restore_default_signals(const std::vector<int>& signals) {
   for (int s : signals) sigaction(s, &sa, nullptr);
 }
 
-ExecError::ExecError(const std::string& program, int e)
-    : Error(fmt::format("cannot run '{}': {}", program, strerror(e))), err(e) {}
+ExecError::ExecError(const std::string& program, int e, const std::string& host)
+    : Error(fmt::format("cannot run '{}'{}: {}", program, host.empty() ? "" : " on " + host,
+                        strerror(e))),
+      err(e) {}
 
 Child Child::spawn(const std::vector<std::string>& argv, const Env& env,
                    const std::function<void()>& in_child) {

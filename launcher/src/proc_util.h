@@ -70,9 +70,10 @@ class Child {
   std::optional<int> status_;
 };
 
-// exec failed in Child::spawn: errno of execvpe, the program named.
+// exec failed in Child::spawn (or a check found it would): errno, the program named, and the
+// host when it matters ("cannot run 'x' on node2: No such file or directory").
 struct ExecError : Error {
-  ExecError(const std::string& program, int err);
+  ExecError(const std::string& program, int err, const std::string& host = "");
   int err;
 };
 
