@@ -12,6 +12,7 @@ core=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev zlib1g-dev libsqlite3-dev sqlite3
   slurm-wlm munge
+  elfutils
   dataset-fashion-mnist
   gnuplot-nox
   nodejs npm

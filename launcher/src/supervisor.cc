@@ -269,14 +269,14 @@ void Supervisor::on_start_timeout() {
     if (s.running) continue;
     if (shown < 8) missing += fmt::format("{}{}", shown++ ? ", " : "", r);
     if (s.started && !s.reached && !s.reach_error.empty() && unreachable++ < 8)
-      say(
+      tell(
           fmt::format("rank {} on {} cannot reach rank 0's host {} (MASTER_ADDR) on port {} "
                       "through interface {}: {}",
                       r, s.host, cfg_.plan.master_addr, port_.value_or(0), s.iface, s.reach_error));
   }
-  say(fmt::format("ranks {}{} did not start within {:.0f} s (of {} ranks {} started); stopping",
-                  missing, world_ - running_ > shown ? ", ..." : "", cfg_.start_timeout, world_,
-                  running_));
+  tell(fmt::format("ranks {}{} did not start within {:.0f} s (of {} ranks {} started); stopping",
+                   missing, world_ - running_ > shown ? ", ..." : "", cfg_.start_timeout, world_,
+                   running_));
   begin_stop("");
   failure_ = Failure{-1, "", "did not start", 1, now - t0_, false};
 }
@@ -353,7 +353,11 @@ void Supervisor::record_failure(int r, const std::string& what, int status, doub
 }
 
 void Supervisor::say(const std::string& msg) const {
-  if (!cfg_.quiet) fmt::print(stderr, "gpurun: {}\n", msg);
+  if (!cfg_.quiet) tell(msg);
+}
+
+void Supervisor::tell(const std::string& msg) const {
+  fmt::print(stderr, "gpurun: {}\n", msg);
 }
 
 int run_supervisor(RunConfig& cfg) {

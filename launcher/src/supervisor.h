@@ -102,7 +102,8 @@ class Supervisor {
   void broadcast(const control::ToWrapper& m);
   void begin_stop(const std::string& why);
   void record_failure(int rank, const std::string& what, int status, double secs);
-  void say(const std::string& msg) const;
+  void say(const std::string& msg) const;   // a status line (not with --quiet)
+  void tell(const std::string& msg) const;  // a failure, hang or restart: always
   bool engine_done() const;
   RankState& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
 

@@ -54,7 +54,7 @@ void Supervisor::check_hang() {
 
 void Supervisor::begin_hang(const std::string& why) {
   hang_ = why;
-  say(fmt::format("{}: the job hangs; collecting every rank's stacks", why));
+  tell(fmt::format("{}: the job hangs; collecting every rank's stacks", why));
   broadcast(control::DumpStacks{});
   timers_.set(Timer::stacks, proc::now_seconds() + kStackWait);
 }
@@ -85,12 +85,12 @@ void Supervisor::finish_hang() {
     std::string path = fmt::format("{}/rank-{}.stack", dir, i);
     common::Fd fd(open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd || !common::write_all(fd.get(), text))
-      say(fmt::format("cannot write {}: {}", path, strerror(errno)));
+      tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
     if (r.running && !r.exited)
       where.push_back({i, r.stacks ? stacks::where(*r.stacks) : "no stacks", r.step < top});
   }
-  say(fmt::format("stacks of all {} ranks in {}/", world_, dir));
-  say(stacks::hang_summary(where));
+  tell(fmt::format("stacks of all {} ranks in {}/", world_, dir));
+  tell(stacks::hang_summary(where));
   begin_stop("");
   failure_ = Failure{-1, "", "hung", kHangStatus, proc::now_seconds() - t0_, true};
 }

@@ -120,15 +120,15 @@ bool Supervisor::should_restart() {
   if (!failure_ || failure_->rank < 0 || hang_ || forwarded_stop_signal_) return false;
   if (restarts_ >= cfg_.max_restarts) return false;
   if (!failure_->all_running) {
-    say(fmt::format("not restarting: rank {} failed before every rank had started",
-                    failure_->rank));
+    tell(fmt::format("not restarting: rank {} failed before every rank had started",
+                     failure_->rank));
     return false;
   }
   ++restarts_;
-  say(fmt::format("rank {} on {} {}{}: restarting all {} ranks (restart {} of {})", failure_->rank,
-                  failure_->host, failure_->what,
-                  failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
-                  world_, restarts_, cfg_.max_restarts));
+  tell(fmt::format("rank {} on {} {}{}: restarting all {} ranks (restart {} of {})", failure_->rank,
+                   failure_->host, failure_->what,
+                   failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
+                   world_, restarts_, cfg_.max_restarts));
   return true;
 }
 
@@ -160,13 +160,13 @@ std::vector<std::string> requeue_command(const Allocation& a) {
 
 int Supervisor::result() {
   if (failure_ && failure_->rank >= 0) {
-    say(fmt::format("rank {} on {} {}{}; stopped {} other rank{}{}", failure_->rank, failure_->host,
-                    failure_->what,
-                    failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
-                    stopped_others_, stopped_others_ == 1 ? "" : "s",
-                    restarts_
-                        ? fmt::format(" (after {} restart{})", restarts_, restarts_ == 1 ? "" : "s")
-                        : ""));
+    tell(fmt::format(
+        "rank {} on {} {}{}; stopped {} other rank{}{}", failure_->rank, failure_->host,
+        failure_->what,
+        failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
+        stopped_others_, stopped_others_ == 1 ? "" : "s",
+        restarts_ ? fmt::format(" (after {} restart{})", restarts_, restarts_ == 1 ? "" : "s")
+                  : ""));
     return failure_->status;
   }
   if (failure_) return failure_->status;
@@ -174,14 +174,14 @@ int Supervisor::result() {
   for (const auto& c : children_) {
     int st = c.status().value_or(0);
     if (proc::exit_code(st) != 0) {
-      say(fmt::format("{} {} ({} of {} ranks started)", to_string(cmd_.engine),
-                      describe_wait_status(st), running_, world_));
+      tell(fmt::format("{} {} ({} of {} ranks started)", to_string(cmd_.engine),
+                       describe_wait_status(st), running_, world_));
       return proc::exit_code(st);
     }
   }
   if (running_ < world_) {
-    say(fmt::format("{} exited but only {} of {} ranks ever started", to_string(cmd_.engine),
-                    running_, world_));
+    tell(fmt::format("{} exited but only {} of {} ranks ever started", to_string(cmd_.engine),
+                     running_, world_));
     return 1;
   }
   if (cfg_.requeue && checkpoint_signal_sent_) return requeue_after_checkpoint();
@@ -206,7 +206,7 @@ int Supervisor::requeue_after_checkpoint() {
     rc = e.err == ENOENT ? 127 : 126;
   }
   if (rc != 0) {
-    say(fmt::format("'{}' failed with status {}: the job was not requeued", shown, rc));
+    tell(fmt::format("'{}' failed with status {}: the job was not requeued", shown, rc));
     return rc;
   }
   return 0;
