@@ -6,6 +6,7 @@
 #include <ifaddrs.h>
 #include <netdb.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -98,6 +99,11 @@ AddrInfo resolve(const std::string& host, int port, int socktype) {
 
 }  // namespace
 
+void no_delay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
 PortHold hold_port(int first, bool fixed) {
   for (int p = first; p < first + (fixed ? 1 : 200) && p < 65536; ++p)
     if (auto h = try_hold(p)) return std::move(*h);
@@ -182,7 +188,10 @@ common::Fd connect_tcp(const std::string& host, const std::string& port, double 
     for (addrinfo* ai = res; ai; ai = ai->ai_next) {
       common::Fd s(socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol));
       if (!s) continue;
-      if (connect(s.get(), ai->ai_addr, ai->ai_addrlen) == 0) return s;
+      if (connect(s.get(), ai->ai_addr, ai->ai_addrlen) == 0) {
+        no_delay(s.get());
+        return s;
+      }
       why = strerror(errno);
     }
     if (proc::now_seconds() >= deadline) break;

@@ -1,5 +1,6 @@
-// net.h: the sockets of a launch: gpurun's control listener, a wrapper's connection to it, and
-// the probe for a free rendezvous port. Every socket is an owned common::Fd. Private.
+// net.h: the sockets of a launch: gpurun's control listener, a wrapper's connection to it, the
+// rendezvous port held on rank 0's host, the route to it and the check that it is reached. Every
+// socket is an owned common::Fd. Private.
 #pragma once
 
 #include <string>
@@ -16,6 +17,9 @@ struct Listener {
   int port = 0;
 };
 Listener listen_tcp(bool loopback, const std::string& what);
+
+// TCP_NODELAY: control messages are small and each one is awaited (no Nagle delay).
+void no_delay(int fd);
 
 // The rendezvous port, held on rank 0's host from before any program starts until rank 0's
 // wrapper ends, so nothing else can take it in between. `holder` is bound with SO_REUSEADDR and

@@ -107,8 +107,10 @@ void Supervisor::on_child_exit(pid_t pid, int status) {
 
 void Supervisor::on_connect() {
   int fd;
-  while ((fd = accept4(control_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
+  while ((fd = accept4(control_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+    net::no_delay(fd);
     conns_.push_back(Conn{common::Fd(fd), proc::LineReader(kMaxMessage), -1});
+  }
 }
 
 void Supervisor::on_readable(Conn& c) {

@@ -3,6 +3,7 @@
 // restart; at the end gpurun's exit status and --requeue.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -24,6 +25,12 @@ void Supervisor::check_program() {
 }
 
 void Supervisor::open_control() {
+  // One connection per rank: thousands of ranks need more descriptors than the usual 1024.
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < static_cast<rlim_t>(world_) + 256) {
+    r.rlim_cur = std::min<rlim_t>(r.rlim_max, static_cast<rlim_t>(world_) + 256);
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
   control_ = net::listen_tcp(single_machine_, "control socket");
   control_host_ = cfg_.control_addr ? *cfg_.control_addr
                   : single_machine_ ? "127.0.0.1"
