@@ -108,15 +108,7 @@ std::vector<int> parse_cpulist(std::string_view text, const std::string& what) {
 }
 
 std::string format_cpulist(const std::vector<int>& cpus) {
-  std::string out;
-  for (std::size_t i = 0; i < cpus.size();) {
-    std::size_t j = i;
-    while (j + 1 < cpus.size() && cpus[j + 1] == cpus[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += j > i ? fmt::format("{}-{}", cpus[i], cpus[j]) : std::to_string(cpus[i]);
-    i = j + 1;
-  }
-  return out;
+  return detail::format_ranges(cpus);
 }
 
 std::optional<std::string> gpu_pci_address(const Tree& t, const std::string& id) {

@@ -216,6 +216,15 @@ LineReader::State LineReader::read_from(int fd, std::vector<std::string>& lines)
   return buf_.size() > max_line_ ? State::overlong : State::open;
 }
 
+std::optional<std::string> read_some(common::Fd& fd) {
+  char buf[65536];
+  ssize_t n = read(fd.get(), buf, sizeof buf);
+  if (n > 0) return std::string(buf, static_cast<std::size_t>(n));
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return std::string();
+  fd.reset();
+  return std::nullopt;
+}
+
 std::vector<std::string> env_strings(const Env& env) {
   std::vector<std::string> out;
   out.reserve(env.size());

@@ -113,6 +113,10 @@ class LineReader {
   std::size_t max_line_;
 };
 
+// What a non-blocking pipe or socket has now (up to 64 KiB): "" when nothing yet; nullopt at
+// end of file or on an error, when `fd` is also closed.
+std::optional<std::string> read_some(common::Fd& fd);
+
 // envp for execve built from a map.
 std::vector<std::string> env_strings(const Env& env);
 // Where argv[0] is looked for: itself when it has a '/', else each directory of env's PATH.

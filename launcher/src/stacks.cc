@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "env_util.h"
 #include "gpurun/common/posix.h"
 #include "proc_util.h"
 
@@ -175,16 +176,8 @@ std::string where(std::string_view text) {
   return fallback.empty() ? "unknown" : fallback;
 }
 
-std::string rank_list(const std::vector<int>& r) {
-  std::string out;
-  for (std::size_t i = 0; i < r.size();) {
-    std::size_t j = i;
-    while (j + 1 < r.size() && r[j + 1] == r[j] + 1) ++j;
-    if (!out.empty()) out += ',';
-    out += j >= i + 1 ? fmt::format("{}-{}", r[i], r[j]) : std::to_string(r[i]);
-    i = j + 1;
-  }
-  return out;
+std::string rank_list(const std::vector<int>& sorted_ranks) {
+  return detail::format_ranges(sorted_ranks);
 }
 
 std::string hang_summary(const std::vector<RankWhere>& ranks) {

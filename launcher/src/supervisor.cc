@@ -288,14 +288,9 @@ void Supervisor::on_start_timeout() {
 // ranks, such a banner only repeats it, so it is dropped. Everything else passes.
 void Supervisor::on_engine_output(int stream) {
   std::size_t i = static_cast<std::size_t>(stream - 1);
-  char buf[65536];
-  ssize_t n = read(engine_out_[i].get(), buf, sizeof buf);
-  if (n <= 0) {
-    if (n == 0 || (errno != EAGAIN && errno != EINTR)) engine_out_[i].reset();
-    return;
-  }
-  std::string text =
-      engine_lines_[i].take_lines(std::string_view(buf, static_cast<std::size_t>(n)), 0);
+  auto bytes = proc::read_some(engine_out_[i]);
+  if (!bytes || bytes->empty()) return;
+  std::string text = engine_lines_[i].take_lines(*bytes, 0);
   std::string kept;
   std::size_t b = 0;
   while (b < text.size()) {

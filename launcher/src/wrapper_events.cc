@@ -88,15 +88,11 @@ void RankWrapper::on_probe() {
 
 void RankWrapper::on_output(int stream) {
   std::size_t i = static_cast<std::size_t>(stream - 1);
-  char buf[65536];
-  ssize_t n = read(out_[i].get(), buf, sizeof buf);
-  if (n <= 0) {
-    if (n == 0 || (errno != EAGAIN && errno != EINTR)) out_[i].reset();
-    return;
-  }
+  auto bytes = proc::read_some(out_[i]);
+  if (!bytes || bytes->empty()) return;
   output_since_beat_ = true;
   double now = proc::now_seconds();
-  std::string lines = fwd_[i].take_lines(std::string_view(buf, static_cast<std::size_t>(n)), now);
+  std::string lines = fwd_[i].take_lines(*bytes, now);
   if (!lines.empty()) forward(stream, false, lines);
   if (auto p = fwd_[i].take_partial(now - kPartialDelay)) forward(stream, true, *p);
   if (auto since = fwd_[i].partial_since(); since && !timers_.armed(Timer::flush))

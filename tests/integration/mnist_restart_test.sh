@@ -4,7 +4,8 @@
 #
 #   tests/integration/mnist_restart_test.sh GPURUN MNIST_CNN CHECKPOINT_DIFF DATA_DIR
 #
-# A. `gpurun -n 2 -- mnist_cnn --epochs 2 --checkpoint A --resume` runs uninterrupted.
+# A. `gpurun -n 2 -- mnist_cnn --epochs 2 --batch-size 128 --checkpoint A --resume` runs
+#    uninterrupted.
 # B. The same under `--max-restarts 1`, into B: once epoch 1 is done (its checkpoint written),
 #    rank 1 is SIGKILLed during epoch 2. gpurun stops rank 0, starts both again
 #    (GPURUN_RESTART_COUNT=1); they resume from the epoch-1 checkpoint and finish. B must exit 0
@@ -17,7 +18,7 @@ gpurun=$1 mnist=$2 ckdiff=$3 data=$4
 work=$(mktemp -d /tmp/gpurun-mnist-restart.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 fail() { echo "mnist_restart: FAIL: $*" >&2; [[ -f $work/B.log ]] && sed 's/^/  B: /' "$work/B.log" >&2; exit 1; }
-args=(--device cpu --data "$data" --epochs 2 --threads 1 --seed 5)
+args=(--device cpu --data "$data" --epochs 2 --batch-size 128 --threads 1 --seed 5)
 json() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 
 # rank_pid RANK: the mnist_cnn process of run B with that RANK.
@@ -42,7 +43,7 @@ until grep -q "^epoch 1/2 " "$work/B.log"; do
   ((SECONDS < deadline)) || fail "run B: epoch 1 not done after 120 s"
   sleep 0.1
 done
-sleep 1  # into epoch 2
+sleep 0.3  # into epoch 2
 pid=$(rank_pid 1) || fail "no rank 1 of run B"
 kill -KILL "$pid"
 echo "mnist_restart: killed rank 1 (pid $pid) in epoch 2"
@@ -51,7 +52,10 @@ wait $run || rc=$?
 ((rc == 0)) || fail "run B exited $rc"
 grep -q "rank 1 on .* was killed by signal 9 (SIGKILL) after .*: restarting all 2 ranks (restart 1 of 1)" \
   "$work/B.log" || fail "gpurun did not say it restarted"
-grep -q "resumed from" "$work/B.log" || fail "the restarted run did not resume from the checkpoint"
+grep -q "resumed from .* at epoch 2, step 0" "$work/B.log" ||
+  fail "the restarted run did not resume from the epoch-1 checkpoint"
+awk '/restarting all/ { exit 0 } /^epoch 2\/2/ { exit 1 }' "$work/B.log" ||
+  fail "epoch 2 ended before rank 1 was killed: the kill came too late to test a restart in it"
 "$ckdiff" "$work/A/checkpoint.bin" "$work/B/checkpoint.bin" 0 ||
   fail "restarted weights differ from the uninterrupted run"
 [[ $(json "$work/A.json" param_checksum) == $(json "$work/B.json" param_checksum) ]] ||
