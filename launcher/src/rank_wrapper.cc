@@ -194,6 +194,7 @@ int RankWrapper::finish() {
     fmt::print(stderr, "gpurun: rank {} on {} {}\n", me_.rank, me_.host, e.what.value);
   control_.reset();
   signals_.reset();
+  dir_.reset();  // before a signal to ourselves ends the process without destructors
   if (e.signal) {
     signal(e.signal, SIG_DFL);
     kill(getpid(), e.signal);
