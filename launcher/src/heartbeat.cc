@@ -3,11 +3,13 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
@@ -31,8 +33,29 @@ std::optional<std::int64_t> parse_heartbeat(std::string_view s) {
   return v;
 }
 
+namespace {
+
+// Folders of wrappers that died without cleaning up (an engine that SIGKILLs its tasks while it
+// aborts, as mpirun does): named with their host and pid, removed by the next wrapper there.
+void remove_stale(const std::string& tmpdir, const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(tmpdir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    long pid = std::atol(name.c_str() + prefix.size());
+    struct stat st {};
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
+        lstat(e.path().c_str(), &st) == 0 && st.st_uid == geteuid() && S_ISDIR(st.st_mode))
+      std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
 RankDir RankDir::create(const std::string& tmpdir, int rank) {
-  std::string tmpl = fmt::format("{}/gpurun-rank{}-XXXXXX", tmpdir, rank);
+  std::string prefix = fmt::format("gpurun-{}-p", common::hostname());
+  remove_stale(tmpdir, prefix);
+  std::string tmpl = fmt::format("{}/{}{}-rank{}-XXXXXX", tmpdir, prefix, getpid(), rank);
   if (!mkdtemp(tmpl.data()))
     throw Error(fmt::format("rank {}: cannot create its folder in {}: {} (set TMPDIR?)", rank,
                             tmpdir, strerror(errno)));

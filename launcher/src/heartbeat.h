@@ -24,7 +24,8 @@ namespace gpurun::launcher {
 // a concurrent truncate-and-write) or something else.
 std::optional<std::int64_t> parse_heartbeat(std::string_view contents);
 
-// A rank's private folder under `tmpdir`, removed with its owner: the heartbeat file, the
+// A rank's private folder under `tmpdir` (gpurun-HOST-pPID-rankN-XXXXXX), removed with its
+// owner, or by the next wrapper on the host if its owner was killed: the heartbeat file, the
 // sitecustomize.py that registers faulthandler (stacks.h), and where Python tracebacks land.
 class RankDir {
  public:

@@ -3,7 +3,9 @@
 // unfinished one on the terminal, and writes each rank's bytes unchanged to its files. Also the
 // heartbeat file's contents (heartbeat.h).
 #include <fcntl.h>
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -50,6 +52,27 @@ TEST(RankDir, HoldsTheHeartbeatAndGoesWithItsOwner) {
     EXPECT_TRUE(std::filesystem::exists(d.python_dir() + "/sitecustomize.py"));
   }
   EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(RankDir, FoldersOfKilledWrappersOnThisHostAreRemoved) {
+  char tmpl[] = "/tmp/gpurun-rankdir-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string tmp = tmpl, host = common::hostname();
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  std::string stale = fmt::format("{}/gpurun-{}-p{}-rank1-abcdef", tmp, host, dead);
+  std::string live = fmt::format("{}/gpurun-{}-p{}-rank2-abcdef", tmp, host, getpid());
+  std::string other = fmt::format("{}/gpurun-otherhost-p{}-rank3-abcdef", tmp, dead);
+  for (const auto& d : {stale, live, other}) std::filesystem::create_directories(d + "/python");
+  {
+    RankDir d = RankDir::create(tmp, 0);
+    EXPECT_FALSE(std::filesystem::exists(stale)) << "a dead wrapper's folder stayed";
+    EXPECT_TRUE(std::filesystem::exists(live)) << "a live wrapper's folder was removed";
+    EXPECT_TRUE(std::filesystem::exists(other))
+        << "another host's folder (shared TMPDIR) was removed";
+  }
+  std::filesystem::remove_all(tmp);
 }
 
 TEST(OutputSink, FilesGetTheExactBytes) {
