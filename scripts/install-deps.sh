@@ -12,6 +12,7 @@ core=(
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev libblis-dev zlib1g-dev libsqlite3-dev sqlite3
   slurm-wlm munge
+  elfutils
   dataset-fashion-mnist
   gnuplot-nox
   chromium python3-prometheus-client

@@ -29,7 +29,7 @@ void put(std::string& out, const std::string& s) {
   out += ' ';
   out += escape_word(s);
 }
-[[maybe_unused]] void put(std::string& out, const Text& t) {
+void put(std::string& out, const Text& t) {
   out += ' ';
   out += escape_text(t.value);
 }
@@ -61,7 +61,7 @@ bool take(std::string_view& rest, std::string& out) {
   out = std::move(*v);
   return true;
 }
-[[maybe_unused]] bool take(std::string_view& rest, Text& out) {
+bool take(std::string_view& rest, Text& out) {
   if (rest.empty() || rest[0] != ' ') return false;
   auto v = unescape(rest.substr(1));
   if (!v) return false;

@@ -28,8 +28,9 @@ struct Text {
 };
 
 // --- wrapper -> gpurun ---------------------------------------------------------------------
+// The rank is known from the connection's HELLO; later messages do not repeat it.
 
-// First message on a connection; `token` proves the wrapper belongs to this launch.
+// First message on a connection; `token` proves the wrapper belongs to this launch attempt.
 struct Hello {
   static constexpr std::string_view kTag = "HELLO";
   std::string token;
@@ -42,20 +43,126 @@ struct Hello {
   }
 };
 
-// The program ended: exit code, or the signal that killed it, after `seconds`.
+// Rank 0's wrapper holds this rendezvous port (the answer to Bind); `probe`: it listens there
+// for the other ranks' reach checks (0 when a fixed port was taken by something else).
+struct Port {
+  static constexpr std::string_view kTag = "PORT";
+  int port = 0;
+  int probe = 1;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.port, s.probe);
+  }
+};
+
+// Whether this rank reached rank 0's host at MASTER_ADDR:MASTER_PORT, through which interface;
+// sent on the first failure (with why) and on success.
+struct Reach {
+  static constexpr std::string_view kTag = "REACH";
+  int ok = 0;
+  std::string iface;
+  Text detail;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.ok, s.iface, s.detail);
+  }
+};
+
+// The program has been started.
+struct Running {
+  static constexpr std::string_view kTag = "RUNNING";
+  template <class S>
+  static auto fields(S&) {
+    return std::tie();
+  }
+};
+
+// The rank made progress (a new heartbeat step, or output); `step` is its latest step, -1 if it
+// never beat.
+struct Progress {
+  static constexpr std::string_view kTag = "PROGRESS";
+  std::int64_t step = -1;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.step);
+  }
+};
+
+// Output of the program: whole lines, or (partial=1) the start of a line that stayed unfinished.
+struct Output {
+  static constexpr std::string_view kTag = "OUT";
+  int stream = 1;  // 1 stdout, 2 stderr
+  int partial = 0;
+  Text text;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.stream, s.partial, s.text);
+  }
+};
+
+// Every thread's stack of every process of the rank (the answer to DumpStacks).
+struct Stacks {
+  static constexpr std::string_view kTag = "STACKS";
+  Text text;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.text);
+  }
+};
+
+// The program ended: exit code, or the signal that killed it, after `seconds`; `what` says why
+// when it never ran (an exec failure), else empty.
 struct Exit {
   static constexpr std::string_view kTag = "EXIT";
-  int rank = -1;
   int code = 0;
   int signal = 0;
   double seconds = 0;
+  Text what;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.rank, s.code, s.signal, s.seconds);
+    return std::tie(s.code, s.signal, s.seconds, s.what);
   }
 };
 
 // --- gpurun -> wrapper ---------------------------------------------------------------------
+
+// To rank 0: take and hold the rendezvous port (`fixed`: exactly this one, else the first free
+// one from it), and answer with Port.
+struct Bind {
+  static constexpr std::string_view kTag = "BIND";
+  int port = 0;
+  int fixed = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.port, s.fixed);
+  }
+};
+
+// MASTER_PORT; find the interface that routes to MASTER_ADDR, check (if `check`) that a TCP
+// connection reaches rank 0's host on that port, and answer with Reach.
+struct Rendezvous {
+  static constexpr std::string_view kTag = "RENDEZVOUS";
+  int port = 0;
+  int check = 1;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.port, s.check);
+  }
+};
+
+// Every rank reached rank 0: start the program. `restart` is GPURUN_RESTART_COUNT;
+// `watch` asks for Progress messages and readiness for DumpStacks (--hang-timeout);
+// `cpu_bind` is --cpu-bind (none, auto or a list).
+struct Go {
+  static constexpr std::string_view kTag = "GO";
+  int restart = 0;
+  int watch = 0;
+  std::string cpu_bind = "none";
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.restart, s.watch, s.cpu_bind);
+  }
+};
 
 // Stop the program: TERM to its process group, KILL after a grace.
 struct Stop {
@@ -76,8 +183,26 @@ struct Signal {
   }
 };
 
-using ToSupervisor = std::variant<Hello, Exit>;
-using ToWrapper = std::variant<Stop, Signal>;
+// Collect every stack of the rank and answer with Stacks.
+struct DumpStacks {
+  static constexpr std::string_view kTag = "DUMP";
+  template <class S>
+  static auto fields(S&) {
+    return std::tie();
+  }
+};
+
+// gpurun has the EXIT: the wrapper may end with status 0, so the engine adds nothing.
+struct Bye {
+  static constexpr std::string_view kTag = "BYE";
+  template <class S>
+  static auto fields(S&) {
+    return std::tie();
+  }
+};
+
+using ToSupervisor = std::variant<Hello, Port, Reach, Running, Progress, Output, Stacks, Exit>;
+using ToWrapper = std::variant<Bind, Rendezvous, Go, Stop, Signal, DumpStacks, Bye>;
 
 // One line, '\n' included.
 std::string encode(const ToSupervisor& m);

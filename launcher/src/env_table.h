@@ -75,6 +75,10 @@ inline constexpr EnvVar kEnvRead[] = {
     {"OMPI_COMM_WORLD_LOCAL_RANK", "a rank's local rank (mpirun), checked against the plan"},
     {"PMIX_RANK", "a rank's number (PMIx)"},
     {"PMI_RANK", "a rank's number (PMI)"},
+    {"TMPDIR", "where the wrapper keeps a rank's folder (heartbeat file; default /tmp)"},
+    {"NCCL_SOCKET_IFNAME", "the user's choice, kept; else set to the interface to MASTER_ADDR"},
+    {"GLOO_SOCKET_IFNAME", "the same for Gloo"},
+    {"PYTHONPATH", "kept after the wrapper's sitecustomize folder (--hang-timeout)"},
 };
 
 // Set by gpurun in every rank's environment (rank_environment() in rank_env.cc); the contract of
@@ -94,6 +98,12 @@ inline constexpr EnvVar kEnvSet[] = {
     {"GPURUN_SCHEDULER", "slurm, pbs, lsf, gpuq or local"},
     {"GPURUN_JOB_ID", "the scheduler's job id"},
     {"GPURUN_STDOUT_TTY", "1 when gpurun's stdout is a terminal"},
+    {"GPURUN_HEARTBEAT", "the rank's heartbeat file (heartbeat.h)"},
+    {"GPURUN_RESTART_COUNT", "0 on the first attempt, k on the k-th restart"},
+    {"NCCL_SOCKET_IFNAME", "the interface that routes to MASTER_ADDR, unless set"},
+    {"GLOO_SOCKET_IFNAME", "the same, for Gloo"},
+    {"GPURUN_PYSTACK_DIR", "with --hang-timeout: where Python ranks write tracebacks"},
+    {"PYTHONPATH", "with --hang-timeout: the sitecustomize folder first"},
     {"SLURM_HOSTFILE", "for srun's arbitrary distribution (the engine's, not a rank's)"},
 };
 

@@ -66,6 +66,18 @@ std::string trim(const std::string& s) {
   return s.substr(b, e - b);
 }
 
+std::string format_ranges(const std::vector<int>& v) {
+  std::string out;
+  for (std::size_t i = 0; i < v.size();) {
+    std::size_t j = i;
+    while (j + 1 < v.size() && v[j + 1] == v[j] + 1) ++j;
+    if (!out.empty()) out += ',';
+    out += j > i ? fmt::format("{}-{}", v[i], v[j]) : std::to_string(v[i]);
+    i = j + 1;
+  }
+  return out;
+}
+
 void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots) {
   auto it =
       std::find_if(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; });

@@ -20,6 +20,8 @@ std::optional<long> get_count(const Env& env, const std::string& key);
 std::vector<std::string> split_ws(const std::string& s);
 std::vector<std::string> split_lines(const std::string& s);
 std::string trim(const std::string& s);
+// "0-3,8,10-11" for {0,1,2,3,8,10,11} (sorted, distinct): CPU lists, rank lists.
+std::string format_ranges(const std::vector<int>& sorted);
 
 // Adds `slots` to `host`'s node, appending the node on its first appearance (host files and
 // LSF's lists name a host once per slot, or once with a count; order is first appearance).

@@ -125,6 +125,7 @@ std::vector<std::string> mpirun_argv(const Allocation& a, const RankPlan& p, con
     for (const char* var : {"PATH", "LD_LIBRARY_PATH"}) v.insert(v.end(), {"-x", var});
   }
   if (o.tag_output) v.push_back("--tag-output");
+  if (o.cpu_bind != "none") v.insert(v.end(), {"--bind-to", "none"});  // the wrapper binds
   return v;
 }
 
@@ -164,6 +165,7 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
       for (const auto& m : o.srun_mpi_plugins) pmix = pmix || m.rfind("pmix", 0) == 0;
       if (pmix) c.argv.push_back("--mpi=pmix");
       if (o.tag_output) c.argv.push_back("--label");
+      if (o.cpu_bind != "none") c.argv.push_back("--cpu-bind=none");  // the wrapper binds
       break;
     }
     case Engine::mpirun:

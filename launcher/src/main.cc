@@ -9,6 +9,7 @@
 #include <iostream>
 #include <sstream>
 
+#include "cpubind.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/hostlist.h"
@@ -205,6 +206,15 @@ po::options_description launch_options() {
       "requeue",
       "after a checkpoint signal (USR1/USR2, --checkpoint-before) and a clean exit of every rank, "
       "requeue the job (scontrol requeue, qrerun, brequeue) so it resumes")(
+      "hang-timeout", po::value<double>()->default_value(0),
+      "seconds without progress (heartbeat or output) of any rank, or with one rank's step "
+      "behind, that make a hang: stacks of every rank are saved and the job stops (0: off)")(
+      "max-restarts", po::value<int>()->default_value(0),
+      "restart all ranks this many times in all when one fails after every rank started")(
+      "output-dir", po::value<std::string>(),
+      "also write each rank's stdout/stderr to DIR/rank-N.out/.err (and a hang's stacks)")(
+      "cpu-bind", po::value<std::string>()->default_value("none"),
+      "auto (CPUs next to each rank's GPU), none, or one CPU list per local rank: 0-3:4-7")(
       "quiet,q", "no gpurun: status lines (failures are still reported)")(
       "version", "print the version")("help,h", "this help");
   return d;
@@ -245,6 +255,8 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
     while (is >> w) lo.launcher_args.push_back(w);
   }
   lo.tag_output = vm.count("tag-output") > 0;
+  lo.cpu_bind = vm["cpu-bind"].as<std::string>();
+  cpubind::check_spec(lo.cpu_bind);
   lo.program = program;
   lo.as_root = geteuid() == 0 && !s.from_file;  // an --env-file job is not ours to run
   Env tool_env = s.env;
@@ -273,6 +285,12 @@ RunConfig run_settings(const po::variables_map& vm, const Setup& s, const Launch
   if (vm.count("control-addr")) cfg.control_addr = vm["control-addr"].as<std::string>();
   cfg.quiet = vm.count("quiet") > 0;
   cfg.requeue = vm.count("requeue") > 0;
+  cfg.hang_timeout = vm["hang-timeout"].as<double>();
+  if (cfg.hang_timeout < 0) throw Error("--hang-timeout: expected seconds >= 0 (0: off)");
+  cfg.max_restarts = vm["max-restarts"].as<int>();
+  if (cfg.max_restarts < 0) throw Error("--max-restarts: expected 0 or more");
+  if (vm.count("output-dir")) cfg.output_dir = vm["output-dir"].as<std::string>();
+  cfg.cpu_bind = lo.cpu_bind;
   return cfg;
 }
 

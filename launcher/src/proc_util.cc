@@ -71,8 +71,10 @@ void restore_default_signals(const std::vector<int>& signals) {
   for (int s : signals) sigaction(s, &sa, nullptr);
 }
 
-ExecError::ExecError(const std::string& program, int e)
-    : Error(fmt::format("cannot run '{}': {}", program, strerror(e))), err(e) {}
+ExecError::ExecError(const std::string& program, int e, const std::string& host)
+    : Error(fmt::format("cannot run '{}'{}: {}", program, host.empty() ? "" : " on " + host,
+                        strerror(e))),
+      err(e) {}
 
 Child Child::spawn(const std::vector<std::string>& argv, const Env& env,
                    const std::function<void()>& in_child) {
@@ -212,6 +214,15 @@ LineReader::State LineReader::read_from(int fd, std::vector<std::string>& lines)
   }
   buf_.erase(0, from);
   return buf_.size() > max_line_ ? State::overlong : State::open;
+}
+
+std::optional<std::string> read_some(common::Fd& fd) {
+  char buf[65536];
+  ssize_t n = read(fd.get(), buf, sizeof buf);
+  if (n > 0) return std::string(buf, static_cast<std::size_t>(n));
+  if (n < 0 && (errno == EAGAIN || errno == EINTR)) return std::string();
+  fd.reset();
+  return std::nullopt;
 }
 
 std::vector<std::string> env_strings(const Env& env) {

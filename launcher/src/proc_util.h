@@ -70,9 +70,10 @@ class Child {
   std::optional<int> status_;
 };
 
-// exec failed in Child::spawn: errno of execvpe, the program named.
+// exec failed in Child::spawn (or a check found it would): errno, the program named, and the
+// host when it matters ("cannot run 'x' on node2: No such file or directory").
 struct ExecError : Error {
-  ExecError(const std::string& program, int err);
+  ExecError(const std::string& program, int err, const std::string& host = "");
   int err;
 };
 
@@ -111,6 +112,10 @@ class LineReader {
   std::string buf_;
   std::size_t max_line_;
 };
+
+// What a non-blocking pipe or socket has now (up to 64 KiB): "" when nothing yet; nullopt at
+// end of file or on an error, when `fd` is also closed.
+std::optional<std::string> read_some(common::Fd& fd);
 
 // envp for execve built from a map.
 std::vector<std::string> env_strings(const Env& env);

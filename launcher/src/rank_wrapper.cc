@@ -1,5 +1,5 @@
-// rank_wrapper.cc: the rank wrapper's setup, event loop and handlers (wrapper.h), and
-// exec_in_step for a gpurun that runs inside an srun/jsrun task.
+// rank_wrapper.cc: the rank wrapper's setup, event loop and ending (wrapper.h), and exec_in_step
+// for a gpurun that runs inside an srun/jsrun task.
 #include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
@@ -17,9 +17,9 @@
 namespace gpurun::launcher {
 namespace {
 
-const std::vector<int> kForwarded = {SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT};
-constexpr double kStopGrace = 5.0;
 constexpr double kConnectTimeout = 20.0;
+constexpr double kByeWait = 5.0;      // for gpurun to acknowledge the EXIT
+constexpr double kOutputDrain = 1.0;  // for what the program's group still writes after it ended
 
 }  // namespace
 
@@ -88,18 +88,15 @@ void RankWrapper::locate() {
         "engine did not follow the plan (a --launcher-args mapping option?)",
         me_.rank, er.local_source, *er.local_rank, me_.local_rank, me_.host));
 
-  std::optional<std::vector<std::string>> visible;
   if (env_.count("CUDA_VISIBLE_DEVICES")) {
-    visible = parse_gpu_list(env_["CUDA_VISIBLE_DEVICES"]);
-  } else {
-    visible.emplace();
-    if (!me_.gpus.empty())
-      for (int i = 0, n = sys::cuda_device_count(); i < n; ++i)
-        visible->push_back(std::to_string(i));
+    visible_ = parse_gpu_list(env_["CUDA_VISIBLE_DEVICES"]);
+  } else if (!me_.gpus.empty()) {
+    for (int i = 0, n = sys::cuda_device_count(); i < n; ++i) visible_.push_back(std::to_string(i));
   }
-  for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible))
+  for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_))
     env_[k] = v;
   env_.erase("GPURUN_RANK");
+  master_port_ = plan_.plan.master_port;
 }
 
 void RankWrapper::connect() {
@@ -116,103 +113,94 @@ void RankWrapper::connect() {
   report(control::Hello{token_, me_.rank, me_.host, getpid()});
 }
 
-void RankWrapper::start_program() {
-  auto sigs = kForwarded;
-  sigs.push_back(SIGCHLD);
-  signals_.emplace(sigs);
-  started_ = proc::now_seconds();
-  pid_t parent = getpid();
-  try {
-    child_ = proc::Child::spawn(args_.program, env_, [parent] {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(137);  // the wrapper died before prctl took effect
-    });
-  } catch (const proc::ExecError& e) {
-    fmt::print(stderr, "gpurun: {}\n", e.what());
-    exec_failure_ = e.err == ENOENT ? 127 : 126;  // what a shell would say
-  }
-}
-
 int RankWrapper::run() {
   locate();
+  signals_.emplace(std::vector<int>{SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGCHLD});
   connect();
-  start_program();
-  while (child_.running()) {
-    pollfd fds[2] = {{signals_->fd(), POLLIN, 0}, {control_.get(), POLLIN, 0}};
-    poll(fds, control_ ? 2 : 1, timers_.wait_ms(proc::now_seconds(), 60000));
-    for (Timer t : timers_.take_due(proc::now_seconds())) on_timer(t);
-    if (fds[0].revents & POLLIN)
-      for (int s : signals_->drain()) on_signal(s);
-    if (control_ && (fds[1].revents & (POLLIN | POLLHUP | POLLERR))) on_control_readable();
-  }
+  if (!control_) start_program(control::Go{});  // nobody to wait for: start at once
+  while (!finished()) wait_and_dispatch();
   return finish();
 }
 
-void RankWrapper::on_signal(int sig) {
-  if (sig == SIGCHLD)
-    child_.poll_exit();
-  else
-    child_.signal(sig);
+// The program ended (or never could start), or a stop came before it started.
+bool RankWrapper::finished() const {
+  if (abort_signal_ || exec_failure_) return true;
+  return started_program_ && !child_.running();
 }
 
-void RankWrapper::on_control_readable() {
-  std::vector<std::string> lines;
-  auto state = control_in_.read_from(control_.get(), lines);
-  for (const auto& line : lines)
-    if (auto m = control::parse_to_wrapper(line))
-      std::visit([&](const auto& msg) { on_message(msg); }, *m);
-  if (state != proc::LineReader::State::open) on_control_closed();
+void RankWrapper::wait_and_dispatch() {
+  enum { kSig, kCtl, kProbe, kOut, kErr };
+  pollfd fds[5] = {{signals_->fd(), POLLIN, 0},
+                   {control_.get(), POLLIN, 0},
+                   {port_.probe.get(), POLLIN, 0},
+                   {out_[0].get(), POLLIN, 0},
+                   {out_[1].get(), POLLIN, 0}};
+  poll(fds, 5, timers_.wait_ms(proc::now_seconds(), 60000));  // fd -1 entries are skipped
+  for (Timer t : timers_.take_due(proc::now_seconds())) on_timer(t);
+  if (fds[kSig].revents & POLLIN)
+    for (int s : signals_->drain()) on_signal(s);
+  if (fds[kOut].revents & (POLLIN | POLLHUP)) on_output(1);
+  if (fds[kErr].revents & (POLLIN | POLLHUP)) on_output(2);
+  if (fds[kProbe].revents & POLLIN) on_probe();
+  if (control_ && (fds[kCtl].revents & (POLLIN | POLLHUP | POLLERR))) on_control_readable();
 }
 
-void RankWrapper::on_message(const control::Stop&) {
-  stop_program();
+// What the program (and what it left running in its group) still wrote, up to `deadline`.
+void RankWrapper::drain_output(double deadline) {
+  while ((out_[0] || out_[1]) && proc::now_seconds() < deadline) {
+    pollfd fds[2] = {{out_[0].get(), POLLIN, 0}, {out_[1].get(), POLLIN, 0}};
+    int ms = static_cast<int>((deadline - proc::now_seconds()) * 1000);
+    if (poll(fds, 2, std::max(ms, 1)) <= 0) break;
+    for (int i = 0; i < 2; ++i)
+      if (fds[i].revents & (POLLIN | POLLHUP)) on_output(i + 1);
+  }
+  for (int i = 0; i < 2; ++i)
+    if (auto p = fwd_[static_cast<std::size_t>(i)].take_partial_now()) forward(i + 1, true, *p);
 }
 
-void RankWrapper::on_message(const control::Signal& m) {
-  child_.signal(m.signal);
-}
-
-// gpurun is gone: nobody supervises this rank any more.
-void RankWrapper::on_control_closed() {
-  control_.reset();
-  stop_program();
-}
-
-void RankWrapper::on_timer(Timer t) {
-  if (t == Timer::kill) child_.signal_group(SIGKILL);
-}
-
-void RankWrapper::stop_program() {
-  child_.signal_group(SIGTERM);
-  if (!timers_.armed(Timer::kill)) timers_.set(Timer::kill, proc::now_seconds() + kStopGrace);
-}
-
-void RankWrapper::report(const control::ToSupervisor& m) {
-  if (control_) common::write_all(control_.get(), control::encode(m));
+// Waits for gpurun's BYE (the answer to EXIT); false if it did not come by `deadline`.
+bool RankWrapper::await_bye(double deadline) {
+  while (control_ && !bye_ && proc::now_seconds() < deadline) {
+    pollfd p{control_.get(), POLLIN, 0};
+    int ms = static_cast<int>((deadline - proc::now_seconds()) * 1000);
+    if (poll(&p, 1, std::max(ms, 1)) <= 0) break;
+    on_control_readable();
+  }
+  return bye_;
 }
 
 int RankWrapper::finish() {
-  double secs = proc::now_seconds() - started_;
+  double secs = started_program_ ? proc::now_seconds() - started_ : 0;
   int status = child_.status().value_or(0);
-  // What the program left behind in its group goes with it.
-  if (child_.pid() > 0) ::killpg(child_.pid(), SIGKILL);
-  int code = exec_failure_ ? *exec_failure_ : WIFEXITED(status) ? WEXITSTATUS(status) : 0;
-  int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-  if (control_) {
-    report(control::Exit{me_.rank, code, sig, secs});
-    shutdown(control_.get(), SHUT_WR);
-    // Wait briefly for gpurun to read it, so the EXIT is not lost to a reset.
-    pollfd p{control_.get(), POLLIN, 0};
-    poll(&p, 1, 1000);
-    control_.reset();
+  if (started_program_) {
+    // Read what is there, then end what the program left behind in its group, then the rest.
+    drain_output(proc::now_seconds() + 0.05);
+    ::killpg(child_.pid(), SIGKILL);
+    drain_output(proc::now_seconds() + kOutputDrain);
   }
+  control::Exit e = exec_failure_ ? *exec_failure_ : control::Exit{};
+  if (started_program_) {
+    e.code = WIFEXITED(status) ? WEXITSTATUS(status) : 0;
+    e.signal = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
+    e.seconds = secs;
+  } else if (abort_signal_) {
+    e.signal = abort_signal_;
+    e.what.value = "was stopped before its program started";
+  }
+  report(e);
+  // gpurun has the status: end quietly, so the engine adds no banner of its own.
+  if (await_bye(proc::now_seconds() + kByeWait)) return 0;
+  if (exec_failure_)
+    fmt::print(stderr, "gpurun: rank {} on {} {}\n", me_.rank, me_.host, e.what.value);
+  control_.reset();
   signals_.reset();
-  if (sig) {
-    signal(sig, SIG_DFL);
-    kill(getpid(), sig);
-    return 128 + sig;
+  dir_.reset();  // before a signal to ourselves ends the process without destructors
+  if (e.signal) {
+    signal(e.signal, SIG_DFL);
+    kill(getpid(), e.signal);
+    return 128 + e.signal;
   }
-  return code;
+  return e.code;
 }
 
 int run_rank_wrapper(const std::vector<std::string>& args) {

@@ -30,6 +30,12 @@ struct RunConfig {
   // --requeue: after a checkpoint signal (SIGUSR1/SIGUSR2 to gpurun, or --checkpoint-before) and
   // a clean exit of every rank, put the job back in the scheduler's queue so it resumes.
   bool requeue = false;
+  // --hang-timeout: seconds without progress (or with one rank's step behind) that make a hang;
+  // 0 turns hang detection off.
+  double hang_timeout = 0;
+  int max_restarts = 0;                   // --max-restarts: attempts after the first
+  std::optional<std::string> output_dir;  // --output-dir: rank-N.out/.err, and stacks of a hang
+  std::string cpu_bind = "none";          // --cpu-bind auto|none|LIST
 };
 
 int run_supervisor(RunConfig& cfg);

@@ -6,25 +6,38 @@
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cerrno>
 
 namespace gpurun::launcher {
+namespace {
+
+constexpr std::size_t kMaxMessage = 16 << 20;  // a STACKS message of many threads
+constexpr double kEngineLinger = 10;           // after a stop, before the engine gets TERM
+
+}  // namespace
 
 Supervisor::Supervisor(RunConfig& cfg)
     : cfg_(cfg),
       world_(cfg.plan.world_size),
       single_machine_(cfg.alloc.scheduler == Scheduler::local ||
-                      cfg.alloc.scheduler == Scheduler::gpuq),
-      ranks_(static_cast<std::size_t>(cfg.plan.world_size)) {}
+                      cfg.alloc.scheduler == Scheduler::gpuq) {}
 
 int Supervisor::run() {
-  choose_master_port();
+  check_program();
   open_control();
+  output_.emplace(cfg_.launch.tag_output, cfg_.output_dir, world_);
+  signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor of running ranks
   signals_.emplace(std::vector<int>{SIGINT, SIGTERM, SIGUSR1, SIGUSR2, SIGHUP, SIGCHLD});
-  start_engine();
+  job_t0_ = proc::now_seconds();
   arm_checkpoint_timer();
-  while (!done()) wait_and_dispatch();
+  while (true) {
+    begin_attempt();
+    while (!attempt_done()) wait_and_dispatch();
+    drain_engine_output();
+    if (!should_restart()) break;
+  }
   hostfile_.reset();
   return result();
 }
@@ -37,7 +50,7 @@ bool Supervisor::engine_done() const {
 
 // Done once the engine has exited and every wrapper's connection closed (or 2 s after the
 // engine, for a wrapper whose connection lingers).
-bool Supervisor::done() {
+bool Supervisor::attempt_done() {
   if (!engine_done()) return false;
   bool open = false;
   for (const auto& c : conns_) open = open || c.fd;
@@ -47,16 +60,22 @@ bool Supervisor::done() {
 }
 
 void Supervisor::wait_and_dispatch() {
-  std::vector<pollfd> fds{{signals_->fd(), POLLIN, 0}, {control_.fd.get(), POLLIN, 0}};
+  constexpr std::size_t kFirstConn = 4;
+  std::vector<pollfd> fds{{signals_->fd(), POLLIN, 0},
+                          {control_.fd.get(), POLLIN, 0},
+                          {engine_out_[0].get(), POLLIN, 0},
+                          {engine_out_[1].get(), POLLIN, 0}};
   for (const auto& c : conns_) fds.push_back({c.fd.get(), POLLIN, 0});
   poll(fds.data(), fds.size(), timers_.wait_ms(proc::now_seconds(), 1000));
 
   if (fds[0].revents & POLLIN)
     for (int s : signals_->drain()) on_signal(s);
   if (fds[1].revents & POLLIN) on_connect();
+  for (int i = 0; i < 2; ++i)
+    if (fds[2 + static_cast<std::size_t>(i)].revents & (POLLIN | POLLHUP)) on_engine_output(i + 1);
   // on_connect() may have added connections; they are polled next time.
-  for (std::size_t i = 2; i < fds.size(); ++i)
-    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) on_readable(conns_[i - 2]);
+  for (std::size_t i = kFirstConn; i < fds.size(); ++i)
+    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) on_readable(conns_[i - kFirstConn]);
   for (Timer t : timers_.take_due(proc::now_seconds())) on_timer(t);
 }
 
@@ -88,8 +107,10 @@ void Supervisor::on_child_exit(pid_t pid, int status) {
 
 void Supervisor::on_connect() {
   int fd;
-  while ((fd = accept4(control_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0)
-    conns_.push_back(Conn{common::Fd(fd), proc::LineReader(), -1});
+  while ((fd = accept4(control_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
+    net::no_delay(fd);
+    conns_.push_back(Conn{common::Fd(fd), proc::LineReader(kMaxMessage), -1});
+  }
 }
 
 void Supervisor::on_readable(Conn& c) {
@@ -111,25 +132,85 @@ void Supervisor::on_readable(Conn& c) {
 }
 
 void Supervisor::on_message(Conn& c, const control::Hello& m) {
-  if (m.token != token_ || m.rank < 0 || m.rank >= world_ ||
-      ranks_[static_cast<std::size_t>(m.rank)].started) {
-    c.fd.reset();  // not one of ours
+  if (m.token != token_ || m.rank < 0 || m.rank >= world_ || rank(m.rank).started) {
+    c.fd.reset();  // not one of ours (or of an earlier attempt)
     return;
   }
   c.rank = m.rank;
-  RankState& r = ranks_[static_cast<std::size_t>(m.rank)];
+  RankState& r = rank(m.rank);
   r.started = true;
   r.host = m.host;
-  if (++started_ == world_) timers_.clear(Timer::start);
-  if (stopping_) send(c, control::Stop{});
-  if (forwarded_stop_signal_) send(c, control::Signal{forwarded_stop_signal_});
+  ++started_;
+  if (stopping_) {
+    send(c, control::Stop{});
+    return;
+  }
+  if (m.rank == 0)
+    send(c, control::Bind{cfg_.plan.master_port, cfg_.plan_options.master_port ? 1 : 0});
+  if (port_) send(c, control::Rendezvous{*port_, port_checkable_ ? 1 : 0});
+}
+
+void Supervisor::on_message(Conn& c, const control::Port& m) {
+  if (c.rank != 0 || port_) return;
+  port_ = m.port;
+  port_checkable_ = m.probe != 0;
+  if (m.port != cfg_.plan.master_port)
+    say(fmt::format("port {} is busy: MASTER_PORT={}", cfg_.plan.master_port, m.port));
+  else if (!m.probe)
+    say(fmt::format("--master-port {} is taken on {}: ranks start without checking they reach it",
+                    m.port, rank(0).host));
+  broadcast(control::Rendezvous{m.port, m.probe});
+}
+
+void Supervisor::on_message(Conn& c, const control::Reach& m) {
+  RankState& r = rank(c.rank);
+  r.iface = m.iface;
+  r.reach_error = m.ok ? "" : m.detail.value;
+  if (!m.ok || r.reached) return;
+  r.reached = true;
+  if (++reached_ == world_ && !go_sent_ && !stopping_) {
+    go_sent_ = true;
+    broadcast(control::Go{restarts_, cfg_.hang_timeout > 0 ? 1 : 0, cfg_.cpu_bind});
+  }
+}
+
+void Supervisor::on_message(Conn& c, const control::Running&) {
+  RankState& r = rank(c.rank);
+  if (r.running) return;
+  r.running = true;
+  r.last_progress = proc::now_seconds();
+  if (++running_ < world_) return;
+  timers_.clear(Timer::start);
+  if (cfg_.hang_timeout > 0) timers_.set(Timer::hang_check, proc::now_seconds() + 1);
+}
+
+void Supervisor::on_message(Conn& c, const control::Progress& m) {
+  RankState& r = rank(c.rank);
+  r.last_progress = proc::now_seconds();
+  r.step = m.step;
+}
+
+void Supervisor::on_message(Conn& c, const control::Output& m) {
+  output_->write(c.rank, m.stream, m.partial != 0, m.text.value);
+}
+
+void Supervisor::on_message(Conn& c, const control::Stacks& m) {
+  rank(c.rank).stacks = m.text.value;
+  if (!hang_ || !timers_.armed(Timer::stacks)) return;
+  for (const auto& r : ranks_)
+    if (r.running && !r.exited && !r.stacks) return;
+  timers_.clear(Timer::stacks);
+  finish_hang();
 }
 
 void Supervisor::on_message(Conn& c, const control::Exit& m) {
-  RankState& r = ranks_[static_cast<std::size_t>(c.rank)];
+  send(c, control::Bye{});
+  RankState& r = rank(c.rank);
   if (r.exited) return;
   r.exited = true;
-  if (m.code != 0 || m.signal != 0) {
+  if (!m.what.value.empty()) {
+    record_failure(c.rank, m.what.value, m.signal ? 128 + m.signal : m.code, -1);
+  } else if (m.code != 0 || m.signal != 0) {
     std::string what = m.signal ? fmt::format("was killed by signal {} ({})", m.signal,
                                               common::signal_name(m.signal))
                                 : fmt::format("exited with code {}", m.code);
@@ -140,7 +221,7 @@ void Supervisor::on_message(Conn& c, const control::Exit& m) {
 void Supervisor::on_disconnect(Conn& c) {
   c.fd.reset();
   if (c.rank < 0) return;
-  RankState& r = ranks_[static_cast<std::size_t>(c.rank)];
+  RankState& r = rank(c.rank);
   if (r.exited) return;
   r.exited = true;
   record_failure(c.rank, "was lost (its wrapper ended without reporting: killed?)", 137,
@@ -148,27 +229,16 @@ void Supervisor::on_disconnect(Conn& c) {
 }
 
 void Supervisor::on_timer(Timer t) {
-  double now = proc::now_seconds();
   switch (t) {
-    case Timer::start: {
-      if (stopping_ || started_ == world_) return;
-      std::string missing;
-      int shown = 0;
-      for (int r = 0; r < world_ && shown < 8; ++r)
-        if (!ranks_[static_cast<std::size_t>(r)].started)
-          missing += fmt::format("{}{}", shown++ ? ", " : "", r);
-      say(fmt::format("ranks {}{} did not start within {:.0f} s (of {} ranks {} started); stopping",
-                      missing, world_ - started_ > shown ? ", ..." : "", cfg_.start_timeout, world_,
-                      started_));
-      begin_stop("");
-      failure_ = Failure{-1, "", "did not start", 1, now - t0_};
+    case Timer::start:
+      on_start_timeout();
       return;
-    }
     case Timer::checkpoint:
       say(fmt::format("job time nearly over: sending {} to all ranks to checkpoint",
                       common::signal_name(cfg_.checkpoint_signal)));
       broadcast(control::Signal{cfg_.checkpoint_signal});
       checkpoint_signal_sent_ = cfg_.checkpoint_signal;
+      checkpoint_at_ = 0;
       return;
     case Timer::stop_after_signal:
       begin_stop(fmt::format("ranks still running {:.0f} s after {}: stopping them",
@@ -181,6 +251,68 @@ void Supervisor::on_timer(Timer t) {
     case Timer::drain:
       for (auto& c : conns_) c.fd.reset();  // the engine is gone: stop waiting for stragglers
       return;
+    case Timer::hang_check:
+      check_hang();
+      return;
+    case Timer::stacks:
+      finish_hang();
+      return;
+  }
+}
+
+// Not every program started in time: name the ranks, and why where a rank knows.
+void Supervisor::on_start_timeout() {
+  if (stopping_ || running_ == world_) return;
+  double now = proc::now_seconds();
+  std::string missing;
+  int shown = 0, unreachable = 0;
+  for (int r = 0; r < world_; ++r) {
+    const RankState& s = rank(r);
+    if (s.running) continue;
+    if (shown < 8) missing += fmt::format("{}{}", shown++ ? ", " : "", r);
+    if (s.started && !s.reached && !s.reach_error.empty() && unreachable++ < 8)
+      tell(
+          fmt::format("rank {} on {} cannot reach rank 0's host {} (MASTER_ADDR) on port {} "
+                      "through interface {}: {}",
+                      r, s.host, cfg_.plan.master_addr, port_.value_or(0), s.iface, s.reach_error));
+  }
+  tell(fmt::format("ranks {}{} did not start within {:.0f} s (of {} ranks {} started); stopping",
+                   missing, world_ - running_ > shown ? ", ..." : "", cfg_.start_timeout, world_,
+                   running_));
+  begin_stop("");
+  failure_ = Failure{-1, "", "did not start", 1, now - t0_, false};
+}
+
+// A line of the engine's own output. Engines print a framed banner ("-----" lines) when their
+// tasks end in a way they dislike; after gpurun has named the failure or begun stopping the
+// ranks, such a banner only repeats it, so it is dropped. Everything else passes.
+void Supervisor::on_engine_output(int stream) {
+  std::size_t i = static_cast<std::size_t>(stream - 1);
+  auto bytes = proc::read_some(engine_out_[i]);
+  if (!bytes || bytes->empty()) return;
+  std::string text = engine_lines_[i].take_lines(*bytes, 0);
+  std::string kept;
+  std::size_t b = 0;
+  while (b < text.size()) {
+    std::size_t e = text.find('\n', b) + 1;
+    std::string_view line(text.data() + b, e - b);
+    bool rule = line.size() > 20 && line.find_first_not_of("-\n") == std::string_view::npos;
+    if (rule && !in_banner_[i]) drop_banner_[i] = stopping_;
+    if (!(drop_banner_[i] && (in_banner_[i] || rule))) kept.append(line);
+    if (rule) in_banner_[i] = !in_banner_[i];
+    b = e;
+  }
+  if (!kept.empty()) common::write_all(stream == 2 ? STDERR_FILENO : STDOUT_FILENO, kept);
+}
+
+// What the engine still had to say once it exited (an unfinished last line included).
+void Supervisor::drain_engine_output() {
+  for (int i = 0; i < 2; ++i) {
+    std::size_t k = static_cast<std::size_t>(i);
+    while (engine_out_[k]) on_engine_output(i + 1);
+    if (auto p = engine_lines_[k].take_partial_now())
+      common::write_all(i == 1 ? STDERR_FILENO : STDOUT_FILENO, *p + "\n");
+    in_banner_[k] = drop_banner_[k] = false;
   }
 }
 
@@ -198,26 +330,31 @@ void Supervisor::begin_stop(const std::string& why) {
   if (stopping_) return;
   stopping_ = true;
   for (int r = 0; r < world_; ++r) {
-    const RankState& s = ranks_[static_cast<std::size_t>(r)];
+    const RankState& s = rank(r);
     if (s.started && !s.exited && (!failure_ || failure_->rank != r)) ++stopped_others_;
   }
   broadcast(control::Stop{});
-  // The wrappers end their programs; the engine then sees its tasks gone and reaps them.
-  // Only an engine that lingers gets TERM (after 2 s) and KILL (after --kill-grace more).
+  // The wrappers end their programs (KILL after 5 s); the engine then sees its tasks gone and
+  // exits by itself (mpirun takes 1-3 s to wind down an abort, and may crash when signalled
+  // meanwhile). Only an engine that lingers gets TERM and, --kill-grace later, KILL.
   double now = proc::now_seconds();
-  timers_.set(Timer::engine_term, now + 2);
-  timers_.set(Timer::engine_kill, now + 2 + cfg_.kill_grace);
+  timers_.set(Timer::engine_term, now + kEngineLinger);
+  timers_.set(Timer::engine_kill, now + kEngineLinger + cfg_.kill_grace);
   if (!why.empty()) say(why);
 }
 
-void Supervisor::record_failure(int rank, const std::string& what, int status, double secs) {
+void Supervisor::record_failure(int r, const std::string& what, int status, double secs) {
   if (failure_) return;
-  failure_ = Failure{rank, ranks_[static_cast<std::size_t>(rank)].host, what, status, secs};
+  failure_ = Failure{r, rank(r).host, what, status, secs, running_ == world_};
   begin_stop("");
 }
 
 void Supervisor::say(const std::string& msg) const {
-  if (!cfg_.quiet) fmt::print(stderr, "gpurun: {}\n", msg);
+  if (!cfg_.quiet) tell(msg);
+}
+
+void Supervisor::tell(const std::string& msg) const {
+  fmt::print(stderr, "gpurun: {}\n", msg);
 }
 
 int run_supervisor(RunConfig& cfg) {

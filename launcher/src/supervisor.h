@@ -1,14 +1,20 @@
 // supervisor.h: gpurun's side of a launch, as an object with one handler per event: a signal to
 // gpurun, a connection or message from a rank's wrapper, a deadline, the engine's exit.
 //
-// Fail-fast: the first rank that exits non-zero, is killed, or whose wrapper vanishes ends the
-// job: every other wrapper gets STOP (TERM, KILL after 5 s) and the engine gets TERM, then KILL
-// after --kill-grace; gpurun then prints one line naming that rank and exits with its status.
+// A launch is one or more attempts (--max-restarts). In each, gpurun starts the engine, every
+// wrapper says HELLO, rank 0's holds the rendezvous port, every rank checks it reaches rank 0's
+// host, and GO starts all programs at once (control.h). Fail-fast: the first rank that exits
+// non-zero, is killed, or whose wrapper vanishes ends the attempt: every other wrapper gets STOP
+// (TERM, KILL after 5 s) and the engine gets TERM, then KILL after --kill-grace. If every rank
+// had started and restarts are left, the next attempt starts; else gpurun prints one line naming
+// that rank and exits with its status. --hang-timeout: when ranks stop making progress, every
+// rank's stacks are collected, summarized and written, and the job stops with kHangStatus.
 // Private to the gpurun binary.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -17,60 +23,95 @@
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/launch.h"
 #include "net.h"
+#include "output.h"
 #include "proc_util.h"
 #include "run.h"
 
 namespace gpurun::launcher {
 
+constexpr int kHangStatus = 124;  // gpurun's exit status after a hang (as timeout(1)'s)
+
 class Supervisor {
  public:
   explicit Supervisor(RunConfig& cfg);
-  // Starts the engine, supervises until it and every wrapper are done; gpurun's exit status.
+  // Runs every attempt until the job is done; gpurun's exit status.
   int run();
 
  private:
-  enum class Timer { start, checkpoint, stop_after_signal, engine_term, engine_kill, drain };
+  enum class Timer {
+    start,
+    checkpoint,
+    stop_after_signal,
+    engine_term,
+    engine_kill,
+    drain,
+    hang_check,
+    stacks
+  };
   struct Conn {
     common::Fd fd;
     proc::LineReader in;
     int rank = -1;  // -1 until its HELLO arrives
   };
   struct RankState {
-    bool started = false, exited = false;
-    std::string host;
+    bool started = false, reached = false, running = false, exited = false;
+    std::string host, iface, reach_error;
+    double last_progress = 0, behind_since = 0;
+    std::int64_t step = -1;
+    std::optional<std::string> stacks;
   };
   struct Failure {
-    int rank;  // -1: the job as a whole (ranks that never started)
+    int rank;  // -1: the job as a whole (ranks that never started, a hang)
     std::string host, what;
     int status;
     double seconds;
+    bool all_running;  // every rank's program had started when it failed
   };
 
-  // Setting up (supervisor_start.cc).
-  void choose_master_port();
+  // Before and between attempts (supervisor_start.cc).
+  void check_program();
   void open_control();
+  void begin_attempt();
   void start_engine();
   void arm_checkpoint_timer();
+  bool should_restart();
 
-  // The loop and its events.
-  bool done();
+  // The loop and its events (supervisor.cc).
+  bool attempt_done();
   void wait_and_dispatch();
   void on_signal(int sig);
   void on_child_exit(pid_t pid, int status);
   void on_connect();
   void on_readable(Conn& c);
   void on_message(Conn& c, const control::Hello& m);
+  void on_message(Conn& c, const control::Port& m);
+  void on_message(Conn& c, const control::Reach& m);
+  void on_message(Conn& c, const control::Running& m);
+  void on_message(Conn& c, const control::Progress& m);
+  void on_message(Conn& c, const control::Output& m);
+  void on_message(Conn& c, const control::Stacks& m);
   void on_message(Conn& c, const control::Exit& m);
   void on_disconnect(Conn& c);
   void on_timer(Timer t);
+  void on_start_timeout();
+  void on_engine_output(int stream);
+  void drain_engine_output();
 
   // What the handlers do.
   void send(Conn& c, const control::ToWrapper& m);
   void broadcast(const control::ToWrapper& m);
   void begin_stop(const std::string& why);
   void record_failure(int rank, const std::string& what, int status, double secs);
-  void say(const std::string& msg) const;
+  void say(const std::string& msg) const;   // a status line (not with --quiet)
+  void tell(const std::string& msg) const;  // a failure, hang or restart: always
   bool engine_done() const;
+  RankState& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
+
+  // Hangs (supervisor_hang.cc).
+  void check_hang();
+  void begin_hang(const std::string& why);
+  void finish_hang();
+  std::string hang_dir() const;
 
   // The end: gpurun's exit status, and --requeue (supervisor_start.cc).
   int result();
@@ -79,21 +120,36 @@ class Supervisor {
   RunConfig& cfg_;
   const int world_;
   const bool single_machine_;
-  std::string token_;
   net::Listener control_;
-  LaunchCommand cmd_;
+  std::string control_host_;
   std::optional<proc::SignalPipe> signals_;
   std::optional<proc::TempFile> hostfile_;
+  std::optional<OutputSink> output_;
+  int restarts_ = 0;
+  int forwarded_stop_signal_ = 0;
+  int checkpoint_signal_sent_ = 0;  // USR1/USR2 forwarded, or the --checkpoint-before signal
+  double checkpoint_at_ = 0;        // when --checkpoint-before signals the ranks (0: never)
+  double job_t0_ = 0;
+
+  // One attempt's state (begin_attempt() resets it).
+  std::string token_;
+  LaunchCommand cmd_;
   std::vector<proc::Child> children_;  // the engine, or one wrapper per rank (Engine::fork)
+  // The engine's own stdout/stderr (ranks' output comes through their wrappers): passed on by
+  // line, except the banners it prints about ranks gpurun has already stopped.
+  std::array<common::Fd, 2> engine_out_;
+  std::array<LineForwarder, 2> engine_lines_;
+  std::array<bool, 2> in_banner_{}, drop_banner_{};
   std::vector<Conn> conns_;
   std::vector<RankState> ranks_;
   proc::Deadlines<Timer> timers_;
   std::optional<Failure> failure_;
+  std::optional<int> port_;  // the rendezvous port rank 0 holds
+  bool port_checkable_ = true;
   double t0_ = 0;
-  int started_ = 0, stopped_others_ = 0;
-  bool stopping_ = false;
-  int forwarded_stop_signal_ = 0;
-  int checkpoint_signal_sent_ = 0;  // USR1/USR2 forwarded, or the --checkpoint-before signal
+  int started_ = 0, reached_ = 0, running_ = 0, stopped_others_ = 0;
+  bool stopping_ = false, go_sent_ = false;
+  std::optional<std::string> hang_;  // why the job is called hung
 };
 
 }  // namespace gpurun::launcher

@@ -1,10 +1,14 @@
-// supervisor_start.cc: the Supervisor's first and last steps (supervisor.h): the rendezvous
-// port, the control socket, the engine and its host file, the checkpoint deadline; at the end
-// gpurun's exit status and --requeue.
+// supervisor_start.cc: the Supervisor's first and last steps (supervisor.h): the program check,
+// the control socket, each attempt's engine and its host file, the checkpoint deadline, whether to
+// restart; at the end gpurun's exit status and --requeue.
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cerrno>
+#include <cstring>
 #include <ctime>
 
 #include "supervisor.h"
@@ -12,41 +16,60 @@
 
 namespace gpurun::launcher {
 
-void Supervisor::choose_master_port() {
-  RankPlan& plan = cfg_.plan;
-  // The rendezvous port must be free where rank 0 will bind it; we can check only our host.
-  bool master_here = single_machine_ || plan.master_addr == "127.0.0.1" ||
-                     (cfg_.alloc.this_host && *cfg_.alloc.this_host == plan.master_addr) ||
-                     plan.master_addr == common::hostname();
-  if (!master_here || cfg_.plan_options.master_port) return;
-  int p = plan.master_port;
-  while (!net::port_free(p) && p < plan.master_port + 200) ++p;
-  if (p != plan.master_port)
-    say(fmt::format("port {} is busy: MASTER_PORT={}", plan.master_port, p));
-  plan.master_port = p;
+// A program that is missing or not executable here is refused before any engine starts: the
+// ranks' nodes see the same file system in every setup gpurun knows.
+void Supervisor::check_program() {
+  const std::string& prog = cfg_.launch.program.at(0);
+  if (auto err = sys::program_error(cfg_.env, prog))
+    throw proc::ExecError(prog, *err, common::hostname());
 }
 
 void Supervisor::open_control() {
+  // One connection per rank: thousands of ranks need more descriptors than the usual 1024.
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) == 0 && r.rlim_cur < static_cast<rlim_t>(world_) + 256) {
+    r.rlim_cur = std::min<rlim_t>(r.rlim_max, static_cast<rlim_t>(world_) + 256);
+    setrlimit(RLIMIT_NOFILE, &r);
+  }
   control_ = net::listen_tcp(single_machine_, "control socket");
+  control_host_ = cfg_.control_addr ? *cfg_.control_addr
+                  : single_machine_ ? "127.0.0.1"
+                                    : common::hostname();
+}
+
+// A fresh attempt: a new token (wrappers of an earlier one are refused), new ranks, the engine.
+void Supervisor::begin_attempt() {
   token_ = proc::random_token();
-  std::string host = cfg_.control_addr ? *cfg_.control_addr
-                     : single_machine_ ? "127.0.0.1"
-                                       : common::hostname();
-  cfg_.launch.control = fmt::format("{}:{}:{}", host, control_.port, token_);
+  cfg_.launch.control = fmt::format("{}:{}:{}", control_host_, control_.port, token_);
+  children_.clear();
+  conns_.clear();
+  ranks_.assign(static_cast<std::size_t>(world_), RankState{});
+  timers_ = {};
+  failure_.reset();
+  port_.reset();
+  port_checkable_ = true;
+  started_ = reached_ = running_ = stopped_others_ = 0;
+  stopping_ = go_sent_ = false;
+  hang_.reset();
+  if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
+  start_engine();
 }
 
 void Supervisor::start_engine() {
   cfg_.plan.stdout_tty = isatty(STDOUT_FILENO) == 1;
   cfg_.launch.plan_text = encode_plan(cfg_.alloc, cfg_.plan, cfg_.plan_options);
   cmd_ = build_launch(cfg_.alloc, cfg_.plan, cfg_.launch);
-  for (const auto& n : cmd_.notes) say(n);
+  if (restarts_ == 0)
+    for (const auto& n : cmd_.notes) say(n);
 
   Env env = cfg_.env;
   for (const auto& [k, v] : cmd_.engine_env) env[k] = v;
   if (!cmd_.slurm_hostfile.empty()) {
-    std::string text;
-    for (const auto& h : cmd_.slurm_hostfile) text += h + "\n";
-    hostfile_ = proc::TempFile::create("gpurun-hosts-", text, "SLURM_HOSTFILE");
+    if (!hostfile_) {
+      std::string text;
+      for (const auto& h : cmd_.slurm_hostfile) text += h + "\n";
+      hostfile_ = proc::TempFile::create("gpurun-hosts-", text, "SLURM_HOSTFILE");
+    }
     env["SLURM_HOSTFILE"] = hostfile_->path();
   }
   t0_ = proc::now_seconds();
@@ -61,11 +84,23 @@ void Supervisor::start_engine() {
       children_.push_back(proc::Child::spawn(argv, e));
     }
   } else {
-    children_.push_back(proc::Child::spawn(cmd_.argv, env));
+    int p[2][2];
+    if (pipe2(p[0], O_CLOEXEC) != 0 || pipe2(p[1], O_CLOEXEC) != 0)
+      throw Error(fmt::format("pipe for the engine's output: {}", strerror(errno)));
+    common::Fd w1(p[0][1]), w2(p[1][1]);
+    engine_out_[0].reset(p[0][0]);
+    engine_out_[1].reset(p[1][0]);
+    for (auto& fd : engine_out_) fcntl(fd.get(), F_SETFL, O_NONBLOCK);
+    int o = w1.get(), e = w2.get();
+    children_.push_back(proc::Child::spawn(cmd_.argv, env, [o, e] {
+      dup2(o, STDOUT_FILENO);
+      dup2(e, STDERR_FILENO);
+    }));
   }
   const RankPlan& plan = cfg_.plan;
-  say(fmt::format("{} rank{} on {} node{} via {}", world_, world_ == 1 ? "" : "s",
-                  plan.nodes.size(), plan.nodes.size() == 1 ? "" : "s", to_string(cmd_.engine)));
+  if (restarts_ == 0)
+    say(fmt::format("{} rank{} on {} node{} via {}", world_, world_ == 1 ? "" : "s",
+                    plan.nodes.size(), plan.nodes.size() == 1 ? "" : "s", to_string(cmd_.engine)));
   timers_.set(Timer::start, t0_ + cfg_.start_timeout);
 }
 
@@ -81,10 +116,27 @@ void Supervisor::arm_checkpoint_timer() {
         "no EndTime from scontrol; use --time-left)");
     return;
   }
-  double at = t0_ + std::max(0.0, *left - cfg_.checkpoint_before);
-  timers_.set(Timer::checkpoint, at);
+  checkpoint_at_ = job_t0_ + std::max(0.0, *left - cfg_.checkpoint_before);
   say(fmt::format("{:.0f} s left in the job: {} to all ranks in {:.0f} s", *left,
-                  common::signal_name(cfg_.checkpoint_signal), at - t0_));
+                  common::signal_name(cfg_.checkpoint_signal), checkpoint_at_ - job_t0_));
+}
+
+// After an attempt: restart when a rank failed after every rank had started, the user did not
+// ask to stop, it was not a hang, and restarts are left.
+bool Supervisor::should_restart() {
+  if (!failure_ || failure_->rank < 0 || hang_ || forwarded_stop_signal_) return false;
+  if (restarts_ >= cfg_.max_restarts) return false;
+  if (!failure_->all_running) {
+    tell(fmt::format("not restarting: rank {} failed before every rank had started",
+                     failure_->rank));
+    return false;
+  }
+  ++restarts_;
+  tell(fmt::format("rank {} on {} {}{}: restarting all {} ranks (restart {} of {})", failure_->rank,
+                   failure_->host, failure_->what,
+                   failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
+                   world_, restarts_, cfg_.max_restarts));
+  return true;
 }
 
 namespace {
@@ -115,9 +167,13 @@ std::vector<std::string> requeue_command(const Allocation& a) {
 
 int Supervisor::result() {
   if (failure_ && failure_->rank >= 0) {
-    say(fmt::format("rank {} on {} {} after {:.1f} s; stopped {} other rank{}", failure_->rank,
-                    failure_->host, failure_->what, failure_->seconds, stopped_others_,
-                    stopped_others_ == 1 ? "" : "s"));
+    tell(fmt::format(
+        "rank {} on {} {}{}; stopped {} other rank{}{}", failure_->rank, failure_->host,
+        failure_->what,
+        failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
+        stopped_others_, stopped_others_ == 1 ? "" : "s",
+        restarts_ ? fmt::format(" (after {} restart{})", restarts_, restarts_ == 1 ? "" : "s")
+                  : ""));
     return failure_->status;
   }
   if (failure_) return failure_->status;
@@ -125,14 +181,14 @@ int Supervisor::result() {
   for (const auto& c : children_) {
     int st = c.status().value_or(0);
     if (proc::exit_code(st) != 0) {
-      say(fmt::format("{} {} ({} of {} ranks started)", to_string(cmd_.engine),
-                      describe_wait_status(st), started_, world_));
+      tell(fmt::format("{} {} ({} of {} ranks started)", to_string(cmd_.engine),
+                       describe_wait_status(st), running_, world_));
       return proc::exit_code(st);
     }
   }
-  if (started_ < world_) {
-    say(fmt::format("{} exited but only {} of {} ranks ever started", to_string(cmd_.engine),
-                    started_, world_));
+  if (running_ < world_) {
+    tell(fmt::format("{} exited but only {} of {} ranks ever started", to_string(cmd_.engine),
+                     running_, world_));
     return 1;
   }
   if (cfg_.requeue && checkpoint_signal_sent_) return requeue_after_checkpoint();
@@ -157,7 +213,7 @@ int Supervisor::requeue_after_checkpoint() {
     rc = e.err == ENOENT ? 127 : 126;
   }
   if (rc != 0) {
-    say(fmt::format("'{}' failed with status {}: the job was not requeued", shown, rc));
+    tell(fmt::format("'{}' failed with status {}: the job was not requeued", shown, rc));
     return rc;
   }
   return 0;

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <array>
+#include <cerrno>
 #include <cstdio>
 #include <ctime>
 #include <fstream>
@@ -18,6 +19,7 @@
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/launch.h"
+#include "proc_util.h"
 
 extern char** environ;
 
@@ -147,6 +149,17 @@ std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& jo
   std::time_t t = mktime(&tm);
   if (t <= 0) return std::nullopt;
   return static_cast<std::int64_t>(t);
+}
+
+std::optional<int> program_error(const Env& env, const std::string& program) {
+  int err = ENOENT;
+  for (const auto& p : proc::program_candidates(program, env)) {
+    struct stat st {};
+    if (stat(p.c_str(), &st) != 0) continue;
+    if (S_ISREG(st.st_mode) && access(p.c_str(), X_OK) == 0) return std::nullopt;
+    err = EACCES;
+  }
+  return err;
 }
 
 DetectInput detect_input(const Env& env) {

@@ -25,6 +25,9 @@ std::vector<std::string> srun_mpi_plugins(const std::string& srun);
 // The end time of a Slurm job from `scontrol show job ID` (EndTime=..., local time), for Slurm
 // versions that do not export SLURM_JOB_END_TIME (22.05); nullopt when unknown or unlimited.
 std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id);
+// Why `program` could not be executed with env's PATH: ENOENT (nowhere), EACCES (found but not
+// an executable file); nullopt when it can.
+std::optional<int> program_error(const Env& env, const std::string& program);
 DetectInput detect_input(const Env& env);
 std::string self_exe();
 

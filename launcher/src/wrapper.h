@@ -1,13 +1,18 @@
 // wrapper.h: `gpurun _rank`, run by the engine once per rank, as an object with one handler per
-// event: a signal, a message from gpurun, gpurun going away, a deadline, the program's exit.
+// event: a signal, a message from gpurun, gpurun going away, output of the program, a reach
+// check on rank 0's port, a deadline, the program's exit.
 //
 // It learns its global rank from the engine (OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID,
 // JSM_NAMESPACE_RANK, PMI_RANK, PBS_VNODENUM, or GPURUN_RANK from gpurun's own fork), checks the
-// engine placed it where the plan says, gives it its GPUs from this node's visible list, starts
-// the program in its own process group, and reports to gpurun (control.h). If gpurun goes away,
-// the program is stopped too: no orphan keeps a GPU. Private to the gpurun binary.
+// engine placed it where the plan says, and gives it its GPUs from this node's visible list. Then,
+// talking to gpurun (control.h): HELLO; rank 0 holds the rendezvous port (BIND/PORT); every rank
+// checks it reaches rank 0's host and picks the interface that routes there (RENDEZVOUS/REACH);
+// once all did, GO starts the program in its own process group, its output forwarded as whole
+// lines, its heartbeat watched; EXIT at the end. If gpurun goes away, the program is stopped
+// too: no orphan keeps a GPU. Private to the gpurun binary.
 #pragma once
 
+#include <array>
 #include <optional>
 #include <string>
 #include <vector>
@@ -15,6 +20,9 @@
 #include "control.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/launch.h"
+#include "heartbeat.h"
+#include "net.h"
+#include "output.h"
 #include "proc_util.h"
 
 namespace gpurun::launcher {
@@ -43,32 +51,67 @@ class RankWrapper {
   int run();  // the wrapper's exit status
 
  private:
-  enum class Timer { kill };
+  enum class Timer { kill, reach, heartbeat, flush };
 
+  // Setting up, running, ending (rank_wrapper.cc).
   void locate();
   void connect();
-  void start_program();
+  bool finished() const;
+  void wait_and_dispatch();
+  void drain_output(double deadline);
+  bool await_bye(double deadline);
+  int finish();
+
+  // Handlers (wrapper_events.cc).
   void on_signal(int sig);
   void on_control_readable();
+  void on_message(const control::Bind& m);
+  void on_message(const control::Rendezvous& m);
+  void on_message(const control::Go& m);
   void on_message(const control::Stop&);
   void on_message(const control::Signal& m);
+  void on_message(const control::DumpStacks&);
+  void on_message(const control::Bye&);
   void on_control_closed();
+  void on_probe();
+  void on_output(int stream);
   void on_timer(Timer t);
+  void check_reach();
   void stop_program();
   void report(const control::ToSupervisor& m);
-  int finish();
+  void forward(int stream, bool partial, const std::string& text);
+
+  // The program (wrapper_program.cc).
+  void start_program(const control::Go& go);
+  void program_environment(const control::Go& go);
+  std::vector<int> cpu_binding(const std::string& spec) const;
+  void beat();
 
   WrapperArgs args_;
   Env env_;
   DecodedPlan plan_;
   RankEntry me_;
+  std::vector<std::string> visible_;  // this node's GPUs, as CUDA names them
   common::Fd control_;
   proc::LineReader control_in_;
   std::string token_;
   std::optional<proc::SignalPipe> signals_;
-  proc::Child child_;
-  std::optional<int> exec_failure_;  // 127/126 when the program could not be started
   proc::Deadlines<Timer> timers_;
+
+  net::PortHold port_;  // rank 0: the rendezvous port, held until this wrapper ends
+  int master_port_ = 0;
+  bool check_reachable_ = false;
+  std::string iface_, reach_error_;
+
+  std::optional<RankDir> dir_;
+  proc::Child child_;
+  std::array<common::Fd, 2> out_;  // the program's stdout and stderr
+  std::array<LineForwarder, 2> fwd_;
+  bool watch_ = false, output_since_beat_ = false;
+  std::optional<std::int64_t> step_;
+  bool started_program_ = false, bye_ = false;
+  int abort_signal_ = 0;  // a stop before the program started
+  std::optional<control::Exit> exec_failure_;
   double started_ = 0;
 };
 

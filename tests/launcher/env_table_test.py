@@ -32,7 +32,8 @@ queue = table("launcher/queue/src/env.h", "kQueueEnvRead[]")
 if len(read) < 40 or len(set_) < 10 or len(queue) < 5:
     failures.append(f"tables look truncated: {len(read)} read, {len(set_)} set, {len(queue)} queue")
 
-edge_calls = re.compile(r"\b(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv|environ)\b")
+# (os.environ is the Python of the sitecustomize the wrapper writes for Python ranks.)
+edge_calls = re.compile(r"(?<!os\.)\b(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv|environ)\b")
 edges = {"launcher/src/system.cc", "launcher/queue/src/env.cc"}
 # posix_spawn(..., environ): the environment passed through to a child, no variable read.
 passthrough = {"launcher/queue/src/daemon_jobs.cc", "launcher/src/run_capture.cc",
@@ -50,7 +51,7 @@ for d in ("launcher/src", "launcher/queue/src"):
 
 # Literal names in the launcher's sources: NAME_WITH_UNDERSCORES, and the few one-word ones.
 not_variables = {"PCI_BUS_ID"}  # a value (CUDA_DEVICE_ORDER=PCI_BUS_ID)
-literal = re.compile(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PATH|NCPUS|RANK)"')
+literal = re.compile(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PATH|NCPUS|RANK|TMPDIR|PYTHONPATH)"')
 known = set(read) | set(set_) | not_variables
 for f in sorted((root / "launcher/src").glob("*.[ch]*")):
     if f.name == "env_table.h":

@@ -30,12 +30,36 @@ TEST(Control, HelloRoundTrip) {
   EXPECT_EQ(back.pid, 4242);
 }
 
-TEST(Control, ExitRoundTripKeepsSeconds) {
-  Exit e = round_trip(Exit{7, 3, 9, 12.375}, parse_to_supervisor);
-  EXPECT_EQ(e.rank, 7);
+TEST(Control, ExitRoundTripKeepsSecondsAndWhy) {
+  Exit e = round_trip(Exit{3, 9, 12.375, {}}, parse_to_supervisor);
   EXPECT_EQ(e.code, 3);
   EXPECT_EQ(e.signal, 9);
   EXPECT_DOUBLE_EQ(e.seconds, 12.375);
+  EXPECT_EQ(e.what.value, "");
+  std::string why = "cannot run 'my prog': No such file or directory";
+  EXPECT_EQ(round_trip(Exit{127, 0, 0, Text{why}}, parse_to_supervisor).what.value, why);
+}
+
+TEST(Control, RendezvousAndProgressMessages) {
+  EXPECT_EQ(encode(Port{29500, 1}), "PORT 29500 1\n");
+  Reach r = round_trip(Reach{0, "eth0", Text{"No route to host"}}, parse_to_supervisor);
+  EXPECT_EQ(r.ok, 0);
+  EXPECT_EQ(r.iface, "eth0");
+  EXPECT_EQ(r.detail.value, "No route to host");
+  round_trip(Running{}, parse_to_supervisor);
+  EXPECT_EQ(round_trip(Progress{1234567890123}, parse_to_supervisor).step, 1234567890123);
+  EXPECT_EQ(round_trip(Progress{-1}, parse_to_supervisor).step, -1);
+}
+
+TEST(Control, OutputAndStacksCarryAnyText) {
+  std::string text = "epoch 1  loss 0.25%\nline two\r\n\ttabbed \x01 end";
+  Output o = round_trip(Output{2, 1, Text{text}}, parse_to_supervisor);
+  EXPECT_EQ(o.stream, 2);
+  EXPECT_EQ(o.partial, 1);
+  EXPECT_EQ(o.text.value, text);
+  EXPECT_EQ(round_trip(Output{1, 0, Text{""}}, parse_to_supervisor).text.value, "");
+  std::string stack = "=== process 1 (x) ===\n#0  0x1 main\n";
+  EXPECT_EQ(round_trip(Stacks{Text{stack}}, parse_to_supervisor).text.value, stack);
 }
 
 TEST(Control, WrapperMessages) {
@@ -43,6 +67,16 @@ TEST(Control, WrapperMessages) {
   EXPECT_EQ(encode(Signal{10}), "SIG 10\n");
   EXPECT_EQ(round_trip(Signal{15}, parse_to_wrapper).signal, 15);
   round_trip(Stop{}, parse_to_wrapper);
+  round_trip(DumpStacks{}, parse_to_wrapper);
+  round_trip(Bye{}, parse_to_wrapper);
+  Bind b = round_trip(Bind{29500, 1}, parse_to_wrapper);
+  EXPECT_EQ(b.port, 29500);
+  EXPECT_EQ(b.fixed, 1);
+  EXPECT_EQ(round_trip(Rendezvous{29501, 0}, parse_to_wrapper).check, 0);
+  Go g = round_trip(Go{2, 1, "0-3:4-7"}, parse_to_wrapper);
+  EXPECT_EQ(g.restart, 2);
+  EXPECT_EQ(g.watch, 1);
+  EXPECT_EQ(g.cpu_bind, "0-3:4-7");
 }
 
 TEST(Control, WordsWithSpacesNewlinesAndPercentStayOneField) {
@@ -62,9 +96,11 @@ TEST(Control, TextEscapingKeepsSpacesReadable) {
 }
 
 TEST(Control, MalformedLinesAreRefused) {
-  for (const char* bad : {"HELLO", "HELLO tok x node 1", "HELLO tok 1 node", "EXIT 1 2 3",
-                          "EXIT 1 2 3 abc", "HELLO tok 1 node 1x", "HELLO  tok 1 node 1", "SIG",
-                          "SIG ten", "EXIT 1 2 3 4.5e", "HELLO tok 1 no%2 1"}) {
+  for (const char* bad :
+       {"HELLO", "HELLO tok x node 1", "HELLO tok 1 node", "EXIT 1 2", "EXIT 1 2 abc ",
+        "HELLO tok 1 node 1x", "HELLO  tok 1 node 1", "SIG", "SIG ten", "EXIT 1 2 4.5e ",
+        "HELLO tok 1 no%2 1", "EXIT 1 2 3", "OUT 1 0", "OUT x 0 text", "OUT 1 0 bad%zz",
+        "PROGRESS 99999999999999999999"}) {
     EXPECT_FALSE(parse_to_supervisor(bad).has_value() && parse_to_wrapper(bad).has_value()) << bad;
     EXPECT_FALSE(parse_to_supervisor(bad).has_value()) << bad;
   }
@@ -75,9 +111,9 @@ TEST(Control, MalformedLinesAreRefused) {
 TEST(Control, UnknownTagsAreNotParsedAndExtraFieldsAreIgnored) {
   EXPECT_FALSE(parse_to_supervisor("BOGUS 1 2").has_value());
   EXPECT_FALSE(parse_to_wrapper("HELLO t 1 h 2").has_value()) << "HELLO goes the other way";
-  auto m = parse_to_supervisor("EXIT 1 0 0 2.5 newer-field 7");
+  auto m = parse_to_supervisor("PORT 29500 1 newer-field 7");
   ASSERT_TRUE(m.has_value());
-  EXPECT_EQ(std::get<Exit>(*m).seconds, 2.5);
+  EXPECT_EQ(std::get<Port>(*m).port, 29500);
 }
 
 }  // namespace

@@ -20,6 +20,7 @@ struct LaunchOptions {
   std::string launcher = "auto";           // --launcher auto|srun|mpirun|blaunch|jsrun|pbsdsh|local
   std::vector<std::string> launcher_args;  // --launcher-args, split on blanks
   bool tag_output = false;
+  std::string cpu_bind = "none";            // --cpu-bind: other than none, the engine must not bind
   std::string self_exe = "gpurun";          // what runs in each rank as the wrapper
   std::vector<std::string> program;         // PROGRAM ARGS
   bool as_root = false;                     // mpirun refuses root without --allow-run-as-root

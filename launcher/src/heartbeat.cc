@@ -1,0 +1,100 @@
+// heartbeat.cc: see heartbeat.h.
+#include "heartbeat.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <charconv>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+
+#include "gpurun/common/posix.h"
+#include "gpurun/launcher/error.h"
+#include "stacks.h"
+
+namespace gpurun::launcher {
+
+std::optional<std::int64_t> parse_heartbeat(std::string_view s) {
+  // Lenient about padding on either side: a right-aligned fixed-width field is a fair reading.
+  while (!s.empty() && s.front() == ' ') s.remove_prefix(1);
+  std::size_t digits = 0;
+  while (digits < s.size() && s[digits] >= '0' && s[digits] <= '9') ++digits;
+  if (digits == 0 || digits > 18) return std::nullopt;
+  for (std::size_t i = digits; i < s.size(); ++i)
+    if (s[i] != ' ' && s[i] != '\n' && s[i] != '\r' && s[i] != '\t' && s[i] != '\0')
+      return std::nullopt;
+  std::int64_t v = 0;
+  std::from_chars(s.data(), s.data() + digits, v);
+  return v;
+}
+
+namespace {
+
+// Folders of wrappers that died without cleaning up (an engine that SIGKILLs its tasks while it
+// aborts, as mpirun does): named with their host and pid, removed by the next wrapper there.
+void remove_stale(const std::string& tmpdir, const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(tmpdir, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    long pid = std::atol(name.c_str() + prefix.size());
+    struct stat st {};
+    if (pid > 0 && kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH &&
+        lstat(e.path().c_str(), &st) == 0 && st.st_uid == geteuid() && S_ISDIR(st.st_mode))
+      std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+RankDir RankDir::create(const std::string& tmpdir, int rank) {
+  std::string prefix = fmt::format("gpurun-{}-p", common::hostname());
+  remove_stale(tmpdir, prefix);
+  std::string tmpl = fmt::format("{}/{}{}-rank{}-XXXXXX", tmpdir, prefix, getpid(), rank);
+  if (!mkdtemp(tmpl.data()))
+    throw Error(fmt::format("rank {}: cannot create its folder in {}: {} (set TMPDIR?)", rank,
+                            tmpdir, strerror(errno)));
+  RankDir d;
+  d.path_ = tmpl;  // owned from here: removed on the errors below too
+  // The rank's alone: mkdtemp made the folder 0700.
+  common::Fd hb(open(d.heartbeat().c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+  if (!hb || mkdir(d.python_dir().c_str(), 0700) != 0 || mkdir(d.pystack_dir().c_str(), 0700) != 0)
+    throw Error(fmt::format("rank {}: cannot populate {}: {}", rank, tmpl, strerror(errno)));
+  common::Fd py(open((d.python_dir() + "/sitecustomize.py").c_str(),
+                     O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600));
+  if (!py || !common::write_all(py.get(), stacks::python_shim()))
+    throw Error(fmt::format("rank {}: cannot write {}/sitecustomize.py: {}", rank, d.python_dir(),
+                            strerror(errno)));
+  return d;
+}
+
+RankDir& RankDir::operator=(RankDir&& o) noexcept {
+  if (this != &o) {
+    std::error_code ec;
+    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+    path_ = std::move(o.path_);
+    o.path_.clear();
+  }
+  return *this;
+}
+
+RankDir::~RankDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::optional<std::int64_t> RankDir::read_step() const {
+  common::Fd fd(open(heartbeat().c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd) return std::nullopt;
+  char buf[64];
+  ssize_t n = pread(fd.get(), buf, sizeof buf, 0);
+  if (n <= 0) return std::nullopt;
+  return parse_heartbeat(std::string_view(buf, static_cast<std::size_t>(n)));
+}
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,85 @@
+// output.cc: see output.h.
+#include "output.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+
+#include "gpurun/launcher/error.h"
+
+namespace gpurun::launcher {
+
+std::string LineForwarder::take_lines(std::string_view bytes, double now) {
+  if (buf_.empty()) since_ = now;
+  buf_.append(bytes);
+  std::size_t end = buf_.rfind('\n');
+  if (end == std::string::npos) return "";
+  std::string lines = buf_.substr(0, end + 1);
+  buf_.erase(0, end + 1);
+  since_ = now;  // what is left began arriving now
+  return lines;
+}
+
+std::optional<std::string> LineForwarder::take_partial(double older_than) {
+  if (buf_.empty() || (since_ >= older_than && buf_.size() <= max_line_)) return std::nullopt;
+  return take_partial_now();
+}
+
+std::optional<std::string> LineForwarder::take_partial_now() {
+  if (buf_.empty()) return std::nullopt;
+  std::string s;
+  s.swap(buf_);
+  return s;
+}
+
+std::optional<double> LineForwarder::partial_since() const {
+  if (buf_.empty()) return std::nullopt;
+  return since_;
+}
+
+OutputSink::OutputSink(bool tag, const std::optional<std::string>& dir, int world) : tag_(tag) {
+  if (!dir) return;
+  std::error_code ec;
+  std::filesystem::create_directories(*dir, ec);
+  if (ec) throw Error(fmt::format("--output-dir {}: cannot create it: {}", *dir, ec.message()));
+  auto open_file = [&](int rank, const char* ext) {
+    std::string p = fmt::format("{}/rank-{}.{}", *dir, rank, ext);
+    common::Fd fd(open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+    if (!fd) throw Error(fmt::format("--output-dir: cannot write {}: {}", p, strerror(errno)));
+    return fd;
+  };
+  for (int r = 0; r < world; ++r) {
+    out_.push_back(open_file(r, "out"));
+    err_.push_back(open_file(r, "err"));
+  }
+}
+
+void OutputSink::write(int rank, int stream, bool partial, std::string_view text) {
+  auto& files = stream == 2 ? err_ : out_;
+  if (static_cast<std::size_t>(rank) < files.size()) common::write_all(files[rank].get(), text);
+  std::string shown;
+  if (tag_) {
+    std::string prefix = fmt::format("{}: ", rank);
+    shown.reserve(text.size() + prefix.size() * 4);
+    std::size_t b = 0;
+    while (b < text.size()) {
+      std::size_t e = text.find('\n', b);
+      e = e == std::string_view::npos ? text.size() : e + 1;
+      shown += prefix;
+      shown.append(text.substr(b, e - b));
+      b = e;
+    }
+  } else {
+    shown.assign(text);
+  }
+  if (partial || (!shown.empty() && shown.back() != '\n')) shown += '\n';
+  // One write per message: whole lines of one rank are never cut by another's.
+  common::write_all(stream == 2 ? STDERR_FILENO : STDOUT_FILENO, shown);
+}
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,55 @@
+// output.h: ranks' output, whole lines at a time, so that the merged stream never splits or glues
+// lines between ranks (engines forward output in chunks that cut lines anywhere).
+//
+// The wrapper reads its program's stdout and stderr from pipes and forwards whole lines to gpurun
+// over the control connection (a line left unfinished goes after kPartialDelay, or at exit);
+// gpurun writes each message with one write, prefixed with the rank under --tag-output, and
+// also appends it to DIR/rank-N.out / DIR/rank-N.err under --output-dir. Private.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "gpurun/common/posix.h"
+
+namespace gpurun::launcher {
+
+constexpr double kPartialDelay = 0.5;  // seconds an unfinished line waits for its end
+
+// One stream of the wrapper's program (stdout or stderr), cut into whole lines.
+class LineForwarder {
+ public:
+  explicit LineForwarder(std::size_t max_line = 1 << 20) : max_line_(max_line) {}
+  // Takes bytes read at time `now`; returns the whole lines among what arrived so far (with
+  // their '\n'), or "" when there is none.
+  std::string take_lines(std::string_view bytes, double now);
+  // The unfinished line, if it waited since before `older_than` or outgrew max_line.
+  std::optional<std::string> take_partial(double older_than);
+  // The unfinished line whatever its age (the program ended).
+  std::optional<std::string> take_partial_now();
+  // When the unfinished line started; nullopt when there is none.
+  std::optional<double> partial_since() const;
+
+ private:
+  std::string buf_;
+  double since_ = 0;
+  std::size_t max_line_;
+};
+
+// gpurun's side: the terminal (its own stdout/stderr) and the --output-dir files.
+class OutputSink {
+ public:
+  // Creates `dir` and truncates rank-N.out / rank-N.err for every rank; throws Error naming it.
+  OutputSink(bool tag, const std::optional<std::string>& dir, int world);
+  // `text`: whole lines, or an unfinished one (partial), which ends the terminal line with '\n'
+  // (so the next rank's line starts on its own) but goes to the rank's file as it is.
+  void write(int rank, int stream, bool partial, std::string_view text);
+
+ private:
+  bool tag_;
+  std::vector<common::Fd> out_, err_;
+};
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,124 @@
+// wrapper_program.cc: starting the rank's program (wrapper.h): its folder and heartbeat, its
+// environment, its CPUs, its output pipes; and reading its heartbeat.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+
+#include "cpubind.h"
+#include "wrapper.h"
+
+namespace gpurun::launcher {
+namespace {
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+// A pipe for one of the program's streams: the read end ours (non-blocking), the write end its.
+std::pair<common::Fd, common::Fd> output_pipe() {
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) throw Error(fmt::format("pipe: {}", strerror(errno)));
+  fcntl(p[0], F_SETFL, O_NONBLOCK);
+  return {common::Fd(p[0]), common::Fd(p[1])};
+}
+
+}  // namespace
+
+void RankWrapper::program_environment(const control::Go& go) {
+  env_["GPURUN_RESTART_COUNT"] = std::to_string(go.restart);
+  if (!dir_) return;
+  env_["GPURUN_HEARTBEAT"] = dir_->heartbeat();
+  if (go.watch) {
+    // Python ranks load the sitecustomize that prints their tracebacks when gpurun asks.
+    auto old = env_.find("PYTHONPATH");
+    std::string rest = old != env_.end() && !old->second.empty() ? ":" + old->second : "";
+    env_["PYTHONPATH"] = dir_->python_dir() + rest;
+    env_["GPURUN_PYSTACK_DIR"] = dir_->pystack_dir();
+  }
+}
+
+// This rank's CPUs under --cpu-bind `spec` (empty: no binding); OMP_NUM_THREADS follows.
+std::vector<int> RankWrapper::cpu_binding(const std::string& spec) const {
+  if (spec == "none") return {};
+  std::vector<std::optional<std::string>> gpus;  // each local rank's first GPU on this node
+  for (const auto& r : plan_.plan.ranks) {
+    if (r.node_rank != me_.node_rank) continue;
+    std::size_t pos = r.gpus.empty() ? visible_.size() : static_cast<std::size_t>(r.gpus[0]);
+    gpus.push_back(pos < visible_.size() ? std::optional<std::string>(visible_[pos])
+                                         : std::nullopt);
+  }
+  auto all = cpubind::binding(spec, cpubind::real_tree(), allowed_cpus(), gpus, me_.host);
+  return all.at(static_cast<std::size_t>(me_.local_rank));
+}
+
+void RankWrapper::start_program(const control::Go& go) {
+  watch_ = go.watch != 0;
+  std::vector<int> cpus;
+  try {
+    if (control_) {
+      auto tmp = env_.find("TMPDIR");
+      dir_ = RankDir::create(tmp != env_.end() && !tmp->second.empty() ? tmp->second : "/tmp",
+                             me_.rank);
+    }
+    program_environment(go);
+    cpus = cpu_binding(go.cpu_bind);
+    if (!cpus.empty()) env_["OMP_NUM_THREADS"] = std::to_string(cpus.size());
+  } catch (const Error& e) {
+    exec_failure_ = control::Exit{1, 0, 0, control::Text{std::string("cannot start: ") + e.what()}};
+    return;
+  }
+  std::pair<common::Fd, common::Fd> pipes[2];
+  if (control_) pipes[0] = output_pipe(), pipes[1] = output_pipe();
+  int w1 = pipes[0].second.get(), w2 = pipes[1].second.get();
+  pid_t parent = getpid();
+  try {
+    child_ = proc::Child::spawn(args_.program, env_, [parent, w1, w2, &cpus] {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(137);  // the wrapper died before prctl took effect
+      // eu-stack/gdb, started by the wrapper when the job hangs, may attach under Yama.
+      prctl(PR_SET_PTRACER, parent, 0, 0, 0);
+      if (!cpus.empty()) {
+        cpu_set_t set;
+        CPU_ZERO(&set);
+        for (int c : cpus) CPU_SET(c, &set);
+        sched_setaffinity(0, sizeof set, &set);
+      }
+      if (w1 >= 0) dup2(w1, STDOUT_FILENO);
+      if (w2 >= 0) dup2(w2, STDERR_FILENO);
+    });
+  } catch (const proc::ExecError& e) {
+    exec_failure_ = control::Exit{e.err == ENOENT ? 127 : 126, 0, 0, control::Text{e.what()}};
+    return;
+  }
+  out_[0] = std::move(pipes[0].first);
+  out_[1] = std::move(pipes[1].first);
+  started_program_ = true;
+  started_ = proc::now_seconds();
+  report(control::Running{});
+  if (watch_) timers_.set(Timer::heartbeat, started_ + 1.0);
+}
+
+// About once a second: a new step in the heartbeat file, or any output, is progress.
+void RankWrapper::beat() {
+  bool progress = output_since_beat_;
+  output_since_beat_ = false;
+  if (auto s = dir_ ? dir_->read_step() : std::nullopt; s && s != step_) {
+    step_ = s;
+    progress = true;
+  }
+  if (progress) report(control::Progress{step_.value_or(-1)});
+}
+
+}  // namespace gpurun::launcher

@@ -1,0 +1,85 @@
+#!/usr/bin/env bash
+# e2e_hang.sh: --hang-timeout end to end (CTest launcher_e2e_hang).
+#
+#   tests/launcher/e2e_hang.sh GPURUN BEAT BEAT_MPI
+#
+# 1. 4 MPI ranks through mpirun; rank 2 stops itself (SIGSTOP) while the others wait for it in
+#    MPI_Allreduce: with --hang-timeout 5 the job ends with status 124 within 15 s, the summary
+#    says "ranks 0-1,3 in MPI_Allreduce; rank 2 in raise: it is behind", and --output-dir holds a
+#    stack file for every rank.
+# 2. 3 ranks through gpurun's own fork, no MPI: rank 1 sleeps in nanosleep while the others keep
+#    beating: its step stays behind, and gpurun-local-PID-hang/ gets the stacks.
+# 3. A Python rank stuck in a function: its traceback (faulthandler) names the function.
+# 4. No false alarm: ranks that beat, or only print, run to the end; a silent one is a hang.
+set -euo pipefail
+gpurun=$1 beat=$2 beat_mpi=$3
+work=$(mktemp -d /tmp/gpurun-hang.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+cd "$work"
+
+fail() { echo "FAIL: $*" >&2; [[ -f $work/log ]] && sed 's/^/  log: /' "$work/log" >&2; exit 1; }
+elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# 1. SIGSTOP under mpirun.
+start=$(date +%s.%N)
+rc=0
+timeout 60 "$gpurun" --scheduler local --launcher mpirun -n 4 --hang-timeout 5 --output-dir "$work/out" \
+  -- "$beat_mpi" --hang-rank 2 --hang-step 10 --hang stop 2>"$work/log" || rc=$?
+secs=$(elapsed "$start")
+[[ $rc == 124 ]] || fail "SIGSTOP: exit $rc, want 124"
+awk -v s="$secs" 'BEGIN { exit !(s < 15) }' || fail "SIGSTOP: the job took $secs s to end (limit 15)"
+# Either rule may see it first: nobody progresses, and rank 2 is a step behind.
+grep -Eq "no rank made progress for 5 s|rank 2's step \(9\) stayed behind the others' \(10\) for 5 s" \
+  "$work/log" || fail "SIGSTOP: no hang line"
+grep -qF "ranks 0-1,3 in MPI_Allreduce; rank 2 in raise: it is behind" "$work/log" ||
+  fail "SIGSTOP: the summary does not group the ranks as expected"
+for r in 0 1 2 3; do
+  f=$work/out/rank-$r.stack
+  [[ -s $f ]] || fail "SIGSTOP: no stack file for rank $r"
+  grep -q "^=== process" "$f" && grep -q "^#0 " "$f" || fail "SIGSTOP: $f holds no stack"
+done
+grep -q "PMPI_Allreduce\|MPI_Allreduce" "$work/out/rank-0.stack" || fail "rank 0's stack lacks MPI_Allreduce"
+echo "ok: SIGSTOP of rank 2 ended the job in ${secs}s: $(grep 'in raise' "$work/log" | sed 's/^gpurun: //')"
+
+# 2. nanosleep without MPI, stacks in the default folder.
+rc=0
+timeout 60 "$gpurun" --scheduler local --launcher local -n 3 --hang-timeout 2 \
+  -- "$beat" --hang-rank 1 --hang-step 10 --hang sleep 2>"$work/log" || rc=$?
+[[ $rc == 124 ]] || fail "nanosleep: exit $rc, want 124"
+grep -q "rank 1's step (9) stayed behind the others'" "$work/log" || fail "nanosleep: not called behind"
+grep -qF "rank 1 in clock_nanosleep: it is behind" "$work/log" || fail "nanosleep: summary"
+dir=$(ls -d "$work"/gpurun-local-*-hang) || fail "nanosleep: no gpurun-local-PID-hang folder"
+[[ $(ls "$dir" | wc -l) == 3 ]] || fail "nanosleep: $(ls "$dir" | wc -l) stack files, want 3"
+echo "ok: a rank sleeping behind the others: $(grep 'it is behind' "$work/log" | sed 's/^gpurun: //')"
+
+# 3. Python: the traceback names the function it is stuck in.
+cat >"$work/hang.py" <<'PY'
+import os, time
+def stuck_here():
+    time.sleep(3600)
+for step in range(100000):
+    if os.environ["RANK"] == "1" and step == 5:
+        stuck_here()
+    with open(os.environ["GPURUN_HEARTBEAT"], "w") as f:
+        f.write(str(step))
+    time.sleep(0.1)
+PY
+rc=0
+timeout 60 "$gpurun" --scheduler local --launcher local -n 2 --hang-timeout 5 --output-dir "$work/py" \
+  -- python3 "$work/hang.py" 2>"$work/log" || rc=$?
+[[ $rc == 124 ]] || fail "python: exit $rc, want 124"
+grep -qE "rank 1 in hang.py:3 in stuck_here: it is behind" "$work/log" || fail "python: summary"
+grep -q "Current thread" "$work/py/rank-1.stack" || fail "python: no traceback in the stack file"
+echo "ok: a Python rank: $(grep 'stuck_here' "$work/log" | sed 's/^gpurun: //')"
+
+# 4. No false alarms; a silent rank is one.
+timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2 \
+  -- "$beat" --steps 30 --interval-ms 100 2>"$work/log" || fail "beating ranks were stopped"
+timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2 \
+  -- sh -c 'for i in 1 2 3 4 5 6; do echo tick; sleep 0.5; done' >/dev/null 2>"$work/log" ||
+  fail "printing ranks were stopped"
+rc=0
+timeout 60 "$gpurun" --scheduler local --launcher local -n 2 --hang-timeout 2 -- sleep 60 \
+  2>"$work/log" || rc=$?
+[[ $rc == 124 ]] && grep -q "no rank made progress for 2 s" "$work/log" || fail "silent ranks: exit $rc"
+echo "ok: beating or printing ranks run to the end; silent ones are a hang"

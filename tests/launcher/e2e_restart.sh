@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# e2e_restart.sh: --max-restarts end to end through mpirun (CTest launcher_e2e_restart).
+#
+#   tests/launcher/e2e_restart.sh GPURUN BEAT_MPI
+#
+# 1. Rank 1 fails on the first attempt only: gpurun restarts all ranks once, with
+#    GPURUN_RESTART_COUNT=1, and the job succeeds; each rank's --output-dir file shows both.
+# 2. A rank that fails every time: restarts are counted for the whole job (2 of 2), then gpurun
+#    exits with the rank's status.
+# 3. A failure before every rank started (the program cannot be executed) is not retried, and is
+#    reported in one line without the engine's banners.
+# 4. A signal from the user, and a checkpoint stop (USR1, then exit 0), are not failures.
+set -euo pipefail
+gpurun=$1 beat_mpi=$2
+work=$(mktemp -d /tmp/gpurun-restart.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; [[ -f $work/log ]] && sed 's/^/  log: /' "$work/log" >&2; exit 1; }
+run() { timeout 60 "$gpurun" --scheduler local --launcher mpirun -n 2 "$@" 2>"$work/log"; }
+
+# 1. Cured by one restart.
+prog=(sh -c 'echo "attempt $GPURUN_RESTART_COUNT"; exec "$0" "$@"' "$beat_mpi" --steps 15
+  --interval-ms 20 --hang-rank 1 --hang-step 5 --hang exit --on-attempt 0)
+run --max-restarts 1 --output-dir "$work/out" -- "${prog[@]}" >/dev/null || fail "not cured: exit $?"
+grep -q "rank 1 on .* exited with code 3 after .* s: restarting all 2 ranks (restart 1 of 1)" \
+  "$work/log" || fail "no restart line"
+for r in 0 1; do
+  [[ $(tr '\n' ' ' <"$work/out/rank-$r.out") == "attempt 0 attempt 1 " ]] ||
+    fail "rank $r saw '$(tr '\n' ' ' <"$work/out/rank-$r.out")', want both attempts"
+done
+echo "ok: $(grep restarting "$work/log" | sed 's/^gpurun: //'); then exit 0"
+
+# 2. Restarts run out.
+rc=0
+run --max-restarts 2 -- "$beat_mpi" --steps 15 --interval-ms 20 --hang-rank 1 --hang-step 5 \
+  --hang exit || rc=$?
+[[ $rc == 3 ]] || fail "always failing: exit $rc, want 3"
+[[ $(grep -c "restarting all 2 ranks" "$work/log") == 2 ]] || fail "not 2 restarts"
+grep -q "rank 1 on .* exited with code 3 after .*; stopped 1 other rank (after 2 restarts)" \
+  "$work/log" || fail "no final line"
+echo "ok: $(tail -n 1 "$work/log" | sed 's/^gpurun: //')"
+
+# 3. Not started: not retried, one line, no engine banner.
+printf '#!/nonexistent/interpreter\n' >"$work/broken"
+chmod +x "$work/broken"
+rc=0
+run --max-restarts 3 -- "$work/broken" || rc=$?
+[[ $rc == 127 ]] || fail "unstartable program: exit $rc, want 127"
+grep -q "not restarting: rank . failed before every rank had started" "$work/log" ||
+  fail "no 'not restarting' line"
+! grep -q "restarting all" "$work/log" || fail "a job that never started was restarted"
+[[ $(grep -c "cannot run '$work/broken': No such file or directory" "$work/log") == 1 ]] ||
+  fail "the exec failure is not said once"
+! grep -q -- "-----" "$work/log" || fail "the engine's banner was shown"
+echo "ok: $(grep 'cannot run' "$work/log" | sed 's/^gpurun: //')"
+
+# 4. A user's SIGTERM and a checkpoint stop are not failures to restart.
+cat >"$work/rank.sh" <<'R'
+#!/usr/bin/env bash
+trap 'exit 0' USR1
+touch "$OUT/ready.$RANK.$GPURUN_RESTART_COUNT"
+for i in $(seq 600); do sleep 0.05; done
+R
+chmod +x "$work/rank.sh"
+for sig in TERM USR1; do
+  rm -f "$work"/ready.*
+  OUT=$work "$gpurun" --scheduler local --launcher mpirun -n 2 --max-restarts 2 \
+    -- "$work/rank.sh" 2>"$work/log" &
+  pid=$!
+  for _ in $(seq 200); do [[ $(ls "$work"/ready.* 2>/dev/null | wc -l) == 2 ]] && break; sleep 0.05; done
+  [[ $(ls "$work"/ready.* 2>/dev/null | wc -l) == 2 ]] || fail "$sig: ranks did not start"
+  kill -"$sig" "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  want=0
+  [[ $sig == TERM ]] && want=143  # the rank's shell dies of the forwarded TERM
+  [[ $rc == "$want" ]] || fail "$sig: exit $rc, want $want"
+  ! grep -q "restarting" "$work/log" || fail "$sig: restarted after a $sig from the user"
+  [[ ! -e $work/ready.0.1 ]] || fail "$sig: a second attempt ran"
+  echo "ok: SIG$sig from the user: no restart (exit $rc)"
+done

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# e2e_startup.sh: clear start-up errors (CTest launcher_e2e_startup).
+#
+#   tests/launcher/e2e_startup.sh GPURUN BEAT
+#
+# A program that is missing or not executable is refused before any engine starts, in one line
+# naming it and the node (exit 127 / 126, as a shell). One that passes that check but cannot be
+# executed in the ranks (a script whose interpreter is missing) is reported by gpurun in one line
+# per job, without the engine's banners or traces, through mpirun and through gpurun's own fork.
+set -euo pipefail
+gpurun=$1
+work=$(mktemp -d /tmp/gpurun-startup.XXXXXX)
+trap 'rm -rf "$work"' EXIT
+host=$(hostname)
+fail() { echo "FAIL: $*" >&2; sed 's/^/  log: /' "$work/log" >&2; exit 1; }
+
+expect() {  # expect RC REGEX ARGS...: exit RC and stderr exactly one line, matching REGEX
+  local want_rc=$1 want=$2 rc=0
+  shift 2
+  timeout 60 "$gpurun" "$@" 2>"$work/log" >/dev/null || rc=$?
+  [[ $rc == "$want_rc" ]] || fail "'$*': exit $rc, want $want_rc"
+  [[ $(wc -l <"$work/log") == 1 ]] && grep -Eqx -- "$want" "$work/log" ||
+    fail "'$*' did not say just: $want"
+  echo "ok: $* -> $rc: $(cat "$work/log")"
+}
+
+touch "$work/plain"
+expect 127 "gpurun: cannot run '/nonexistent/prog' on $host: No such file or directory" \
+  --scheduler local -n 2 -- /nonexistent/prog
+expect 127 "gpurun: cannot run 'no-such-program-xyz' on $host: No such file or directory" \
+  --scheduler local --launcher local -n 2 -- no-such-program-xyz
+expect 126 "gpurun: cannot run '$work/plain' on $host: Permission denied" \
+  --scheduler local -n 2 -- "$work/plain"
+
+printf '#!/nonexistent/interpreter\n' >"$work/broken"
+chmod +x "$work/broken"
+for engine in mpirun local; do
+  # -q: gpurun's status lines off, its failure line on.
+  expect 127 "gpurun: rank [01] on $host cannot run '$work/broken': No such file or directory; stopped [01] other ranks?" \
+    --scheduler local --launcher $engine -n 2 -q -- "$work/broken"
+done

@@ -1,0 +1,146 @@
+// test_cpubind.cc: --cpu-bind (launcher/src/cpubind.h) on a fixture of a two-socket 8-GPU node:
+// 2 x 24 cores with 2 hyperthreads each (CPUs 0-47 and their siblings 48-95), GPUs 0-3 on
+// socket 0 (local_cpulist 0-23,48-71) and 4-7 on socket 1 (24-47,72-95), as /proc/driver/nvidia
+// and /sys/bus/pci show them on such a node.
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "cpubind.h"
+#include "gpurun/launcher/error.h"
+
+namespace gpurun::launcher::cpubind {
+namespace {
+
+const char* kBus[8] = {"0000:07:00.0", "0000:0f:00.0", "0000:47:00.0", "0000:4e:00.0",
+                       "0000:87:00.0", "0000:90:00.0", "0000:b7:00.0", "0000:bd:00.0"};
+
+Tree two_socket_8_gpu() {
+  auto files = std::make_shared<std::map<std::string, std::string>>();
+  for (int g = 0; g < 8; ++g) {
+    (*files)[std::string("/proc/driver/nvidia/gpus/") + kBus[g] + "/information"] =
+        "Model: \t\t NVIDIA A100-SXM4-80GB\nIRQ:   \t\t 0\nGPU UUID: \t GPU-0000000" +
+        std::to_string(g) + "-aaaa-bbbb-cccc-dddddddddddd\nBus Location: \t " + kBus[g] + "\n";
+    (*files)[std::string("/sys/bus/pci/devices/") + kBus[g] + "/local_cpulist"] =
+        g < 4 ? "0-23,48-71\n" : "24-47,72-95\n";
+  }
+  for (int c = 0; c < 96; ++c) {
+    int core = c % 48;
+    (*files)["/sys/devices/system/cpu/cpu" + std::to_string(c) + "/topology/thread_siblings_list"] =
+        std::to_string(core) + "," + std::to_string(core + 48) + "\n";
+  }
+  Tree t;
+  t.read = [files](const std::string& p) -> std::optional<std::string> {
+    auto it = files->find(p);
+    if (it == files->end()) return std::nullopt;
+    return it->second;
+  };
+  t.list = [](const std::string& dir) {
+    std::vector<std::string> out;
+    // Unsorted on purpose: the driver lists them in no promised order.
+    if (dir == "/proc/driver/nvidia/gpus")
+      for (int g : {5, 0, 7, 2, 1, 6, 3, 4}) out.push_back(kBus[g]);
+    return out;
+  };
+  return t;
+}
+
+std::vector<int> all_cpus() {
+  return parse_cpulist("0-95", "test");
+}
+
+std::vector<std::optional<std::string>> gpu_ids(std::vector<std::string> ids) {
+  return {ids.begin(), ids.end()};
+}
+
+TEST(CpuList, ParsesAndFormats) {
+  EXPECT_EQ(parse_cpulist("0-3,8,10-11\n", "x"), (std::vector<int>{0, 1, 2, 3, 8, 10, 11}));
+  EXPECT_EQ(format_cpulist({0, 1, 2, 3, 8, 10, 11}), "0-3,8,10-11");
+  for (const char* bad : {"3-1", "a", "1,,2", "-1", "1-", "0-9999999"})
+    EXPECT_THROW(parse_cpulist(bad, "x"), Error) << bad;
+}
+
+TEST(GpuAddress, IndexInPciOrderOrUuid) {
+  Tree t = two_socket_8_gpu();
+  EXPECT_EQ(gpu_pci_address(t, "0").value_or(""), "0000:07:00.0");
+  EXPECT_EQ(gpu_pci_address(t, "5").value_or(""), "0000:90:00.0");
+  EXPECT_EQ(gpu_pci_address(t, "GPU-00000006-aaaa-bbbb-cccc-dddddddddddd").value_or(""),
+            "0000:b7:00.0");
+  EXPECT_FALSE(gpu_pci_address(t, "8").has_value());
+  EXPECT_FALSE(gpu_pci_address(t, "MIG-1234").has_value());
+}
+
+TEST(AutoBinding, OneRankPerGpuSplitsEachSocketInWholeCores) {
+  auto b = auto_binding(two_socket_8_gpu(), all_cpus(),
+                        gpu_ids({"0", "1", "2", "3", "4", "5", "6", "7"}));
+  ASSERT_EQ(b.size(), 8u);
+  EXPECT_EQ(format_cpulist(b[0]), "0-5,48-53");
+  EXPECT_EQ(format_cpulist(b[3]), "18-23,66-71");
+  EXPECT_EQ(format_cpulist(b[4]), "24-29,72-77");
+  EXPECT_EQ(format_cpulist(b[7]), "42-47,90-95");
+}
+
+TEST(AutoBinding, RanksOnTwoGpusOfDifferentSocketsGetTheirWholeSocket) {
+  auto b = auto_binding(two_socket_8_gpu(), all_cpus(),
+                        gpu_ids({"1", "GPU-00000004-aaaa-bbbb-cccc-dddddddddddd"}));
+  EXPECT_EQ(format_cpulist(b[0]), "0-23,48-71");
+  EXPECT_EQ(format_cpulist(b[1]), "24-47,72-95");
+}
+
+TEST(AutoBinding, TwoRanksPerGpuShareItsSocket) {
+  std::vector<std::string> ids;
+  for (int g = 0; g < 8; ++g) ids.insert(ids.end(), 2, std::to_string(g));
+  auto b = auto_binding(two_socket_8_gpu(), all_cpus(), gpu_ids(ids));
+  EXPECT_EQ(format_cpulist(b[0]), "0-2,48-50");
+  EXPECT_EQ(format_cpulist(b[1]), "3-5,51-53");
+  EXPECT_EQ(format_cpulist(b[15]), "45-47,93-95");
+}
+
+TEST(AutoBinding, OnlyAllowedCpusAndOtherwiseWhatIsAllowed) {
+  // A job whose cgroup allows 12 cores of socket 0 (and their siblings) only.
+  auto allowed = parse_cpulist("0-11,48-59", "test");
+  auto b = auto_binding(two_socket_8_gpu(), allowed, gpu_ids({"0", "1", "4"}));
+  // Rank 2's GPU is on socket 1, none of whose CPUs are allowed: it draws from what is allowed,
+  // which is what ranks 0 and 1 draw from too, so the three split it without overlap.
+  EXPECT_EQ(format_cpulist(b[0]), "0-3,48-51");
+  EXPECT_EQ(format_cpulist(b[1]), "4-7,52-55");
+  EXPECT_EQ(format_cpulist(b[2]), "8-11,56-59");
+  auto two = auto_binding(two_socket_8_gpu(), allowed, gpu_ids({"0", "1"}));
+  EXPECT_EQ(format_cpulist(two[0]), "0-5,48-53");
+  EXPECT_EQ(format_cpulist(two[1]), "6-11,54-59");
+}
+
+TEST(AutoBinding, RanksWithoutGpusSplitTheAllowedCpus) {
+  auto b =
+      auto_binding(two_socket_8_gpu(), parse_cpulist("0-3", "t"), {std::nullopt, std::nullopt});
+  EXPECT_EQ(format_cpulist(b[0]), "0-1");
+  EXPECT_EQ(format_cpulist(b[1]), "2-3");
+  auto few =
+      auto_binding(two_socket_8_gpu(), parse_cpulist("0", "t"), {std::nullopt, std::nullopt});
+  EXPECT_EQ(format_cpulist(few[1]), "0") << "more ranks than CPUs share them";
+}
+
+TEST(Binding, ListsAreCheckedAgainstTheNode) {
+  Tree t = two_socket_8_gpu();
+  auto b = binding("0-3:4-7", t, all_cpus(), {std::nullopt, std::nullopt}, "n1");
+  EXPECT_EQ(format_cpulist(b[1]), "4-7");
+  EXPECT_TRUE(binding("none", t, all_cpus(), {std::nullopt}, "n1")[0].empty());
+  try {
+    binding("0-3", t, all_cpus(), {std::nullopt, std::nullopt}, "n1");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("n1 runs 2 ranks"), std::string::npos) << e.what();
+  }
+  try {
+    binding("0:200", t, all_cpus(), {std::nullopt, std::nullopt}, "n1");
+    FAIL();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("CPU 200"), std::string::npos) << e.what();
+  }
+  EXPECT_THROW(check_spec("0-3::4"), Error);
+  EXPECT_THROW(check_spec("sometimes"), Error);
+  EXPECT_NO_THROW(check_spec("auto"));
+}
+
+}  // namespace
+}  // namespace gpurun::launcher::cpubind

@@ -1,0 +1,95 @@
+// test_output.cc: whole lines from each rank (launcher/src/output.h): the wrapper's line cutter
+// holds an unfinished line until it ends or waits too long; gpurun's sink tags lines, ends an
+// unfinished one on the terminal, and writes each rank's bytes unchanged to its files. Also the
+// heartbeat file's contents (heartbeat.h).
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <filesystem>
+
+#include "gpurun/common/posix.h"
+#include "heartbeat.h"
+#include "output.h"
+
+namespace gpurun::launcher {
+namespace {
+
+TEST(LineForwarder, WholeLinesOnlyUntilAPartialOneWaitsTooLong) {
+  LineForwarder f(100);
+  EXPECT_EQ(f.take_lines("ab", 1.0), "");
+  EXPECT_EQ(f.take_lines("c\nde", 1.1), "abc\n");
+  EXPECT_EQ(f.partial_since().value_or(-1), 1.1);
+  EXPECT_FALSE(f.take_partial(1.0).has_value()) << "not old enough";
+  EXPECT_EQ(f.take_partial(1.2).value_or(""), "de");
+  EXPECT_FALSE(f.partial_since().has_value());
+  EXPECT_EQ(f.take_lines("x\ny\nz", 2.0), "x\ny\n");
+  EXPECT_EQ(f.take_partial_now().value_or(""), "z");
+  EXPECT_EQ(f.take_lines(std::string(150, 'q'), 3.0), "");
+  EXPECT_EQ(f.take_partial(0).value_or("").size(), 150u) << "an overlong line goes out";
+}
+
+TEST(HeartbeatFile, StepAtOffsetZero) {
+  EXPECT_EQ(parse_heartbeat("42").value_or(-1), 42);
+  EXPECT_EQ(parse_heartbeat("42\n").value_or(-1), 42);
+  EXPECT_EQ(parse_heartbeat("17                  \n").value_or(-1), 17);
+  EXPECT_EQ(parse_heartbeat("   17\n").value_or(-1), 17);
+  for (const char* bad : {"", "\n", "x1", "12a", "-3", "1 2"})
+    EXPECT_FALSE(parse_heartbeat(bad).has_value()) << bad;
+}
+
+TEST(RankDir, HoldsTheHeartbeatAndGoesWithItsOwner) {
+  std::string path;
+  {
+    RankDir d = RankDir::create("/tmp", 3);
+    path = d.heartbeat();
+    EXPECT_FALSE(d.read_step().has_value());
+    common::Fd fd(::open(path.c_str(), O_WRONLY));
+    ASSERT_TRUE(common::write_all(fd.get(), "123     \n"));
+    EXPECT_EQ(d.read_step().value_or(-1), 123);
+    EXPECT_TRUE(std::filesystem::exists(d.python_dir() + "/sitecustomize.py"));
+  }
+  EXPECT_FALSE(std::filesystem::exists(path));
+}
+
+TEST(RankDir, FoldersOfKilledWrappersOnThisHostAreRemoved) {
+  char tmpl[] = "/tmp/gpurun-rankdir-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string tmp = tmpl, host = common::hostname();
+  pid_t dead = fork();
+  if (dead == 0) _exit(0);
+  waitpid(dead, nullptr, 0);
+  std::string stale = fmt::format("{}/gpurun-{}-p{}-rank1-abcdef", tmp, host, dead);
+  std::string live = fmt::format("{}/gpurun-{}-p{}-rank2-abcdef", tmp, host, getpid());
+  std::string other = fmt::format("{}/gpurun-otherhost-p{}-rank3-abcdef", tmp, dead);
+  for (const auto& d : {stale, live, other}) std::filesystem::create_directories(d + "/python");
+  {
+    RankDir d = RankDir::create(tmp, 0);
+    EXPECT_FALSE(std::filesystem::exists(stale)) << "a dead wrapper's folder stayed";
+    EXPECT_TRUE(std::filesystem::exists(live)) << "a live wrapper's folder was removed";
+    EXPECT_TRUE(std::filesystem::exists(other))
+        << "another host's folder (shared TMPDIR) was removed";
+  }
+  std::filesystem::remove_all(tmp);
+}
+
+TEST(OutputSink, FilesGetTheExactBytes) {
+  char tmpl[] = "/tmp/gpurun-output-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = std::string(tmpl) + "/out";
+  {
+    OutputSink s(true, dir, 2);
+    s.write(1, 1, false, "a\nb\n");
+    s.write(1, 1, true, "unfinished");
+    s.write(0, 2, false, "err\n");
+  }
+  EXPECT_EQ(common::read_file(dir + "/rank-1.out").value_or("?"), "a\nb\nunfinished");
+  EXPECT_EQ(common::read_file(dir + "/rank-0.err").value_or("?"), "err\n");
+  EXPECT_EQ(common::read_file(dir + "/rank-0.out").value_or("?"), "") << "made for every rank";
+  std::filesystem::remove_all(tmpl);
+}
+
+}  // namespace
+}  // namespace gpurun::launcher
