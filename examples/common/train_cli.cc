@@ -18,6 +18,7 @@
 #include "gpurun/runtime/environment.h"
 #include "gpurun/runtime/process_group.h"
 #include "gpurun/runtime/report.h"
+#include "gpurun/runtime/stop_signal.h"
 #include "gpurun/runtime/trainer.h"
 
 namespace po = boost::program_options;
@@ -236,6 +237,7 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
 }  // namespace
 
 int train_main(int argc, char** argv, const Example& example) {
+  rt::block_stop_signals();  // before MPI, OpenBLAS or the trainer start threads (stop_signal.h)
   Options o;
   int code = 0;
   if (!parse(argc, argv, example, o, code)) return code;

@@ -1,9 +1,11 @@
-// stop_signal.cc: async-signal-safe handlers: they store the signal number and nothing else.
+// stop_signal.cc: the stop signals' waiter thread and the record-only handler (stop_signal.h).
 #include "gpurun/runtime/stop_signal.h"
 
+#include <pthread.h>
 #include <signal.h>
 
 #include <cstring>
+#include <ctime>
 #include <stdexcept>
 
 #include "gpurun/common/posix.h"
@@ -19,7 +21,19 @@ void on_signal(int sig) {
   g_received = sig;
 }
 
+sigset_t stop_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int s : kSignals) sigaddset(&set, s);
+  return set;
+}
+
 }  // namespace
+
+void block_stop_signals() noexcept {
+  const sigset_t set = stop_set();
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+}
 
 StopSignalGuard::StopSignalGuard() {
   g_received = 0;
@@ -34,15 +48,29 @@ StopSignalGuard::StopSignalGuard() {
                                common::signal_name(kSignals[i]));
     }
   }
+  // The waiter blocks the signals itself (sigwait takes only blocked ones) and looks up every
+  // 50 ms whether the guard is going away.
+  waiter_ = std::thread([this] {
+    const sigset_t set = stop_set();
+    pthread_sigmask(SIG_BLOCK, &set, nullptr);
+    const timespec tick{0, 50'000'000};
+    while (!done_.load()) {
+      const int sig = sigtimedwait(&set, nullptr, &tick);
+      if (sig > 0) g_received = sig;
+    }
+  });
 }
 
 StopSignalGuard::~StopSignalGuard() {
+  done_ = true;
+  waiter_.join();
   for (int i = 0; i < 3; ++i) sigaction(kSignals[i], &g_previous[i], nullptr);
 }
 
 int StopSignalGuard::received() {
   return g_received;
 }
+
 void StopSignalGuard::raise_for_test(int sig) {
   g_received = sig;
 }

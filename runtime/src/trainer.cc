@@ -95,10 +95,10 @@ TrainResult Loop::run() {
   res_.steps_per_epoch = spe_;
   res_.lr_peak = learning_rate(cfg_, world_, std::int64_t(1) << 60, spe_);
   start();
+  StopSignalGuard signals;  // installed before the "training:" line, which scripts wait for
   log_ << "training: " << world_ << " rank(s) x " << cfg_.batch_per_rank << " images, " << spe_
        << " steps/epoch, lr " << res_.lr_peak << ", " << res_.param_count << " parameters, "
        << res_.backend.device << ", " << res_.backend.summary << std::endl;
-  StopSignalGuard signals;
   for (std::int64_t epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
     run_epoch(epoch);
     if (res_.stop != StopReason::kFinished) break;
