@@ -42,10 +42,8 @@ for opt in GPURUN_ENABLE_CUDA GPURUN_ENABLE_MPI GPURUN_BUILD_TESTS; do
     fail "$build was configured without $opt=ON; the device needs it (use --build another-dir)"
 done
 programs=(gpurun gpuq mnist_cnn lenet rank_info checkpoint_diff cuda_probe kernels_test)
-# The GPU tests' programs: `ctest --show-only` names them once they exist, so build them first.
-gpu_targets=(kernels_cuda_test cuda_backend_test cuda_watchdog_test nccl_allreduce_test
-  cuda_collectives_test)
-cmake --build "$build" --target "${programs[@]}" "${gpu_targets[@]}"
+# Everything: `ctest --show-only` names the GPU tests' programs only once they exist.
+cmake --build "$build"
 
 stage=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-bundle.XXXXXX")
 trap 'rm -rf "$stage"' EXIT

@@ -47,9 +47,13 @@ while [ $# -gt 0 ]; do
     --skip) skip=",$2,"; shift 2 ;;
     --budget) budget=$2; shift 2 ;;
     --build) build=$(cd "$2" && pwd) || exit 2; shift 2 ;;
-    -h|--help) sed -n '2,44p' "$0"; exit 0 ;;
+    -h|--help) awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "$0"; exit 0 ;;
     *) echo "device-check.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
+done
+steps="probe versions kernels_cpu gpurun_ranks gpurun_gpu mpirun_cpu gpuq_cpu gpu_tests mpi_equal gpuq_gpu bench"
+for s in ${only//,/ } ${skip//,/ }; do
+  [[ " $steps " == *" $s "* ]] || { echo "device-check.sh: no step '$s' (steps: $steps)" >&2; exit 2; }
 done
 out=${OUT:-$root/device-out}
 mkdir -p "$out" || exit 2
@@ -100,7 +104,7 @@ cuda_lib_path() {  # the device's CUDA libraries: the toolkit's, then PyTorch's 
   local p="" d l
   for d in /usr/local/cuda/lib64 /usr/local/nvidia/lib64; do [ -d "$d" ] && p=$p:$d; done
   for d in $(python3 -c 'import site; print(" ".join(site.getsitepackages()))' 2>/dev/null); do
-    for l in "$d"/nvidia/*/lib "$d"/nvidia/cu*/lib; do [ -d "$l" ] && p=$p:$l; done
+    for l in "$d"/nvidia/*/lib; do [ -d "$l" ] && p=$p:$l; done  # cudnn/, nccl/, cu13/, ...
   done
   echo "${p#:}"
 }
@@ -262,7 +266,7 @@ gpuq_job() {
   local sample=()  # the sampler hook (issue 12): sample every second when the daemon can
   gpuq daemon --help 2>/dev/null | grep -- --sample-interval >/dev/null && sample=(--sample-interval 1)
   # shellcheck disable=SC2086
-  gpuq daemon $gpus --state-dir "$d/state" --socket "$GPUQ_SOCKET" "${sample[@]}" \
+  gpuq daemon $gpus --state-dir "$d/state" --socket "$GPUQ_SOCKET" --kill-wait 5 "${sample[@]}" \
     >"$logs/$step-daemon.log" 2>&1 &
   daemon_pid=$!
   for ((i = 0; i < 100; i++)); do
@@ -291,7 +295,14 @@ gpuq_job() {
   { gpuq show "$job"; gpuq history; cat "$d"/job-*.out; } >>"$logs/$step.log" 2>&1
   case $state in
     COMPLETED) rc=0 ;;
-    PENDING | RUNNING | "") rc=124; echo "FAIL: job $job still '${state:-?}' after $took s" >>"$logs/$step.log" ;;
+    PENDING | RUNNING | "")  # cancelled, so that nothing of it runs on during the benchmark
+      rc=124; echo "FAIL: job $job still '${state:-?}' after $took s: cancelled" >>"$logs/$step.log"
+      gpuq cancel "$job" >>"$logs/$step.log" 2>&1
+      for ((i = 0; i < 40; i++)); do
+        gpuq show --json "$job" >"$d/show.json" 2>/dev/null
+        [[ $(json_get "$d/show.json" 0 state) == CANCELLED ]] && break
+        sleep 0.25
+      done ;;
     *) rc=1; echo "FAIL: job $job ended $state" >>"$logs/$step.log" ;;
   esac
 }
@@ -442,8 +453,7 @@ trap 'echo "device-check: interrupted"; finish' INT TERM
 daemon_pid=""
 step_machine
 if ! step_bundle; then finish; fi
-for s in probe versions kernels_cpu gpurun_ranks gpurun_gpu mpirun_cpu gpuq_cpu gpu_tests \
-  mpi_equal gpuq_gpu bench; do
+for s in $steps; do
   if wanted "$s"; then "step_$s"; fi
 done
 finish
