@@ -16,6 +16,7 @@
 #             expands, so scripts/device-check.sh only sets OPAL_PREFIX, OPAL_LIBDIR,
 #             OPAL_SYSCONFDIR and their PMIX_ twins
 #   gpu-tests.json   the `ctest -L gpu` commands with {bin} {root} {mpiexec} placeholders
+#   machine-libs.regex  the libraries left to the machine (glibc, libstdc++, CUDA)
 #   COMMIT           the commit (and "dirty") the programs were built from
 # Then scripts/device-check.sh runs on the device; see bench/gpu_mnist/README.md for the call.
 #   scripts/device-bundle.sh [--build DIR]      (default: build/, configured as CI does if new)
@@ -85,13 +86,14 @@ done
 # --- the libraries everything loads -------------------------------------------------------------
 # glibc, libstdc++ and libgcc_s are newer on the device (Ubuntu 24.04 image); the CUDA libraries
 # come from the device's toolkit and PyTorch's wheels (scripts/device-check.sh finds them).
-system='^(libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libstdc\+\+|ld-linux-x86-64)\.so'
-cuda='^(libcuda|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libnvidia-ml)\.so'
+# device-check.sh reads this list too: a library of the bundle's that resolves elsewhere is a gap.
+machine_libs='^(libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libstdc\+\+|ld-linux-x86-64|libcuda|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libnv.*)\.so'
+echo "$machine_libs" >"$stage/machine-libs.regex"
 for f in "$stage"/bin/* "$stage"/lib/openmpi3/*.so "$stage"/lib/pmix/*.so; do
   ldd "$f" | awk '/=> \//{print $3}'
 done | sort -u | while read -r lib; do
   base=$(basename "$lib")
-  [[ $base =~ $system || $base =~ $cuda ]] || cp -L "$lib" "$stage/lib/$base"
+  [[ $base =~ $machine_libs ]] || cp -L "$lib" "$stage/lib/$base"
 done
 missing=$(for f in "$stage"/bin/* "$stage"/lib/*.so* "$stage"/lib/openmpi3/*.so "$stage"/lib/pmix/*.so; do
   LD_LIBRARY_PATH=$stage/lib ldd "$f" 2>/dev/null | grep 'not found' | sed "s|^|$(basename "$f"): |"

@@ -173,26 +173,23 @@ step_bundle() {
     record bundle FAILED $((SECONDS - t0)) "$(tail -n 2 "$logs/bundle.log")"
     return 1
   fi
-  [ -n "$build" ] && echo "build tree: $build" >>"$work/machine.txt"
-  [ -z "$build" ] && echo "bundle=$(cat "$work/bundle/COMMIT")" >>"$work/machine.txt"
   if [ -n "$build" ]; then  # the build tree's programs, this machine's libraries
+    echo "build=$build" >>"$work/machine.txt"
     record bundle ok $((SECONDS - t0)) "build tree $build: $(ls "$bin" | wc -l) programs"
     return 0
   fi
-  local missing outside files=("$bin"/*) d=$work/ldd
-  [ -z "$build" ] && files+=("$work"/bundle/lib/*.so* "$work"/bundle/lib/openmpi3/*.so "$work"/bundle/lib/pmix/*.so)
+  echo "bundle=$(cat "$work/bundle/COMMIT")" >>"$work/machine.txt"
+  local missing outside d=$work/ldd
+  local files=("$bin"/* "$work"/bundle/lib/*.so* "$work"/bundle/lib/openmpi3/*.so "$work"/bundle/lib/pmix/*.so)
   mkdir -p "$d"
   printf '%s\n' "${files[@]}" |
     xargs -P "$(nproc)" -I{} sh -c 'ldd "$1" >"$2/${1##*/}.ldd" 2>&1' sh {} "$d"
   for f in "$d"/*.ldd; do echo "== ${f##*/}"; cat "$f"; done >>"$logs/bundle.log"
   missing=$(grep -H 'not found' "$d"/*.ldd | sed 's|.*/||; s|\.ldd:[[:space:]]*| needs |; s| =>.*||' | tr '\n' ';')
-  # glibc, libstdc++/libgcc_s and the CUDA libraries are the machine's; all else is the bundle's.
-  if [ -z "$build" ]; then
-    outside=$(awk -v b="$work/bundle/" '$2 == "=>" && $3 ~ /^\// && index($3, b) != 1 {print $1}' "$d"/*.ldd |
-      grep -Ev '^(libc|libm|libdl|libpthread|librt|libresolv|libutil|libgcc_s|libstdc\+\+|ld-linux-x86-64|libcuda|libcudart|libcublas|libcublasLt|libcudnn.*|libnccl|libnv.*)\.so' |
-      sort -u | tr '\n' ' ')
-    [ -n "$outside" ] && missing="$missing resolved outside the bundle (device-bundle.sh did not pack them): $outside"
-  fi
+  # What the bundle leaves to the machine (glibc, libstdc++, CUDA) is in its machine-libs.regex.
+  outside=$(awk -v b="$work/bundle/" '$2 == "=>" && $3 ~ /^\// && index($3, b) != 1 {print $1}' "$d"/*.ldd |
+    grep -Evf "$work/bundle/machine-libs.regex" | sort -u | tr '\n' ' ')
+  [ -n "$outside" ] && missing="$missing resolved outside the bundle (device-bundle.sh did not pack them): $outside"
   # Where the CUDA libraries came from (the toolkit, PyTorch's wheels), for the record.
   where=$(ldd "$bin/mnist_cnn" 2>/dev/null | awk '/cudart|cublas\.|cudnn\.|nccl/{print $1 "=" $3}' | tr '\n' ' ')
   echo "cuda_libs=$where" >>"$work/machine.txt"
