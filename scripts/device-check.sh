@@ -64,6 +64,7 @@ results=$work/results.tsv
 : >"$results"
 fashion=$root/data/fashion mnist=$root/data/mnist
 have_gpu=0 nvsmi_gpus=0
+machine_ld_path=${LD_LIBRARY_PATH-}  # PyTorch runs with the machine's libraries, not the bundle's
 export PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 
 # --- bookkeeping ----------------------------------------------------------------------------------
@@ -113,7 +114,11 @@ unpack_bundle() {
   [ -f "$tarball" ] || { echo "no $tarball: run scripts/device-bundle.sh here first and carry .devbundle"; return 1; }
   mkdir -p "$b"
   if command -v xz >/dev/null; then tar -C "$b" -xJf "$tarball"
-  else python3 -c 'import sys,tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$tarball" "$b"; fi
+  else  # no xz on the device image: python3's lzma
+    python3 -c 'import sys, tarfile
+kw = {"filter": "data"} if hasattr(tarfile, "data_filter") else {}
+tarfile.open(sys.argv[1]).extractall(sys.argv[2], **kw)' "$tarball" "$b"
+  fi
 }
 setup_env() {
   if [ -n "$build" ]; then
@@ -418,14 +423,15 @@ step_bench() {
   needs_gpu bench || return
   local cap=$(($(left) - 15))
   ((cap > 420)) && cap=420
-  run_capped bench "$cap" "$root/bench/gpu_mnist/run.sh" --bin "$bin/mnist_cnn" --data "$fashion" \
+  PYTHON="env LD_LIBRARY_PATH=$machine_ld_path python3" \
+    run_capped bench "$cap" "$root/bench/gpu_mnist/run.sh" --bin "$bin/mnist_cnn" --data "$fashion" \
     --epochs 8 --with-tf32 --torch-epochs 3 --compile-batches 256 --out "$work/bench"
   # A run cut short still leaves its raw reports: tabulate what there is.
   if ((rc)); then
     python3 "$root/bench/gpu_mnist/summarize.py" "$work/bench/raw" "$work/bench" >"$work/bench.sum" 2>&1
     grep -h 'no figure' "$work/bench.sum" | sed 's/^/FAIL: /' >>"$logs/bench.log"
   fi
-  verdict bench "$(grep -E '^\| [0-9]+ \|' "$work/bench/gpu_mnist.md" 2>/dev/null | cut -d'|' -f2-4,10-12 | tr '\n' ' ')"
+  verdict bench "$(grep -E '^\| [0-9]+ \|' "$work/bench/gpu_mnist.md" 2>/dev/null | cut -d'|' -f2,3,6,10,12 | tr '\n' ' ')"
 }
 
 finish() {

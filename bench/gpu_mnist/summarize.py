@@ -87,7 +87,8 @@ def row_for(raw, b):
     bd = breakdown(raw, b)
     g = runs["gpurun"]
     row = "| %d | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
-        b, fmt(s["gpurun"]), "%.0f" % (60000 / s["gpurun"]) if s["gpurun"] else "n/a", acc(g),
+        b, fmt(s["gpurun"]),
+        "%.0f" % (g.get("train_examples", 60000) / s["gpurun"]) if s["gpurun"] else "n/a", acc(g),
         fmt(s["gpurun-tf32"]), acc(runs["gpurun-tf32"]), fmt(s["gpurun-nograph"]),
         fmt(s["torch-eager"]), ratio(s["torch-eager"], s["gpurun"]), fmt(s["torch-compile"]),
         ratio(s["torch-compile"], s["gpurun"]),
