@@ -106,10 +106,11 @@ echo "$(git -C "$root" rev-parse HEAD)$dirty" > "$stage/COMMIT"
 mkdir -p "$dest"
 XZ_OPT="-9 -T2" tar -C "$stage" -cJf "$dest/bundle.tar.xz.tmp" .
 mv "$dest/bundle.tar.xz.tmp" "$dest/bundle.tar.xz"
-echo "device-bundle: $(du -h "$dest/bundle.tar.xz" | cut -f1) $dest/bundle.tar.xz" \
-  "($(ls "$stage/bin" | wc -l) programs, $(ls "$stage/lib" | grep -c '\.so') libraries," \
-  "$(ls "$stage"/lib/openmpi3 "$stage"/lib/pmix | grep -c '\.so') Open MPI/PMIx plugins; built from $(cat "$stage/COMMIT"))"
-echo "libraries: $(ls "$stage/lib" | grep '\.so' | tr '\n' ' ')"
+libs=("$stage"/lib/*.so*) plugins=("$stage"/lib/openmpi3/*.so "$stage"/lib/pmix/*.so)
+progs=("$stage"/bin/*)
+echo "device-bundle: $(du -h "$dest/bundle.tar.xz" | cut -f1) $dest/bundle.tar.xz (${#progs[@]} programs," \
+  "${#libs[@]} libraries, ${#plugins[@]} Open MPI/PMIx plugins; built from $(cat "$stage/COMMIT"))"
+echo "libraries: ${libs[*]##*/}"
 # What one device call sends: tracked and untracked-not-ignored files, plus the carried paths.
 carry=(.devbundle data/fashion data/mnist)
 tree=$(git -C "$root" ls-files -z --cached --others --exclude-standard |

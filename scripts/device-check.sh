@@ -145,7 +145,8 @@ setup_env() {
   export OPAL_PREFIX=$b OPAL_LIBDIR=$b/lib OPAL_SYSCONFDIR=$b/etc
   export PMIX_INSTALL_PREFIX=$b PMIX_LIBDIR=$b/lib PMIX_SYSCONFDIR=$b/etc OMPI_MCA_plm_rsh_agent=
   export PATH=$b/bin:/usr/local/cuda/bin:$PATH
-  export LD_LIBRARY_PATH=$b/lib:$(cuda_lib_path)${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  local cuda; cuda=$(cuda_lib_path)
+  export LD_LIBRARY_PATH=$b/lib:$cuda${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 }
 
 # --- steps ------------------------------------------------------------------------------------------
