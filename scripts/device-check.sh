@@ -156,7 +156,7 @@ step_machine() {
   local m=$work/machine.txt gpus
   {
     echo "date=$(date -u +%FT%TZ)"
-    echo "host=$(hostname) kernel=$(uname -r) cpus=$(nproc)"
+    echo "host=$(hostname)"; echo "kernel=$(uname -r)"; echo "cpus=$(nproc)"
     if gpus=$(nvidia-smi --query-gpu=index,name,uuid,driver_version,memory.total --format=csv,noheader 2>/dev/null) &&
       [ -n "$gpus" ]; then
       echo "gpu=$(echo "$gpus" | head -1 | cut -d, -f2 | sed 's/^ //')"

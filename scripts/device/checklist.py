@@ -52,8 +52,9 @@ def cmd_gpu_tests(build, root):
         if not t.get("command"):
             die("test %s has no command: build its program first" % t["name"])
         argv = [portable(a, build, root, programs) for a in t["command"]]
-        tests.append({"name": t["name"], "argv": argv, "timeout": int(props.get("TIMEOUT", 300)),
-                      "skip_return_code": props.get("SKIP_RETURN_CODE")})
+        env = [portable(e, build, root, programs) for e in props.get("ENVIRONMENT", [])]
+        tests.append({"name": t["name"], "argv": argv, "env": env,
+                      "timeout": int(props.get("TIMEOUT", 300))})
     if not tests:
         die("ctest -L gpu lists no test in %s: configured with GPURUN_ENABLE_CUDA=ON?" % build)
     json.dump({"tests": tests, "programs": sorted(programs)}, sys.stdout, indent=1)
@@ -72,9 +73,11 @@ def last_lines(path, n=3):
 
 def run_one(t, subst, logdir, cwd, have_gpu, left):
     """One test of the list: (name, status, seconds, detail)."""
-    argv = list(t["argv"])
+    argv, env = list(t["argv"]), list(t.get("env", []))
     for k, v in subst.items():
         argv = [a.replace(k, v) for a in argv]
+        env = [e.replace(k, v) for e in env]
+    environ = dict(os.environ, **dict(e.split("=", 1) for e in env if "=" in e))
     name = "gpu_test:" + t["name"]
     if left < 5:
         return name, "not run", 0.0, "out of time (the gpu_tests step's budget)"
@@ -84,7 +87,7 @@ def run_one(t, subst, logdir, cwd, have_gpu, left):
         out.write("$ %s\n" % " ".join(argv))
         out.flush()
         try:
-            rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd,
+            rc = subprocess.run(argv, stdout=out, stderr=subprocess.STDOUT, cwd=cwd, env=environ,
                                 timeout=min(t["timeout"], left)).returncode
         except subprocess.TimeoutExpired:
             rc = None
