@@ -125,12 +125,8 @@ setup_env() {
     bin=$work/bin mpiexec=$(command -v mpiexec || echo mpiexec)
     mkdir -p "$bin"
     python3 "$helper" gpu-tests "$build" "$root" >"$work/gpu-tests.json" || return 1
-    local p f
-    for p in gpurun gpuq mnist_cnn lenet rank_info checkpoint_diff cuda_probe kernels_test \
-      $(json_get "$work/gpu-tests.json" programs | tr -d "[]',"); do
-      echo "/$p\$"
-    done >"$work/wanted"
-    find "$build" -type f -perm -u+x -not -path '*/CMakeFiles/*' | grep -f "$work/wanted" |
+    local f  # every program of the build tree, by name
+    find "$build" -type f -perm -u+x -not -path '*/CMakeFiles/*' |
       while read -r f; do ln -sf "$f" "$bin/${f##*/}"; done
     tests=$work/gpu-tests.json
     export PATH=$bin:$PATH
@@ -165,8 +161,12 @@ step_machine() {
     else
       echo "gpu=none ($(command -v nvidia-smi >/dev/null && nvidia-smi -L 2>&1 | head -n 1 || echo "no nvidia-smi"))"
     fi
-    echo "python=$(python3 -c 'import sys; print(sys.executable, sys.version.split()[0])' 2>&1)"
-    echo "torch=$(python3 -c 'import torch; print(torch.__version__, "CUDA", torch.version.cuda)' 2>/dev/null || echo none)"
+    python3 -c 'import sys; print("python=%s %s" % (sys.executable, sys.version.split()[0]))
+try:
+    import torch
+    print("torch=%s CUDA %s" % (torch.__version__, torch.version.cuda))
+except Exception as e:
+    print("torch=none (%s)" % e)' 2>&1
     echo "nvcc=$( (nvcc --version || /usr/local/cuda/bin/nvcc --version) 2>/dev/null | sed -n 's/.*release \([0-9.]*\).*/\1/p')"
   } >"$m"
   { cat "$m"; echo; nvidia-smi -L; echo; nvidia-smi; } >"$logs/machine.log" 2>&1
