@@ -16,10 +16,10 @@ import struct
 import sys
 import time
 
-import numpy as np
-
 
 def read_idx(path):
+    import numpy as np
+
     for p in (path, path + ".gz"):
         if os.path.exists(p):
             opener = gzip.open if p.endswith(".gz") else open
@@ -42,6 +42,7 @@ def main():
     a = ap.parse_args()
     out = {"peer": "pytorch", "mode": a.mode, "batch": a.batch_size, "epochs": a.epochs}
     try:
+        import numpy as np
         import torch
         import torch.nn as nn
     except ImportError as e:

@@ -12,7 +12,9 @@ probe=$1 bin=$2 lenet=$3 data=$4 mpiexec=${5:-}
 "$probe" || exit $?
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-cuda-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
+# Debian's python3 here; on the GPU machine (scripts/device-check.sh) whichever python3 it has.
 py=/usr/bin/python3
+[ -x "$py" ] || py=$(command -v python3)
 field() { $py -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 at_least() { $py -c "import sys; sys.exit(0 if float(sys.argv[1]) >= float(sys.argv[2]) else 1)" "$1" "$2"; }
