@@ -183,7 +183,9 @@ EpochPlan Loop::plan(std::int64_t epoch, std::int64_t first) {
 
 void Loop::run_epoch(std::int64_t epoch) {
   const std::int64_t first = epoch == start_epoch_ ? start_step_ : 0;
-  if (epoch != start_epoch_) sums_ = {};
+  // The sums cover this epoch's steps before `first`: none at step 0, whatever a checkpoint
+  // written at the end of the previous epoch carried.
+  if (first == 0) sums_ = {};
   backend_.begin_epoch(plan(epoch, first));
   const auto t_epoch = Clock::now();
   const double cpu0 = process_cpu_seconds(), exchange0 = backend_.times().exchange;

@@ -4,7 +4,7 @@
 # tests/runtime/CMakeLists.txt, one mode per test:
 #   mnist_cnn_e2e.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
-#       resume_signal_mpi_allreduce | bad_data | gpurun | lenet
+#       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | gpurun | lenet
 set -euo pipefail
 mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
@@ -148,6 +148,21 @@ resume_signal | resume_signal_mpi | resume_signal_mpi_allreduce)
   "$ckdiff" "$work/ref/checkpoint.bin" "$work/int/checkpoint.bin" 0 ||
     fail "interrupted + resumed weights differ from the uninterrupted run"
   cmp "$work/ref/checkpoint.bin" "$work/int/checkpoint.bin" || fail "checkpoint files differ"
+  ;;
+resume_epoch_end)
+  # Resuming from the checkpoint written at the end of epoch 1: epoch 2's loss and training
+  # accuracy count epoch 2's steps only, exactly as in an uninterrupted run.
+  args=(--data "$data" --threads 1 --seed 5)
+  "$bin" "${args[@]}" --epochs 2 --report "$work/ref.json" >"$work/ref.log"
+  "$bin" "${args[@]}" --epochs 1 --checkpoint "$work/ck" >"$work/one.log"
+  "$bin" "${args[@]}" --epochs 2 --checkpoint "$work/ck" --resume --report "$work/res.json" \
+    >"$work/res.log"
+  cat "$work/res.log"
+  grep -q "resumed from .* at epoch 2, step 0" "$work/res.log" || fail "not resumed at epoch 2"
+  for key in final_loss train_accuracy test_accuracy param_checksum; do
+    want=$(json "$work/ref.json" $key) got=$(json "$work/res.json" $key)
+    [[ $got == "$want" ]] || fail "$key after resuming at the epoch boundary: $got, want $want"
+  done
   ;;
 bad_data)
   rc=0
