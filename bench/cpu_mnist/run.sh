@@ -42,6 +42,12 @@ py=/usr/bin/python3
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-bench.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# glibc hands blocks over 128 KiB back to the kernel on free, so PyTorch, which allocates its
+# activations afresh each op, takes page faults every step; on VMs where a fault is dear (here,
+# 2026-11-23: 640 against 3,500 images/s) that measures the VM, not PyTorch. Every configuration
+# runs with glibc keeping blocks up to 32 MiB in the heap (mnist_cnn allocates nothing per step).
+malloc_tunables=glibc.malloc.mmap_threshold=33554432:glibc.malloc.trim_threshold=1073741824
+export GLIBC_TUNABLES=${GLIBC_TUNABLES:+$GLIBC_TUNABLES:}$malloc_tunables
 
 # One configuration, once: NAME CMD... (a report JSON lands in $work/NAME.R.json).
 run_one() {
@@ -125,6 +131,7 @@ echo "## CPU MNIST CNN: mnist_cnn vs PyTorch $("$py" -c 'import torch; print(tor
 echo
 echo "- machine: $(lscpu | sed -n 's/^Model name: *//p'), $(nproc) cores, $(free -g | awk '/Mem:/{print $2}') GiB; commit $(git -C "$root" rev-parse --short HEAD)"
 echo "- data: $data, batch 64 per rank, $epochs epoch(s), best of $repeats interleaved runs"
+echo "- every run: GLIBC_TUNABLES=$GLIBC_TUNABLES (see the script: PyTorch's per-op buffers stay in the heap)"
 echo "- core peak: $peak GFLOP/s single precision, measured by fma_peak (16 chains of packed FMAs, 2 FLOP each, at the core's clock as it runs now)"
 echo "- the step: 17.4 MFLOP per image (forward 5.93, backward 11.47); GFLOP/s per core = images per CPU-second x 17.4 MFLOP (2 ranks: images/s / 2)"
 env_coretype=${OPENBLAS_CORETYPE-}
