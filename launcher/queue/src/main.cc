@@ -25,7 +25,7 @@ constexpr const char* kUsage =
     "  log [-f] ID                     a job's output\n"
     "  history                         finished jobs (sacct columns)\n"
     "  stats ID [--csv|--plot F.png]   what a job used (like seff)\n"
-    "  report [--since 7d] [--by user] GPU usage per user or account (like sreport)\n"
+    "  report [--since T] [--by user]  GPU usage per user or account (like sreport)\n"
     "  web [--listen 127.0.0.1:8080]   read-only status page, /api/status, /metrics\n"
     "  hold ID... | release ID...      keep pending jobs from starting / let them start\n"
     "  drain | resume                  stop starting jobs / start again (root)\n"
