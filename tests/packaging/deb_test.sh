@@ -41,7 +41,8 @@ for f in /usr/bin/gpurun /usr/bin/gpuq /usr/bin/mnist_cnn /usr/share/man/man1/gp
   /usr/lib/systemd/system/gpuq.service; do
   grep -qx -- "$f" "$tmp/files" || fail "the package lacks $f"
 done
-dpkg-deb -I "$deb" | grep -qE '^ +(postinst|prerm)$' && fail "the package has maintainer scripts (the units must stay disabled)"
+scripts=$(dpkg-deb --ctrl-tarfile "$deb" | tar -t | grep -E '(pre|post)(inst|rm)$' || true)
+[[ -z $scripts ]] || fail "the package has maintainer scripts ($scripts): the units must stay disabled"
 echo "ok: $(basename "$deb"), $(wc -l <"$tmp/files") files, Depends: $depends"
 
 DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$deb" >"$tmp/apt.log" 2>&1 ||
@@ -56,6 +57,6 @@ grep -qx "ExecStart=/usr/bin/gpuq daemon --state-dir /var/lib/gpuq --socket /run
 echo "ok: installed: $got; man -w gpurun; gpuq --help; gpuq.service present and not enabled"
 
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq gpurun >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge gpurun"; }
-left=$(while read -r f; do [[ -e $f ]] && echo "$f"; done <"$tmp/files")
+left=$(while read -r f; do if [[ -e $f ]]; then echo "$f"; fi; done <"$tmp/files")
 [[ -z $left ]] || fail "files left after apt-get purge: $left"
 echo "ok: apt-get purge gpurun removed all $(wc -l <"$tmp/files") files"
