@@ -19,6 +19,7 @@ core=(
   nodejs npm
   procps psmisc util-linux iproute2 passwd
   python3
+  help2man man-db groff-base lmod bash-completion file
 )
 bench=(python3-torch python3-numpy hyperfine)
 

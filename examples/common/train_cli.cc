@@ -20,6 +20,7 @@
 #include "gpurun/runtime/report.h"
 #include "gpurun/runtime/stop_signal.h"
 #include "gpurun/runtime/trainer.h"
+#include "gpurun_version.h"
 
 namespace po = boost::program_options;
 namespace rt = gpurun::runtime;
@@ -47,7 +48,7 @@ po::options_description describe(Options& o, const Example& ex) {
   rt::TrainConfig& t = o.train;
   rt::CudaOptions& c = o.backend.cuda;
   po::options_description d(std::string(ex.program) + ": " + ex.summary + "\noptions");
-  d.add_options()("help,h", "show this help")(
+  d.add_options()("help,h", "show this help")("version", "print the version")(
       "data", po::value(&o.data)->default_value(o.data),
       "directory with train-/t10k- IDX files (raw or .gz); see scripts/fetch-data.sh")(
       "epochs", po::value(&t.epochs)->default_value(t.epochs), "epochs")(
@@ -143,6 +144,11 @@ bool parse(int argc, char** argv, const Example& ex, Options& o, int& exit_code)
   }
   if (vm.count("help")) {
     std::cout << desc;
+    exit_code = 0;
+    return false;
+  }
+  if (vm.count("version")) {
+    std::cout << common::version_line(ex.program) << "\n";
     exit_code = 0;
     return false;
   }

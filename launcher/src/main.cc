@@ -15,6 +15,7 @@
 #include "gpurun/launcher/hostlist.h"
 #include "gpurun/launcher/launch.h"
 #include "gpurun/launcher/plan.h"
+#include "gpurun_version.h"
 #include "proc_util.h"
 #include "report.h"
 #include "run.h"
@@ -305,7 +306,7 @@ int cmd_launch(const std::vector<std::string>& args) {
     return args.empty() ? 2 : 0;
   }
   if (vm.count("version")) {
-    std::cout << "gpurun 0.1.0\n";
+    std::cout << gpurun::common::version_line("gpurun") << "\n";
     return 0;
   }
   if (program.empty())

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "client.h"
+#include "gpurun_version.h"
 #include "supervisor.h"
 
 namespace {
@@ -24,11 +25,12 @@ constexpr const char* kUsage =
     "  log [-f] ID                     a job's output\n"
     "  history                         finished jobs (sacct columns)\n"
     "  stats ID [--csv|--plot F.png]   what a job used (like seff)\n"
-    "  report [--since 7d] [--by user] GPU usage per user or account (like sreport)\n"
+    "  report [--since T] [--by user]  GPU usage per user or account (like sreport)\n"
     "  web [--listen 127.0.0.1:8080]   read-only status page, /api/status, /metrics\n"
     "  hold ID... | release ID...      keep pending jobs from starting / let them start\n"
     "  drain | resume                  stop starting jobs / start again (root)\n"
-    "  daemon [--gpus 0,1,...]         run the queue\n";
+    "  daemon [--gpus 0,1,...]         run the queue\n"
+    "  --version                       print the version\n";
 
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   using namespace gpurun::queue;
@@ -58,6 +60,10 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   std::string cmd = argv[1];
+  if (cmd == "--version") {
+    std::cout << gpurun::common::version_line("gpuq") << "\n";
+    return 0;
+  }
   std::vector<std::string> args(argv + 2, argv + argc);
   if (cmd == "__supervise") {
     if (args.size() != 3) return 2;
