@@ -75,9 +75,11 @@ struct GpuStats {
   double util_sum = 0, util_max = 0, mem_sum = 0;
 };
 // One line per node ("node1: GPU 0 (rank 0) util mean 17% max 20%, mem mean 1024 MiB; ..."),
-// nodes in the order given, then one line per likely straggler: a GPU whose mean utilisation is
-// under half the median of every GPU's mean (at least two GPUs with utilisation needed).
-std::vector<std::string> summarize(const std::vector<GpuStats>& gpus);
+// nodes in `node_order` (the plan's), any other after them as first seen, then one line per likely
+// straggler: a GPU whose mean utilisation is under half the median of every GPU's mean (at least
+// two GPUs with utilisation needed).
+std::vector<std::string> summarize(const std::vector<GpuStats>& gpus,
+                                   const std::vector<std::string>& node_order = {});
 
 // The supervisor's side: FILE.csv and the figures for the summary. Rows are appended to the file
 // as they come, each sample's rows in one write(2) and unbuffered, so the file can be followed
@@ -90,7 +92,9 @@ class MonitorLog {
   explicit MonitorLog(const std::string& path);
   // One GpuSamples from the wrapper on `node`; throws Error when the sample does not parse.
   void add(const std::string& node, const control::GpuSamples& m);
-  std::vector<std::string> summary() const { return summarize(gpus_); }
+  std::vector<std::string> summary(const std::vector<std::string>& node_order) const {
+    return summarize(gpus_, node_order);
+  }
   const std::string& path() const { return path_; }
   int rows() const { return rows_; }
 

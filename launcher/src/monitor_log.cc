@@ -69,8 +69,12 @@ std::string describe(const GpuStats& g) {
 
 }  // namespace
 
-std::vector<std::string> summarize(const std::vector<GpuStats>& gpus) {
+std::vector<std::string> summarize(const std::vector<GpuStats>& gpus,
+                                   const std::vector<std::string>& node_order) {
   std::vector<std::string> lines, nodes;
+  for (const auto& n : node_order)
+    if (std::any_of(gpus.begin(), gpus.end(), [&](const GpuStats& g) { return g.node == n; }))
+      nodes.push_back(n);
   for (const auto& g : gpus)
     if (std::find(nodes.begin(), nodes.end(), g.node) == nodes.end()) nodes.push_back(g.node);
   for (const auto& n : nodes) {

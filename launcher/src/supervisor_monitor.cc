@@ -38,7 +38,9 @@ void Supervisor::monitor_summary() {
   if (monitor_) {
     say(fmt::format("monitor: {} row{} in {} (every {} s)", monitor_->rows(),
                     monitor_->rows() == 1 ? "" : "s", monitor_->path(), cfg_.monitor_interval));
-    for (const auto& line : monitor_->summary())
+    std::vector<std::string> hosts;
+    for (const auto& n : cfg_.plan.nodes) hosts.push_back(n.host);
+    for (const auto& line : monitor_->summary(hosts))
       if (line.rfind("likely straggler", 0) == 0)
         tell("monitor: " + line);
       else

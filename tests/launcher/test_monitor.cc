@@ -88,6 +88,8 @@ TEST(Monitor, SummaryPerNodeAndStragglerUnderHalfTheMedian) {
             "n1: GPU 0 (rank 0) util mean 80% max 90%, mem mean 100 MiB; GPU 1 (rank 1) util mean "
             "85% max 85%, mem mean 150 MiB");
   EXPECT_EQ(lines[1].substr(0, 4), "n2: ");
+  // Nodes in the plan's order, whichever sent first.
+  EXPECT_EQ(summarize(g, {"n2", "n1"})[0].substr(0, 4), "n2: ");
   EXPECT_EQ(lines[2],
             "likely straggler: n2 GPU 1 (rank 3): mean utilisation 30% is under half the job's "
             "median (78%)");
