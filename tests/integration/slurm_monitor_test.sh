@@ -31,13 +31,7 @@ jobid=$(sbatch --parsable --nodes=2 --ntasks-per-node=2 --gres=gpu:2 --cpus-per-
   --job-name=gpurun-monitor -o "$out" "$work/monitor.sbatch") || fail "sbatch"
 echo "$name: submitted job $jobid"
 
-deadline=$((SECONDS + 120))
-st=$(job_state)
-until is_final "$st"; do
-  ((SECONDS < deadline)) || fail "job $jobid still '$st' after 120 s"
-  sleep 0.5
-  st=$(job_state)
-done
+st=$(wait_final 120)
 [[ $st == COMPLETED ]] || fail "job $jobid ended $st"
 
 python3 - "$csv" <<'PY' || fail "the CSV $csv"
