@@ -110,6 +110,30 @@ struct Stacks {
   }
 };
 
+// --monitor, from a node's local rank 0: one sample of the node's GPUs that belong to the job
+// (`snapshot` is encode_snapshot's line, gpu_sampler.h); `ranks` says whose each of its GPUs is,
+// in the snapshot's order: rank numbers joined by ',', -1 for a GPU no rank was given.
+struct GpuSamples {
+  static constexpr std::string_view kTag = "GPUS";
+  std::string ranks;
+  Text snapshot;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.ranks, s.snapshot);
+  }
+};
+
+// --monitor: this node's GPUs cannot be sampled (no NVML and no nvidia-smi, a tool that hangs);
+// sent once per attempt, the job goes on.
+struct GpuSamplesFailed {
+  static constexpr std::string_view kTag = "GPUSFAIL";
+  Text what;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.what);
+  }
+};
+
 // The program ended: exit code, or the signal that killed it, after `seconds`; `what` says why
 // when it never ran (an exec failure), else empty.
 struct Exit {
@@ -152,15 +176,17 @@ struct Rendezvous {
 
 // Every rank reached rank 0: start the program. `restart` is GPURUN_RESTART_COUNT;
 // `watch` asks for Progress messages and readiness for DumpStacks (--hang-timeout);
-// `cpu_bind` is --cpu-bind (none, auto or a list).
+// `cpu_bind` is --cpu-bind (none, auto or a list); `monitor_ms` (--monitor): each node's local
+// rank 0 samples the node's GPUs this often and sends GpuSamples (0: off).
 struct Go {
   static constexpr std::string_view kTag = "GO";
   int restart = 0;
   int watch = 0;
   std::string cpu_bind = "none";
+  int monitor_ms = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.restart, s.watch, s.cpu_bind);
+    return std::tie(s.restart, s.watch, s.cpu_bind, s.monitor_ms);
   }
 };
 
@@ -201,7 +227,8 @@ struct Bye {
   }
 };
 
-using ToSupervisor = std::variant<Hello, Port, Reach, Running, Progress, Output, Stacks, Exit>;
+using ToSupervisor = std::variant<Hello, Port, Reach, Running, Progress, Output, Stacks, GpuSamples,
+                                  GpuSamplesFailed, Exit>;
 using ToWrapper = std::variant<Bind, Rendezvous, Go, Stop, Signal, DumpStacks, Bye>;
 
 // One line, '\n' included.

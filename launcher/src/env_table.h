@@ -71,6 +71,7 @@ inline constexpr EnvVar kEnvRead[] = {
     {"PATH", "where srun, mpirun, blaunch and the program are found"},
     {"LD_LIBRARY_PATH", "exported with PATH to remote ranks (mpirun -x)"},
     {"GPURUN_RANK", "a rank's number when gpurun forks the wrappers itself"},
+    {"GPURUN_NVIDIA_SMI", "--monitor: an nvidia-smi to run instead of NVML (tests: a fixture)"},
     {"OMPI_COMM_WORLD_RANK", "a rank's number (mpirun)"},
     {"OMPI_COMM_WORLD_LOCAL_RANK", "a rank's local rank (mpirun), checked against the plan"},
     {"PMIX_RANK", "a rank's number (PMIx)"},

@@ -214,11 +214,43 @@ po::options_description launch_options() {
       "restart all ranks this many times in all when one fails after every rank started")(
       "output-dir", po::value<std::string>(),
       "also write each rank's stdout/stderr to DIR/rank-N.out/.err (and a hang's stacks)")(
+      "monitor", po::value<std::string>()->implicit_value("1")->value_name("SECONDS"),
+      "--monitor[=SECONDS] FILE.csv: every SECONDS (default 1) sample the job's GPUs on every "
+      "node into FILE.csv (time,node,rank,gpu,util,mem_used_mib,power_w,temp_c); at the end one "
+      "line per node, and GPUs under half the job's median utilisation named")(
       "cpu-bind", po::value<std::string>()->default_value("none"),
       "auto (CPUs next to each rank's GPU), none, or one CPU list per local rank: 0-3:4-7")(
       "quiet,q", "no gpurun: status lines (failures are still reported)")(
       "version", "print the version")("help,h", "this help");
   return d;
+}
+
+// --monitor[=SECONDS] FILE.csv: FILE.csv is the word after the option, passed on to the parser
+// as the hidden --monitor-file.
+constexpr const char* kMonitorFile = "monitor-file";
+
+bool take_monitor_file(const std::vector<std::string>& args, std::size_t& i,
+                       std::vector<std::string>& opts) {
+  const std::string& a = args[i];
+  if (a != "--monitor" && a.rfind("--monitor=", 0) != 0) return false;
+  opts.push_back(a);
+  if (i + 1 >= args.size() || args[i + 1].empty() || args[i + 1][0] == '-')
+    throw Error(fmt::format("{}: expected FILE.csv after it (--monitor[=SECONDS] FILE.csv){}", a,
+                            i + 1 < args.size() ? ", not '" + args[i + 1] + "'" : ""));
+  opts.push_back(fmt::format("--{}={}", kMonitorFile, args[++i]));
+  return true;
+}
+
+// Seconds between --monitor samples: a number from 0.1 to 3600.
+double monitor_interval(const std::string& text) {
+  char* end = nullptr;
+  double s = std::strtod(text.c_str(), &end);
+  if (text.empty() || end != text.c_str() + text.size() || !(s >= 0.1 && s <= 3600))
+    throw Error(fmt::format(
+        "--monitor={}: expected SECONDS between samples, a number from 0.1 to 3600 (as in "
+        "--monitor=0.5 FILE.csv)",
+        text));
+  return s;
 }
 
 // Splits gpurun's options from PROGRAM ARGS: `gpurun -n 2 python train.py` has no "--", so the
@@ -236,6 +268,7 @@ std::pair<std::vector<std::string>, std::vector<std::string>> split_program(
       program.assign(args.begin() + static_cast<long>(i), args.end());
       break;
     }
+    if (take_monitor_file(args, i, opts)) continue;
     opts.push_back(a);
     bool is_long = a.rfind("--", 0) == 0;
     const po::option_description* o = a.find('=') != std::string::npos ? nullptr
@@ -292,14 +325,19 @@ RunConfig run_settings(const po::variables_map& vm, const Setup& s, const Launch
   if (cfg.max_restarts < 0) throw Error("--max-restarts: expected 0 or more");
   if (vm.count("output-dir")) cfg.output_dir = vm["output-dir"].as<std::string>();
   cfg.cpu_bind = lo.cpu_bind;
+  if (vm.count("monitor")) {
+    cfg.monitor_interval = monitor_interval(vm["monitor"].as<std::string>());
+    cfg.monitor_file = vm[kMonitorFile].as<std::string>();
+  }
   return cfg;
 }
 
 int cmd_launch(const std::vector<std::string>& args) {
-  po::options_description d = launch_options();
+  po::options_description d = launch_options(), all;
+  all.add(d).add_options()(kMonitorFile, po::value<std::string>());  // from --monitor's FILE.csv
   auto [opts, program] = split_program(d, args);
   po::variables_map vm;
-  po::store(po::command_line_parser(opts).options(d).run(), vm);
+  po::store(po::command_line_parser(opts).options(all).run(), vm);
   po::notify(vm);
   if (vm.count("help") || args.empty()) {
     std::cout << kUsage << "\n" << d;
@@ -320,7 +358,13 @@ int cmd_launch(const std::vector<std::string>& args) {
     std::cout << dry_run_text(s.alloc, s.plan, c, program);
     return 0;
   }
-  if (s.alloc.step_task) return exec_in_step(s.alloc, s.plan, s.env, program);
+  if (s.alloc.step_task) {
+    if (vm.count("monitor"))
+      fmt::print(stderr,
+                 "gpurun: --monitor is off inside an srun step: each task runs its "
+                 "program directly, with no gpurun to collect samples\n");
+    return exec_in_step(s.alloc, s.plan, s.env, program);
+  }
   RunConfig cfg = run_settings(vm, s, lo);
   return run_supervisor(cfg);
 }

@@ -129,19 +129,18 @@ bool RankWrapper::finished() const {
 }
 
 void RankWrapper::wait_and_dispatch() {
-  enum { kSig, kCtl, kProbe, kOut, kErr };
-  pollfd fds[5] = {{signals_->fd(), POLLIN, 0},
-                   {control_.get(), POLLIN, 0},
-                   {port_.probe.get(), POLLIN, 0},
-                   {out_[0].get(), POLLIN, 0},
-                   {out_[1].get(), POLLIN, 0}};
-  poll(fds, 5, timers_.wait_ms(proc::now_seconds(), 60000));  // fd -1 entries are skipped
+  enum { kSig, kCtl, kProbe, kOut, kErr, kMon };
+  pollfd fds[6] = {{signals_->fd(), POLLIN, 0},    {control_.get(), POLLIN, 0},
+                   {port_.probe.get(), POLLIN, 0}, {out_[0].get(), POLLIN, 0},
+                   {out_[1].get(), POLLIN, 0},     {monitor_ ? monitor_->fd() : -1, POLLIN, 0}};
+  poll(fds, 6, timers_.wait_ms(proc::now_seconds(), 60000));  // fd -1 entries are skipped
   for (Timer t : timers_.take_due(proc::now_seconds())) on_timer(t);
   if (fds[kSig].revents & POLLIN)
     for (int s : signals_->drain()) on_signal(s);
   if (fds[kOut].revents & (POLLIN | POLLHUP)) on_output(1);
   if (fds[kErr].revents & (POLLIN | POLLHUP)) on_output(2);
   if (fds[kProbe].revents & POLLIN) on_probe();
+  if (fds[kMon].revents & POLLIN) report_monitor();
   if (control_ && (fds[kCtl].revents & (POLLIN | POLLHUP | POLLERR))) on_control_readable();
 }
 
@@ -177,6 +176,11 @@ int RankWrapper::finish() {
     drain_output(proc::now_seconds() + 0.05);
     ::killpg(child_.pid(), SIGKILL);
     drain_output(proc::now_seconds() + kOutputDrain);
+  }
+  if (monitor_) {  // the sample under way, and what waits, go before the EXIT
+    monitor_->stop();
+    report_monitor();
+    monitor_.reset();
   }
   control::Exit e = exec_failure_ ? *exec_failure_ : control::Exit{};
   if (started_program_) {

@@ -36,6 +36,9 @@ struct RunConfig {
   int max_restarts = 0;                   // --max-restarts: attempts after the first
   std::optional<std::string> output_dir;  // --output-dir: rank-N.out/.err, and stacks of a hang
   std::string cpu_bind = "none";          // --cpu-bind auto|none|LIST
+  // --monitor[=SECONDS] FILE.csv: every node's GPUs sampled into this file (monitor.h).
+  std::optional<std::string> monitor_file;
+  double monitor_interval = 1;
 };
 
 int run_supervisor(RunConfig& cfg);

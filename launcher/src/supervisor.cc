@@ -26,6 +26,7 @@ Supervisor::Supervisor(RunConfig& cfg)
 
 int Supervisor::run() {
   check_program();
+  if (cfg_.monitor_file) monitor_.emplace(*cfg_.monitor_file);  // a bad path fails before any rank
   open_control();
   output_.emplace(cfg_.launch.tag_output, cfg_.output_dir, world_);
   signal(SIGPIPE, SIG_IGN);  // a closed stdout must not kill the supervisor of running ranks
@@ -39,6 +40,7 @@ int Supervisor::run() {
     if (!should_restart()) break;
   }
   hostfile_.reset();
+  monitor_summary();
   return result();
 }
 
@@ -170,7 +172,8 @@ void Supervisor::on_message(Conn& c, const control::Reach& m) {
   r.reached = true;
   if (++reached_ == world_ && !go_sent_ && !stopping_) {
     go_sent_ = true;
-    broadcast(control::Go{restarts_, cfg_.hang_timeout > 0 ? 1 : 0, cfg_.cpu_bind});
+    int monitor_ms = cfg_.monitor_file ? static_cast<int>(cfg_.monitor_interval * 1000 + 0.5) : 0;
+    broadcast(control::Go{restarts_, cfg_.hang_timeout > 0 ? 1 : 0, cfg_.cpu_bind, monitor_ms});
   }
 }
 

@@ -22,6 +22,7 @@
 #include "control.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/launch.h"
+#include "monitor.h"
 #include "net.h"
 #include "output.h"
 #include "proc_util.h"
@@ -90,6 +91,8 @@ class Supervisor {
   void on_message(Conn& c, const control::Progress& m);
   void on_message(Conn& c, const control::Output& m);
   void on_message(Conn& c, const control::Stacks& m);
+  void on_message(Conn& c, const control::GpuSamples& m);
+  void on_message(Conn& c, const control::GpuSamplesFailed& m);
   void on_message(Conn& c, const control::Exit& m);
   void on_disconnect(Conn& c);
   void on_timer(Timer t);
@@ -113,6 +116,9 @@ class Supervisor {
   void finish_hang();
   std::string hang_dir() const;
 
+  // --monitor's lines at the end (supervisor_monitor.cc).
+  void monitor_summary();
+
   // The end: gpurun's exit status, and --requeue (supervisor_start.cc).
   int result();
   int requeue_after_checkpoint();
@@ -125,6 +131,9 @@ class Supervisor {
   std::optional<proc::SignalPipe> signals_;
   std::optional<proc::TempFile> hostfile_;
   std::optional<OutputSink> output_;
+  std::optional<monitor::MonitorLog> monitor_;  // --monitor; reset if writing it fails
+  std::vector<std::string> monitor_failures_;   // what nodes said, each said once
+  std::vector<std::string> monitor_silent_;     // nodes that could not be sampled
   int restarts_ = 0;
   int forwarded_stop_signal_ = 0;
   int checkpoint_signal_sent_ = 0;  // USR1/USR2 forwarded, or the --checkpoint-before signal

@@ -21,6 +21,7 @@
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/launch.h"
 #include "heartbeat.h"
+#include "monitor.h"
 #include "net.h"
 #include "output.h"
 #include "proc_util.h"
@@ -86,6 +87,8 @@ class RankWrapper {
   void program_environment(const control::Go& go);
   std::vector<int> cpu_binding(const std::string& spec) const;
   void beat();
+  void start_monitor(int interval_ms);
+  void report_monitor();
 
   WrapperArgs args_;
   Env env_;
@@ -112,6 +115,7 @@ class RankWrapper {
   bool started_program_ = false, bye_ = false;
   int abort_signal_ = 0;  // a stop before the program started
   std::optional<control::Exit> exec_failure_;
+  std::optional<monitor::NodeSampler> monitor_;  // --monitor, on local rank 0
   double started_ = 0;
 };
 

@@ -108,6 +108,22 @@ void RankWrapper::start_program(const control::Go& go) {
   started_ = proc::now_seconds();
   report(control::Running{});
   if (watch_) timers_.set(Timer::heartbeat, started_ + 1.0);
+  if (go.monitor_ms > 0 && me_.local_rank == 0) start_monitor(go.monitor_ms);
+}
+
+// --monitor: this node's GPUs, those the plan gave the job, sampled in a thread (monitor.h).
+void RankWrapper::start_monitor(int interval_ms) {
+  SamplerConfig cfg;
+  if (auto smi = env_.find("GPURUN_NVIDIA_SMI"); smi != env_.end()) cfg.nvidia_smi = smi->second;
+  try {
+    monitor_.emplace(cfg, interval_ms, monitor::job_gpus(plan_.plan, me_.node_rank, visible_));
+  } catch (const Error& e) {
+    report(control::GpuSamplesFailed{control::Text{e.what()}});
+  }
+}
+
+void RankWrapper::report_monitor() {
+  for (const auto& m : monitor_->take()) report(m);
 }
 
 // About once a second: a new step in the heartbeat file, or any output, is progress.

@@ -31,17 +31,6 @@ submit() {
   [[ $jobid =~ ^[0-9]+$ ]] || fail "sbatch ($1) printed '$jobid'"
   echo "$name: run $1: job $jobid"
 }
-# wait_final SECONDS: waits for the job to end; prints its final state.
-wait_final() {
-  local deadline=$((SECONDS + $1)) st
-  st=$(job_state)
-  until is_final "$st"; do
-    ((SECONDS < deadline)) || fail "job $jobid still '$st' after $1 s"
-    sleep 0.5
-    st=$(job_state)
-  done
-  echo "$st"
-}
 checksum() { python3 -c 'import json,sys; j=json.load(open(sys.argv[1])); print(j["param_checksum"], j["test_accuracy"])' "$1"; }
 
 "$cluster" start >/dev/null || fail "local-cluster.sh start"

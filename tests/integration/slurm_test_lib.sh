@@ -1,7 +1,7 @@
 # slurm_test_lib.sh: what the Slurm end-to-end tests share (sourced by them, not run): their
 # arguments, the skip rules (exit 77 without root, slurm-wlm, munge or data), the data lookup, a
 # work dir, fail() with the job's output and state, cleanup that stops the local cluster on any
-# exit (--keep leaves it up), and job-state polling.
+# exit (--keep leaves it up), and job-state polling (job_state, is_final, wait_final).
 #
 #   source "$(dirname "$0")/slurm_test_lib.sh"
 #   slurm_test_setup NAME "$@"   # sets name gpurun mnist keep data root cluster dir work out jobid
@@ -69,4 +69,16 @@ job_state() { scontrol show job "$jobid" 2>/dev/null | grep -o 'JobState=[A-Z_]*
 is_final() {
   case $1 in COMPLETED | FAILED | CANCELLED | TIMEOUT | NODE_FAIL | OUT_OF_MEMORY | BOOT_FAIL | DEADLINE | PREEMPTED) return 0 ;; esac
   return 1
+}
+
+# wait_final SECONDS: waits for the job to end; prints its final state.
+wait_final() {
+  local deadline=$((SECONDS + $1)) st
+  st=$(job_state)
+  until is_final "$st"; do
+    ((SECONDS < deadline)) || fail "job $jobid still '$st' after $1 s"
+    sleep 0.5
+    st=$(job_state)
+  done
+  echo "$st"
 }

@@ -1,0 +1,108 @@
+// monitor.h: `gpurun --monitor[=SECONDS] FILE.csv`. On every node, the wrapper of local rank 0
+// samples the node's GPUs in a thread of its own (NodeSampler: gpu_sampler.h's GpuSampler, so
+// NVML or nvidia-smi, which can take seconds) and sends each sample over the control socket
+// (control::GpuSamples). The supervisor writes them into one CSV (MonitorLog) and, at the end,
+// prints one line per node and names the GPUs whose mean utilisation is under half the job's
+// median as likely stragglers. Private to the gpurun binary.
+#pragma once
+
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "control.h"
+#include "gpurun/common/posix.h"
+#include "gpurun/launcher/error.h"
+#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/launcher/plan.h"
+
+namespace gpurun::launcher::monitor {
+
+// The job's GPUs on one node, as CUDA names them (CUDA_VISIBLE_DEVICES: indices or UUIDs), each
+// with the rank it was given to (-1: none). Empty: the job has no GPU list on this node, and
+// every GPU of the node is sampled, owned by no rank.
+struct JobGpus {
+  std::vector<std::string> ids;
+  std::vector<int> owner;
+};
+// From the plan: the GPUs of the ranks on `node_rank`, positions into `visible` (the node's list);
+// when no rank there has a GPU, all of `visible`, owned by none.
+JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::string>& visible);
+
+// Keeps the GPUs of `s` that are the job's (an index names a whole GPU, a UUID a GPU or a MIG
+// device) and returns their owners in the order kept. Every GPU when `job.ids` is empty.
+std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job);
+
+// Samples now, then every interval, in a thread; the event loop polls fd() and reports what
+// take() returns. The first failure is reported once (GpuSamplesFailed); when no sample ever
+// succeeded (no NVML, no nvidia-smi) sampling stops there, and the job goes on.
+class NodeSampler {
+ public:
+  NodeSampler(SamplerConfig cfg, int interval_ms, JobGpus job);
+  ~NodeSampler();  // stops and joins the thread (after a sample under way)
+  NodeSampler(const NodeSampler&) = delete;
+  NodeSampler& operator=(const NodeSampler&) = delete;
+
+  int fd() const { return event_.get(); }  // readable while messages wait
+  std::vector<control::ToSupervisor> take();
+  void stop();  // no sample after the one under way; join
+
+ private:
+  void loop(SamplerConfig cfg);
+  bool sample_once(GpuSampler& sampler, bool& failed_once);
+  void push(control::ToSupervisor m);
+
+  const int interval_ms_;
+  const JobGpus job_;
+  common::Fd event_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool stop_ = false;
+  std::deque<control::ToSupervisor> out_;
+  std::thread thread_;
+};
+
+// Figures of one GPU over the job.
+struct GpuStats {
+  std::string node;
+  int index = -1, mig = -1;
+  int rank = -1;
+  int samples = 0, util_n = 0, mem_n = 0;
+  double util_sum = 0, util_max = 0, mem_sum = 0;
+};
+// One line per node ("node1: GPU 0 (rank 0) util mean 17% max 20%, mem mean 1024 MiB; ..."),
+// nodes in `node_order` (the plan's), any other after them as first seen, then one line per likely
+// straggler: a GPU whose mean utilisation is under half the median of every GPU's mean (at least
+// two GPUs with utilisation needed).
+std::vector<std::string> summarize(const std::vector<GpuStats>& gpus,
+                                   const std::vector<std::string>& node_order = {});
+
+// The supervisor's side: FILE.csv and the figures for the summary. Rows are appended to the file
+// as they come, each sample's rows in one write(2) and unbuffered, so the file can be followed
+// while the job runs and a gpurun that is killed leaves whole rows (a reader may drop a last line
+// without its newline, which only a kill in the middle of that one write could leave).
+class MonitorLog {
+ public:
+  static constexpr const char* kHeader = "time,node,rank,gpu,util,mem_used_mib,power_w,temp_c";
+  // Creates (or empties) `path` and writes the header; throws Error naming --monitor and the path.
+  explicit MonitorLog(const std::string& path);
+  // One GpuSamples from the wrapper on `node`; throws Error when the sample does not parse.
+  void add(const std::string& node, const control::GpuSamples& m);
+  std::vector<std::string> summary(const std::vector<std::string>& node_order) const {
+    return summarize(gpus_, node_order);
+  }
+  const std::string& path() const { return path_; }
+  int rows() const { return rows_; }
+
+ private:
+  std::string path_;
+  common::Fd fd_;
+  std::vector<GpuStats> gpus_;
+  int rows_ = 0;
+};
+
+}  // namespace gpurun::launcher::monitor

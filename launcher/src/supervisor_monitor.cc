@@ -1,0 +1,56 @@
+// supervisor_monitor.cc: the Supervisor's part of --monitor (supervisor.h, monitor.h): samples
+// from each node's local rank 0 into FILE.csv, a node that cannot be sampled said once, and the
+// summary at the end. Monitoring never fails the job: a file that can no longer be written is
+// said once and left.
+#include <fmt/format.h>
+
+#include <algorithm>
+
+#include "supervisor.h"
+
+namespace gpurun::launcher {
+
+void Supervisor::on_message(Conn& c, const control::GpuSamples& m) {
+  if (!monitor_) return;
+  try {
+    monitor_->add(rank(c.rank).host, m);
+  } catch (const Error& e) {
+    tell(fmt::format("monitor: {}; no more samples are written", e.what()));
+    monitor_.reset();
+  }
+}
+
+void Supervisor::on_message(Conn& c, const control::GpuSamplesFailed& m) {
+  const std::string& node = rank(c.rank).host;
+  if (std::find(monitor_silent_.begin(), monitor_silent_.end(), node) == monitor_silent_.end())
+    monitor_silent_.push_back(node);
+  // Every node lacking nvidia-smi says the same: once is enough.
+  if (std::find(monitor_failures_.begin(), monitor_failures_.end(), m.what.value) !=
+      monitor_failures_.end())
+    return;
+  monitor_failures_.push_back(m.what.value);
+  tell(fmt::format("monitor: cannot sample the GPUs of {}: {}; the job goes on without them", node,
+                   m.what.value));
+}
+
+void Supervisor::monitor_summary() {
+  if (!cfg_.monitor_file) return;
+  if (monitor_) {
+    say(fmt::format("monitor: {} row{} in {} (every {} s)", monitor_->rows(),
+                    monitor_->rows() == 1 ? "" : "s", monitor_->path(), cfg_.monitor_interval));
+    std::vector<std::string> hosts;
+    for (const auto& n : cfg_.plan.nodes) hosts.push_back(n.host);
+    for (const auto& line : monitor_->summary(hosts))
+      if (line.rfind("likely straggler", 0) == 0)
+        tell("monitor: " + line);
+      else
+        say("monitor: " + line);
+  }
+  if (!monitor_silent_.empty()) {
+    std::string nodes;
+    for (const auto& n : monitor_silent_) nodes += (nodes.empty() ? "" : ", ") + n;
+    say(fmt::format("monitor: no GPU samples from {} (said above)", nodes));
+  }
+}
+
+}  // namespace gpurun::launcher
