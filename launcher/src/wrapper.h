@@ -32,6 +32,7 @@ struct WrapperArgs {
   std::string plan_text;
   std::string control = "none";  // host:port:token, or none
   std::vector<std::string> program;
+  std::optional<ContainerSpec> container;  // --container-runtime R --container IMAGE
 };
 WrapperArgs parse_wrapper_args(const std::vector<std::string>& args);
 
@@ -85,13 +86,15 @@ class RankWrapper {
   void start_program(const control::Go& go);
   void program_environment(const control::Go& go);
   std::vector<int> cpu_binding(const std::string& spec) const;
+  std::vector<std::string> program_argv() const;
   void beat();
 
   WrapperArgs args_;
   Env env_;
   DecodedPlan plan_;
   RankEntry me_;
-  std::vector<std::string> visible_;  // this node's GPUs, as CUDA names them
+  std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
+  std::vector<std::string> rank_keys_;  // the variables rank_environment() set
   common::Fd control_;
   proc::LineReader control_in_;
   std::string token_;
