@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "gpurun/launcher/allocation.h"
 #include "gpurun/launcher/error.h"
 
 namespace gpurun::launcher {
@@ -39,29 +40,17 @@ ContainerRuntime pick_container_runtime(
 
 namespace {
 
-std::vector<std::string> split_ids(const std::string& list) {
-  std::vector<std::string> out;
-  std::size_t b = 0;
-  while (b < list.size()) {
-    std::size_t e = list.find(',', b);
-    if (e == std::string::npos) e = list.size();
-    if (e > b) out.push_back(list.substr(b, e - b));
-    b = e + 1;
-  }
-  return out;
-}
-
 std::vector<std::string> podman_argv(const ContainerSpec& c, const ContainerRank& r) {
   std::vector<std::string> v{"podman", "run", "--rm", "--network=host", "--ipc=host"};
   for (const auto& [k, val] : r.env) {
     if (k != "CUDA_VISIBLE_DEVICES") continue;
     // Only the rank's GPUs exist in the container, numbered from 0 there.
-    for (const auto& id : split_ids(val)) v.push_back("--device=nvidia.com/gpu=" + id);
+    for (const auto& id : parse_gpu_list(val)) v.push_back("--device=nvidia.com/gpu=" + id);
   }
   for (const auto& [k, val] : r.env) {
     std::string value = val;
     if (k == "CUDA_VISIBLE_DEVICES") {
-      auto n = split_ids(val).size();
+      auto n = parse_gpu_list(val).size();
       value.clear();
       for (std::size_t i = 0; i < n; ++i) value += (i ? "," : "") + std::to_string(i);
     }

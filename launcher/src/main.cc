@@ -218,8 +218,8 @@ po::options_description launch_options() {
       "auto (CPUs next to each rank's GPU), none, or one CPU list per local rank: 0-3:4-7")(
       "container", po::value<std::string>(),
       "run each rank inside IMAGE: apptainer exec --nv, or podman run with only the rank's GPUs "
-      "(CDI), the rank's variables and the working folder; under Slurm with pyxis, srun "
-      "--container-image (gpurun must be in the image)")(
+      "(CDI), the rank's variables and the working folder; under Slurm with pyxis, srun runs "
+      "each task in IMAGE (gpurun must be in the image)")(
       "container-runtime", po::value<std::string>()->default_value("auto"),
       "auto (pyxis when srun has it, else apptainer, else podman on PATH), apptainer, podman "
       "or pyxis")("quiet,q", "no gpurun: status lines (failures are still reported)")(
