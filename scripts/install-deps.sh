@@ -3,6 +3,7 @@
 # Idempotent: packages already present are skipped without touching apt.
 #   scripts/install-deps.sh           build + tests (Open MPI, Slurm, munge, data)
 #   scripts/install-deps.sh --bench   also the benchmark peers (python3-torch, gnuplot)
+#   scripts/install-deps.sh --containers  also podman (launcher_container_podman, else skipped)
 set -euo pipefail
 
 core=(
@@ -22,13 +23,15 @@ core=(
   help2man man-db groff-base lmod bash-completion file
 )
 bench=(python3-torch python3-numpy hyperfine)
+containers=(podman)
 
 want=("${core[@]}")
 for arg in "$@"; do
   case "$arg" in
     --bench) want+=("${bench[@]}") ;;
+    --containers) want+=("${containers[@]}") ;;
     -h|--help) sed -n '2,6p' "$0"; exit 0 ;;
-    *) echo "install-deps.sh: unknown option '$arg' (expected --bench or --help)" >&2; exit 2 ;;
+    *) echo "install-deps.sh: unknown option '$arg' (expected --bench, --containers or --help)" >&2; exit 2 ;;
   esac
 done
 

@@ -80,6 +80,7 @@ inline constexpr EnvVar kEnvRead[] = {
     {"NCCL_SOCKET_IFNAME", "the user's choice, kept; else set to the interface to MASTER_ADDR"},
     {"GLOO_SOCKET_IFNAME", "the same for Gloo"},
     {"PYTHONPATH", "kept after the wrapper's sitecustomize folder (--hang-timeout)"},
+    {"PWD", "--dry-run --env-file --container: the job's working folder (else getcwd)"},
 };
 
 // Set by gpurun in every rank's environment (rank_environment() in rank_env.cc); the contract of

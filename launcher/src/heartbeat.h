@@ -38,6 +38,7 @@ class RankDir {
   RankDir& operator=(const RankDir&) = delete;
   ~RankDir();
 
+  const std::string& path() const { return path_; }
   std::string heartbeat() const { return path_ + "/heartbeat"; }
   std::string python_dir() const { return path_ + "/python"; }  // prepended to PYTHONPATH
   std::string pystack_dir() const { return path_ + "/pystacks"; }

@@ -95,8 +95,15 @@ Engine parse_engine(const std::string& name) {
       "--launcher '{}': expected auto, srun, mpirun, blaunch, jsrun, pbsdsh or local", name));
 }
 
-std::vector<std::string> wrapper(const LaunchOptions& o, const std::string& plan) {
-  std::vector<std::string> w{o.self_exe, "_rank", "--plan", plan, "--control", o.control, "--"};
+std::vector<std::string> wrapper(const LaunchOptions& o, const std::string& plan,
+                                 const std::optional<ContainerSpec>& ctr) {
+  // Under pyxis the wrapper runs inside the image: the image's gpurun, found on its PATH.
+  bool pyxis = ctr && ctr->runtime == ContainerRuntime::pyxis;
+  std::vector<std::string> w{
+      pyxis ? "gpurun" : o.self_exe, "_rank", "--plan", plan, "--control", o.control};
+  if (ctr && !pyxis)
+    w.insert(w.end(), {"--container-runtime", to_string(ctr->runtime), "--container", ctr->image});
+  w.push_back("--");
   w.insert(w.end(), o.program.begin(), o.program.end());
   return w;
 }
@@ -129,6 +136,27 @@ std::vector<std::string> mpirun_argv(const Allocation& a, const RankPlan& p, con
   return v;
 }
 
+// --container: the runtime, checked against the engine (pyxis needs srun starting the ranks).
+std::optional<ContainerSpec> container_for(const Allocation& a, Engine e, const LaunchOptions& o,
+                                           std::vector<std::string>& notes) {
+  if (o.container_image.empty()) return std::nullopt;
+  bool pyxis_ok = e == Engine::srun && o.srun_pyxis;
+  ContainerSpec s{pick_container_runtime(o.container_runtime, pyxis_ok, o.find_tool),
+                  o.container_image};
+  if (s.runtime == ContainerRuntime::pyxis && e != Engine::srun)
+    throw Error(fmt::format(
+        "--container-runtime pyxis: the ranks must start through srun (engine here: {}); use "
+        "apptainer or podman, or launch from the batch script with --launcher srun",
+        to_string(e)));
+  if (s.runtime == ContainerRuntime::podman && a.scheduler != Scheduler::local &&
+      a.scheduler != Scheduler::gpuq)
+    notes.push_back(
+        "podman's CDI devices are the node's GPU numbers, taken from each rank's "
+        "CUDA_VISIBLE_DEVICES: where the scheduler renumbers GPUs in the job's cgroup, use "
+        "apptainer or pyxis");
+  return s;
+}
+
 }  // namespace
 
 LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchOptions& o) {
@@ -138,9 +166,12 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
     if (o.launcher != "auto")
       c.notes.push_back(fmt::format("--launcher {} ignored: already inside a {} step", o.launcher,
                                     a.step_task->engine));
+    c.container = container_for(a, c.engine, o, c.notes);
     return c;
   }
   c.engine = o.launcher == "auto" ? auto_engine(a, o, c.notes) : parse_engine(o.launcher);
+  c.container = container_for(a, c.engine, o, c.notes);
+  c.wrapper = wrapper(o, o.plan_text, c.container);
   switch (c.engine) {
     case Engine::fork:
     case Engine::step:
@@ -166,6 +197,8 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
       if (pmix) c.argv.push_back("--mpi=pmix");
       if (o.tag_output) c.argv.push_back("--label");
       if (o.cpu_bind != "none") c.argv.push_back("--cpu-bind=none");  // the wrapper binds
+      if (c.container && c.container->runtime == ContainerRuntime::pyxis)
+        append(c.argv, pyxis_srun_flags(c.container->image, o.workdir));
       break;
     }
     case Engine::mpirun:
@@ -204,7 +237,7 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
       break;
   }
   append(c.argv, o.launcher_args);
-  append(c.argv, wrapper(o, o.plan_text));
+  append(c.argv, c.wrapper);
   return c;
 }
 

@@ -220,7 +220,13 @@ po::options_description launch_options() {
       "line per node, and GPUs under half the job's median utilisation named")(
       "cpu-bind", po::value<std::string>()->default_value("none"),
       "auto (CPUs next to each rank's GPU), none, or one CPU list per local rank: 0-3:4-7")(
-      "quiet,q", "no gpurun: status lines (failures are still reported)")(
+      "container", po::value<std::string>(),
+      "run each rank inside IMAGE: apptainer exec --nv, or podman run with only the rank's GPUs "
+      "(CDI), the rank's variables and the working folder; under Slurm with pyxis, srun runs "
+      "each task in IMAGE (gpurun must be in the image)")(
+      "container-runtime", po::value<std::string>()->default_value("auto"),
+      "auto (pyxis when srun has it, else apptainer, else podman on PATH), apptainer, podman "
+      "or pyxis")("quiet,q", "no gpurun: status lines (failures are still reported)")(
       "version", "print the version")("help,h", "this help");
   return d;
 }
@@ -279,6 +285,20 @@ std::pair<std::vector<std::string>, std::vector<std::string>> split_program(
   return {opts, program};
 }
 
+// --container: the image, the runtime asked for, whether srun has pyxis, the working folder.
+void container_settings(const po::variables_map& vm, const Setup& s, bool via_srun,
+                        LaunchOptions& lo) {
+  lo.container_runtime = vm["container-runtime"].as<std::string>();
+  if (!vm.count("container")) return;
+  lo.container_image = vm["container"].as<std::string>();
+  if (lo.container_image.empty()) throw Error("--container '': expected an image");
+  if (via_srun && (lo.container_runtime == "auto" || lo.container_runtime == "pyxis"))
+    if (auto srun = lo.find_tool("srun")) lo.srun_pyxis = sys::srun_has_pyxis(*srun);
+  // Explaining someone else's job: their folder, not ours.
+  auto pwd = s.env.find("PWD");
+  lo.workdir = !s.from_file ? sys::current_dir() : pwd != s.env.end() ? pwd->second : "<cwd>";
+}
+
 LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
                               const std::vector<std::string>& program, bool dry) {
   LaunchOptions lo;
@@ -296,9 +316,11 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   Env tool_env = s.env;
   lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };
   lo.self_exe = dry ? "gpurun" : sys::self_exe();
-  if (s.alloc.scheduler == Scheduler::slurm && !s.alloc.step_task &&
-      (lo.launcher == "auto" || lo.launcher == "srun"))
+  bool via_srun = s.alloc.scheduler == Scheduler::slurm && !s.alloc.step_task &&
+                  (lo.launcher == "auto" || lo.launcher == "srun");
+  if (via_srun)
     if (auto srun = lo.find_tool("srun")) lo.srun_mpi_plugins = sys::srun_mpi_plugins(*srun);
+  container_settings(vm, s, via_srun, lo);
   return lo;
 }
 
@@ -355,7 +377,7 @@ int cmd_launch(const std::vector<std::string>& args) {
   if (dry) {
     lo.plan_text = encode_plan(s.alloc, s.plan, s.popts);
     LaunchCommand c = build_launch(s.alloc, s.plan, lo);
-    std::cout << dry_run_text(s.alloc, s.plan, c, program);
+    std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir);
     return 0;
   }
   if (s.alloc.step_task) {
@@ -363,7 +385,8 @@ int cmd_launch(const std::vector<std::string>& args) {
       fmt::print(stderr,
                  "gpurun: --monitor is off inside an srun step: each task runs its "
                  "program directly, with no gpurun to collect samples\n");
-    return exec_in_step(s.alloc, s.plan, s.env, program);
+    LaunchCommand c = build_launch(s.alloc, s.plan, lo);
+    return exec_in_step(s.alloc, s.plan, s.env, program, c.container);
   }
   RunConfig cfg = run_settings(vm, s, lo);
   return run_supervisor(cfg);

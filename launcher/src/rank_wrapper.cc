@@ -30,6 +30,16 @@ WrapperArgs parse_wrapper_args(const std::vector<std::string>& args) {
       w.plan_text = args[++i];
     } else if (args[i] == "--control" && i + 1 < args.size()) {
       w.control = args[++i];
+    } else if (args[i] == "--container-runtime" && i + 1 < args.size()) {
+      const std::string& r = args[++i];
+      if (r != "apptainer" && r != "podman")
+        throw Error(
+            fmt::format("gpurun _rank --container-runtime '{}': expected apptainer or podman", r));
+      if (!w.container) w.container.emplace();
+      w.container->runtime = r == "podman" ? ContainerRuntime::podman : ContainerRuntime::apptainer;
+    } else if (args[i] == "--container" && i + 1 < args.size()) {
+      if (!w.container) w.container.emplace();
+      w.container->image = args[++i];
     } else if (args[i] == "--") {
       w.program.assign(args.begin() + static_cast<long>(i) + 1, args.end());
       break;
@@ -37,7 +47,7 @@ WrapperArgs parse_wrapper_args(const std::vector<std::string>& args) {
       throw Error(fmt::format("gpurun _rank: unexpected argument '{}'", args[i]));
     }
   }
-  if (w.plan_text.empty() || w.program.empty())
+  if (w.plan_text.empty() || w.program.empty() || (w.container && w.container->image.empty()))
     throw Error(
         "gpurun _rank: usage: gpurun _rank --plan PLAN --control HOST:PORT:TOKEN -- PROGRAM");
   return w;
@@ -93,8 +103,10 @@ void RankWrapper::locate() {
   } else if (!me_.gpus.empty()) {
     for (int i = 0, n = sys::cuda_device_count(); i < n; ++i) visible_.push_back(std::to_string(i));
   }
-  for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_))
+  for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_)) {
     env_[k] = v;
+    rank_keys_.push_back(k);
+  }
   env_.erase("GPURUN_RANK");
   master_port_ = plan_.plan.master_port;
 }
@@ -212,7 +224,8 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
 }
 
 int exec_in_step(const Allocation& a, const RankPlan& plan, const Env& env_in,
-                 const std::vector<std::string>& program) {
+                 const std::vector<std::string>& program,
+                 const std::optional<ContainerSpec>& container) {
   const StepTask& t = *a.step_task;
   Env env = env_in;
   // The step's own numbers are the truth (srun may distribute cyclically); the plan supplies
@@ -231,9 +244,20 @@ int exec_in_step(const Allocation& a, const RankPlan& plan, const Env& env_in,
   }
   RankPlan p = plan;
   p.stdout_tty = isatty(STDOUT_FILENO) == 1;
-  for (auto& [k, v] : rank_environment(p, me, a.scheduler, a.job_id, visible)) env[k] = v;
-  int err = proc::exec_program(program, env);
-  throw proc::ExecError(program.empty() ? "" : program[0], err);
+  ContainerRank inside;
+  for (auto& [k, v] : rank_environment(p, me, a.scheduler, a.job_id, visible)) {
+    env[k] = v;
+    inside.env.emplace_back(k, v);
+  }
+  std::vector<std::string> argv = program;
+  if (container && container->runtime != ContainerRuntime::pyxis) {
+    for (const auto& [k, v] : env)
+      if (passed_into_container(k) && k.rfind("GPURUN_", 0) != 0) inside.env.emplace_back(k, v);
+    inside.workdir = sys::current_dir();
+    argv = container_argv(*container, inside, program);
+  }
+  int err = proc::exec_program(argv, env);
+  throw proc::ExecError(argv.empty() ? "" : argv[0], err);
 }
 
 }  // namespace gpurun::launcher

@@ -94,8 +94,24 @@ std::string info_text(const Allocation& a, const RankPlan& p) {
   return s;
 }
 
+namespace {
+
+// One rank's program as the wrapper starts it in the image (the wrapper also binds its rank
+// folder and passes GPURUN_HEARTBEAT and GPURUN_RESTART_COUNT, made at start).
+std::string container_line(const LaunchCommand& c,
+                           const std::vector<std::pair<std::string, std::string>>& env,
+                           const std::vector<std::string>& program, const std::string& workdir) {
+  if (!c.container || c.container->runtime == ContainerRuntime::pyxis) return "";
+  std::vector<std::string> words;
+  for (const auto& w : container_argv(*c.container, ContainerRank{env, {}, workdir}, program))
+    words.push_back(shell_quote(w));
+  return "# in the image: " + join(words, " ") + "\n";
+}
+
+}  // namespace
+
 std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCommand& c,
-                         const std::vector<std::string>& program) {
+                         const std::vector<std::string>& program, const std::string& workdir) {
   std::string s;
   s += fmt::format("# scheduler {}{}, engine {}\n", to_string(a.scheduler),
                    a.job_id ? " job " + *a.job_id : "", to_string(c.engine));
@@ -124,8 +140,9 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
     std::optional<std::vector<std::string>> vis;
     if (here || single) vis = a.local_gpu_ids;
     s += fmt::format("\n# rank {} on {}\n", r.rank, r.host);
-    for (const auto& [k, v] : rank_environment(p, r, a.scheduler, a.job_id, vis))
-      s += fmt::format("{}={}\n", k, v);
+    auto env = rank_environment(p, r, a.scheduler, a.job_id, vis);
+    for (const auto& [k, v] : env) s += fmt::format("{}={}\n", k, v);
+    s += container_line(c, env, program, workdir);
   }
   return s;
 }

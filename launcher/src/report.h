@@ -12,8 +12,9 @@ namespace gpurun::launcher {
 
 nlohmann::json info_json(const Allocation& a, const RankPlan& p);
 std::string info_text(const Allocation& a, const RankPlan& p);
-// The exact command, then every rank's environment.
+// The exact command, then every rank's environment (and, under --container, the command that
+// runs its program in the image from `workdir`).
 std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCommand& c,
-                         const std::vector<std::string>& program);
+                         const std::vector<std::string>& program, const std::string& workdir);
 
 }  // namespace gpurun::launcher

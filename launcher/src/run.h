@@ -44,9 +44,10 @@ struct RunConfig {
 int run_supervisor(RunConfig& cfg);
 // `gpurun _rank --plan P --control C -- PROGRAM ARGS`
 int run_rank_wrapper(const std::vector<std::string>& args);
-// Inside an srun/jsrun task: set the rank environment and exec the program (never returns on
-// success).
+// Inside an srun/jsrun task: set the rank environment and exec the program, in `container`'s
+// image when given (never returns on success).
 int exec_in_step(const Allocation& alloc, const RankPlan& plan, const Env& env,
-                 const std::vector<std::string>& program);
+                 const std::vector<std::string>& program,
+                 const std::optional<ContainerSpec>& container);
 
 }  // namespace gpurun::launcher

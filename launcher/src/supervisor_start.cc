@@ -77,11 +77,7 @@ void Supervisor::start_engine() {
     for (int r = 0; r < world_; ++r) {
       Env e = env;
       e["GPURUN_RANK"] = std::to_string(r);
-      std::vector<std::string> argv{
-          cfg_.launch.self_exe, "_rank", "--plan", cfg_.launch.plan_text, "--control",
-          cfg_.launch.control,  "--"};
-      argv.insert(argv.end(), cfg_.launch.program.begin(), cfg_.launch.program.end());
-      children_.push_back(proc::Child::spawn(argv, e));
+      children_.push_back(proc::Child::spawn(cmd_.wrapper, e));
     }
   } else {
     int p[2][2];

@@ -11,6 +11,7 @@
 #include <array>
 #include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -20,6 +21,7 @@
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/launch.h"
 #include "proc_util.h"
+#include "run_capture.h"
 
 extern char** environ;
 
@@ -129,6 +131,15 @@ std::vector<std::string> srun_mpi_plugins(const std::string& srun) {
   return out;
 }
 
+bool srun_has_pyxis(const std::string& srun) {
+  try {
+    return run_capture({srun, "--help"}, 10000).output.find("--container-image") !=
+           std::string::npos;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id) {
   auto scontrol = find_tool(env, "scontrol");
   if (!scontrol || job_id.find_first_not_of("0123456789_") != std::string::npos)
@@ -178,6 +189,13 @@ std::string self_exe() {
   ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
   if (n <= 0) return "gpurun";
   return std::string(buf.data(), static_cast<std::size_t>(n));
+}
+
+std::string current_dir() {
+  std::array<char, 4096> buf{};
+  if (!getcwd(buf.data(), buf.size()))
+    throw Error(fmt::format("cannot tell the working folder: {}", strerror(errno)));
+  return buf.data();
 }
 
 }  // namespace gpurun::launcher::sys

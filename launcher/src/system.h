@@ -22,6 +22,8 @@ int cuda_device_count();
 std::optional<std::string> find_tool(const Env& env, const std::string& name);
 // Plugin names from `srun --mpi=list`; empty when srun is missing or says nothing.
 std::vector<std::string> srun_mpi_plugins(const std::string& srun);
+// Whether `srun --help` offers pyxis's --container-image.
+bool srun_has_pyxis(const std::string& srun);
 // The end time of a Slurm job from `scontrol show job ID` (EndTime=..., local time), for Slurm
 // versions that do not export SLURM_JOB_END_TIME (22.05); nullopt when unknown or unlimited.
 std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id);
@@ -30,5 +32,7 @@ std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& jo
 std::optional<int> program_error(const Env& env, const std::string& program);
 DetectInput detect_input(const Env& env);
 std::string self_exe();
+// The working folder (getcwd); throws Error when it cannot be had.
+std::string current_dir();
 
 }  // namespace gpurun::launcher::sys

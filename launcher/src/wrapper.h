@@ -33,6 +33,7 @@ struct WrapperArgs {
   std::string plan_text;
   std::string control = "none";  // host:port:token, or none
   std::vector<std::string> program;
+  std::optional<ContainerSpec> container;  // --container-runtime R --container IMAGE
 };
 WrapperArgs parse_wrapper_args(const std::vector<std::string>& args);
 
@@ -86,6 +87,7 @@ class RankWrapper {
   void start_program(const control::Go& go);
   void program_environment(const control::Go& go);
   std::vector<int> cpu_binding(const std::string& spec) const;
+  std::vector<std::string> program_argv() const;
   void beat();
   void start_monitor(int interval_ms);
   void report_monitor();
@@ -94,7 +96,8 @@ class RankWrapper {
   Env env_;
   DecodedPlan plan_;
   RankEntry me_;
-  std::vector<std::string> visible_;  // this node's GPUs, as CUDA names them
+  std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
+  std::vector<std::string> rank_keys_;  // the variables rank_environment() set
   common::Fd control_;
   proc::LineReader control_in_;
   std::string token_;

@@ -7,10 +7,12 @@
 #include <sys/prctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
 #include "cpubind.h"
+#include "system.h"
 #include "wrapper.h"
 
 namespace gpurun::launcher {
@@ -63,9 +65,27 @@ std::vector<int> RankWrapper::cpu_binding(const std::string& spec) const {
   return all.at(static_cast<std::size_t>(me_.local_rank));
 }
 
+// The program, or under --container the runtime's command that runs it in the image with the
+// rank's variables, GPUs, folder and working folder.
+std::vector<std::string> RankWrapper::program_argv() const {
+  if (!args_.container) return args_.program;
+  ContainerRank r;
+  for (const auto& k : rank_keys_) r.env.emplace_back(k, env_.at(k));
+  for (const auto& [k, v] : env_)
+    if (passed_into_container(k) &&
+        std::find(rank_keys_.begin(), rank_keys_.end(), k) == rank_keys_.end())
+      r.env.emplace_back(k, v);
+  if (watch_ && env_.count("PYTHONPATH") && dir_)
+    r.env.emplace_back("PYTHONPATH", dir_->python_dir());
+  if (dir_) r.binds.push_back(dir_->path());
+  r.workdir = sys::current_dir();
+  return container_argv(*args_.container, r, args_.program);
+}
+
 void RankWrapper::start_program(const control::Go& go) {
   watch_ = go.watch != 0;
   std::vector<int> cpus;
+  std::vector<std::string> argv;
   try {
     if (control_) {
       auto tmp = env_.find("TMPDIR");
@@ -75,6 +95,7 @@ void RankWrapper::start_program(const control::Go& go) {
     program_environment(go);
     cpus = cpu_binding(go.cpu_bind);
     if (!cpus.empty()) env_["OMP_NUM_THREADS"] = std::to_string(cpus.size());
+    argv = program_argv();
   } catch (const Error& e) {
     exec_failure_ = control::Exit{1, 0, 0, control::Text{std::string("cannot start: ") + e.what()}};
     return;
@@ -84,7 +105,7 @@ void RankWrapper::start_program(const control::Go& go) {
   int w1 = pipes[0].second.get(), w2 = pipes[1].second.get();
   pid_t parent = getpid();
   try {
-    child_ = proc::Child::spawn(args_.program, env_, [parent, w1, w2, &cpus] {
+    child_ = proc::Child::spawn(argv, env_, [parent, w1, w2, &cpus] {
       prctl(PR_SET_PDEATHSIG, SIGKILL);
       if (getppid() != parent) _exit(137);  // the wrapper died before prctl took effect
       // eu-stack/gdb, started by the wrapper when the job hangs, may attach under Yama.

@@ -19,6 +19,9 @@ expect_fail "no program to launch" "$gpurun" -n 2
 expect_fail "cannot run 'no-such-program-xyz'" "$gpurun" --scheduler local -n 1 -- no-such-program-xyz
 expect_fail "unrecognised option" "$gpurun" --bogus -- true
 expect_fail "--launcher 'ssh'" "$gpurun" --scheduler local --launcher ssh -n 1 -- true
+expect_fail "--container-runtime 'docker': expected auto, apptainer, podman or pyxis" "$gpurun" --scheduler local -n 1 --container img --container-runtime docker --dry-run -- true
+expect_fail "looked for apptainer and podman on PATH" env PATH=/nonexistent "$gpurun" --scheduler local -n 1 --container img --dry-run -- true
+expect_fail "--container-runtime pyxis: the ranks must start through srun" "$gpurun" --scheduler local -n 1 --container img --container-runtime pyxis --dry-run -- true
 # A program that cannot start is reported with its exit status 127.
 rc=0; "$gpurun" -q --scheduler local -n 2 -- no-such-program-xyz 2>/dev/null || rc=$?
 [[ $rc == 127 ]] || { echo "FAIL: missing program exited $rc, want 127"; exit 1; }

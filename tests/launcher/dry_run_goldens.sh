@@ -9,6 +9,12 @@ sed "s#/var/spool/pbs/aux/4242.pbs01#$data/pbspro.nodefile#" "$data/pbspro.env" 
 sed "s#/home/alice/.lsbatch/1767225600.314159.hostfile#$data/lsf.djob_hostfile#" "$data/lsf.env" > "$tmp/lsf.env"
 sed "s#@DATA@#$data#" "$data/torque.env" > "$tmp/torque.env"
 cp "$data/slurm.env" "$data/slurm_batch.env" "$data/summit.env" "$data/gpuq.env" "$tmp/"
+# --container cases: a fixed working folder, and (auto) a PATH with stand-in runtimes, which are
+# only looked up, never run.
+mkdir "$tmp/bin"; printf '#!/bin/sh\nexit 1\n' > "$tmp/bin/podman"; chmod +x "$tmp/bin/podman"
+for e in gpuq slurm slurm_batch; do
+  { cat "$tmp/$e.env"; echo PWD=/home/alice/proj; echo "PATH=$tmp/bin"; } > "$tmp/${e}_ctr.env"
+done
 cases=(
   "slurm|slurm.env|"
   "slurm_batch|slurm_batch.env|"
@@ -19,6 +25,10 @@ cases=(
   "lsf|lsf.env|"
   "summit|summit.env|--nproc-per-node 6"
   "gpuq|gpuq.env|"
+  "container_auto_podman|gpuq_ctr.env|-n 1 --gpus-per-rank 2 --container localhost/gpurun:test"
+  "container_apptainer|slurm_batch_ctr.env|--container /images/train.sif --container-runtime apptainer"
+  "container_podman_step|slurm_ctr.env|--container localhost/gpurun:test --container-runtime podman"
+  "container_pyxis|slurm_batch_ctr.env|--container nvcr.io#nvidia/pytorch:24.01-py3 --container-runtime pyxis"
 )
 fail=0
 for c in "${cases[@]}"; do

@@ -51,7 +51,7 @@ for d in ("launcher/src", "launcher/queue/src"):
 
 # Literal names in the launcher's sources: NAME_WITH_UNDERSCORES, and the few one-word ones.
 not_variables = {"PCI_BUS_ID"}  # a value (CUDA_DEVICE_ORDER=PCI_BUS_ID)
-literal = re.compile(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PATH|NCPUS|RANK|TMPDIR|PYTHONPATH)"')
+literal = re.compile(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PATH|PWD|NCPUS|RANK|TMPDIR|PYTHONPATH)"')
 known = set(read) | set(set_) | not_variables
 for f in sorted((root / "launcher/src").glob("*.[ch]*")):
     if f.name == "env_table.h":

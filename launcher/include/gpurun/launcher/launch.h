@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "gpurun/launcher/allocation.h"
+#include "gpurun/launcher/container.h"
 #include "gpurun/launcher/plan.h"
 
 namespace gpurun::launcher {
@@ -30,15 +31,25 @@ struct LaunchOptions {
   std::function<std::optional<std::string>(const std::string&)> find_tool;
   // `srun --mpi=list` output split into plugin names; empty when unknown.
   std::vector<std::string> srun_mpi_plugins;
+  // --container IMAGE (empty: none) and --container-runtime; `srun_pyxis`: srun has
+  // --container-image. `workdir` is the folder pyxis mounts and enters.
+  std::string container_image;
+  std::string container_runtime = "auto";
+  bool srun_pyxis = false;
+  std::string workdir;
 };
 
 struct LaunchCommand {
   Engine engine = Engine::fork;
   std::vector<std::string> argv;  // empty for Engine::fork and Engine::step
+  // What each rank runs: `gpurun _rank --plan P --control C [--container...] -- PROGRAM ARGS`
+  // (the end of argv; Engine::fork starts it once per rank; empty for Engine::step).
+  std::vector<std::string> wrapper;
   std::vector<std::pair<std::string, std::string>> engine_env;  // set for the engine process
   // srun's arbitrary distribution: one host per rank, written to a file named by SLURM_HOSTFILE.
   std::vector<std::string> slurm_hostfile;
-  std::vector<std::string> notes;  // fallbacks taken, and why
+  std::vector<std::string> notes;          // fallbacks taken, and why
+  std::optional<ContainerSpec> container;  // --container, its runtime resolved
 };
 
 LaunchCommand build_launch(const Allocation& alloc, const RankPlan& plan, const LaunchOptions& o);
