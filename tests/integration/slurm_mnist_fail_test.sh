@@ -51,13 +51,7 @@ kill -KILL "$pid" || fail "could not kill rank $victim (pid $pid)"
 t0=$SECONDS
 echo "$name: killed rank $victim (pid $pid)"
 
-deadline=$((t0 + 60))
-st=$(job_state)
-until is_final "$st"; do
-  ((SECONDS < deadline)) || fail "job $jobid still $st 60 s after rank $victim was killed"
-  sleep 0.5
-  st=$(job_state)
-done
+st=$(wait_final 60)  # from the kill
 took=$((SECONDS - t0))
 [[ $st == FAILED ]] || fail "job $jobid ended $st, expected FAILED"
 ((took <= 30)) || fail "job $jobid took ${took}s to end after the kill (limit 30 s)"
