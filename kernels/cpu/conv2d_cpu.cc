@@ -1,7 +1,9 @@
 // conv2d_cpu.cc: the fast CPU convolution. With oneDNN (cpu_kernels.h) each op is one oneDNN
-// primitive, the forward with bias and activation fused; otherwise, per image, im2col into the
-// caller's workspace and one sgemm on the chosen library. The workspace keeps the training step
-// free of allocations.
+// primitive, the forward with bias and activation fused, except that a first layer's
+// single-channel convolution runs the direct kernels of conv2d_direct.h; otherwise, per image,
+// im2col into the caller's workspace and one sgemm on the chosen library. The workspace keeps
+// the training step free of allocations.
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -11,6 +13,7 @@
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/cpu_kernels.h"
 #if GPURUN_HAVE_ONEDNN
+#include "conv2d_direct.h"
 #include "onednn.h"
 #endif
 
@@ -23,6 +26,12 @@ using detail::Trans;
 bool on_onednn() {
   return GPURUN_HAVE_ONEDNN && cpu_kernels() == CpuKernels::kOneDnn;
 }
+
+#if GPURUN_HAVE_ONEDNN
+bool on_direct(const Conv2dDesc& d) {
+  return on_onednn() && direct::applies(d);
+}
+#endif
 
 // Rows of the column matrix: one per (c, p, q); columns: one per output pixel.
 std::size_t col_rows(const Conv2dDesc& d) {
@@ -88,14 +97,26 @@ void col2im_add(const Conv2dDesc& d, const float* cols, float* x) {
 
 }  // namespace
 
+namespace {
+// The workspace: im2col's columns (or the direct kernels' scratch), then one dw for kAdd.
+std::size_t columns_floats(const Conv2dDesc& d) {
+#if GPURUN_HAVE_ONEDNN
+  return std::max(col_rows(d) * col_cols(d), direct::scratch_floats(d));
+#else
+  return col_rows(d) * col_cols(d);
+#endif
+}
+}  // namespace
+
 std::size_t conv2d_workspace_floats(const Conv2dDesc& d) {
-  return col_rows(d) * col_cols(d) + d.w_floats();
+  return columns_floats(d) + d.w_floats();
 }
 
 void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws) {
   validate(d);
   check_workspace(d, ws);
 #if GPURUN_HAVE_ONEDNN
+  if (on_direct(d)) return direct::forward(d, Activation::kNone, x, w, nullptr, y);
   if (on_onednn()) return onednn::conv_forward(d, Activation::kNone, x, w, nullptr, y);
 #endif
   const int K = int(col_rows(d)), P = int(col_cols(d));
@@ -114,7 +135,11 @@ void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* d
   const int K = int(col_rows(d)), P = int(col_cols(d));
   const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
   // With kAdd the batch's sum goes to the workspace tail first and is added once at the end.
-  float* sum = acc == Accumulate::kAdd ? ws.data + col_rows(d) * col_cols(d) : dw;
+#if GPURUN_HAVE_ONEDNN
+  if (on_direct(d))
+    return direct::backward(d, Activation::kNone, x, nullptr, dy, dw, nullptr, acc, ws.data);
+#endif
+  float* sum = acc == Accumulate::kAdd ? ws.data + columns_floats(d) : dw;
 #if GPURUN_HAVE_ONEDNN
   if (on_onednn()) onednn::conv_backward_weights(d, x, dy, sum);
 #endif
@@ -149,6 +174,10 @@ void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, 
 void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x, const float* w,
                              const float* b, float* y, Workspace ws) {
 #if GPURUN_HAVE_ONEDNN
+  if (on_direct(d)) {
+    validate(d);
+    return direct::forward(d, act, x, w, b, y);
+  }
   if (on_onednn()) {
     validate(d);
     return onednn::conv_forward(d, act, x, w, b, y);
@@ -156,6 +185,20 @@ void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x
 #endif
   conv2d_forward(d, x, w, y, ws);
   bias_act_forward({d.batch, d.out_c, d.out_h() * d.out_w(), act}, y, b);
+}
+
+void conv2d_bias_act_backward_weights(const Conv2dDesc& d, Activation act, const float* x,
+                                      const float* y, float* dy, float* dw, float* db, Workspace ws,
+                                      Accumulate acc) {
+#if GPURUN_HAVE_ONEDNN
+  if (on_direct(d)) {
+    validate(d);
+    check_workspace(d, ws);
+    return direct::backward(d, act, x, y, dy, dw, db, acc, ws.data);
+  }
+#endif
+  bias_act_backward({d.batch, d.out_c, d.out_h() * d.out_w(), act}, y, dy, db, acc);
+  conv2d_backward_weights(d, x, dy, dw, ws, acc);
 }
 
 }  // namespace gpurun::kernels::cpu

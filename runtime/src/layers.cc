@@ -44,9 +44,13 @@ class Conv2d final : public Layer {
   void backward(int batch, const float* x, const float* y, float* dy, float* dx, InputGrad need,
                 k::Accumulate acc, k::Workspace ws) override {
     const k::Conv2dDesc d = desc(batch);
+    if (need == InputGrad::kSkip) {
+      return k::cpu::conv2d_bias_act_backward_weights(d, spec().activation, x, y, dy, dw_, db_, ws,
+                                                      acc);
+    }
     k::cpu::bias_act_backward(bias_desc(batch), y, dy, db_, acc);
     k::cpu::conv2d_backward_weights(d, x, dy, dw_, ws, acc);
-    if (need == InputGrad::kCompute) k::cpu::conv2d_backward_data(d, w_, dy, dx, ws);
+    k::cpu::conv2d_backward_data(d, w_, dy, dx, ws);
   }
 
  private:

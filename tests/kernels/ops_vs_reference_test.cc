@@ -73,14 +73,38 @@ TEST_P(ConvVsRef, ForwardAndBothBackwardsMatch) {
                         b.data());
   EXPECT_TRUE(all_close(fused, y_ref, 1e-5f, 1e-4f));
   EXPECT_EQ(fused, again) << "the same call gave different bits";
+
+  // Its backward to the weights and the bias (a first layer): the ReLU mask, db and dw as the
+  // reference's bias_act_backward and conv2d_backward_weights give them, overwritten or added.
+  const BiasActDesc bd{d.batch, d.out_c, d.out_h() * d.out_w(), Activation::kRelu};
+  std::vector<float> masked = dy, db_ref(d.out_c), bw_ref(d.w_floats());
+  ref::bias_act_backward(bd, fused.data(), masked.data(), db_ref.data());
+  ref::conv2d_backward_weights(d, x.data(), masked.data(), bw_ref.data());
+  for (const Accumulate mode : {Accumulate::kOverwrite, Accumulate::kAdd}) {
+    const float base = mode == Accumulate::kAdd ? 2.0f : -9.0f;
+    std::vector<float> g = dy, bw(d.w_floats(), base), db(d.out_c, base);
+    cpu::conv2d_bias_act_backward_weights(d, Activation::kRelu, x.data(), fused.data(), g.data(),
+                                          bw.data(), db.data(), W, mode);
+    std::vector<float> bw_want = bw_ref, db_want = db_ref;
+    if (mode == Accumulate::kAdd) {
+      for (float& v : bw_want) v += base;
+      for (float& v : db_want) v += base;
+    }
+    EXPECT_TRUE(all_close(bw, bw_want, 1e-4f, 1e-4f)) << "dw, mode " << int(mode);
+    EXPECT_TRUE(all_close(db, db_want, 1e-4f, 1e-4f)) << "db, mode " << int(mode);
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Shapes, ConvVsRef,
-                         ::testing::Values(ConvCase{2, 1, 28, 28, 32, 3, 1, 0},  // MNIST CNN
-                                           ConvCase{3, 2, 7, 9, 4, 3, 1, 1},
-                                           ConvCase{2, 3, 8, 8, 5, 3, 2, 0},
-                                           ConvCase{1, 2, 6, 5, 3, 2, 2, 1},
-                                           ConvCase{4, 1, 5, 5, 1, 5, 1, 0}));
+INSTANTIATE_TEST_SUITE_P(
+    Shapes, ConvVsRef,
+    ::testing::Values(ConvCase{2, 1, 28, 28, 32, 3, 1, 0},  // MNIST CNN
+                      ConvCase{3, 2, 7, 9, 4, 3, 1, 1}, ConvCase{2, 3, 8, 8, 5, 3, 2, 0},
+                      ConvCase{1, 2, 6, 5, 3, 2, 2, 1}, ConvCase{4, 1, 5, 5, 1, 5, 1, 0},
+                      // single-channel shapes oneDNN's build takes to the
+                      // direct kernels (conv2d_direct.h): LeNet's first
+                      // layer, rows of exactly 16, of 17 and of 28 columns
+                      ConvCase{3, 1, 28, 28, 20, 5, 1, 0}, ConvCase{2, 1, 18, 18, 3, 3, 1, 0},
+                      ConvCase{2, 1, 10, 21, 4, 5, 1, 0}, ConvCase{5, 1, 9, 30, 7, 3, 1, 0}));
 
 TEST(ConvVsRef, RejectsBadShapesAndSmallWorkspace) {
   Conv2dDesc d;

@@ -51,6 +51,13 @@ void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, 
 // bias_act_forward (bias_act.h; b may be nullptr).
 void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x, const float* w,
                              const float* b, float* y, Workspace ws);
+// The backward of conv2d_bias_act_forward to the weights and the bias only (a first layer, whose
+// input needs no gradient): dw and db (db may be nullptr) as bias_act_backward followed by
+// conv2d_backward_weights give them, in one pass over y and dy when the direct kernels take d;
+// dy is left masked by act'(y), or as it was.
+void conv2d_bias_act_backward_weights(const Conv2dDesc& d, Activation act, const float* x,
+                                      const float* y, float* dy, float* dw, float* db, Workspace ws,
+                                      Accumulate acc = Accumulate::kOverwrite);
 }  // namespace cpu
 
 #if GPURUN_KERNELS_HAVE_CUDA
