@@ -2,8 +2,10 @@
 // and conv2d.h), chosen once per process before training (mnist_cnn --cpu-kernels):
 //   onednn:   oneDNN primitives (convolutions with bias and ReLU fused, matmuls), created once
 //             per shape and reused; oneDNN picks the CPU's best instructions itself (AVX-512 on
-//             this project's build machine, whatever OPENBLAS_CORETYPE says). The default when
-//             the build found oneDNN.
+//             this project's build machine, whatever OPENBLAS_CORETYPE says); a first layer's
+//             single-channel convolution runs direct vectorised loops instead (cpu/conv2d_direct.h:
+//             oneDNN's would need layout reorders that cost more than it). The default when the
+//             build found oneDNN.
 //   openblas: im2col + OpenBLAS sgemm (the default otherwise).
 //   blis:     BLIS sgemm, loaded at run time when the machine has it.
 // The ref:: ops never change: they are the oracle every choice is tested against.
