@@ -6,15 +6,14 @@
 // median as likely stragglers. Private to the gpurun binary.
 #pragma once
 
-#include <condition_variable>
 #include <deque>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "control.h"
+#include "gpurun/common/periodic.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/gpu_sampler.h"
@@ -37,33 +36,33 @@ JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::str
 // device) and returns their owners in the order kept. Every GPU when `job.ids` is empty.
 std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job);
 
-// Samples now, then every interval, in a thread; the event loop polls fd() and reports what
-// take() returns. The first failure is reported once (GpuSamplesFailed); when no sample ever
-// succeeded (no NVML, no nvidia-smi) sampling stops there, and the job goes on.
+// Samples now, then every interval, in a thread (common::PeriodicThread); the event loop polls
+// fd() and reports what take() returns. The first failure is reported once (GpuSamplesFailed);
+// when no sample ever succeeded (no NVML, no nvidia-smi) sampling stops there, and the job goes
+// on. Throws std::runtime_error when the thread's eventfd cannot be made.
 class NodeSampler {
  public:
   NodeSampler(SamplerConfig cfg, int interval_ms, JobGpus job);
-  ~NodeSampler();  // stops and joins the thread (after a sample under way)
   NodeSampler(const NodeSampler&) = delete;
   NodeSampler& operator=(const NodeSampler&) = delete;
 
-  int fd() const { return event_.get(); }  // readable while messages wait
+  int fd() const { return thread_.fd(); }  // readable while messages wait
   std::vector<control::ToSupervisor> take();
-  void stop();  // no sample after the one under way; join
+  void stop() { thread_.stop(); }  // no sample after the one under way; join
 
  private:
-  void loop(SamplerConfig cfg);
-  bool sample_once(GpuSampler& sampler, bool& failed_once);
+  bool tick();  // one run of the thread; false ends it
+  bool sample_once(GpuSampler& sampler);
   void push(control::ToSupervisor m);
 
-  const int interval_ms_;
   const JobGpus job_;
-  common::Fd event_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  // The thread's own: the sampler is made in it, from cfg_, on its first run.
+  SamplerConfig cfg_;
+  std::optional<GpuSampler> sampler_;
+  bool ever_ok_ = false, failed_once_ = false;
+  std::mutex mu_;  // guards out_
   std::deque<control::ToSupervisor> out_;
-  std::thread thread_;
+  common::PeriodicThread thread_;  // last: starts once everything it touches exists
 };
 
 // Figures of one GPU over the job.

@@ -1,14 +1,8 @@
 // monitor_node.cc: the node's side of --monitor (monitor.h): which sampled GPUs are the job's, and
 // the sampling thread in local rank 0's wrapper.
 #include <fmt/format.h>
-#include <signal.h>
-#include <sys/eventfd.h>
-#include <unistd.h>
 
-#include <cerrno>
-#include <cstdint>
 #include <chrono>
-#include <cstring>
 
 #include "monitor.h"
 
@@ -72,35 +66,12 @@ std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job) {
 }
 
 NodeSampler::NodeSampler(SamplerConfig cfg, int interval_ms, JobGpus job)
-    : interval_ms_(interval_ms),
-      job_(std::move(job)),
-      event_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (!event_) throw Error(fmt::format("--monitor: eventfd: {}", strerror(errno)));
-  // Signals stay with the wrapper's event loop: the thread starts with all of them blocked.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  thread_ = std::thread([this, c = std::move(cfg)]() mutable { loop(std::move(c)); });
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-}
-
-NodeSampler::~NodeSampler() {
-  stop();
-}
-
-void NodeSampler::stop() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  if (thread_.joinable()) thread_.join();
-}
+    : job_(std::move(job)),
+      cfg_(std::move(cfg)),
+      thread_(std::chrono::milliseconds(interval_ms), [this] { return tick(); }) {}
 
 std::vector<control::ToSupervisor> NodeSampler::take() {
-  uint64_t n;
-  while (::read(event_.get(), &n, sizeof n) > 0) {
-  }
+  thread_.drain();
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<control::ToSupervisor> out(out_.begin(), out_.end());
   out_.clear();
@@ -113,20 +84,33 @@ void NodeSampler::push(control::ToSupervisor m) {
     if (out_.size() >= 1000) out_.pop_front();  // an event loop that stalls must not grow this
     out_.push_back(std::move(m));
   }
-  uint64_t one = 1;
-  (void)!::write(event_.get(), &one, sizeof one);
+  thread_.notify();
 }
 
-// One sample, filtered to the job's GPUs and queued; false when sampling should stop.
-bool NodeSampler::sample_once(GpuSampler& sampler, bool& failed_once) {
+bool NodeSampler::tick() {
+  if (!sampler_) {
+    try {
+      sampler_.emplace(std::move(cfg_));
+    } catch (const std::exception& e) {
+      push(control::GpuSamplesFailed{control::Text{e.what()}});
+      return false;
+    }
+  }
+  const bool ok = sample_once(*sampler_);
+  ever_ok_ = ever_ok_ || ok;
+  return ever_ok_;  // nothing to sample here: said once, and the job runs on
+}
+
+// One sample, filtered to the job's GPUs and queued; false when it failed.
+bool NodeSampler::sample_once(GpuSampler& sampler) {
   GpuSnapshot s;
   try {
     s = sampler.sample();
   } catch (const std::exception& e) {
-    if (!failed_once)
+    if (!failed_once_)
       push(control::GpuSamplesFailed{
           control::Text{fmt::format("{} ({})", e.what(), sampler.backend())}});
-    failed_once = true;
+    failed_once_ = true;
     return false;
   }
   std::size_t listed = s.gpus.size();
@@ -142,31 +126,6 @@ bool NodeSampler::sample_once(GpuSampler& sampler, bool& failed_once) {
   for (int r : owners) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
   push(control::GpuSamples{ranks.empty() ? "-" : ranks, control::Text{encode_snapshot(s)}});
   return true;
-}
-
-void NodeSampler::loop(SamplerConfig cfg) {
-  std::optional<GpuSampler> sampler;
-  try {
-    sampler.emplace(std::move(cfg));
-  } catch (const std::exception& e) {
-    push(control::GpuSamplesFailed{control::Text{e.what()}});
-    return;
-  }
-  bool ever_ok = false, failed_once = false;
-  auto next = std::chrono::steady_clock::now();
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    lock.unlock();
-    bool ok = sample_once(*sampler, failed_once);
-    ever_ok = ever_ok || ok;
-    lock.lock();
-    if (!ok && !ever_ok) return;  // nothing to sample here: say so once, and let the job run
-    // A steady period: the next sample is due one interval after the last was due.
-    next += std::chrono::milliseconds(interval_ms_);
-    auto now = std::chrono::steady_clock::now();
-    if (next < now) next = now;
-    cv_.wait_until(lock, next, [this] { return stop_; });
-  }
 }
 
 }  // namespace gpurun::launcher::monitor

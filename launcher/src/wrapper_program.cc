@@ -138,8 +138,8 @@ void RankWrapper::start_monitor(int interval_ms) {
   if (auto smi = env_.find("GPURUN_NVIDIA_SMI"); smi != env_.end()) cfg.nvidia_smi = smi->second;
   try {
     monitor_.emplace(cfg, interval_ms, monitor::job_gpus(plan_.plan, me_.node_rank, visible_));
-  } catch (const Error& e) {
-    report(control::GpuSamplesFailed{control::Text{e.what()}});
+  } catch (const std::exception& e) {
+    report(control::GpuSamplesFailed{control::Text{std::string("--monitor: ") + e.what()}});
   }
 }
 

@@ -1,7 +1,6 @@
 // usage_sampler.cc: see usage_sampler.h.
 #include "usage_sampler.h"
 
-#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -15,20 +14,9 @@ constexpr size_t kMaxWaitingTicks = 64;  // a stalled daemon loop must not make 
 }
 
 UsageSampler::UsageSampler(launcher::SamplerConfig cfg, int interval_s)
-    : interval_s_(interval_s), event_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (!event_) throw std::runtime_error("eventfd failed");
-  own_cgroup_ = launcher::process_cgroup(getpid());
-  thread_ = std::thread([this, cfg] { loop(cfg); });
-}
-
-UsageSampler::~UsageSampler() {
-  {
-    std::lock_guard<std::mutex> lock(mu_);
-    stop_ = true;
-  }
-  cv_.notify_all();
-  thread_.join();
-}
+    : own_cgroup_(launcher::process_cgroup(getpid())),
+      cfg_(std::move(cfg)),
+      thread_(std::chrono::seconds(interval_s), [this] { return tick(); }) {}
 
 void UsageSampler::set_targets(std::vector<Target> targets) {
   std::lock_guard<std::mutex> lock(mu_);
@@ -36,9 +24,7 @@ void UsageSampler::set_targets(std::vector<Target> targets) {
 }
 
 std::vector<UsageSampler::Tick> UsageSampler::take() {
-  uint64_t n = 0;
-  ssize_t ignored = ::read(event_.get(), &n, sizeof(n));  // clears the counter
-  (void)ignored;
+  thread_.drain();
   std::lock_guard<std::mutex> lock(mu_);
   std::vector<Tick> out(std::make_move_iterator(ticks_.begin()),
                         std::make_move_iterator(ticks_.end()));
@@ -46,15 +32,13 @@ std::vector<UsageSampler::Tick> UsageSampler::take() {
   return out;
 }
 
-UsageSampler::Tick UsageSampler::sample_once(launcher::GpuSampler* gpus,
-                                             const std::string& gpu_error,
-                                             const std::vector<Target>& targets) const {
+UsageSampler::Tick UsageSampler::sample_once(const std::vector<Target>& targets) {
   Tick t;
   t.time_ms = now_ms();
-  t.error = gpu_error;
-  if (gpus) {
+  t.error = gpu_error_;
+  if (gpus_) {
     try {
-      t.gpus = gpus->sample();
+      t.gpus = gpus_->sample();
     } catch (const std::exception& e) {
       t.error = e.what();
     }
@@ -72,27 +56,28 @@ UsageSampler::Tick UsageSampler::sample_once(launcher::GpuSampler* gpus,
   return t;
 }
 
-void UsageSampler::loop(launcher::SamplerConfig cfg) {
-  std::optional<launcher::GpuSampler> gpus;
-  std::string gpu_error;
-  try {
-    gpus.emplace(std::move(cfg));
-  } catch (const std::exception& e) {
-    gpu_error = e.what();
+bool UsageSampler::tick() {
+  if (!started_) {
+    started_ = true;
+    try {
+      gpus_.emplace(std::move(cfg_));
+    } catch (const std::exception& e) {
+      gpu_error_ = e.what();
+    }
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  while (!stop_) {
-    std::vector<Target> targets = targets_;
-    lock.unlock();
-    Tick t = sample_once(gpus ? &*gpus : nullptr, gpu_error, targets);
-    lock.lock();
+  std::vector<Target> targets;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    targets = targets_;
+  }
+  Tick t = sample_once(targets);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
     if (ticks_.size() >= kMaxWaitingTicks) ticks_.pop_front();
     ticks_.push_back(std::move(t));
-    uint64_t one = 1;
-    ssize_t ignored = ::write(event_.get(), &one, sizeof(one));
-    (void)ignored;
-    cv_.wait_for(lock, std::chrono::seconds(interval_s_), [this] { return stop_; });
   }
+  thread_.notify();
+  return true;
 }
 
 }  // namespace gpurun::queue

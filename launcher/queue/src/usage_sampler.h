@@ -5,16 +5,15 @@
 // them in its own transaction. The thread touches no daemon state.
 #pragma once
 
-#include <condition_variable>
 #include <cstdint>
 #include <deque>
 #include <map>
 #include <mutex>
 #include <optional>
 #include <string>
-#include <thread>
 #include <vector>
 
+#include "gpurun/common/periodic.h"
 #include "gpurun/launcher/gpu_sampler.h"
 #include "gpurun/launcher/proc_usage.h"
 #include "gpurun/queue/protocol.h"
@@ -35,30 +34,29 @@ class UsageSampler {
     std::map<int64_t, launcher::ProcessUsage> jobs;  // by job id
   };
 
-  // Samples at once, then every interval_s seconds (> 0).
+  // Samples at once, then every interval_s seconds (> 0), in a common::PeriodicThread.
   UsageSampler(launcher::SamplerConfig cfg, int interval_s);
-  ~UsageSampler();  // stops and joins the thread
   UsageSampler(const UsageSampler&) = delete;
   UsageSampler& operator=(const UsageSampler&) = delete;
 
-  int fd() const { return event_.get(); }  // readable while ticks wait
+  int fd() const { return thread_.fd(); }  // readable while ticks wait
   void set_targets(std::vector<Target> targets);
   std::vector<Tick> take();  // the waiting ticks, oldest first
 
  private:
-  void loop(launcher::SamplerConfig cfg);
-  Tick sample_once(launcher::GpuSampler* gpus, const std::string& gpu_error,
-                   const std::vector<Target>& targets) const;
+  bool tick();  // one run of the thread
+  Tick sample_once(const std::vector<Target>& targets);
 
-  const int interval_s_;
-  Fd event_;
-  std::mutex mu_;
-  std::condition_variable cv_;
-  bool stop_ = false;
+  std::optional<std::string> own_cgroup_;
+  // The thread's own: the GPU sampler is made in it, from cfg_, on its first run.
+  launcher::SamplerConfig cfg_;
+  std::optional<launcher::GpuSampler> gpus_;
+  std::string gpu_error_;
+  bool started_ = false;
+  std::mutex mu_;  // guards targets_ and ticks_
   std::vector<Target> targets_;
   std::deque<Tick> ticks_;
-  std::optional<std::string> own_cgroup_;
-  std::thread thread_;
+  common::PeriodicThread thread_;  // last: starts once everything it touches exists
 };
 
 }  // namespace gpurun::queue
