@@ -95,9 +95,6 @@ void col2im_add(const Conv2dDesc& d, const float* cols, float* x) {
       }
 }
 
-}  // namespace
-
-namespace {
 // The workspace: im2col's columns (or the direct kernels' scratch), then one dw for kAdd.
 std::size_t columns_floats(const Conv2dDesc& d) {
 #if GPURUN_HAVE_ONEDNN
@@ -106,6 +103,7 @@ std::size_t columns_floats(const Conv2dDesc& d) {
   return col_rows(d) * col_cols(d);
 #endif
 }
+
 }  // namespace
 
 std::size_t conv2d_workspace_floats(const Conv2dDesc& d) {
