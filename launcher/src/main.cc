@@ -375,6 +375,7 @@ int cmd_launch(const std::vector<std::string>& args) {
   bool dry = vm.count("dry-run") > 0 || s.from_file;
   LaunchOptions lo = launch_settings(vm, s, program, dry);
   if (dry) {
+    (void)run_settings(vm, s, lo);  // the run's own options are checked as a real launch would
     lo.plan_text = encode_plan(s.alloc, s.plan, s.popts);
     LaunchCommand c = build_launch(s.alloc, s.plan, lo);
     std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir);
