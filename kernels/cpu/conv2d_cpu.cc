@@ -130,13 +130,13 @@ void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* d
                              Workspace ws, Accumulate acc) {
   validate(d);
   check_workspace(d, ws);
+#if GPURUN_HAVE_ONEDNN
+  if (on_direct(d))  // it forms the batch's sum and adds it for kAdd itself
+    return direct::backward(d, Activation::kNone, x, nullptr, dy, dw, nullptr, acc, ws.data);
+#endif
   const int K = int(col_rows(d)), P = int(col_cols(d));
   const std::size_t xs = std::size_t(d.in_c) * d.in_h * d.in_w, ys = std::size_t(d.out_c) * P;
   // With kAdd the batch's sum goes to the workspace tail first and is added once at the end.
-#if GPURUN_HAVE_ONEDNN
-  if (on_direct(d))
-    return direct::backward(d, Activation::kNone, x, nullptr, dy, dw, nullptr, acc, ws.data);
-#endif
   float* sum = acc == Accumulate::kAdd ? ws.data + columns_floats(d) : dw;
 #if GPURUN_HAVE_ONEDNN
   if (on_onednn()) onednn::conv_backward_weights(d, x, dy, sum);
