@@ -96,7 +96,7 @@ int main(int argc, char** argv) {
       {"dense1 dW", dense,
        [&] { kc::dense_backward_weights(d1, a1.data(), da2.data(), dw1.data()); }},
       {"dense1 fused update", dense,
-       [&] { kc::dense_weight_rows(d1, a1.data(), da2.data(), 0, 128, -1e-9f, 1.0f, w1.data()); },
+       [&] { kc::dense_weight_cols(d1, a1.data(), da2.data(), 0, d1.in, -1e-9f, 1.0f, w1.data()); },
        false},
       {"dense1 dX", dense, [&] { kc::dense_backward_data(d1, w1.data(), da2.data(), da1.data()); }},
   };

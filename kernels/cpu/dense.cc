@@ -10,10 +10,10 @@
 
 namespace gpurun::kernels {
 namespace {
-void check_rows(const DenseDesc& d, int lo, int hi) {
-  if (lo < 0 || hi < lo || hi > d.out) {
-    throw std::invalid_argument("dense_weight_rows: rows [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + ") outside [0, " + std::to_string(d.out) +
+void check_cols(const DenseDesc& d, int lo, int hi) {
+  if (lo < 0 || hi < lo || hi > d.in) {
+    throw std::invalid_argument("dense_weight_cols: columns [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + ") outside [0, " + std::to_string(d.in) +
                                 ")");
   }
 }
@@ -55,12 +55,12 @@ void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, fl
     }
 }
 
-void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
+void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c) {
   validate(d);
-  check_rows(d, lo, hi);
-  for (int o = lo; o < hi; ++o)
-    for (int i = 0; i < d.in; ++i) {
+  check_cols(d, lo, hi);
+  for (int o = 0; o < d.out; ++o)
+    for (int i = lo; i < hi; ++i) {
       double s = 0;
       for (int n = 0; n < d.batch; ++n)
         s += double(dy[std::size_t(n) * d.out + o]) * x[std::size_t(n) * d.in + i];
@@ -86,13 +86,13 @@ void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy,
   sgemm(Trans::kYes, Trans::kNo, d.out, d.in, d.batch, 1.0f, dy, d.out, x, d.in, beta, dw, d.in);
 }
 
-void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
+void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c) {
   validate(d);
-  check_rows(d, lo, hi);
+  check_cols(d, lo, hi);
   if (lo == hi) return;
-  sgemm(Trans::kYes, Trans::kNo, hi - lo, d.in, d.batch, alpha, dy + lo, d.out, x, d.in, beta,
-        c + std::size_t(lo) * d.in, d.in);
+  sgemm(Trans::kYes, Trans::kNo, d.out, hi - lo, d.batch, alpha, dy, d.out, x + lo, d.in, beta,
+        c + lo, d.in);
 }
 
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {

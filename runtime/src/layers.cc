@@ -100,9 +100,9 @@ class Dense final : public Layer {
     // dx needs the weights before anyone updates them: the trainer updates after a barrier.
     if (need == InputGrad::kCompute) k::cpu::dense_backward_data(desc(batch), w_, dy, dx);
   }
-  void weight_rows(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
+  void weight_cols(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
                    float beta, float* c) const override {
-    k::cpu::dense_weight_rows(desc(batch), x, dz, lo, hi, alpha, beta, c);
+    k::cpu::dense_weight_cols(desc(batch), x, dz, lo, hi, alpha, beta, c);
   }
 
  private:

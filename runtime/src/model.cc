@@ -125,7 +125,8 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
   return r;
 }
 
-StepResult Model::forward_backward_deferred(int batch, const float* x, const std::int32_t* labels) {
+StepResult Model::forward_backward_deferred(int batch, const float* x, const std::int32_t* labels,
+                                            const std::function<void()>& released) {
   run_forward(batch, x, true);
   const std::size_t last = layers_.size() - 1;
   const float* logits = act(last, true);
@@ -143,11 +144,13 @@ StepResult Model::forward_backward_deferred(int batch, const float* x, const std
     const InputGrad need = i == 0 ? InputGrad::kSkip : InputGrad::kCompute;
     if (layers_[i]->deferred_weights().end > 0) {
       layers_[i]->backward_deferred(batch, in, act(i, true), dact(i, true), din, need, ws);
+      if (released && i == deferred_.front().layer) released();
     } else {
       layers_[i]->backward(batch, in, act(i, true), dact(i, true), din, need,
                            k::Accumulate::kOverwrite, ws);
     }
   }
+  if (released && deferred_.empty()) released();
   write_stats(r);
   return r;
 }
@@ -162,10 +165,10 @@ void Model::bind_deferred(std::size_t k, float* x, float* dz) {
   bound_dact_[l] = dz;
 }
 
-void Model::deferred_weight_rows(std::size_t k, int batch, const float* x, const float* dz, int lo,
+void Model::deferred_weight_cols(std::size_t k, int batch, const float* x, const float* dz, int lo,
                                  int hi, float alpha, float beta, float* buffer) const {
   const Deferred& d = deferred_.at(k);
-  layers_[d.layer]->weight_rows(batch, x, dz, lo, hi, alpha, beta, buffer + d.offset);
+  layers_[d.layer]->weight_cols(batch, x, dz, lo, hi, alpha, beta, buffer + d.offset);
 }
 
 std::vector<Layer::Range> Model::undeferred_ranges() const {

@@ -145,38 +145,38 @@ TEST_P(DenseVsRef, ForwardAndBackwardsMatch) {
   EXPECT_TRUE(all_close(dx, dx_ref, 1e-4f, 1e-4f));
 }
 
-TEST_P(DenseVsRef, WeightRowsMatch) {
-  // Rows [lo, hi) of dW (beta 0) and of the fused update w += alpha * dW (beta 1); rows outside
-  // the range must not be touched.
+TEST_P(DenseVsRef, WeightColsMatch) {
+  // Columns [lo, hi) of dW (beta 0) and of the fused update w += alpha * dW (beta 1); columns
+  // outside the range must not be touched.
   const DenseCase c = GetParam();
   const DenseDesc d{c.batch, c.in, c.out};
   const auto x = random_vec(std::size_t(c.batch) * c.in, 14);
   const auto dy = random_vec(std::size_t(c.batch) * c.out, 15);
   const auto w0 = random_vec(std::size_t(c.out) * c.in, 16);
-  const int lo = c.out / 3, hi = c.out - c.out / 4;
+  const int lo = c.in / 3, hi = c.in - c.in / 4;
   for (float beta : {0.0f, 1.0f}) {
     const float alpha = beta == 0.0f ? 1.0f : -0.2f;
     std::vector<float> got = w0, want = w0;
-    cpu::dense_weight_rows(d, x.data(), dy.data(), lo, hi, alpha, beta, got.data());
-    ref::dense_weight_rows(d, x.data(), dy.data(), lo, hi, alpha, beta, want.data());
+    cpu::dense_weight_cols(d, x.data(), dy.data(), lo, hi, alpha, beta, got.data());
+    ref::dense_weight_cols(d, x.data(), dy.data(), lo, hi, alpha, beta, want.data());
     EXPECT_TRUE(all_close(got, want, 1e-4f, 1e-4f)) << "beta " << beta;
     std::vector<float> again = w0;  // a run repeats bit for bit
-    cpu::dense_weight_rows(d, x.data(), dy.data(), lo, hi, alpha, beta, again.data());
+    cpu::dense_weight_cols(d, x.data(), dy.data(), lo, hi, alpha, beta, again.data());
     EXPECT_EQ(got, again) << "beta " << beta << ": the same call gave different bits";
     for (std::size_t i = 0; i < got.size(); ++i) {
-      const int row = int(i / std::size_t(c.in));
-      if (row < lo || row >= hi) {
-        ASSERT_EQ(got[i], w0[i]) << "row " << row << " written";
+      const int col = int(i % std::size_t(c.in));
+      if (col < lo || col >= hi) {
+        ASSERT_EQ(got[i], w0[i]) << "column " << col << " written";
       }
     }
   }
   // The whole matrix at beta 0 is dense_backward_weights.
-  std::vector<float> dw(w0.size()), rows(w0.size());
+  std::vector<float> dw(w0.size()), cols(w0.size());
   cpu::dense_backward_weights(d, x.data(), dy.data(), dw.data());
-  cpu::dense_weight_rows(d, x.data(), dy.data(), 0, c.out, 1.0f, 0.0f, rows.data());
-  EXPECT_EQ(dw, rows);
+  cpu::dense_weight_cols(d, x.data(), dy.data(), 0, c.in, 1.0f, 0.0f, cols.data());
+  EXPECT_EQ(dw, cols);
   std::vector<float> any(w0.size());
-  EXPECT_THROW(cpu::dense_weight_rows(d, x.data(), dy.data(), 0, c.out + 1, 1, 0, any.data()),
+  EXPECT_THROW(cpu::dense_weight_cols(d, x.data(), dy.data(), 0, c.in + 1, 1, 0, any.data()),
                std::invalid_argument);
 }
 

@@ -90,7 +90,7 @@ dp_equivalence)
     --checkpoint "$work/four" >/dev/null
   "$ckdiff" "$work/two_by_two/checkpoint.bin" "$work/four/checkpoint.bin" 1e-6 ||
     fail "2 ranks x 2 replicas x 16 and 4 ranks x 16 differ by more than 1e-6 after 5 steps"
-  # Momentum and weight decay (the unfused update: dW rows, then SGD on them; the velocity is
+  # Momentum and weight decay (the unfused update: dW columns, then SGD on them; the velocity is
   # shared too): the same checks, velocity included.
   opt=(--momentum 0.9 --weight-decay 1e-4 --max-steps 5)
   "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" "${opt[@]}" --batch-size 32 \

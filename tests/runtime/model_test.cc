@@ -190,8 +190,9 @@ double max_diff_from_init(Model& m, std::uint64_t seed) {
 }
 
 // Two identical models: one takes the full gradient + SGD, the other defers the Dense layers'
-// dW and forms it as two halves of the rows: one half fused into the weights (w += -lr dZ^T X),
-// the other as dW rows + SGD; the rest by SGD over undeferred_ranges().
+// dW and forms it as two halves of the columns: one half fused into the weights
+// (w += -lr dZ^T X), the other as dW columns + SGD; the rest by SGD over undeferred_ranges().
+// The `released` callback runs once per step, with every deferred layer's X and dZ final.
 void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_ptr<Model>()>& make,
                                                std::size_t deferred_layers) {
   auto a = make(), b = make();
@@ -217,18 +218,31 @@ void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_p
     sd.n = a->param_floats();
     sd.lr = lr;
     kernels::cpu::sgd_step(sd, a->params(), a->grads(), nullptr);
-    const double lb = b->forward_backward_deferred(16, x.data(), y.data()).loss_sum;
+    int released = 0;
+    std::vector<std::vector<float>> xs_then, dzs_then;
+    const double lb = b->forward_backward_deferred(16, x.data(), y.data(), [&] {
+                         ++released;
+                         xs_then = xs;
+                         dzs_then = dzs;
+                       }).loss_sum;
+    EXPECT_EQ(released, 1) << "step " << step;
+    EXPECT_EQ(xs_then, xs) << "step " << step << ": X written after the release";
+    EXPECT_EQ(dzs_then, dzs) << "step " << step << ": dZ written after the release";
     EXPECT_NEAR(la, lb, 1e-4 * std::fabs(la));
     for (std::size_t k = 0; k < b->deferred().size(); ++k) {
       const auto& d = b->deferred()[k];
-      const int half = d.rows / 2;
-      b->deferred_weight_rows(k, 16, xs[k].data(), dzs[k].data(), 0, half, -lr, 1.0f, b->params());
-      b->deferred_weight_rows(k, 16, xs[k].data(), dzs[k].data(), half, d.rows, 1.0f, 0.0f,
+      // The first half of the columns fused into the weights, the second through the gradient
+      // buffer and an SGD step of its own.
+      const int half = d.in / 2;
+      b->deferred_weight_cols(k, 16, xs[k].data(), dzs[k].data(), 0, half, -lr, 1.0f, b->params());
+      b->deferred_weight_cols(k, 16, xs[k].data(), dzs[k].data(), half, d.in, 1.0f, 0.0f,
                               b->grads());
       kernels::SgdDesc part = sd;
-      const std::size_t lo = d.offset + std::size_t(half) * d.in;
-      part.n = std::size_t(d.rows - half) * d.in;
-      kernels::cpu::sgd_step(part, b->params() + lo, b->grads() + lo, nullptr);
+      part.n = std::size_t(d.in - half);
+      for (int row = 0; row < d.rows; ++row) {
+        const std::size_t lo = d.offset + std::size_t(row) * d.in + std::size_t(half);
+        kernels::cpu::sgd_step(part, b->params() + lo, b->grads() + lo, nullptr);
+      }
     }
     for (const auto& r : b->undeferred_ranges()) {
       kernels::SgdDesc part = sd;

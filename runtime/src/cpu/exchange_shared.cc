@@ -1,11 +1,25 @@
 // exchange_shared.cc: the shared-memory exchange (exchange.h) for ranks on one node. One block of
 // node-shared memory (an MPI-3 window; plain memory for one rank) holds the parameters and
-// momentum, every member's X and dZ of each Dense layer, and one slot per rank for the small
-// gradients. Members are (rank, worker) pairs, rank-major: X and dZ of all members lie one after
-// another, so one sgemm over them sums every member's gradient.
+// momentum, every member's X and dZ of each Dense layer, one slot per rank for the small
+// gradients, and three counters. Members are (rank, worker) pairs, rank-major: X and dZ of all
+// members lie one after another, so one sgemm over them sums every member's gradient.
+//
+// A step: each member runs forward and backward, and says so on `released` as soon as its
+// Dense layers are done (their weights read, X and dZ written), before the convolution's
+// backward. The Dense weight update is cut into chunks of kChunkCols columns that members claim
+// from `claimed` once every member has released: a member that got there first (a faster core,
+// a quieter one) takes more chunks, so the ranks wait less for the slowest. Every chunk is the
+// same sgemm whoever runs it, so the result does not depend on who took which. One barrier ends
+// the step: the new parameters are in place before anyone's next forward.
+#include <sched.h>
+
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <memory>
+#include <new>
 #include <ostream>
 #include <stdexcept>
 
@@ -20,9 +34,51 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+// Columns of a Dense weight matrix per update chunk (mnist_cnn's first Dense layer has 21,632):
+// fixed, so the chunks (and the bits of the result) are the same for any number of ranks and
+// threads. Columns, not rows: a chunk reads only its columns of X, so the chunks of a step read
+// every member's X once between them.
+constexpr int kChunkCols = 1024;
+
+// Counters that only grow: a step's target is (step + 1) x arrivals per step, never reset. Each
+// on its own cache line; they live in the shared block, so they must not need a lock.
+struct alignas(64) Counter {
+  std::atomic<std::uint64_t> n{0};
+};
+static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
+              "the exchange's counters are shared between processes");
+struct Control {
+  Counter released;   // members whose Dense weights are read and X, dZ written
+  Counter published;  // ranks whose small gradients are in their slot
+  Counter claimed;    // update chunks handed out (and one miss per member per step)
+};
+
+// Room for Control at whatever 64-byte boundary falls first in it.
+constexpr std::size_t kControlFloats = (sizeof(Control) + alignof(Control)) / sizeof(float);
+
+// Waits until `c` reaches `target`: spins a while (the other member is usually a few
+// microseconds away), then yields the core (more ranks than cores).
+void wait_until(const Counter& c, std::uint64_t target) {
+  for (unsigned spins = 0; c.n.load(std::memory_order_acquire) < target; ++spins) {
+    if (spins < (1u << 14)) {
+#if defined(__x86_64__) || defined(__i386__)
+      __builtin_ia32_pause();
+#endif
+    } else {
+      sched_yield();
+    }
+  }
+}
+
+// Columns [lo, hi) of deferred layer k's weight matrix: one unit of the update.
+struct Chunk {
+  std::size_t k;
+  int lo, hi;
+};
+
 // Where each part lives in the shared block, in floats.
 struct Arena {
-  std::size_t params = 0, velocity = 0, small = 0, total = 0;
+  std::size_t control = 0, params = 0, velocity = 0, small = 0, total = 0;
   std::vector<std::size_t> x, dz;  // per deferred layer
 
   std::size_t take(std::size_t floats) {
@@ -47,6 +103,11 @@ class SharedExchange final : public CpuExchange {
     exchanged_ = small_;
     exchanged_.push_back({n_, n_ + kStatSlots});
     for (const Layer::Range& r : exchanged_) small_floats_ += r.end - r.begin;
+    for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
+      for (int lo = 0; lo < model_.deferred()[k].in; lo += kChunkCols) {
+        chunks_.push_back({k, lo, std::min(lo + kChunkCols, model_.deferred()[k].in)});
+      }
+    }
     lay_out();
   }
 
@@ -62,7 +123,17 @@ class SharedExchange final : public CpuExchange {
     }
     if (!shm_) return false;
     base_ = static_cast<float*>(shm_->data());
+    // The counters' cache lines start at the block's first 64-byte boundary (every rank maps
+    // the block at a page boundary plus the same offset, so all agree where that is).
+    void* control = base_ + arena_.control;
+    std::size_t room = kControlFloats * sizeof(float);
+    if (!std::align(alignof(Control), sizeof(Control), control, room)) {
+      throw std::logic_error("the shared-memory exchange has no room for its counters");
+    }
+    if (pg_.rank() == 0) new (control) Control{};
+    control_ = static_cast<Control*>(control);
     bind_models();
+    shm_->fence();  // the counters are zero before anyone counts
     return true;
   }
 
@@ -83,18 +154,28 @@ class SharedExchange final : public CpuExchange {
     shm_->fence();
   }
 
+  void released() override { control_->released.n.fetch_add(1, std::memory_order_release); }
+
   void combine_and_update(float lr, WorkerPool& pool) override {
-    const auto t1 = Clock::now();
+    publish_small_gradients();
+    pool.run([&](int w) { update_chunks(lr, w == 0); });
+    const auto t = Clock::now();
+    wait_until(control_->published, (step_ + 1) * std::uint64_t(pg_.size()));
     sum_small_gradients();
-    seconds_ += since(t1);
-    pool.run([&](int w) { update_rows(lr, pg_.rank() * workers_ + w); });
-    const auto t3 = Clock::now();
+    if (pg_.rank() == 0) {
+      for (const Layer::Range& r : small_) {
+        sgd_range(setup_, members_, lr, model_.params(), model_.grads(), velocity_, r.begin,
+                  r.end);
+      }
+    }
     shm_->fence();  // the new parameters are in place before anyone's next forward
-    seconds_ += since(t3);
+    seconds_ += since(t);
+    ++step_;
   }
 
  private:
   void lay_out() {
+    arena_.control = arena_.take(kControlFloats);
     arena_.params = arena_.take(n_);
     arena_.velocity = arena_.take(setup_.momentum != 0.0f ? n_ : 0);
     for (const Model::Deferred& d : model_.deferred()) {
@@ -122,14 +203,19 @@ class SharedExchange final : public CpuExchange {
     }
   }
 
-  // The small gradients and the stats go through this rank's slot; after the fence every rank
-  // adds all slots in rank order (so all get the same sums).
+  // The small gradients and the stats go through this rank's slot; once all are published every
+  // rank adds all slots in rank order (so all get the same sums). A rank writes its slot again
+  // only after the step's closing barrier, which every reader passes after reading.
+  void publish_small_gradients() {
+    const float* grads = model_.grads();
+    float* mine = base_ + arena_.small + std::size_t(pg_.rank()) * small_floats_;
+    for (const Layer::Range& r : exchanged_) mine = std::copy(grads + r.begin, grads + r.end, mine);
+    control_->published.n.fetch_add(1, std::memory_order_release);
+  }
+
   void sum_small_gradients() {
     float* grads = model_.grads();
-    float* slots = base_ + arena_.small;
-    float* mine = slots + std::size_t(pg_.rank()) * small_floats_;
-    for (const Layer::Range& r : exchanged_) mine = std::copy(grads + r.begin, grads + r.end, mine);
-    shm_->fence();  // every rank's X, dZ and small gradients are written; W is no longer read
+    const float* slots = base_ + arena_.small;
     for (const Layer::Range& r : exchanged_) std::fill(grads + r.begin, grads + r.end, 0.0f);
     for (int q = 0; q < pg_.size(); ++q) {
       const float* from = slots + std::size_t(q) * small_floats_;
@@ -139,31 +225,37 @@ class SharedExchange final : public CpuExchange {
     }
   }
 
-  // Member m updates its share of every deferred layer's rows from all members' X and dZ;
-  // member 0 also steps the small parameters.
-  void update_rows(float lr, int m) {
-    float* grads = model_.grads();
-    const float scale = 1.0f / float(members_);
-    for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
-      const Model::Deferred& d = model_.deferred()[k];
-      std::size_t lo, hi;
-      share(std::size_t(d.rows), members_, m, lo, hi);
-      const float* xa = base_ + arena_.x[k];
-      const float* dza = base_ + arena_.dz[k];
-      const int batch = members_ * setup_.slice;
-      if (fused_) {
-        model_.deferred_weight_rows(k, batch, xa, dza, int(lo), int(hi), -lr * scale, 1.0f,
-                                    model_.params());
-      } else {
-        model_.deferred_weight_rows(k, batch, xa, dza, int(lo), int(hi), 1.0f, 0.0f, grads);
-        sgd_range(setup_, members_, lr, model_.params(), grads, velocity_,
-                  d.offset + lo * std::size_t(d.in), d.offset + hi * std::size_t(d.in));
-      }
+  // Once every member has released, claims chunks until none is left; each member makes
+  // exactly one claim past the end, so a step hands out chunks + members claims.
+  void update_chunks(float lr, bool timed) {
+    const auto t = Clock::now();
+    wait_until(control_->released, (step_ + 1) * std::uint64_t(members_));
+    if (timed) seconds_ += since(t);
+    const std::uint64_t first = step_ * (chunks_.size() + std::uint64_t(members_));
+    for (;;) {
+      const std::uint64_t c =
+          control_->claimed.n.fetch_add(1, std::memory_order_relaxed) - first;
+      if (c >= chunks_.size()) return;
+      update_chunk(lr, chunks_[c]);
     }
-    if (m == 0) {
-      for (const Layer::Range& r : small_) {
-        sgd_range(setup_, members_, lr, model_.params(), grads, velocity_, r.begin, r.end);
-      }
+  }
+
+  // Columns [lo, hi) of deferred layer k, from all members' X and dZ.
+  void update_chunk(float lr, const Chunk& c) {
+    const Model::Deferred& d = model_.deferred()[c.k];
+    const float* xa = base_ + arena_.x[c.k];
+    const float* dza = base_ + arena_.dz[c.k];
+    const int batch = members_ * setup_.slice;
+    if (fused_) {
+      model_.deferred_weight_cols(c.k, batch, xa, dza, c.lo, c.hi, -lr * (1.0f / float(members_)),
+                                  1.0f, model_.params());
+      return;
+    }
+    float* grads = model_.grads();
+    model_.deferred_weight_cols(c.k, batch, xa, dza, c.lo, c.hi, 1.0f, 0.0f, grads);
+    for (int row = 0; row < d.rows; ++row) {
+      const std::size_t at = d.offset + std::size_t(row) * d.in;
+      sgd_range(setup_, members_, lr, model_.params(), grads, velocity_, at + c.lo, at + c.hi);
     }
   }
 
@@ -176,8 +268,11 @@ class SharedExchange final : public CpuExchange {
   std::vector<Layer::Range> small_;      // the parameters SGD steps separately
   std::vector<Layer::Range> exchanged_;  // their gradients and the stat slots: what is summed
   std::size_t small_floats_ = 0;
+  std::vector<Chunk> chunks_;
   Arena arena_;
   bool fused_ = false;
+  Control* control_ = nullptr;
+  std::uint64_t step_ = 0;  // steps combined so far: the counters' targets
   std::unique_ptr<SharedMemory> shm_;
   float* base_ = nullptr;
   float* velocity_ = nullptr;

@@ -25,18 +25,20 @@ void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy,
                             Accumulate acc = Accumulate::kOverwrite);
 // dx [batch, in] = dy * w
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx);
-void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
+void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c);
 }  // namespace ref
 
-// Rows [lo, hi) of an [out, in] matrix c: c[lo:hi] = beta * c[lo:hi] + alpha * dy[:, lo:hi]^T * x.
-// With beta 0 and alpha 1 that is a share of dW; with c = w, beta 1 and alpha = -lr / N it is the
-// SGD step fused into the weight gradient (no dW written, no separate pass over the weights).
-// x and dy may hold several ranks' batches one after another (d.batch counts them all): the
-// product then sums every rank's gradient, which is how the shared-memory exchange updates a
-// share of the rows from all ranks' activations (runtime/src/trainer.cc).
+// Columns [lo, hi) of an [out, in] matrix c (the weights of inputs lo..hi-1):
+// c[:, lo:hi] = beta * c[:, lo:hi] + alpha * dy^T * x[:, lo:hi]. With beta 0 and alpha 1 that is
+// a share of dW; with c = w, beta 1 and alpha = -lr / N it is the SGD step fused into the weight
+// gradient (no dW written, no separate pass over the weights). x and dy may hold several ranks'
+// batches one after another (d.batch counts them all): the product then sums every rank's
+// gradient, which is how the shared-memory exchange updates the weights in chunks of columns from
+// all ranks' activations (runtime/src/cpu/exchange_shared.cc). A chunk of columns reads only its
+// columns of x, so the chunks together read x once.
 namespace cpu {
-void dense_weight_rows(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
+void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c);
 void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y);
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,

@@ -35,10 +35,10 @@ class Layer {
                         InputGrad need, kernels::Accumulate acc, kernels::Workspace ws) = 0;
   // The deferred weight gradient (Dense layers). backward_deferred() does all of backward()
   // except dW: it leaves dZ, the gradient at the pre-activation, in dy (batch x rows), and dx.
-  // weight_rows() later forms rows [lo, hi) of dZ^T X into c, the layer's weight matrix in the
+  // weight_cols() later forms columns [lo, hi) of dZ^T X into c, the layer's weight matrix in the
   // parameter buffer (c = beta c + alpha dZ^T X: beta 1, alpha = -lr/N is the SGD step fused into
   // the sgemm) or in the gradient buffer (beta 0). X and dZ may be several ranks' batches one
-  // after another. The trainer uses this to update each rank's share of the rows from every
+  // after another. The trainer uses this to update the weights in chunks of columns from every
   // rank's activations in shared memory instead of allreducing the 11 MB dW. Layers that cannot
   // defer return an empty range.
   struct Range {
@@ -51,7 +51,7 @@ class Layer {
     (void)batch, (void)x, (void)y, (void)dy, (void)dx, (void)need, (void)ws;
     throw std::logic_error(name() + ": no deferred weight gradient");
   }
-  virtual void weight_rows(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
+  virtual void weight_cols(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
                            float beta, float* c) const {
     (void)batch, (void)x, (void)dz, (void)lo, (void)hi, (void)alpha, (void)beta, (void)c;
     throw std::logic_error(name() + ": no deferred weight gradient");

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -53,15 +54,19 @@ class Model {
   std::vector<Layer::Range> undeferred_ranges() const;
   // Where deferred layer k's input X (batch x in floats) and its dZ (batch x rows) live during
   // forward_backward_deferred(): the trainer points them into memory the ranks share, so any
-  // rank can form any rows of dW from everybody's activations. Each must hold `batch` images.
+  // rank can form any columns of dW from everybody's activations. Each must hold `batch` images.
   void bind_deferred(std::size_t k, float* x, float* dz);
   // Forward + backward with every deferrable layer deferring dW: writes the undeferred ranges of
   // the gradient buffer, the stat slots, and X and dZ of each deferred layer at the bound
-  // addresses (or in the model's own activations when none is bound).
-  StepResult forward_backward_deferred(int batch, const float* x, const std::int32_t* labels);
-  // Rows [lo, hi) of deferred layer k's weight matrix in `buffer` (params() or grads()):
+  // addresses (or in the model's own activations when none is bound). `released`, when given,
+  // runs once the step has read the deferred layers' weights for the last time and written
+  // their X and dZ (after the first deferred layer's backward): from then on other ranks may
+  // update those weights while this model finishes its backward.
+  StepResult forward_backward_deferred(int batch, const float* x, const std::int32_t* labels,
+                                       const std::function<void()>& released = {});
+  // Columns [lo, hi) of deferred layer k's weight matrix in `buffer` (params() or grads()):
   // c = beta c + alpha dZ^T X over `batch` images whose X and dZ lie one after another.
-  void deferred_weight_rows(std::size_t k, int batch, const float* x, const float* dz, int lo,
+  void deferred_weight_cols(std::size_t k, int batch, const float* x, const float* dz, int lo,
                             int hi, float alpha, float beta, float* buffer) const;
   // Moves the parameters to caller-owned memory of param_floats() floats (shared memory in the
   // trainer); the contents are not copied. The memory must outlive the model.
