@@ -4,6 +4,9 @@
 #   - mnist_cnn, 1 process, 1 thread, once per CPU library (--cpu-kernels onednn|openblas|blis);
 #   - mnist_cnn, 2 ranks x 1 thread (mpirun, default library), shared-memory exchange and
 #     --exchange allreduce, against 1 rank; and 1 process x 2 threads;
+#   - mnist_cnn, 1 process, 1 thread, default library, pinned to CPU 0 and to CPU 1 (the cores
+#     the 2 ranks run on): on a VM the two can differ by a quarter, and 2 ranks can at most add
+#     the two cores' speeds, so the 2-rank rows also say what share of that sum they reach;
 # all of it with OPENBLAS_CORETYPE as the environment has it and, when it is set, again unset.
 # Configurations run interleaved, --repeats times; the best run of each counts (other work on
 # the machine only ever slows a run down). Prints a markdown report: images/s, images per
@@ -29,13 +32,15 @@ while (($#)); do
     --epochs) epochs=$2; shift 2 ;;
     --repeats) repeats=$2; shift 2 ;;
     --kernels) kernels=$2; shift 2 ;;
-    -h|--help) sed -n '2,17p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) echo "run.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
   esac
 done
 py=/usr/bin/python3
 [[ -x $bin ]] || { echo "run.sh: $bin not built (cmake --build build --target mnist_cnn)" >&2; exit 1; }
 [[ -x $peak_bin ]] || { echo "run.sh: $peak_bin not built (--target fma_peak)" >&2; exit 1; }
+command -v taskset >/dev/null || { echo "run.sh: taskset missing (util-linux)" >&2; exit 1; }
+(($(nproc) >= 2)) || { echo "run.sh: needs 2 CPUs (2 ranks), this machine has $(nproc)" >&2; exit 1; }
 [[ -d $data ]] || { echo "run.sh: $data missing (scripts/fetch-data.sh)" >&2; exit 1; }
 "$py" -c 'import torch' 2>/dev/null ||
   { echo "run.sh: PyTorch missing (scripts/install-deps.sh --bench)" >&2; exit 1; }
@@ -67,6 +72,9 @@ measure() {
   for ((r = 0; r < repeats; r++)); do
     torch_one "$r"
     for k in $kernels; do run_one "one_$k" "$r" "$bin" "${common[@]}" --threads 1 --cpu-kernels "$k"; done
+    for cpu in 0 1; do
+      run_one "pinned_cpu$cpu" "$r" taskset -c "$cpu" "$bin" "${common[@]}" --threads 1
+    done
     run_one two_ranks "$r" "${mpi[@]}" "$bin" "${common[@]}" --threads 1
     run_one two_ranks_allreduce "$r" "${mpi[@]}" "$bin" "${common[@]}" --threads 1 --exchange allreduce
     run_one two_threads "$r" "$bin" "${common[@]}" --threads 2
@@ -101,6 +109,9 @@ rows = [("%s, 1 process, 1 thread" % torch.get("peer", "PyTorch"), torch, None)]
 for k in kernels:
     r = best("one_" + k)
     if r: rows.append(("mnist_cnn, 1 thread, %s" % r.get("cpu_kernels", k), r, torch))
+for cpu in (0, 1):
+    r = best("pinned_cpu%d" % cpu)
+    if r: rows.append(("mnist_cnn, 1 thread, %s, pinned to CPU %d" % (r.get("cpu_kernels", "default"), cpu), r, torch))
 print("### %s" % title)
 print()
 print("| configuration | images/s | images per CPU-s | GFLOP/s per core | share of peak | ratio |")
@@ -121,6 +132,13 @@ for name, label in (("two_ranks", "2 ranks x 1 thread, %s exchange"), ("two_rank
         lab, share, r["images_per_second"], r["images_per_second"] / 2 * MFLOP / 1000,
         100 * r["images_per_second"] / 2 * MFLOP / 1000 / peak, r["images_per_second"] / one["images_per_second"]))
 print()
+cores = [best("pinned_cpu%d" % cpu) for cpu in (0, 1)]
+if all(cores):
+    both = sum(c["images_per_second"] for c in cores)
+    print("CPU 0 and CPU 1 alone, added: %.0f images/s (%.2fx the unpinned 1-rank run). Two ranks can reach at most that sum; they reached %s of it." % (
+        both, both / one["images_per_second"],
+        ", ".join("%.0f%% (%s)" % (100 * best(n)["images_per_second"] / both, n.replace("_", " ")) for n in ("two_ranks", "two_ranks_allreduce", "two_threads") if best(n))))
+    print()
 names = sorted({os.path.basename(p).split(".")[0] for p in glob.glob(os.path.join(work, "*.json"))})
 print("Every run, images/s: " + "; ".join(
     "%s %s" % (n, ", ".join("%.0f" % r["images_per_second"] for r in runs(n))) for n in names))

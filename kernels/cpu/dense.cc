@@ -13,8 +13,7 @@ namespace {
 void check_cols(const DenseDesc& d, int lo, int hi) {
   if (lo < 0 || hi < lo || hi > d.in) {
     throw std::invalid_argument("dense_weight_cols: columns [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + ") outside [0, " + std::to_string(d.in) +
-                                ")");
+                                std::to_string(hi) + ") outside [0, " + std::to_string(d.in) + ")");
   }
 }
 }  // namespace

@@ -164,8 +164,7 @@ class SharedExchange final : public CpuExchange {
     sum_small_gradients();
     if (pg_.rank() == 0) {
       for (const Layer::Range& r : small_) {
-        sgd_range(setup_, members_, lr, model_.params(), model_.grads(), velocity_, r.begin,
-                  r.end);
+        sgd_range(setup_, members_, lr, model_.params(), model_.grads(), velocity_, r.begin, r.end);
       }
     }
     shm_->fence();  // the new parameters are in place before anyone's next forward
@@ -233,8 +232,7 @@ class SharedExchange final : public CpuExchange {
     if (timed) seconds_ += since(t);
     const std::uint64_t first = step_ * (chunks_.size() + std::uint64_t(members_));
     for (;;) {
-      const std::uint64_t c =
-          control_->claimed.n.fetch_add(1, std::memory_order_relaxed) - first;
+      const std::uint64_t c = control_->claimed.n.fetch_add(1, std::memory_order_relaxed) - first;
       if (c >= chunks_.size()) return;
       update_chunk(lr, chunks_[c]);
     }
