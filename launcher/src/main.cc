@@ -16,6 +16,7 @@
 #include "gpurun/launcher/launch.h"
 #include "gpurun/launcher/plan.h"
 #include "gpurun_version.h"
+#include "monitor.h"
 #include "proc_util.h"
 #include "report.h"
 #include "run.h"
@@ -375,7 +376,9 @@ int cmd_launch(const std::vector<std::string>& args) {
   bool dry = vm.count("dry-run") > 0 || s.from_file;
   LaunchOptions lo = launch_settings(vm, s, program, dry);
   if (dry) {
-    (void)run_settings(vm, s, lo);  // the run's own options are checked as a real launch would
+    // The run's own options are checked as a real launch would, FILE.csv without writing it.
+    RunConfig cfg = run_settings(vm, s, lo);
+    if (cfg.monitor_file) monitor::MonitorLog::check(*cfg.monitor_file);
     lo.plan_text = encode_plan(s.alloc, s.plan, s.popts);
     LaunchCommand c = build_launch(s.alloc, s.plan, lo);
     std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir);

@@ -89,6 +89,9 @@ class MonitorLog {
   static constexpr const char* kHeader = "time,node,rank,gpu,util,mem_used_mib,power_w,temp_c";
   // Creates (or empties) `path` and writes the header; throws Error naming --monitor and the path.
   explicit MonitorLog(const std::string& path);
+  // What the constructor would throw for `path`, found without creating or emptying it
+  // (--dry-run): a missing or unwritable directory, a directory, a file that cannot be written.
+  static void check(const std::string& path);
   // One GpuSamples from the wrapper on `node`; throws Error when the sample does not parse.
   void add(const std::string& node, const control::GpuSamples& m);
   std::vector<std::string> summary(const std::vector<std::string>& node_order) const {

@@ -2,6 +2,7 @@
 // its likely stragglers.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -108,6 +109,21 @@ MonitorLog::MonitorLog(const std::string& path) : path_(path) {
   fd_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
   if (!fd_ || !common::write_all(fd_.get(), std::string(kHeader) + "\n"))
     throw Error(fmt::format("--monitor {}: cannot write it: {}", path, strerror(errno)));
+}
+
+void MonitorLog::check(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) {
+    if (S_ISDIR(st.st_mode))
+      errno = EISDIR;
+    else if (::access(path.c_str(), W_OK) == 0)
+      return;
+  } else if (errno == ENOENT) {
+    std::size_t slash = path.rfind('/');
+    std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
+    if (::access(dir.c_str(), W_OK | X_OK) == 0) return;
+  }
+  throw Error(fmt::format("--monitor {}: cannot write it: {}", path, strerror(errno)));
 }
 
 void MonitorLog::add(const std::string& node, const control::GpuSamples& m) {

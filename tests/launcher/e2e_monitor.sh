@@ -87,14 +87,21 @@ expect_refused "--monitor=-1: expected SECONDS" --monitor=-1 "$work/x.csv"
 expect_refused "--monitor: expected FILE.csv after it" --monitor
 expect_refused "--monitor=2: expected FILE.csv after it (--monitor[=SECONDS] FILE.csv), not '-n'" --monitor=2 -n 1
 expect_refused "--monitor $work/no/such/dir/m.csv: cannot write it: No such file or directory" --monitor "$work/no/such/dir/m.csv"
-# --dry-run checks --monitor's value as a launch does (it writes nothing, so not the file).
+# --dry-run checks --monitor's value as a launch does, and that FILE.csv could be written
+# (without creating it).
 out=$("$gpurun" --scheduler local -n 1 --dry-run --monitor=abc "$work/x.csv" -- true 2>&1) && rc=0 || rc=$?
 [[ $rc == 2 ]] || fail "--dry-run --monitor=abc exited $rc, want 2: $out"
 grep -qF -- "--monitor=abc: expected SECONDS between samples" <<<"$out" || fail "--dry-run --monitor=abc said '$out'"
 "$gpurun" --scheduler local -n 1 --dry-run --monitor=0.5 "$work/x.csv" -- true >/dev/null ||
   fail "--dry-run refused a good --monitor=0.5"
 [[ ! -e $work/x.csv ]] || fail "--dry-run wrote the monitor file"
-echo "ok: --dry-run refuses --monitor=abc and accepts --monitor=0.5"
+for bad in "$work/no/such/dir/m.csv:No such file or directory" "$work:Is a directory"; do
+  out=$("$gpurun" --scheduler local -n 1 --dry-run --monitor "${bad%:*}" -- true 2>&1) && rc=0 || rc=$?
+  [[ $rc == 2 ]] || fail "--dry-run --monitor ${bad%:*} exited $rc, want 2: $out"
+  grep -qF -- "--monitor ${bad%:*}: cannot write it: ${bad##*:}" <<<"$out" ||
+    fail "--dry-run --monitor ${bad%:*} said '$out'"
+done
+echo "ok: --dry-run refuses --monitor=abc and unwritable files, accepts --monitor=0.5"
 
 # No nvidia-smi: said once, the job still succeeds, the CSV keeps its header.
 rc=0
