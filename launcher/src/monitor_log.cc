@@ -17,6 +17,11 @@
 namespace gpurun::launcher::monitor {
 namespace {
 
+// The one refusal of FILE.csv, for errno: the same words from a launch and from --dry-run.
+Error unwritable(const std::string& path) {
+  return Error(fmt::format("--monitor {}: cannot write it: {}", path, strerror(errno)));
+}
+
 // ISO 8601 in UTC with milliseconds: samples can be a fraction of a second apart.
 std::string utc_ms(int64_t ms) {
   time_t t = static_cast<time_t>(ms / 1000);
@@ -107,8 +112,7 @@ std::vector<std::string> summarize(const std::vector<GpuStats>& gpus,
 
 MonitorLog::MonitorLog(const std::string& path) : path_(path) {
   fd_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
-  if (!fd_ || !common::write_all(fd_.get(), std::string(kHeader) + "\n"))
-    throw Error(fmt::format("--monitor {}: cannot write it: {}", path, strerror(errno)));
+  if (!fd_ || !common::write_all(fd_.get(), std::string(kHeader) + "\n")) throw unwritable(path);
 }
 
 void MonitorLog::check(const std::string& path) {
@@ -123,7 +127,7 @@ void MonitorLog::check(const std::string& path) {
     std::string dir = slash == std::string::npos ? "." : path.substr(0, slash == 0 ? 1 : slash);
     if (::access(dir.c_str(), W_OK | X_OK) == 0) return;
   }
-  throw Error(fmt::format("--monitor {}: cannot write it: {}", path, strerror(errno)));
+  throw unwritable(path);
 }
 
 void MonitorLog::add(const std::string& node, const control::GpuSamples& m) {
@@ -153,8 +157,7 @@ void MonitorLog::add(const std::string& node, const control::GpuSamples& m) {
     }
   }
   rows_ += static_cast<int>(s.gpus.size());
-  if (!rows.empty() && !common::write_all(fd_.get(), rows))
-    throw Error(fmt::format("--monitor {}: cannot write it: {}", path_, strerror(errno)));
+  if (!rows.empty() && !common::write_all(fd_.get(), rows)) throw unwritable(path_);
 }
 
 }  // namespace gpurun::launcher::monitor
