@@ -3,6 +3,7 @@
 // MNIST CNN's time goes.
 #include "gpurun/kernels/dense.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
@@ -10,9 +11,10 @@
 
 namespace gpurun::kernels {
 namespace {
-void check_cols(const DenseDesc& d, int lo, int hi) {
+void check_cols(const char* op, const DenseDesc& d, int lo, int hi) {
+  validate(d);
   if (lo < 0 || hi < lo || hi > d.in) {
-    throw std::invalid_argument("dense_weight_cols: columns [" + std::to_string(lo) + ", " +
+    throw std::invalid_argument(std::string(op) + ": columns [" + std::to_string(lo) + ", " +
                                 std::to_string(hi) + ") outside [0, " + std::to_string(d.in) + ")");
   }
 }
@@ -56,8 +58,7 @@ void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, fl
 
 void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c) {
-  validate(d);
-  check_cols(d, lo, hi);
+  check_cols("dense_weight_cols", d, lo, hi);
   for (int o = 0; o < d.out; ++o)
     for (int i = lo; i < hi; ++i) {
       double s = 0;
@@ -65,6 +66,30 @@ void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int 
         s += double(dy[std::size_t(n) * d.out + o]) * x[std::size_t(n) * d.in + i];
       float& out = c[std::size_t(o) * d.in + i];
       out = float(double(beta) * out + double(alpha) * s);
+    }
+}
+
+void dense_forward_cols(const DenseDesc& d, const float* x, const float* w, int lo, int hi,
+                        float* y) {
+  check_cols("dense_forward_cols", d, lo, hi);
+  for (int n = 0; n < d.batch; ++n)
+    for (int o = 0; o < d.out; ++o) {
+      double s = 0;
+      for (int i = lo; i < hi; ++i)
+        s += double(x[std::size_t(n) * d.in + i]) * w[std::size_t(o) * d.in + i];
+      y[std::size_t(n) * d.out + o] = float(s);
+    }
+}
+
+void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* dy, int lo, int hi,
+                              float* dx) {
+  check_cols("dense_backward_data_cols", d, lo, hi);
+  for (int n = 0; n < d.batch; ++n)
+    for (int i = lo; i < hi; ++i) {
+      double s = 0;
+      for (int o = 0; o < d.out; ++o)
+        s += double(dy[std::size_t(n) * d.out + o]) * w[std::size_t(o) * d.in + i];
+      dx[std::size_t(n) * d.in + i] = float(s);
     }
 }
 }  // namespace ref
@@ -87,11 +112,29 @@ void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy,
 
 void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c) {
-  validate(d);
-  check_cols(d, lo, hi);
+  check_cols("dense_weight_cols", d, lo, hi);
   if (lo == hi) return;
   sgemm(Trans::kYes, Trans::kNo, d.out, hi - lo, d.batch, alpha, dy, d.out, x + lo, d.in, beta,
         c + lo, d.in);
+}
+
+void dense_forward_cols(const DenseDesc& d, const float* x, const float* w, int lo, int hi,
+                        float* y) {
+  check_cols("dense_forward_cols", d, lo, hi);
+  if (lo == hi) {
+    std::fill(y, y + std::size_t(d.batch) * d.out, 0.0f);
+    return;
+  }
+  sgemm(Trans::kNo, Trans::kYes, d.batch, d.out, hi - lo, 1.0f, x + lo, d.in, w + lo, d.in, 0.0f, y,
+        d.out);
+}
+
+void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* dy, int lo, int hi,
+                              float* dx) {
+  check_cols("dense_backward_data_cols", d, lo, hi);
+  if (lo == hi) return;
+  sgemm(Trans::kNo, Trans::kNo, d.batch, hi - lo, d.out, 1.0f, dy, d.out, w + lo, d.in, 0.0f,
+        dx + lo, d.in);
 }
 
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {

@@ -82,7 +82,7 @@ class Dense final : public Layer {
   std::size_t workspace_floats(int) const override { return 0; }
   void forward(int batch, const float* x, float* y, k::Workspace) override {
     k::cpu::dense_forward(desc(batch), x, w_, y);
-    k::cpu::bias_act_forward(bias_desc(batch), y, b_);
+    finish_forward(batch, y);
   }
   void backward(int batch, const float* x, const float* y, float* dy, float* dx, InputGrad need,
                 k::Accumulate acc, k::Workspace) override {
@@ -103,6 +103,15 @@ class Dense final : public Layer {
   void weight_cols(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
                    float beta, float* c) const override {
     k::cpu::dense_weight_cols(desc(batch), x, dz, lo, hi, alpha, beta, c);
+  }
+  void product_cols(int batch, const float* x, int lo, int hi, float* y) const override {
+    k::cpu::dense_forward_cols(desc(batch), x, w_, lo, hi, y);
+  }
+  void finish_forward(int batch, float* y) const override {
+    k::cpu::bias_act_forward(bias_desc(batch), y, b_);
+  }
+  void input_grad_cols(int batch, const float* dz, int lo, int hi, float* dx) const override {
+    k::cpu::dense_backward_data_cols(desc(batch), w_, dz, lo, hi, dx);
   }
 
  private:

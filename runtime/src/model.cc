@@ -72,7 +72,15 @@ void Model::init(std::uint64_t seed) {
   spec_.init_params(seed, param_base_);
 }
 
-void Model::run_forward(int batch, const float* x, bool bound) {
+std::optional<std::size_t> Model::split_index(std::size_t i, const DeferredPeers* peers) const {
+  if (!peers) return std::nullopt;
+  for (std::size_t k = 0; k < deferred_.size(); ++k) {
+    if (deferred_[k].layer == i && peers->split(k)) return k;
+  }
+  return std::nullopt;
+}
+
+void Model::run_forward(int batch, const float* x, bool bound, DeferredPeers* peers) {
   if (batch < 1 || batch > max_batch_) {
     throw std::invalid_argument("model: batch " + std::to_string(batch) + " outside [1, " +
                                 std::to_string(max_batch_) + "]");
@@ -85,7 +93,12 @@ void Model::run_forward(int batch, const float* x, bool bound) {
   }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     float* out = act(i, bound);
-    layers_[i]->forward(batch, in, out, ws);
+    if (const std::optional<std::size_t> k = split_index(i, peers)) {
+      peers->forward(*k, out);
+      layers_[i]->finish_forward(batch, out);
+    } else {
+      layers_[i]->forward(batch, in, out, ws);
+    }
     in = out;
   }
 }
@@ -126,8 +139,14 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
 }
 
 StepResult Model::forward_backward_deferred(int batch, const float* x, const std::int32_t* labels,
-                                            const std::function<void()>& released) {
-  run_forward(batch, x, true);
+                                            DeferredPeers* peers) {
+  for (std::size_t k = 0; k < deferred_.size(); ++k) {
+    const std::size_t l = deferred_[k].layer;
+    if (peers && peers->split(k) && (!splittable(k) || !bound_act_[l - 1] || !bound_dact_[l - 1])) {
+      throw std::logic_error("model: a split layer needs its X and dX bound (bind_deferred)");
+    }
+  }
+  run_forward(batch, x, true, peers);
   const std::size_t last = layers_.size() - 1;
   const float* logits = act(last, true);
   StepResult r;
@@ -143,32 +162,56 @@ StepResult Model::forward_backward_deferred(int batch, const float* x, const std
     float* din = i == 0 ? nullptr : dact(i - 1, true);
     const InputGrad need = i == 0 ? InputGrad::kSkip : InputGrad::kCompute;
     if (layers_[i]->deferred_weights().end > 0) {
-      layers_[i]->backward_deferred(batch, in, act(i, true), dact(i, true), din, need, ws);
-      if (released && i == deferred_.front().layer) released();
+      const std::optional<std::size_t> k = split_index(i, peers);
+      layers_[i]->backward_deferred(batch, in, act(i, true), dact(i, true), din,
+                                    k ? InputGrad::kSkip : need, ws);
+      if (k) peers->backward_data(*k);
+      if (peers && i == deferred_.front().layer) peers->released();
     } else {
       layers_[i]->backward(batch, in, act(i, true), dact(i, true), din, need,
                            k::Accumulate::kOverwrite, ws);
     }
   }
-  if (released && deferred_.empty()) released();
+  if (peers && deferred_.empty()) peers->released();
   write_stats(r);
   return r;
 }
 
-void Model::bind_deferred(std::size_t k, float* x, float* dz) {
+void Model::bind_deferred(std::size_t k, float* x, float* dz, float* dx) {
   const std::size_t l = deferred_.at(k).layer;
   if (l == 0) {
+    if (dx) throw std::invalid_argument("model: the first layer has no dX to bind");
     bound_input_ = x;
   } else {
     bound_act_[l - 1] = x;
+    if (dx && !splittable(k)) {
+      throw std::invalid_argument("model: deferred layer " + std::to_string(k) +
+                                  " cannot be split, so it has no dX to bind");
+    }
+    if (dx) bound_dact_[l - 1] = dx;
   }
   bound_dact_[l] = dz;
+}
+
+bool Model::splittable(std::size_t k) const {
+  const std::size_t l = deferred_.at(k).layer;
+  return l > 0 && (k == 0 || deferred_[k - 1].layer != l - 1);
 }
 
 void Model::deferred_weight_cols(std::size_t k, int batch, const float* x, const float* dz, int lo,
                                  int hi, float alpha, float beta, float* buffer) const {
   const Deferred& d = deferred_.at(k);
   layers_[d.layer]->weight_cols(batch, x, dz, lo, hi, alpha, beta, buffer + d.offset);
+}
+
+void Model::deferred_product_cols(std::size_t k, int batch, const float* x, int lo, int hi,
+                                  float* y) const {
+  layers_[deferred_.at(k).layer]->product_cols(batch, x, lo, hi, y);
+}
+
+void Model::deferred_input_grad_cols(std::size_t k, int batch, const float* dz, int lo, int hi,
+                                     float* dx) const {
+  layers_[deferred_.at(k).layer]->input_grad_cols(batch, dz, lo, hi, dx);
 }
 
 std::vector<Layer::Range> Model::undeferred_ranges() const {

@@ -180,6 +180,47 @@ TEST_P(DenseVsRef, WeightColsMatch) {
                std::invalid_argument);
 }
 
+TEST_P(DenseVsRef, ColumnProductsMatch) {
+  // A layer split by columns between ranks: each forms y's partial sum over its inputs and dx's
+  // columns of its inputs; the partial sums add up to the whole product.
+  const DenseCase c = GetParam();
+  const DenseDesc d{c.batch, c.in, c.out};
+  const auto x = random_vec(std::size_t(c.batch) * c.in, 17);
+  const auto w = random_vec(std::size_t(c.out) * c.in, 18);
+  const auto dy = random_vec(std::size_t(c.batch) * c.out, 19);
+  const int mid = c.in / 2;
+  std::vector<float> lo_part(std::size_t(c.batch) * c.out), hi_part(lo_part.size());
+  std::vector<float> want(lo_part.size()), whole(lo_part.size());
+  cpu::dense_forward_cols(d, x.data(), w.data(), 0, mid, lo_part.data());
+  ref::dense_forward_cols(d, x.data(), w.data(), 0, mid, want.data());
+  EXPECT_TRUE(all_close(lo_part, want, 1e-4f, 1e-4f));
+  cpu::dense_forward_cols(d, x.data(), w.data(), mid, c.in, hi_part.data());
+  ref::dense_forward(d, x.data(), w.data(), whole.data());
+  for (std::size_t i = 0; i < whole.size(); ++i) lo_part[i] += hi_part[i];
+  EXPECT_TRUE(all_close(lo_part, whole, 1e-4f, 1e-4f)) << "the halves do not add up to x w^T";
+
+  const float untouched = 12345.0f;
+  std::vector<float> dx(x.size(), untouched), dx_ref(x.size(), untouched);
+  cpu::dense_backward_data_cols(d, w.data(), dy.data(), mid, c.in, dx.data());
+  ref::dense_backward_data_cols(d, w.data(), dy.data(), mid, c.in, dx_ref.data());
+  EXPECT_TRUE(all_close(dx, dx_ref, 1e-4f, 1e-4f));
+  for (std::size_t i = 0; i < dx.size(); ++i) {
+    const int col = int(i % std::size_t(c.in));
+    if (col < mid) {
+      ASSERT_EQ(dx[i], untouched) << "column " << col << " written";
+    }
+  }
+  cpu::dense_backward_data_cols(d, w.data(), dy.data(), 0, mid, dx.data());
+  std::vector<float> dx_whole(x.size());
+  cpu::dense_backward_data(d, w.data(), dy.data(), dx_whole.data());
+  EXPECT_TRUE(all_close(dx, dx_whole, 1e-5f, 1e-5f)) << "the halves do not make dy w";
+  std::vector<float> any(x.size());
+  EXPECT_THROW(cpu::dense_forward_cols(d, x.data(), w.data(), mid, c.in + 1, any.data()),
+               std::invalid_argument);
+  EXPECT_THROW(cpu::dense_backward_data_cols(d, w.data(), dy.data(), -1, mid, any.data()),
+               std::invalid_argument);
+}
+
 INSTANTIATE_TEST_SUITE_P(Shapes, DenseVsRef,
                          ::testing::Values(DenseCase{1, 1, 1}, DenseCase{3, 17, 5},
                                            DenseCase{64, 128, 10}, DenseCase{8, 2163, 128},

@@ -189,12 +189,55 @@ double max_diff_from_init(Model& m, std::uint64_t seed) {
   return d;
 }
 
+// DeferredPeers of one member that, with `split`, splits every splittable deferred layer into
+// two halves of its columns, as two members of the shared exchange would: the
+// forward's product as the sum of two partial products, dX as two halves of its columns.
+// It records each release with the X and dZ seen at that moment.
+class HalvesPeers final : public DeferredPeers {
+ public:
+  HalvesPeers(Model& m, bool split, const std::vector<std::vector<float>>& xs,
+              const std::vector<std::vector<float>>& dzs, std::vector<std::vector<float>>& dxs)
+      : m_(m), split_(split), xs_(xs), dzs_(dzs), dxs_(dxs) {}
+  bool split(std::size_t k) const override { return split_ && m_.splittable(k); }
+  void forward(std::size_t k, float* z) override {
+    const auto& d = m_.deferred()[k];
+    std::vector<float> second(16 * std::size_t(d.rows));
+    m_.deferred_product_cols(k, 16, xs_[k].data(), 0, d.in / 2, z);
+    m_.deferred_product_cols(k, 16, xs_[k].data(), d.in / 2, d.in, second.data());
+    for (std::size_t i = 0; i < second.size(); ++i) z[i] += second[i];
+    ++forwards;
+  }
+  void backward_data(std::size_t k) override {
+    const int in = m_.deferred()[k].in;
+    m_.deferred_input_grad_cols(k, 16, dzs_[k].data(), in / 2, in, dxs_[k].data());
+    m_.deferred_input_grad_cols(k, 16, dzs_[k].data(), 0, in / 2, dxs_[k].data());
+    ++backwards;
+  }
+  void released() override {
+    ++releases;
+    xs_then = xs_;
+    dzs_then = dzs_;
+  }
+
+  int forwards = 0, backwards = 0, releases = 0;
+  std::vector<std::vector<float>> xs_then, dzs_then;
+
+ private:
+  Model& m_;
+  bool split_;
+  const std::vector<std::vector<float>>& xs_;
+  const std::vector<std::vector<float>>& dzs_;
+  std::vector<std::vector<float>>& dxs_;
+};
+
 // Two identical models: one takes the full gradient + SGD, the other defers the Dense layers'
 // dW and forms it as two halves of the columns: one half fused into the weights
 // (w += -lr dZ^T X), the other as dW columns + SGD; the rest by SGD over undeferred_ranges().
-// The `released` callback runs once per step, with every deferred layer's X and dZ final.
+// The peers' release runs once per step, with every deferred layer's X and dZ final. With
+// `split`, the deferred layers after the first run their products through the peers, in halves.
 void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_ptr<Model>()>& make,
-                                               std::size_t deferred_layers) {
+                                               std::size_t deferred_layers, bool split) {
+  SCOPED_TRACE(split ? "split by columns" : "whole");
   auto a = make(), b = make();
   a->init(4);
   b->init(4);
@@ -206,11 +249,17 @@ void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_p
   const float lr = 0.2f;
   ASSERT_EQ(b->deferred().size(), deferred_layers);
   // b's X and dZ in caller memory, as the trainer's shared arena holds them.
-  std::vector<std::vector<float>> xs, dzs;
+  std::vector<std::vector<float>> xs, dzs, dxs;
+  std::size_t split_layers = 0;
+  HalvesPeers peers(*b, split, xs, dzs, dxs);
   for (std::size_t k = 0; k < b->deferred().size(); ++k) {
     xs.emplace_back(16 * std::size_t(b->deferred()[k].in));
     dzs.emplace_back(16 * std::size_t(b->deferred()[k].rows));
-    b->bind_deferred(k, xs[k].data(), dzs[k].data());
+    dxs.emplace_back(peers.split(k) ? xs.back().size() : 0);
+    split_layers += peers.split(k);
+  }
+  for (std::size_t k = 0; k < b->deferred().size(); ++k) {
+    b->bind_deferred(k, xs[k].data(), dzs[k].data(), peers.split(k) ? dxs[k].data() : nullptr);
   }
   for (int step = 0; step < 3; ++step) {
     const double la = a->forward_backward(16, x.data(), y.data()).loss_sum;
@@ -218,16 +267,12 @@ void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_p
     sd.n = a->param_floats();
     sd.lr = lr;
     kernels::cpu::sgd_step(sd, a->params(), a->grads(), nullptr);
-    int released = 0;
-    std::vector<std::vector<float>> xs_then, dzs_then;
-    const double lb = b->forward_backward_deferred(16, x.data(), y.data(), [&] {
-                         ++released;
-                         xs_then = xs;
-                         dzs_then = dzs;
-                       }).loss_sum;
-    EXPECT_EQ(released, 1) << "step " << step;
-    EXPECT_EQ(xs_then, xs) << "step " << step << ": X written after the release";
-    EXPECT_EQ(dzs_then, dzs) << "step " << step << ": dZ written after the release";
+    const double lb = b->forward_backward_deferred(16, x.data(), y.data(), &peers).loss_sum;
+    EXPECT_EQ(peers.releases, step + 1) << "step " << step;
+    EXPECT_EQ(peers.forwards, (step + 1) * int(split_layers));
+    EXPECT_EQ(peers.backwards, (step + 1) * int(split_layers));
+    EXPECT_EQ(peers.xs_then, xs) << "step " << step << ": X written after the release";
+    EXPECT_EQ(peers.dzs_then, dzs) << "step " << step << ": dZ written after the release";
     EXPECT_NEAR(la, lb, 1e-4 * std::fabs(la));
     for (std::size_t k = 0; k < b->deferred().size(); ++k) {
       const auto& d = b->deferred()[k];
@@ -265,23 +310,46 @@ void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_p
 
 TEST(Model, DeferredUpdateMatchesGradientThenSgd) {
   // The MNIST CNN: the two Dense weight matrices defer.
-  expect_deferred_matches_gradient_then_sgd([] { return make_model(mnist_cnn_spec(), 16); }, 2);
+  for (bool split : {false, true}) {
+    expect_deferred_matches_gradient_then_sgd([] { return make_model(mnist_cnn_spec(), 16); }, 2,
+                                              split);
+  }
 }
 
 TEST(Model, DeferredUpdateOnLeNet) {
   // Three Dense layers defer, after pooling and a flatten.
-  expect_deferred_matches_gradient_then_sgd([] { return make_model(lenet_spec(), 16); }, 3);
+  for (bool split : {false, true}) {
+    expect_deferred_matches_gradient_then_sgd([] { return make_model(lenet_spec(), 16); }, 3,
+                                              split);
+  }
 }
 
 TEST(Model, DeferredUpdateWithADenseFirstLayer) {
   // A Dense first layer defers too: its X is the input batch, copied to the bound buffer.
-  expect_deferred_matches_gradient_then_sgd(
-      [] {
-        ModelSpec net({1, 28, 28});
-        net.add(dense(32, Activation::kRelu)).add(dense(10));
-        return make_model(net, 16);
-      },
-      2);
+  // Neither layer can be split: the first has no dX, the second's dX is the first's dZ.
+  for (bool split : {false, true}) {
+    expect_deferred_matches_gradient_then_sgd(
+        [] {
+          ModelSpec net({1, 28, 28});
+          net.add(dense(32, Activation::kRelu)).add(dense(10));
+          return make_model(net, 16);
+        },
+        2, split);
+  }
+}
+
+TEST(Model, ASplitLayerNeedsItsDxBound) {
+  auto m = make_model(mnist_cnn_spec(), 16);
+  std::vector<std::vector<float>> xs, dzs, dxs(2);
+  HalvesPeers peers(*m, true, xs, dzs, dxs);
+  for (std::size_t k = 0; k < 2; ++k) {
+    xs.emplace_back(16 * std::size_t(m->deferred()[k].in));
+    dzs.emplace_back(16 * std::size_t(m->deferred()[k].rows));
+    m->bind_deferred(k, xs[k].data(), dzs[k].data());
+  }
+  std::vector<float> x(16 * 784, 0.5f);
+  std::vector<std::int32_t> y(16, 1);
+  EXPECT_THROW(m->forward_backward_deferred(16, x.data(), y.data(), &peers), std::logic_error);
 }
 
 TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {

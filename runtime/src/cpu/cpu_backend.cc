@@ -128,10 +128,10 @@ void CpuBackend::step(std::int64_t step, bool stop_requested) {
     float* xw = x_.data() + std::size_t(w) * slice_ * img;
     std::int32_t* yw = y_.data() + std::size_t(w) * slice_;
     data_.train.gather(idx + std::size_t(w) * slice_, slice_, xw, yw);
-    const StepResult r = exchange_->deferred()
-                             ? models_[w]->forward_backward_deferred(
-                                   slice_, xw, yw, [this] { exchange_->released(); })
-                             : models_[w]->forward_backward(slice_, xw, yw, micro_);
+    const StepResult r =
+        exchange_->deferred()
+            ? models_[w]->forward_backward_deferred(slice_, xw, yw, exchange_->peers(w))
+            : models_[w]->forward_backward(slice_, xw, yw, micro_);
     loss[std::size_t(w)] = r.loss_sum;
   });
   add_worker_gradients();

@@ -33,9 +33,11 @@ class CpuExchange {
   // Whether the members run Model::forward_backward_deferred (the Dense layers' dW deferred).
   virtual bool deferred() const = 0;
   virtual bool fused() const { return false; }
-  // Called by each member during its forward_backward_deferred, once its Dense layers' weights
-  // are read and their X and dZ written (Model::forward_backward_deferred's `released`).
-  virtual void released() {}
+  // What worker w of this rank passes to Model::forward_backward_deferred (nullptr: nothing).
+  virtual DeferredPeers* peers(int worker) {
+    (void)worker;
+    return nullptr;
+  }
   // The parts of the gradient buffer (stat slots included) that the rank's workers add into
   // model 0's before combine_and_update(): all of it, or only what the exchange sums.
   virtual const std::vector<Layer::Range>& summed() const = 0;

@@ -1,16 +1,23 @@
 // exchange_shared.cc: the shared-memory exchange (exchange.h) for ranks on one node. One block of
 // node-shared memory (an MPI-3 window; plain memory for one rank) holds the parameters and
 // momentum, every member's X and dZ of each Dense layer, one slot per rank for the small
-// gradients, and three counters. Members are (rank, worker) pairs, rank-major: X and dZ of all
+// gradients, and four counters. Members are (rank, worker) pairs, rank-major: X and dZ of all
 // members lie one after another, so one sgemm over them sums every member's gradient.
 //
-// A step: each member runs forward and backward, and says so on `released` as soon as its
-// Dense layers are done (their weights read, X and dZ written), before the convolution's
-// backward. The Dense weight update is cut into chunks of kChunkCols columns that members claim
-// from `claimed` once every member has released: a member that got there first (a faster core,
-// a quieter one) takes more chunks, so the ranks wait less for the slowest. Every chunk is the
-// same sgemm whoever runs it, so the result does not depend on who took which. One barrier ends
-// the step: the new parameters are in place before anyone's next forward.
+// A big Dense layer (mnist_cnn's 21,632 x 128) is split by columns: each member owns a range of
+// its inputs and is the only one to read or write those columns of W. Its forward forms the
+// partial product of its columns for every member's images, and each member adds the partials
+// of its own images in member order; its backward forms its columns of dX for every member's
+// images; after the step it updates its columns from every member's X and dZ. So W never
+// travels between cores (between their caches): only X, dZ, dX and the partial products do,
+// which are smaller at these sizes. The members meet four times a step on `met` for it.
+//
+// The other Dense layers, small, stay whole: each member reads all of W, and says so on
+// `released` when its Dense layers are done (their weights read, X and dZ written), before the
+// convolution's backward. Their update is cut into chunks of kChunkCols columns that members
+// claim from `claimed` once every member has released. Every chunk is the same sgemm whoever
+// runs it, so the result does not depend on who took which. One barrier ends the step: the new
+// parameters are in place before anyone's next forward.
 #include <sched.h>
 
 #include <algorithm>
@@ -48,6 +55,7 @@ struct alignas(64) Counter {
 static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "the exchange's counters are shared between processes");
 struct Control {
+  Counter met;        // members' arrivals at the split layers' meeting points
   Counter released;   // members whose Dense weights are read and X, dZ written
   Counter published;  // ranks whose small gradients are in their slot
   Counter claimed;    // update chunks handed out (and one miss per member per step)
@@ -76,10 +84,20 @@ struct Chunk {
   int lo, hi;
 };
 
+// Member m's share of n columns split between `members`: boundaries on 16-float (64-byte)
+// multiples, so no two members write the same cache line of a row.
+Chunk share_of(std::size_t k, int n, int members, int m) {
+  const auto edge = [&](int q) {
+    return q == members ? n : int(std::int64_t(n) * q / members / 16 * 16);
+  };
+  return {k, edge(m), edge(m + 1)};
+}
+
 // Where each part lives in the shared block, in floats.
 struct Arena {
   std::size_t control = 0, params = 0, velocity = 0, small = 0, total = 0;
-  std::vector<std::size_t> x, dz;  // per deferred layer
+  std::vector<std::size_t> x, dz;        // per deferred layer
+  std::vector<std::size_t> dx, partial;  // per split layer (0 for the others)
 
   std::size_t take(std::size_t floats) {
     const std::size_t at = total;
@@ -104,10 +122,15 @@ class SharedExchange final : public CpuExchange {
     exchanged_.push_back({n_, n_ + kStatSlots});
     for (const Layer::Range& r : exchanged_) small_floats_ += r.end - r.begin;
     for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
-      for (int lo = 0; lo < model_.deferred()[k].in; lo += kChunkCols) {
-        chunks_.push_back({k, lo, std::min(lo + kChunkCols, model_.deferred()[k].in)});
+      const Model::Deferred& d = model_.deferred()[k];
+      // Split where every member gets a chunk's worth of columns.
+      split_.push_back(members_ > 1 && model_.splittable(k) && d.in >= members_ * kChunkCols);
+      if (split_.back()) continue;
+      for (int lo = 0; lo < d.in; lo += kChunkCols) {
+        chunks_.push_back({k, lo, std::min(lo + kChunkCols, d.in)});
       }
     }
+    for (int w = 0; w < workers_; ++w) peers_.emplace_back(*this, pg.rank() * workers_ + w, w == 0);
     lay_out();
   }
 
@@ -138,7 +161,13 @@ class SharedExchange final : public CpuExchange {
   }
 
   const char* name() const override { return "shared"; }
-  std::string summary() const override { return "shared-memory exchange"; }
+  std::string summary() const override {
+    const auto n = std::count(split_.begin(), split_.end(), true);
+    return "shared-memory exchange" + (n == 0 ? std::string()
+                                              : ", " + std::to_string(n) + " Dense layer" +
+                                                    (n > 1 ? "s" : "") + " split by columns");
+  }
+  DeferredPeers* peers(int worker) override { return &peers_.at(std::size_t(worker)); }
   bool deferred() const override { return true; }
   bool fused() const override { return fused_; }
   const std::vector<Layer::Range>& summed() const override { return exchanged_; }
@@ -154,11 +183,12 @@ class SharedExchange final : public CpuExchange {
     shm_->fence();
   }
 
-  void released() override { control_->released.n.fetch_add(1, std::memory_order_release); }
-
   void combine_and_update(float lr, WorkerPool& pool) override {
     publish_small_gradients();
-    pool.run([&](int w) { update_chunks(lr, w == 0); });
+    pool.run([&](int w) {
+      update_owned(lr, pg_.rank() * workers_ + w);
+      update_chunks(lr, w == 0);
+    });
     const auto t = Clock::now();
     wait_until(control_->published, (step_ + 1) * std::uint64_t(pg_.size()));
     sum_small_gradients();
@@ -173,13 +203,89 @@ class SharedExchange final : public CpuExchange {
   }
 
  private:
+  // One member's view of the others (Model::forward_backward_deferred's DeferredPeers).
+  class Peers final : public DeferredPeers {
+   public:
+    Peers(SharedExchange& ex, int member, bool timed) : ex_(ex), m_(member), timed_(timed) {}
+    bool split(std::size_t k) const override { return ex_.split_.at(k); }
+    void forward(std::size_t k, float* z) override {
+      ex_.split_forward(k, m_, z, [this] { meet(); });
+    }
+    void backward_data(std::size_t k) override {
+      ex_.split_backward_data(k, m_, [this] { meet(); });
+    }
+    void released() override { ex_.control_->released.n.fetch_add(1, std::memory_order_release); }
+
+   private:
+    // Every member arrives at the same meeting points in the same order, so the n-th meeting
+    // is over when `met` reaches n x members.
+    void meet() {
+      ex_.control_->met.n.fetch_add(1, std::memory_order_release);
+      const auto t = Clock::now();
+      wait_until(ex_.control_->met, ++meetings_ * std::uint64_t(ex_.members_));
+      if (timed_) ex_.seconds_ += since(t);
+    }
+
+    SharedExchange& ex_;
+    int m_;
+    bool timed_;  // the rank's first worker times the waits
+    std::uint64_t meetings_ = 0;
+  };
+
+  // Member m's forward of split layer k: once every X is in place, the partial product of its
+  // columns for all members' images; once every partial is in place, the sum of its images'.
+  template <class Meet>
+  void split_forward(std::size_t k, int m, float* z, Meet meet) {
+    const Model::Deferred& d = model_.deferred()[k];
+    const int all = members_ * setup_.slice;
+    const std::size_t part = std::size_t(all) * d.rows;  // one member's partial, all images
+    const std::size_t mine = std::size_t(setup_.slice) * d.rows;
+    float* partials = base_ + arena_.partial[k];
+    const Chunk c = share_of(k, d.in, members_, m);
+    meet();
+    model_.deferred_product_cols(k, all, base_ + arena_.x[k], c.lo, c.hi, partials + m * part);
+    meet();
+    const float* first = partials + m * mine;
+    std::copy(first, first + mine, z);
+    for (int q = 1; q < members_; ++q) {
+      const float* p = first + q * part;
+      for (std::size_t i = 0; i < mine; ++i) z[i] += p[i];
+    }
+  }
+
+  // Member m's columns of split layer k's dX, for all members' images, once every dZ is in
+  // place; returns when every member's columns are written.
+  template <class Meet>
+  void split_backward_data(std::size_t k, int m, Meet meet) {
+    const Chunk c = share_of(k, model_.deferred()[k].in, members_, m);
+    meet();
+    model_.deferred_input_grad_cols(k, members_ * setup_.slice, base_ + arena_.dz[k], c.lo, c.hi,
+                                    base_ + arena_.dx[k]);
+    meet();
+  }
+
+  // Member m's columns of the split layers, from every member's X and dZ.
+  void update_owned(float lr, int m) {
+    for (std::size_t k = 0; k < split_.size(); ++k) {
+      if (!split_[k]) continue;
+      const Chunk own = share_of(k, model_.deferred()[k].in, members_, m);
+      for (int lo = own.lo; lo < own.hi; lo += kChunkCols) {
+        update_chunk(lr, {k, lo, std::min(lo + kChunkCols, own.hi)});
+      }
+    }
+  }
+
   void lay_out() {
     arena_.control = arena_.take(kControlFloats);
     arena_.params = arena_.take(n_);
     arena_.velocity = arena_.take(setup_.momentum != 0.0f ? n_ : 0);
-    for (const Model::Deferred& d : model_.deferred()) {
-      arena_.x.push_back(arena_.take(std::size_t(members_) * setup_.slice * std::size_t(d.in)));
-      arena_.dz.push_back(arena_.take(std::size_t(members_) * setup_.slice * std::size_t(d.rows)));
+    const std::size_t all = std::size_t(members_) * setup_.slice;
+    for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
+      const Model::Deferred& d = model_.deferred()[k];
+      arena_.x.push_back(arena_.take(all * std::size_t(d.in)));
+      arena_.dz.push_back(arena_.take(all * std::size_t(d.rows)));
+      arena_.dx.push_back(split_[k] ? arena_.take(all * std::size_t(d.in)) : 0);
+      arena_.partial.push_back(split_[k] ? arena_.take(members_ * all * std::size_t(d.rows)) : 0);
     }
     arena_.small = arena_.take(std::size_t(pg_.size()) * small_floats_);
     // Plain SGD goes inside the Dense layers' sgemm (w += -lr/N dZ^T X): no dW written, no
@@ -196,8 +302,10 @@ class SharedExchange final : public CpuExchange {
       const std::size_t m = std::size_t(pg_.rank()) * workers_ + w;
       for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
         const Model::Deferred& d = model_.deferred()[k];
-        models_[w]->bind_deferred(k, base_ + arena_.x[k] + m * setup_.slice * std::size_t(d.in),
-                                  base_ + arena_.dz[k] + m * setup_.slice * std::size_t(d.rows));
+        models_[w]->bind_deferred(
+            k, base_ + arena_.x[k] + m * setup_.slice * std::size_t(d.in),
+            base_ + arena_.dz[k] + m * setup_.slice * std::size_t(d.rows),
+            split_[k] ? base_ + arena_.dx[k] + m * setup_.slice * std::size_t(d.in) : nullptr);
       }
     }
   }
@@ -266,7 +374,9 @@ class SharedExchange final : public CpuExchange {
   std::vector<Layer::Range> small_;      // the parameters SGD steps separately
   std::vector<Layer::Range> exchanged_;  // their gradients and the stat slots: what is summed
   std::size_t small_floats_ = 0;
-  std::vector<Chunk> chunks_;
+  std::vector<bool> split_;    // per deferred layer
+  std::vector<Chunk> chunks_;  // the unsplit layers' update, claimed
+  std::vector<Peers> peers_;   // per worker of this rank
   Arena arena_;
   bool fused_ = false;
   Control* control_ = nullptr;

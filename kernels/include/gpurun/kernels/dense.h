@@ -27,6 +27,10 @@ void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy,
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx);
 void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c);
+void dense_forward_cols(const DenseDesc& d, const float* x, const float* w, int lo, int hi,
+                        float* y);
+void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* dy, int lo, int hi,
+                              float* dx);
 }  // namespace ref
 
 // Columns [lo, hi) of an [out, in] matrix c (the weights of inputs lo..hi-1):
@@ -34,12 +38,22 @@ void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int 
 // a share of dW; with c = w, beta 1 and alpha = -lr / N it is the SGD step fused into the weight
 // gradient (no dW written, no separate pass over the weights). x and dy may hold several ranks'
 // batches one after another (d.batch counts them all): the product then sums every rank's
-// gradient, which is how the shared-memory exchange updates the weights in chunks of columns from
+// gradient, which is how the shared-memory exchange updates the weights by columns from
 // all ranks' activations (runtime/src/cpu/exchange_shared.cc). A chunk of columns reads only its
 // columns of x, so the chunks together read x once.
+//
+// The products of inputs [lo, hi) alone, for ranks that split a layer's weights between them by
+// columns (each reads and writes only its own columns of w):
+//   dense_forward_cols:       y [batch, out] = x[:, lo:hi] * w[:, lo:hi]^T, a partial sum of y;
+//   dense_backward_data_cols: dx[:, lo:hi] = dy * w[:, lo:hi]; dx's other columns untouched.
+// All three throw std::invalid_argument when [lo, hi) is not inside [0, in).
 namespace cpu {
 void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c);
+void dense_forward_cols(const DenseDesc& d, const float* x, const float* w, int lo, int hi,
+                        float* y);
+void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* dy, int lo, int hi,
+                              float* dx);
 void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y);
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc = Accumulate::kOverwrite);

@@ -88,10 +88,12 @@ enum class Device { kCpu, kCuda };
 //  kAllreduce: each rank writes its whole gradient and one MPI_Allreduce sums it; then every rank
 //    applies SGD to its own copy of the parameters.
 //  kShared: for ranks on one node. The parameters live once, in memory all ranks map. Dense
-//    layers defer dW = dZ^T X: each rank leaves its X and dZ in shared memory, and after a
-//    barrier each rank updates its share of the weight rows from every rank's X and dZ, with the
-//    SGD step inside the sgemm (Poseidon's "sufficient factors", without sending them anywhere).
-//    Only the small gradients (convolutions, biases) and the step's stats are summed.
+//    layers defer dW = dZ^T X: each rank leaves its X and dZ in shared memory, and the ranks
+//    update the weights by columns from every rank's X and dZ, with the SGD step inside the
+//    sgemm (Poseidon's "sufficient factors", without sending them anywhere). A big Dense layer
+//    is split by columns: each rank owns some of its inputs and alone computes and updates
+//    them, so its weights stay in that rank's cache. Only the small gradients (convolutions,
+//    biases) and the step's stats are summed.
 //  kAuto: kShared when every rank is on one node and no micro-batching is asked for.
 enum class Exchange { kAuto, kAllreduce, kShared };
 const char* exchange_name(Exchange e);  // "auto", "allreduce", "shared"

@@ -38,7 +38,7 @@ class Layer {
   // weight_cols() later forms columns [lo, hi) of dZ^T X into c, the layer's weight matrix in the
   // parameter buffer (c = beta c + alpha dZ^T X: beta 1, alpha = -lr/N is the SGD step fused into
   // the sgemm) or in the gradient buffer (beta 0). X and dZ may be several ranks' batches one
-  // after another. The trainer uses this to update the weights in chunks of columns from every
+  // after another. The trainer uses this to update the weights by columns from every
   // rank's activations in shared memory instead of allreducing the 11 MB dW. Layers that cannot
   // defer return an empty range.
   struct Range {
@@ -54,6 +54,23 @@ class Layer {
   virtual void weight_cols(int batch, const float* x, const float* dz, int lo, int hi, float alpha,
                            float beta, float* c) const {
     (void)batch, (void)x, (void)dz, (void)lo, (void)hi, (void)alpha, (void)beta, (void)c;
+    throw std::logic_error(name() + ": no deferred weight gradient");
+  }
+  // A deferred layer's products split by columns between ranks (each owns inputs [lo, hi) of
+  // the weight matrix and never touches the rest):
+  //   product_cols:    y = X[:, lo:hi] W[:, lo:hi]^T, one partial sum of forward's product;
+  //   finish_forward:  the rest of forward (bias, activation) once y holds the whole product;
+  //   input_grad_cols: dx[:, lo:hi] = dZ W[:, lo:hi].
+  virtual void product_cols(int batch, const float* x, int lo, int hi, float* y) const {
+    (void)batch, (void)x, (void)lo, (void)hi, (void)y;
+    throw std::logic_error(name() + ": no deferred weight gradient");
+  }
+  virtual void finish_forward(int batch, float* y) const {
+    (void)batch, (void)y;
+    throw std::logic_error(name() + ": no deferred weight gradient");
+  }
+  virtual void input_grad_cols(int batch, const float* dz, int lo, int hi, float* dx) const {
+    (void)batch, (void)dz, (void)lo, (void)hi, (void)dx;
     throw std::logic_error(name() + ": no deferred weight gradient");
   }
 

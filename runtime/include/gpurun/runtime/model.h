@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "gpurun/runtime/buffer.h"
@@ -21,6 +22,26 @@ enum StatSlot : std::size_t { kLossSum = 0, kCorrect = 1, kStopFlag = 2, kStatSl
 struct StepResult {
   double loss_sum = 0;       // sum over the batch of the cross-entropy
   std::int64_t correct = 0;  // arg-max hits, measured on the logits before the update
+};
+
+// The other members of a shared-memory exchange (runtime/src/cpu/exchange_shared.cc), as one
+// member's Model::forward_backward_deferred sees them.
+class DeferredPeers {
+ public:
+  virtual ~DeferredPeers() = default;
+  // Whether deferred layer k is split by columns between the members (each owns some of the
+  // weight matrix's inputs). Its X, dZ and dX must then be bound (Model::bind_deferred), and
+  // forward() and backward_data() below run its matrix products.
+  virtual bool split(std::size_t k) const = 0;
+  // X W^T of layer k for this member's images, into z, from every member's partial sum; waits
+  // for every member's X.
+  virtual void forward(std::size_t k, float* z) = 0;
+  // The columns of dX this member owns, for every member's images, from every member's dZ;
+  // returns once every member's columns are written (the bound dX is then complete).
+  virtual void backward_data(std::size_t k) = 0;
+  // Runs once the step has read the deferred layers' weights for the last time and written
+  // their X and dZ: from then on other members may update those weights.
+  virtual void released() = 0;
 };
 
 class Model {
@@ -52,22 +73,32 @@ class Model {
   // The parameter ranges outside the deferred weight matrices (biases, the convolution): the
   // part of the gradient buffer forward_backward_deferred() writes.
   std::vector<Layer::Range> undeferred_ranges() const;
-  // Where deferred layer k's input X (batch x in floats) and its dZ (batch x rows) live during
+  // Where deferred layer k's input X (batch x in floats), its dZ (batch x rows) and dX, the
+  // gradient at X (batch x in; only for a split layer: splittable() below) live during
   // forward_backward_deferred(): the trainer points them into memory the ranks share, so any
   // rank can form any columns of dW from everybody's activations. Each must hold `batch` images.
-  void bind_deferred(std::size_t k, float* x, float* dz);
+  void bind_deferred(std::size_t k, float* x, float* dz, float* dx = nullptr);
+  // Whether deferred layer k can be split by columns: it has a dX of its own (it is not the
+  // first layer) and its dX is not the previous deferred layer's dZ.
+  bool splittable(std::size_t k) const;
   // Forward + backward with every deferrable layer deferring dW: writes the undeferred ranges of
   // the gradient buffer, the stat slots, and X and dZ of each deferred layer at the bound
-  // addresses (or in the model's own activations when none is bound). `released`, when given,
-  // runs once the step has read the deferred layers' weights for the last time and written
-  // their X and dZ (after the first deferred layer's backward): from then on other ranks may
-  // update those weights while this model finishes its backward.
+  // addresses (or in the model's own activations when none is bound). With `peers`, the layers
+  // they split run their products through them, and peers->released() runs once the step has
+  // read the deferred layers' weights for the last time and written their X and dZ (after the
+  // first deferred layer's backward).
   StepResult forward_backward_deferred(int batch, const float* x, const std::int32_t* labels,
-                                       const std::function<void()>& released = {});
+                                       DeferredPeers* peers = nullptr);
   // Columns [lo, hi) of deferred layer k's weight matrix in `buffer` (params() or grads()):
   // c = beta c + alpha dZ^T X over `batch` images whose X and dZ lie one after another.
   void deferred_weight_cols(std::size_t k, int batch, const float* x, const float* dz, int lo,
                             int hi, float alpha, float beta, float* buffer) const;
+  // The products of a split layer (Layer::product_cols, input_grad_cols) on deferred layer k's
+  // columns [lo, hi), for `batch` images one after another.
+  void deferred_product_cols(std::size_t k, int batch, const float* x, int lo, int hi,
+                             float* y) const;
+  void deferred_input_grad_cols(std::size_t k, int batch, const float* dz, int lo, int hi,
+                                float* dx) const;
   // Moves the parameters to caller-owned memory of param_floats() floats (shared memory in the
   // trainer); the contents are not copied. The memory must outlive the model.
   void use_param_storage(float* params);
@@ -90,8 +121,11 @@ class Model {
   const std::vector<std::unique_ptr<Layer>>& layers() const { return layers_; }
 
  private:
-  // With `bound`, the activations of deferred layers go to their bound addresses.
-  void run_forward(int batch, const float* x, bool bound);
+  // With `bound`, the activations of deferred layers go to their bound addresses; the layers
+  // `peers` split run their products through them.
+  void run_forward(int batch, const float* x, bool bound, DeferredPeers* peers = nullptr);
+  // The deferred index k of layer i, when `peers` split it.
+  std::optional<std::size_t> split_index(std::size_t i, const DeferredPeers* peers) const;
   float* act(std::size_t i, bool bound) {
     return bound && bound_act_[i] ? bound_act_[i] : acts_[i].data();
   }
