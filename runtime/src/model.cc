@@ -178,16 +178,15 @@ StepResult Model::forward_backward_deferred(int batch, const float* x, const std
 }
 
 void Model::bind_deferred(std::size_t k, float* x, float* dz, float* dx) {
+  if (dx && !splittable(k)) {
+    throw std::invalid_argument("model: deferred layer " + std::to_string(k) +
+                                " cannot be split, so it has no dX to bind");
+  }
   const std::size_t l = deferred_.at(k).layer;
   if (l == 0) {
-    if (dx) throw std::invalid_argument("model: the first layer has no dX to bind");
     bound_input_ = x;
   } else {
     bound_act_[l - 1] = x;
-    if (dx && !splittable(k)) {
-      throw std::invalid_argument("model: deferred layer " + std::to_string(k) +
-                                  " cannot be split, so it has no dX to bind");
-    }
     if (dx) bound_dact_[l - 1] = dx;
   }
   bound_dact_[l] = dz;

@@ -350,6 +350,13 @@ TEST(Model, ASplitLayerNeedsItsDxBound) {
   std::vector<float> x(16 * 784, 0.5f);
   std::vector<std::int32_t> y(16, 1);
   EXPECT_THROW(m->forward_backward_deferred(16, x.data(), y.data(), &peers), std::logic_error);
+  // Nor can a layer that cannot be split take a dX: mnist_cnn's second Dense layer's dX is the
+  // first one's dZ.
+  std::vector<float> dx(16 * std::size_t(m->deferred()[1].in));
+  EXPECT_FALSE(m->splittable(1));
+  EXPECT_TRUE(m->splittable(0));
+  EXPECT_THROW(m->bind_deferred(1, xs[1].data(), dzs[1].data(), dx.data()),
+               std::invalid_argument);
 }
 
 TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {
