@@ -355,8 +355,7 @@ TEST(Model, ASplitLayerNeedsItsDxBound) {
   std::vector<float> dx(16 * std::size_t(m->deferred()[1].in));
   EXPECT_FALSE(m->splittable(1));
   EXPECT_TRUE(m->splittable(0));
-  EXPECT_THROW(m->bind_deferred(1, xs[1].data(), dzs[1].data(), dx.data()),
-               std::invalid_argument);
+  EXPECT_THROW(m->bind_deferred(1, xs[1].data(), dzs[1].data(), dx.data()), std::invalid_argument);
 }
 
 TEST(Trainer, LinearScalingWarmsUpOverTheFirstEpoch) {
