@@ -52,6 +52,30 @@ class Conv2d final : public Layer {
     k::cpu::conv2d_backward_weights(d, x, dy, dw_, ws, acc);
     k::cpu::conv2d_backward_data(d, w_, dy, dx, ws);
   }
+  // Channels [lo, hi) / HW image by image: one image's channels are contiguous in NCHW.
+  int output_unit() const override { return d_.out_h() * d_.out_w(); }
+  void forward_cols(int batch, const float* x, int lo, int hi, float* y,
+                    k::Workspace ws) const override {
+    const Channels c = channels(lo, hi);
+    for (int n = 0; n < batch; ++n) {
+      k::cpu::conv2d_bias_act_forward(c.desc, spec().activation, x + n * d_.x_floats(),
+                                      w_ + c.first * c.w_floats, b_ + c.first,
+                                      y + n * d_.y_floats() + std::size_t(lo), ws);
+    }
+  }
+  void backward_params_cols(int batch, const float* x, const float* y, float* dy, int lo, int hi,
+                            k::Workspace ws) override {
+    std::fill(dw_, dw_ + d_.w_floats(), 0.0f);
+    std::fill(db_, db_ + d_.out_c, 0.0f);
+    const Channels c = channels(lo, hi);
+    for (int n = 0; n < batch; ++n) {
+      const std::size_t at = n * d_.y_floats() + std::size_t(lo);
+      k::cpu::conv2d_bias_act_backward_weights(
+          c.desc, spec().activation, x + n * d_.x_floats(), y + at, dy + at,
+          dw_ + c.first * c.w_floats, db_ + c.first, ws,
+          n == 0 ? k::Accumulate::kOverwrite : k::Accumulate::kAdd);
+    }
+  }
 
  private:
   k::Conv2dDesc desc(int batch) const {
@@ -61,6 +85,22 @@ class Conv2d final : public Layer {
   }
   k::BiasActDesc bias_desc(int batch) const {
     return {batch, d_.out_c, d_.out_h() * d_.out_w(), spec().activation};
+  }
+  // Output columns [lo, hi) of one image as a convolution of its own: the channels from
+  // `first`, with weights w_floats apart.
+  struct Channels {
+    k::Conv2dDesc desc;
+    std::size_t first, w_floats;
+  };
+  Channels channels(int lo, int hi) const {
+    const int unit = output_unit();
+    if (lo < 0 || hi <= lo || hi > d_.out_c * unit || lo % unit != 0 || hi % unit != 0) {
+      throw std::invalid_argument(name() + ": columns [" + std::to_string(lo) + ", " +
+                                  std::to_string(hi) + ") are not whole output channels");
+    }
+    Channels c{d_, std::size_t(lo / unit), std::size_t(d_.in_c) * d_.k_h * d_.k_w};
+    c.desc.out_c = (hi - lo) / unit;
+    return c;
   }
   k::Conv2dDesc d_;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;

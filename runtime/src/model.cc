@@ -93,7 +93,9 @@ void Model::run_forward(int batch, const float* x, bool bound, DeferredPeers* pe
   }
   for (std::size_t i = 0; i < layers_.size(); ++i) {
     float* out = act(i, bound);
-    if (const std::optional<std::size_t> k = split_index(i, peers)) {
+    if (i == 0 && peers && peers->split_first()) {
+      peers->forward_first();
+    } else if (const std::optional<std::size_t> k = split_index(i, peers)) {
       peers->forward(*k, out);
       layers_[i]->finish_forward(batch, out);
     } else {
@@ -146,6 +148,9 @@ StepResult Model::forward_backward_deferred(int batch, const float* x, const std
       throw std::logic_error("model: a split layer needs its X and dX bound (bind_deferred)");
     }
   }
+  if (peers && peers->split_first() && !bound_input_) {
+    throw std::logic_error("model: a split first layer needs its input bound (bind_input)");
+  }
   run_forward(batch, x, true, peers);
   const std::size_t last = layers_.size() - 1;
   const float* logits = act(last, true);
@@ -167,6 +172,8 @@ StepResult Model::forward_backward_deferred(int batch, const float* x, const std
                                     k ? InputGrad::kSkip : need, ws);
       if (k) peers->backward_data(*k);
       if (peers && i == deferred_.front().layer) peers->released();
+    } else if (i == 0 && peers && peers->split_first()) {
+      peers->backward_first();
     } else {
       layers_[i]->backward(batch, in, act(i, true), dact(i, true), din, need,
                            k::Accumulate::kOverwrite, ws);
@@ -201,6 +208,16 @@ void Model::deferred_weight_cols(std::size_t k, int batch, const float* x, const
                                  int hi, float alpha, float beta, float* buffer) const {
   const Deferred& d = deferred_.at(k);
   layers_[d.layer]->weight_cols(batch, x, dz, lo, hi, alpha, beta, buffer + d.offset);
+}
+
+void Model::first_forward_cols(int batch, const float* x, int lo, int hi, float* y) {
+  layers_.front()->forward_cols(batch, x, lo, hi, y, {workspace_.data(), workspace_.size()});
+}
+
+void Model::first_backward_cols(int batch, const float* x, const float* y, float* dy, int lo,
+                                int hi) {
+  layers_.front()->backward_params_cols(batch, x, y, dy, lo, hi,
+                                        {workspace_.data(), workspace_.size()});
 }
 
 void Model::deferred_product_cols(std::size_t k, int batch, const float* x, int lo, int hi,

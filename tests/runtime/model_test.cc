@@ -195,7 +195,7 @@ double max_diff_from_init(Model& m, std::uint64_t seed) {
 // It records each release with the X and dZ seen at that moment.
 class HalvesPeers final : public DeferredPeers {
  public:
-  HalvesPeers(Model& m, bool split, const std::vector<std::vector<float>>& xs,
+  HalvesPeers(Model& m, bool split, std::vector<std::vector<float>>& xs,
               const std::vector<std::vector<float>>& dzs, std::vector<std::vector<float>>& dxs)
       : m_(m), split_(split), xs_(xs), dzs_(dzs), dxs_(dxs) {}
   bool split(std::size_t k) const override { return split_ && m_.splittable(k); }
@@ -218,14 +218,32 @@ class HalvesPeers final : public DeferredPeers {
     xs_then = xs_;
     dzs_then = dzs_;
   }
+  // A convolution first layer with the split Dense layer right after it splits too: its output
+  // in two halves of whole channels; its gradient from all channels at once (each call
+  // overwrites the layer's whole gradient).
+  bool split_first() const override {
+    return split_ && m_.first_layer_unit() > 0 && m_.deferred()[0].layer == 1;
+  }
+  void forward_first() override {
+    const int in = m_.deferred()[0].in,
+              half = in / m_.first_layer_unit() / 2 * m_.first_layer_unit();
+    m_.first_forward_cols(16, input.data(), half, in, xs_[0].data());
+    m_.first_forward_cols(16, input.data(), 0, half, xs_[0].data());
+    ++first_forwards;
+  }
+  void backward_first() override {
+    m_.first_backward_cols(16, input.data(), xs_[0].data(), dxs_[0].data(), 0, m_.deferred()[0].in);
+    ++first_backwards;
+  }
 
-  int forwards = 0, backwards = 0, releases = 0;
+  int forwards = 0, backwards = 0, releases = 0, first_forwards = 0, first_backwards = 0;
   std::vector<std::vector<float>> xs_then, dzs_then;
+  std::vector<float> input;  // bound with Model::bind_input when the first layer splits
 
  private:
   Model& m_;
   bool split_;
-  const std::vector<std::vector<float>>& xs_;
+  std::vector<std::vector<float>>& xs_;
   const std::vector<std::vector<float>>& dzs_;
   std::vector<std::vector<float>>& dxs_;
 };
@@ -261,6 +279,10 @@ void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_p
   for (std::size_t k = 0; k < b->deferred().size(); ++k) {
     b->bind_deferred(k, xs[k].data(), dzs[k].data(), peers.split(k) ? dxs[k].data() : nullptr);
   }
+  if (peers.split_first()) {
+    peers.input.resize(16 * b->input_shape().size());
+    b->bind_input(peers.input.data());
+  }
   for (int step = 0; step < 3; ++step) {
     const double la = a->forward_backward(16, x.data(), y.data()).loss_sum;
     kernels::SgdDesc sd;
@@ -271,6 +293,8 @@ void expect_deferred_matches_gradient_then_sgd(const std::function<std::unique_p
     EXPECT_EQ(peers.releases, step + 1) << "step " << step;
     EXPECT_EQ(peers.forwards, (step + 1) * int(split_layers));
     EXPECT_EQ(peers.backwards, (step + 1) * int(split_layers));
+    EXPECT_EQ(peers.first_forwards, peers.split_first() ? step + 1 : 0);
+    EXPECT_EQ(peers.first_backwards, peers.first_forwards);
     EXPECT_EQ(peers.xs_then, xs) << "step " << step << ": X written after the release";
     EXPECT_EQ(peers.dzs_then, dzs) << "step " << step << ": dZ written after the release";
     EXPECT_NEAR(la, lb, 1e-4 * std::fabs(la));
@@ -355,6 +379,10 @@ TEST(Model, ASplitLayerNeedsItsDxBound) {
   std::vector<float> dx(16 * std::size_t(m->deferred()[1].in));
   EXPECT_FALSE(m->splittable(1));
   EXPECT_TRUE(m->splittable(0));
+  // And a first layer's split output must be whole channels (26 x 26 columns each).
+  EXPECT_EQ(m->first_layer_unit(), 26 * 26);
+  EXPECT_THROW(m->first_forward_cols(16, x.data(), 16, 26 * 26, xs[0].data()),
+               std::invalid_argument);
   EXPECT_THROW(m->bind_deferred(1, xs[1].data(), dzs[1].data(), dx.data()), std::invalid_argument);
 }
 

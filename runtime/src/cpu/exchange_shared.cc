@@ -12,6 +12,14 @@
 // travels between cores (between their caches): only X, dZ, dX and the partial products do,
 // which are smaller at these sizes. The members meet four times a step on `met` for it.
 //
+// When that layer comes right after a convolution that is the first layer (mnist_cnn), the
+// convolution splits with it, by whole channels (its output is NCHW, so a channel is a run of
+// the Dense layer's columns): each member computes its own columns of X for every member's
+// images (their inputs are in the block too) and, in the backward, its channels' parameter
+// gradient from its own columns of dX. Then X and dX never leave the core that owns them
+// either, and two of the four meetings fall away: every member's input in place; every
+// partial product in place; every dZ in place.
+//
 // The other Dense layers, small, stay whole: each member reads all of W, and says so on
 // `released` when its Dense layers are done (their weights read, X and dZ written), before the
 // convolution's backward. Their update is cut into chunks of kChunkCols columns that members
@@ -84,18 +92,19 @@ struct Chunk {
   int lo, hi;
 };
 
-// Member m's share of n columns split between `members`: boundaries on 16-float (64-byte)
-// multiples, so no two members write the same cache line of a row.
-Chunk share_of(std::size_t k, int n, int members, int m) {
+// Member m's share of n columns split between `members`, boundaries on multiples of `align`:
+// 16 floats (64 bytes, so no two members write the same cache line of a row), or the first
+// layer's channel when it splits too.
+Chunk share_of(std::size_t k, int n, int members, int m, int align) {
   const auto edge = [&](int q) {
-    return q == members ? n : int(std::int64_t(n) * q / members / 16 * 16);
+    return q == members ? n : int(std::int64_t(n) * q / members / align * align);
   };
   return {k, edge(m), edge(m + 1)};
 }
 
 // Where each part lives in the shared block, in floats.
 struct Arena {
-  std::size_t control = 0, params = 0, velocity = 0, small = 0, total = 0;
+  std::size_t control = 0, params = 0, velocity = 0, small = 0, input = 0, total = 0;
   std::vector<std::size_t> x, dz;        // per deferred layer
   std::vector<std::size_t> dx, partial;  // per split layer (0 for the others)
 
@@ -125,12 +134,16 @@ class SharedExchange final : public CpuExchange {
       const Model::Deferred& d = model_.deferred()[k];
       // Split where every member gets a chunk's worth of columns.
       split_.push_back(members_ > 1 && model_.splittable(k) && d.in >= members_ * kChunkCols);
+      align_.push_back(16);
       if (split_.back()) continue;
       for (int lo = 0; lo < d.in; lo += kChunkCols) {
         chunks_.push_back({k, lo, std::min(lo + kChunkCols, d.in)});
       }
     }
-    for (int w = 0; w < workers_; ++w) peers_.emplace_back(*this, pg.rank() * workers_ + w, w == 0);
+    plan_first_layer();
+    for (int w = 0; w < workers_; ++w) {
+      peers_.emplace_back(*this, *models[std::size_t(w)], pg.rank() * workers_ + w, w == 0);
+    }
     lay_out();
   }
 
@@ -206,8 +219,21 @@ class SharedExchange final : public CpuExchange {
   // One member's view of the others (Model::forward_backward_deferred's DeferredPeers).
   class Peers final : public DeferredPeers {
    public:
-    Peers(SharedExchange& ex, int member, bool timed) : ex_(ex), m_(member), timed_(timed) {}
+    Peers(SharedExchange& ex, Model& own, int member, bool timed)
+        : ex_(ex), own_(own), m_(member), timed_(timed) {}
     bool split(std::size_t k) const override { return ex_.split_.at(k); }
+    bool split_first() const override { return ex_.first_split_; }
+    void forward_first() override {
+      meet();  // every member's input is in place
+      ex_.first_layer(m_, [&](int all, const float* in, float* x, float*, int lo, int hi) {
+        own_.first_forward_cols(all, in, lo, hi, x);
+      });
+    }
+    void backward_first() override {
+      ex_.first_layer(m_, [&](int all, const float* in, float* x, float* dx, int lo, int hi) {
+        own_.first_backward_cols(all, in, x, dx, lo, hi);
+      });
+    }
     void forward(std::size_t k, float* z) override {
       ex_.split_forward(k, m_, z, [this] { meet(); });
     }
@@ -227,6 +253,7 @@ class SharedExchange final : public CpuExchange {
     }
 
     SharedExchange& ex_;
+    Model& own_;  // this member's model (its gradient buffer)
     int m_;
     bool timed_;  // the rank's first worker times the waits
     std::uint64_t meetings_ = 0;
@@ -241,8 +268,8 @@ class SharedExchange final : public CpuExchange {
     const std::size_t part = std::size_t(all) * d.rows;  // one member's partial, all images
     const std::size_t mine = std::size_t(setup_.slice) * d.rows;
     float* partials = base_ + arena_.partial[k];
-    const Chunk c = share_of(k, d.in, members_, m);
-    meet();
+    const Chunk c = share_of(k, d.in, members_, m, align_[k]);
+    if (!owns_x(k)) meet();  // every member's X is in place
     model_.deferred_product_cols(k, all, base_ + arena_.x[k], c.lo, c.hi, partials + m * part);
     meet();
     const float* first = partials + m * mine;
@@ -257,18 +284,41 @@ class SharedExchange final : public CpuExchange {
   // place; returns when every member's columns are written.
   template <class Meet>
   void split_backward_data(std::size_t k, int m, Meet meet) {
-    const Chunk c = share_of(k, model_.deferred()[k].in, members_, m);
+    const Chunk c = share_of(k, model_.deferred()[k].in, members_, m, align_[k]);
     meet();
     model_.deferred_input_grad_cols(k, members_ * setup_.slice, base_ + arena_.dz[k], c.lo, c.hi,
                                     base_ + arena_.dx[k]);
-    meet();
+    if (!owns_x(k)) meet();  // every member's dX is complete
+  }
+
+  // Whether each member computes its own columns of split layer k's X and reads only those
+  // columns of dX (the first layer split with it): then no member waits for the others' X or
+  // dX.
+  bool owns_x(std::size_t k) const { return first_split_ && k == 0; }
+
+  // The first layer splits by channels with deferred layer 0 when that layer is split, comes
+  // right after it, and every member's share is whole channels of it.
+  void plan_first_layer() {
+    if (split_.empty() || !split_[0] || model_.deferred()[0].layer != 1) return;
+    const int unit = model_.first_layer_unit(), in = model_.deferred()[0].in;
+    if (unit <= 0 || in % unit != 0 || in / unit < members_) return;
+    first_split_ = true;
+    align_[0] = unit;
+  }
+
+  // Calls f(all images, every member's input, X and dX of deferred layer 0, member m's columns).
+  template <class F>
+  void first_layer(int m, F f) {
+    const Chunk c = share_of(0, model_.deferred()[0].in, members_, m, align_[0]);
+    f(members_ * setup_.slice, base_ + arena_.input, base_ + arena_.x[0], base_ + arena_.dx[0],
+      c.lo, c.hi);
   }
 
   // Member m's columns of the split layers, from every member's X and dZ.
   void update_owned(float lr, int m) {
     for (std::size_t k = 0; k < split_.size(); ++k) {
       if (!split_[k]) continue;
-      const Chunk own = share_of(k, model_.deferred()[k].in, members_, m);
+      const Chunk own = share_of(k, model_.deferred()[k].in, members_, m, align_[k]);
       for (int lo = own.lo; lo < own.hi; lo += kChunkCols) {
         update_chunk(lr, {k, lo, std::min(lo + kChunkCols, own.hi)});
       }
@@ -280,6 +330,7 @@ class SharedExchange final : public CpuExchange {
     arena_.params = arena_.take(n_);
     arena_.velocity = arena_.take(setup_.momentum != 0.0f ? n_ : 0);
     const std::size_t all = std::size_t(members_) * setup_.slice;
+    arena_.input = first_split_ ? arena_.take(all * model_.input_shape().size()) : 0;
     for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
       const Model::Deferred& d = model_.deferred()[k];
       arena_.x.push_back(arena_.take(all * std::size_t(d.in)));
@@ -300,6 +351,10 @@ class SharedExchange final : public CpuExchange {
     model_.use_param_storage(base_ + arena_.params);
     for (int w = 0; w < workers_; ++w) {
       const std::size_t m = std::size_t(pg_.rank()) * workers_ + w;
+      if (first_split_) {
+        models_[w]->bind_input(base_ + arena_.input +
+                               m * setup_.slice * model_.input_shape().size());
+      }
       for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
         const Model::Deferred& d = model_.deferred()[k];
         models_[w]->bind_deferred(
@@ -375,6 +430,8 @@ class SharedExchange final : public CpuExchange {
   std::vector<Layer::Range> exchanged_;  // their gradients and the stat slots: what is summed
   std::size_t small_floats_ = 0;
   std::vector<bool> split_;    // per deferred layer
+  std::vector<int> align_;     // per deferred layer: where member shares may start
+  bool first_split_ = false;   // the first layer splits with deferred layer 0 (plan_first_layer)
   std::vector<Chunk> chunks_;  // the unsplit layers' update, claimed
   std::vector<Peers> peers_;   // per worker of this rank
   Arena arena_;

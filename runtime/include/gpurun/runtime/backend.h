@@ -92,7 +92,8 @@ enum class Device { kCpu, kCuda };
 //    update the weights by columns from every rank's X and dZ, with the SGD step inside the
 //    sgemm (Poseidon's "sufficient factors", without sending them anywhere). A big Dense layer
 //    is split by columns: each rank owns some of its inputs and alone computes and updates
-//    them, so its weights stay in that rank's cache. Only the small gradients (convolutions,
+//    them, so its weights stay in that rank's cache (a first-layer convolution before it
+//    splits with it, by channels). Only the small gradients (convolutions,
 //    biases) and the step's stats are summed.
 //  kAuto: kShared when every rank is on one node and no micro-batching is asked for.
 enum class Exchange { kAuto, kAllreduce, kShared };

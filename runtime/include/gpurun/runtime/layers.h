@@ -73,6 +73,25 @@ class Layer {
     (void)batch, (void)dz, (void)lo, (void)hi, (void)dx;
     throw std::logic_error(name() + ": no deferred weight gradient");
   }
+  // A first layer whose output splits by channels along with the split Dense layer after it
+  // (a convolution: each member computes its own channels, for every member's images, so the
+  // X it owns never comes from another core). output_unit() is the output columns per channel
+  // (0: the layer cannot split); [lo, hi) are multiples of it.
+  //   forward_cols:         y[:, lo:hi] for `batch` images;
+  //   backward_params_cols: the layer's parameter gradient from those columns alone (the other
+  //                         channels' gradient is zero), overwriting its gradient slice; dy's
+  //                         columns are left masked by the activation's derivative.
+  virtual int output_unit() const { return 0; }
+  virtual void forward_cols(int batch, const float* x, int lo, int hi, float* y,
+                            kernels::Workspace ws) const {
+    (void)batch, (void)x, (void)lo, (void)hi, (void)y, (void)ws;
+    throw std::logic_error(name() + ": cannot split its output");
+  }
+  virtual void backward_params_cols(int batch, const float* x, const float* y, float* dy, int lo,
+                                    int hi, kernels::Workspace ws) {
+    (void)batch, (void)x, (void)y, (void)dy, (void)lo, (void)hi, (void)ws;
+    throw std::logic_error(name() + ": cannot split its output");
+  }
 
  private:
   LayerSpec spec_;

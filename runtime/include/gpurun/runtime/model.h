@@ -41,6 +41,13 @@ class DeferredPeers {
   // Runs once the step has read the deferred layers' weights for the last time and written
   // their X and dZ: from then on other members may update those weights.
   virtual void released() = 0;
+  // Whether the first layer splits by output channels along with a split Dense layer right
+  // after it (Layer::output_unit): then the model's input must be bound (Model::bind_input),
+  // and forward_first() and backward_first() run that layer: this member's columns of its
+  // output for every member's images, and its parameter gradient from those columns.
+  virtual bool split_first() const { return false; }
+  virtual void forward_first() {}
+  virtual void backward_first() {}
 };
 
 class Model {
@@ -80,6 +87,15 @@ class Model {
   // Whether deferred layer k can be split by columns: it has a dX of its own (it is not the
   // first layer) and its dX is not the previous deferred layer's dZ.
   bool splittable(std::size_t k) const;
+  // Where forward_backward_deferred() copies its input batch, for peers that split the first
+  // layer (DeferredPeers::split_first); a deferred first layer binds it too (its X).
+  void bind_input(float* x) { bound_input_ = x; }
+  // The first layer's output columns per channel when it can split (Layer::output_unit), or 0;
+  // and its split forward and backward (Layer::forward_cols, backward_params_cols) on `batch`
+  // images one after another, into this model's gradient buffer.
+  int first_layer_unit() const { return layers_.front()->output_unit(); }
+  void first_forward_cols(int batch, const float* x, int lo, int hi, float* y);
+  void first_backward_cols(int batch, const float* x, const float* y, float* dy, int lo, int hi);
   // Forward + backward with every deferrable layer deferring dW: writes the undeferred ranges of
   // the gradient buffer, the stat slots, and X and dZ of each deferred layer at the bound
   // addresses (or in the model's own activations when none is bound). With `peers`, the layers
