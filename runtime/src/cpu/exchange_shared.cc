@@ -92,16 +92,6 @@ struct Chunk {
   int lo, hi;
 };
 
-// Member m's share of n columns split between `members`, boundaries on multiples of `align`:
-// 16 floats (64 bytes, so no two members write the same cache line of a row), or the first
-// layer's channel when it splits too.
-Chunk share_of(std::size_t k, int n, int members, int m, int align) {
-  const auto edge = [&](int q) {
-    return q == members ? n : int(std::int64_t(n) * q / members / align * align);
-  };
-  return {k, edge(m), edge(m + 1)};
-}
-
 // Where each part lives in the shared block, in floats.
 struct Arena {
   std::size_t control = 0, params = 0, velocity = 0, small = 0, input = 0, total = 0;
@@ -134,7 +124,6 @@ class SharedExchange final : public CpuExchange {
       const Model::Deferred& d = model_.deferred()[k];
       // Split where every member gets a chunk's worth of columns.
       split_.push_back(members_ > 1 && model_.splittable(k) && d.in >= members_ * kChunkCols);
-      align_.push_back(16);
       if (split_.back()) continue;
       for (int lo = 0; lo < d.in; lo += kChunkCols) {
         chunks_.push_back({k, lo, std::min(lo + kChunkCols, d.in)});
@@ -223,26 +212,25 @@ class SharedExchange final : public CpuExchange {
         : ex_(ex), own_(own), m_(member), timed_(timed) {}
     bool split(std::size_t k) const override { return ex_.split_.at(k); }
     bool split_first() const override { return ex_.first_split_; }
+    // The first layer's columns of deferred layer 0 that this member owns, for every member's
+    // images: its output from every member's input (once all are in place), its parameter
+    // gradient from its own columns of dX.
     void forward_first() override {
       meet();  // every member's input is in place
-      ex_.first_layer(m_, [&](int all, const float* in, float* x, float*, int lo, int hi) {
-        own_.first_forward_cols(all, in, lo, hi, x);
-      });
+      const Chunk c = ex_.own_cols(0, m_);
+      own_.first_forward_cols(ex_.all_images(), ex_.at(ex_.arena_.input), c.lo, c.hi,
+                              ex_.at(ex_.arena_.x[0]));
     }
     void backward_first() override {
-      ex_.first_layer(m_, [&](int all, const float* in, float* x, float* dx, int lo, int hi) {
-        own_.first_backward_cols(all, in, x, dx, lo, hi);
-      });
+      const Chunk c = ex_.own_cols(0, m_);
+      own_.first_backward_cols(ex_.all_images(), ex_.at(ex_.arena_.input), ex_.at(ex_.arena_.x[0]),
+                               ex_.at(ex_.arena_.dx[0]), c.lo, c.hi);
     }
-    void forward(std::size_t k, float* z) override {
-      ex_.split_forward(k, m_, z, [this] { meet(); });
-    }
-    void backward_data(std::size_t k) override {
-      ex_.split_backward_data(k, m_, [this] { meet(); });
-    }
+    void forward(std::size_t k, float* z) override { ex_.split_forward(k, *this, z); }
+    void backward_data(std::size_t k) override { ex_.split_backward_data(k, *this); }
     void released() override { ex_.control_->released.n.fetch_add(1, std::memory_order_release); }
 
-   private:
+    int member() const { return m_; }
     // Every member arrives at the same meeting points in the same order, so the n-th meeting
     // is over when `met` reaches n x members.
     void meet() {
@@ -252,6 +240,7 @@ class SharedExchange final : public CpuExchange {
       if (timed_) ex_.seconds_ += since(t);
     }
 
+   private:
     SharedExchange& ex_;
     Model& own_;  // this member's model (its gradient buffer)
     int m_;
@@ -261,17 +250,16 @@ class SharedExchange final : public CpuExchange {
 
   // Member m's forward of split layer k: once every X is in place, the partial product of its
   // columns for all members' images; once every partial is in place, the sum of its images'.
-  template <class Meet>
-  void split_forward(std::size_t k, int m, float* z, Meet meet) {
+  void split_forward(std::size_t k, Peers& p, float* z) {
     const Model::Deferred& d = model_.deferred()[k];
-    const int all = members_ * setup_.slice;
-    const std::size_t part = std::size_t(all) * d.rows;  // one member's partial, all images
+    const int m = p.member();
+    const std::size_t part = std::size_t(all_images()) * d.rows;  // one member's partial
     const std::size_t mine = std::size_t(setup_.slice) * d.rows;
-    float* partials = base_ + arena_.partial[k];
-    const Chunk c = share_of(k, d.in, members_, m, align_[k]);
-    if (!owns_x(k)) meet();  // every member's X is in place
-    model_.deferred_product_cols(k, all, base_ + arena_.x[k], c.lo, c.hi, partials + m * part);
-    meet();
+    float* partials = at(arena_.partial[k]);
+    const Chunk c = own_cols(k, m);
+    if (!owns_x(k)) p.meet();  // every member's X is in place
+    model_.deferred_product_cols(k, all_images(), at(arena_.x[k]), c.lo, c.hi, partials + m * part);
+    p.meet();
     const float* first = partials + m * mine;
     std::copy(first, first + mine, z);
     for (int q = 1; q < members_; ++q) {
@@ -282,14 +270,28 @@ class SharedExchange final : public CpuExchange {
 
   // Member m's columns of split layer k's dX, for all members' images, once every dZ is in
   // place; returns when every member's columns are written.
-  template <class Meet>
-  void split_backward_data(std::size_t k, int m, Meet meet) {
-    const Chunk c = share_of(k, model_.deferred()[k].in, members_, m, align_[k]);
-    meet();
-    model_.deferred_input_grad_cols(k, members_ * setup_.slice, base_ + arena_.dz[k], c.lo, c.hi,
-                                    base_ + arena_.dx[k]);
-    if (!owns_x(k)) meet();  // every member's dX is complete
+  void split_backward_data(std::size_t k, Peers& p) {
+    const Chunk c = own_cols(k, p.member());
+    p.meet();
+    model_.deferred_input_grad_cols(k, all_images(), at(arena_.dz[k]), c.lo, c.hi,
+                                    at(arena_.dx[k]));
+    if (!owns_x(k)) p.meet();  // every member's dX is complete
   }
+
+  // Member m's columns of split layer k: an equal share, its boundaries on 64-byte multiples
+  // (no two members write the same cache line of a row), or on the first layer's channels
+  // when it splits too.
+  Chunk own_cols(std::size_t k, int m) const {
+    const int n = model_.deferred()[k].in;
+    const int align = owns_x(k) ? model_.first_layer_unit() : 16;
+    const auto edge = [&](int q) {
+      return q == members_ ? n : int(std::int64_t(n) * q / members_ / align * align);
+    };
+    return {k, edge(m), edge(m + 1)};
+  }
+
+  int all_images() const { return members_ * setup_.slice; }
+  float* at(std::size_t offset) const { return base_ + offset; }
 
   // Whether each member computes its own columns of split layer k's X and reads only those
   // columns of dX (the first layer split with it): then no member waits for the others' X or
@@ -301,24 +303,14 @@ class SharedExchange final : public CpuExchange {
   void plan_first_layer() {
     if (split_.empty() || !split_[0] || model_.deferred()[0].layer != 1) return;
     const int unit = model_.first_layer_unit(), in = model_.deferred()[0].in;
-    if (unit <= 0 || in % unit != 0 || in / unit < members_) return;
-    first_split_ = true;
-    align_[0] = unit;
-  }
-
-  // Calls f(all images, every member's input, X and dX of deferred layer 0, member m's columns).
-  template <class F>
-  void first_layer(int m, F f) {
-    const Chunk c = share_of(0, model_.deferred()[0].in, members_, m, align_[0]);
-    f(members_ * setup_.slice, base_ + arena_.input, base_ + arena_.x[0], base_ + arena_.dx[0],
-      c.lo, c.hi);
+    first_split_ = unit > 0 && in % unit == 0 && in / unit >= members_;
   }
 
   // Member m's columns of the split layers, from every member's X and dZ.
   void update_owned(float lr, int m) {
     for (std::size_t k = 0; k < split_.size(); ++k) {
       if (!split_[k]) continue;
-      const Chunk own = share_of(k, model_.deferred()[k].in, members_, m, align_[k]);
+      const Chunk own = own_cols(k, m);
       for (int lo = own.lo; lo < own.hi; lo += kChunkCols) {
         update_chunk(lr, {k, lo, std::min(lo + kChunkCols, own.hi)});
       }
@@ -430,7 +422,6 @@ class SharedExchange final : public CpuExchange {
   std::vector<Layer::Range> exchanged_;  // their gradients and the stat slots: what is summed
   std::size_t small_floats_ = 0;
   std::vector<bool> split_;    // per deferred layer
-  std::vector<int> align_;     // per deferred layer: where member shares may start
   bool first_split_ = false;   // the first layer splits with deferred layer 0 (plan_first_layer)
   std::vector<Chunk> chunks_;  // the unsplit layers' update, claimed
   std::vector<Peers> peers_;   // per worker of this rank
