@@ -1,6 +1,7 @@
 // periodic.cc: see periodic.h.
 #include "gpurun/common/periodic.h"
 
+#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <unistd.h>
@@ -14,8 +15,12 @@
 namespace gpurun::common {
 
 PeriodicThread::PeriodicThread(std::chrono::milliseconds period, std::function<bool()> task)
-    : period_(period), task_(std::move(task)), event_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
-  if (!event_) throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
+    : period_(period),
+      task_(std::move(task)),
+      event_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)),
+      stopping_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {
+  if (!event_ || !stopping_)
+    throw std::runtime_error(std::string("eventfd: ") + std::strerror(errno));
   sigset_t all, old;
   sigfillset(&all);
   pthread_sigmask(SIG_SETMASK, &all, &old);
@@ -33,7 +38,14 @@ void PeriodicThread::stop() {
     stop_ = true;
   }
   cv_.notify_all();
+  const std::uint64_t one = 1;
+  (void)!::write(stopping_.get(), &one, sizeof one);
   if (thread_.joinable()) thread_.join();
+}
+
+bool PeriodicThread::stopping() const {
+  pollfd p{stopping_.get(), POLLIN, 0};
+  return ::poll(&p, 1, 0) == 1;
 }
 
 void PeriodicThread::notify() {

@@ -23,11 +23,18 @@ std::string first_line(const std::string& text) {
   return line.size() > 200 ? line.substr(0, 200) : line;
 }
 
+// One call of the configured nvidia-smi; throws when the sampler's owner stops it.
+Captured run_nvidia_smi(const SamplerConfig& cfg, std::vector<std::string> args) {
+  args.insert(args.begin(), cfg.nvidia_smi);
+  Captured c = run_capture(args, cfg.timeout_ms, kCaptureMaxBytes, cfg.cancel_fd);
+  if (c.cancelled) throw Error(fmt::format("{} stopped: the sampler is ending", cfg.nvidia_smi));
+  return c;
+}
+
 // nvidia-smi's CSV, and `nvidia-smi -L` for the MIG devices of GPUs in MIG mode.
 void sample_nvidia_smi(const SamplerConfig& cfg, GpuSnapshot& out) {
-  Captured c = run_capture({cfg.nvidia_smi, std::string("--query-gpu=") + kNvidiaSmiQueryFields,
-                            "--format=csv,noheader,nounits"},
-                           cfg.timeout_ms);
+  Captured c = run_nvidia_smi(
+      cfg, {std::string("--query-gpu=") + kNvidiaSmiQueryFields, "--format=csv,noheader,nounits"});
   if (c.timed_out)
     throw Error(
         fmt::format("{} did not answer within {} ms (killed)", cfg.nvidia_smi, cfg.timeout_ms));
@@ -46,7 +53,7 @@ void sample_nvidia_smi(const SamplerConfig& cfg, GpuSnapshot& out) {
     out.gpus = std::move(csv.gpus);
     return;
   }
-  Captured list = run_capture({cfg.nvidia_smi, "-L"}, cfg.timeout_ms);
+  Captured list = run_nvidia_smi(cfg, {"-L"});
   std::vector<GpuSample> migs = parse_nvidia_smi_mig_list(list.output);
   for (auto& g : csv.gpus) {
     int index = g.index;

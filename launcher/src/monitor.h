@@ -22,18 +22,28 @@
 namespace gpurun::launcher::monitor {
 
 // The job's GPUs on one node, as CUDA names them (CUDA_VISIBLE_DEVICES: indices or UUIDs), each
-// with the rank it was given to (-1: none). Empty: the job has no GPU list on this node, and
-// every GPU of the node is sampled, owned by no rank.
+// with the rank it was given to (-1: none), and the node's whole list they were taken from.
+// Empty: the job has no GPU list on this node, and every GPU of the node is sampled, owned by no
+// rank.
 struct JobGpus {
   std::vector<std::string> ids;
   std::vector<int> owner;
+  std::vector<std::string> visible;
 };
 // From the plan: the GPUs of the ranks on `node_rank`, positions into `visible` (the node's list);
 // when no rank there has a GPU, all of `visible`, owned by none.
 JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::string>& visible);
 
 // Keeps the GPUs of `s` that are the job's (an index names a whole GPU, a UUID a GPU or a MIG
-// device) and returns their owners in the order kept. Every GPU when `job.ids` is empty.
+// device) and returns their owners in the order kept. Every GPU when `job.ids` is empty. A GPU of
+// the job that `s` does not list is named in s.problems.
+//
+// Where the sampler runs inside the job's device cgroup (Slurm's ConstrainDevices), the driver
+// lists only the job's GPUs, numbered from 0 in PCI order, while the node's list may hold the
+// node's own numbers (SLURM_JOB_GPUS when CUDA_VISIBLE_DEVICES is unset). When `s` lists exactly
+// as many GPUs as `job.visible` holds indices, numbered 0..n-1, not all of those indices are
+// among them, and the driver lost none (s.problems empty), the k-th smallest index of the list is
+// the sampled GPU k; the kept sample then carries the list's index.
 std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job);
 
 // Samples now, then every interval, in a thread (common::PeriodicThread); the event loop polls
@@ -92,8 +102,10 @@ class MonitorLog {
   // What the constructor would throw for `path`, found without creating or emptying it
   // (--dry-run): a missing or unwritable directory, a directory, a file that cannot be written.
   static void check(const std::string& path);
-  // One GpuSamples from the wrapper on `node`; throws Error when the sample does not parse.
-  void add(const std::string& node, const control::GpuSamples& m);
+  // One GpuSamples from the wrapper on `node`; returns what the sample says could not be read
+  // (a GPU lost, a GPU of the job not listed: GpuSnapshot::problems). Throws Error when the
+  // sample does not parse.
+  std::vector<std::string> add(const std::string& node, const control::GpuSamples& m);
   std::vector<std::string> summary(const std::vector<std::string>& node_order) const {
     return summarize(gpus_, node_order);
   }

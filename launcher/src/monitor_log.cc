@@ -130,7 +130,7 @@ void MonitorLog::check(const std::string& path) {
   throw unwritable(path);
 }
 
-void MonitorLog::add(const std::string& node, const control::GpuSamples& m) {
+std::vector<std::string> MonitorLog::add(const std::string& node, const control::GpuSamples& m) {
   GpuSnapshot s = decode_snapshot(m.snapshot.value);
   std::vector<int> ranks = parse_ranks(m.ranks);
   std::string rows, time = utc_ms(s.time_ms);
@@ -158,6 +158,7 @@ void MonitorLog::add(const std::string& node, const control::GpuSamples& m) {
   }
   rows_ += static_cast<int>(s.gpus.size());
   if (!rows.empty() && !common::write_all(fd_.get(), rows)) throw unwritable(path_);
+  return std::move(s.problems);
 }
 
 }  // namespace gpurun::launcher::monitor

@@ -2,7 +2,9 @@
 // the sampling thread in local rank 0's wrapper.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <chrono>
+#include <map>
 
 #include "monitor.h"
 
@@ -27,6 +29,37 @@ std::string joined(const std::vector<std::string>& v) {
   return out;
 }
 
+// The node's list as GPU indices, sorted; empty when any entry is not one (a UUID).
+std::vector<int> sorted_indices(const std::vector<std::string>& ids) {
+  std::vector<int> out;
+  for (const auto& id : ids) {
+    if (id.empty() || id.size() > 6 || id.find_first_not_of("0123456789") != std::string::npos)
+      return {};
+    out.push_back(std::stoi(id));
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// Each index of `visible` to the number the sampler gives that GPU, when the sampler sees the
+// job's cgroup and the list holds the node's numbers (monitor.h); empty when the numbers agree.
+std::map<std::string, int> cgroup_numbers(const GpuSnapshot& s,
+                                          const std::vector<std::string>& visible) {
+  std::vector<int> wanted = sorted_indices(visible), listed;
+  for (const auto& g : s.gpus)
+    if (g.mig < 0) listed.push_back(g.index);
+  std::sort(listed.begin(), listed.end());
+  // A driver that lost GPUs also lists fewer: no renumbering is guessed then.
+  bool renumbered = s.problems.empty() && !wanted.empty() && listed.size() == wanted.size() &&
+                    wanted != listed;
+  for (std::size_t k = 0; renumbered && k < listed.size(); ++k)
+    renumbered = listed[k] == static_cast<int>(k) && (k == 0 || wanted[k] != wanted[k - 1]);
+  std::map<std::string, int> out;
+  for (std::size_t k = 0; renumbered && k < wanted.size(); ++k)
+    out[std::to_string(wanted[k])] = static_cast<int>(k);
+  return out;
+}
+
 }  // namespace
 
 JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::string>& visible) {
@@ -43,6 +76,7 @@ JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::str
     out.ids = visible;
     out.owner.assign(visible.size(), -1);
   }
+  out.visible = visible;
   return out;
 }
 
@@ -52,16 +86,26 @@ std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job) {
     owners.assign(s.gpus.size(), -1);
     return owners;
   }
+  const std::map<std::string, int> renumbered = cgroup_numbers(s, job.visible);
+  const std::string listed = joined_ids(s);
   std::vector<GpuSample> kept;
+  std::vector<bool> found(job.ids.size(), false);
   for (auto& g : s.gpus) {
     for (std::size_t i = 0; i < job.ids.size(); ++i) {
-      if (!names(job.ids[i], g)) continue;
+      auto r = renumbered.find(job.ids[i]);
+      if (!names(r == renumbered.end() ? job.ids[i] : std::to_string(r->second), g)) continue;
+      if (r != renumbered.end()) g.index = std::stoi(job.ids[i]);
+      found[i] = true;
       kept.push_back(std::move(g));
       owners.push_back(job.owner[i]);
       break;
     }
   }
   s.gpus = std::move(kept);
+  for (std::size_t i = 0; i < job.ids.size(); ++i)
+    if (!found[i])
+      s.problems.push_back(fmt::format("GPU {} of the job is not among the GPUs listed here ({})",
+                                       job.ids[i], listed));
   return owners;
 }
 
@@ -89,6 +133,7 @@ void NodeSampler::push(control::ToSupervisor m) {
 
 bool NodeSampler::tick() {
   if (!sampler_) {
+    cfg_.cancel_fd = thread_.stopping_fd();  // stop() kills an nvidia-smi under way
     try {
       sampler_.emplace(std::move(cfg_));
     } catch (const std::exception& e) {
@@ -107,6 +152,7 @@ bool NodeSampler::sample_once(GpuSampler& sampler) {
   try {
     s = sampler.sample();
   } catch (const std::exception& e) {
+    if (thread_.stopping()) return ever_ok_;  // cut short by stop(): not a failure
     if (!failed_once_)
       push(control::GpuSamplesFailed{
           control::Text{fmt::format("{} ({})", e.what(), sampler.backend())}});
@@ -114,9 +160,10 @@ bool NodeSampler::sample_once(GpuSampler& sampler) {
     return false;
   }
   std::size_t listed = s.gpus.size();
+  bool driver_said = !s.problems.empty();  // GPUs lost: not this filter's doing
   std::string ids = joined_ids(s);
   std::vector<int> owners = keep_job_gpus(s, job_);
-  if (listed > 0 && s.gpus.empty() && s.problems.empty()) {
+  if (listed > 0 && s.gpus.empty() && !driver_said) {
     push(control::GpuSamplesFailed{control::Text{
         fmt::format("none of the GPUs {} lists ({}) is one of the job's on this node ({})",
                     sampler.backend(), ids, joined(job_.ids))}});

@@ -48,7 +48,8 @@ pid_t spawn_with_pipe(const std::vector<std::string>& argv, int write_end) {
 
 }  // namespace
 
-Captured run_capture(const std::vector<std::string>& argv, int timeout_ms, size_t max_bytes) {
+Captured run_capture(const std::vector<std::string>& argv, int timeout_ms, size_t max_bytes,
+                     int cancel_fd) {
   int fds[2];
   if (pipe2(fds, O_CLOEXEC) != 0) throw Error(fmt::format("pipe: {}", strerror(errno)));
   common::Fd read_end(fds[0]), write_end(fds[1]);
@@ -66,10 +67,15 @@ Captured run_capture(const std::vector<std::string>& argv, int timeout_ms, size_
       ::kill(pid, SIGKILL);
       break;
     }
-    pollfd p{read_end.get(), POLLIN, 0};
-    int rc = ::poll(&p, 1, static_cast<int>(left));
+    pollfd p[2] = {{read_end.get(), POLLIN, 0}, {cancel_fd, POLLIN, 0}};
+    int rc = ::poll(p, cancel_fd >= 0 ? 2 : 1, static_cast<int>(left));
     if (rc < 0 && errno == EINTR) continue;
     if (rc <= 0) continue;  // the deadline check above decides
+    if (cancel_fd >= 0 && (p[1].revents & POLLIN)) {
+      out.cancelled = true;
+      ::kill(pid, SIGKILL);
+      break;
+    }
     ssize_t n = ::read(read_end.get(), buf, sizeof(buf));
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
@@ -84,7 +90,8 @@ Captured run_capture(const std::vector<std::string>& argv, int timeout_ms, size_
   while ((w = ::waitpid(pid, &status, 0)) < 0 && errno == EINTR) {
   }
   // A caller that ignores SIGCHLD (gpuq's daemon) gets ECHILD: the tool is gone, its status lost.
-  if (w == pid && WIFEXITED(status) && !out.timed_out) out.exit_code = WEXITSTATUS(status);
+  if (w == pid && WIFEXITED(status) && !out.timed_out && !out.cancelled)
+    out.exit_code = WEXITSTATUS(status);
   return out;
 }
 

@@ -13,11 +13,14 @@ struct Captured {
   std::string output;            // stdout and stderr together, at most max_bytes
   std::optional<int> exit_code;  // nullopt: killed by a signal, or the status could not be had
   bool timed_out = false;
+  bool cancelled = false;  // cancel_fd turned readable: killed, the output cut short
 };
 
-// Runs argv[0] (a path, or a name looked up on PATH) with stdin from /dev/null. Throws Error when
-// it cannot be started at all.
+// Runs argv[0] (a path, or a name looked up on PATH) with stdin from /dev/null. A cancel_fd (>= 0)
+// that turns readable kills the tool at once (its owner is stopping). Throws Error when it cannot
+// be started at all.
+inline constexpr size_t kCaptureMaxBytes = 1 << 20;
 Captured run_capture(const std::vector<std::string>& argv, int timeout_ms,
-                     size_t max_bytes = 1 << 20);
+                     size_t max_bytes = kCaptureMaxBytes, int cancel_fd = -1);
 
 }  // namespace gpurun::launcher

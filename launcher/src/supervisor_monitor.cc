@@ -12,11 +12,23 @@ namespace gpurun::launcher {
 
 void Supervisor::on_message(Conn& c, const control::GpuSamples& m) {
   if (!monitor_) return;
+  const std::string& node = rank(c.rank).host;
+  std::vector<std::string> problems;
   try {
-    monitor_->add(rank(c.rank).host, m);
+    problems = monitor_->add(node, m);
   } catch (const Error& e) {
     tell(fmt::format("monitor: {}; no more samples are written", e.what()));
     monitor_.reset();
+  }
+  // A GPU lost or not found is said once, not every interval (and a flood of new ones is capped).
+  for (const auto& p : problems) {
+    std::string line = fmt::format("monitor: {}: {}", node, p);
+    if (monitor_failures_.size() >= kMaxMonitorLines ||
+        std::find(monitor_failures_.begin(), monitor_failures_.end(), line) !=
+            monitor_failures_.end())
+      continue;
+    monitor_failures_.push_back(line);
+    tell(line);
   }
 }
 

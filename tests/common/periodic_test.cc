@@ -1,7 +1,8 @@
 // Pins common::PeriodicThread: a run at once and then one per period, the task ending the thread,
-// stop() ending it from outside, the eventfd's readiness between notify() and drain(), signals
-// blocked in the thread, and no burst of runs after one that overran. Bounds on counts are loose
-// on the side a slow machine can reach (fewer runs), tight on the side only a bug can.
+// stop() ending it from outside (and saying so on stopping_fd()), the eventfd's readiness between
+// notify() and drain(), signals blocked in the thread, and no burst of runs after one that overran.
+// Bounds on counts are loose on the side a slow machine can reach (fewer runs), tight on the side
+// only a bug can.
 #include "gpurun/common/periodic.h"
 
 #include <gtest/gtest.h>
@@ -40,7 +41,11 @@ TEST(PeriodicThread, RunsAtOnceThenOncePerPeriodUntilStopped) {
   const int seen = runs.load();
   EXPECT_GE(seen, 2) << "no run after the first in 200 ms at a 20 ms period";
   EXPECT_LE(seen, 13) << "more runs than 200 ms / 20 ms allow";
+  EXPECT_FALSE(t.stopping());
+  EXPECT_FALSE(readable(t.stopping_fd()));
   t.stop();
+  EXPECT_TRUE(t.stopping());
+  EXPECT_TRUE(readable(t.stopping_fd()));
   const int at_stop = runs.load();
   std::this_thread::sleep_for(milliseconds(60));
   EXPECT_EQ(runs.load(), at_stop) << "a run after stop()";

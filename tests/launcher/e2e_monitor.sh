@@ -9,7 +9,8 @@
 # each GPU's rank, one sampler per node (each sample time has each GPU once), and a summary line;
 # 4 ranks on GPUs 0-3 name GPU 3 (0%, under half the median 31%) as a likely straggler; bad
 # --monitor values and an unwritable FILE are refused before any rank starts; a missing
-# nvidia-smi is said once and the job still succeeds.
+# nvidia-smi is said once and the job still succeeds; a GPU lost mid-job is said once; a hung
+# nvidia-smi does not hold the job's end.
 set -euo pipefail
 gpurun=$1 fixtures=$2/nvidia-smi
 work=$(mktemp -d /tmp/gpurun-monitor.XXXXXX)
@@ -113,4 +114,31 @@ GPURUN_NVIDIA_SMI=$work/absent/nvidia-smi CUDA_VISIBLE_DEVICES=0,1 timeout 60 "$
 [[ $(cat "$work/none.csv") == "time,node,rank,gpu,util,mem_used_mib,power_w,temp_c" ]] ||
   fail "the CSV without samples is not just its header"
 echo "ok: no nvidia-smi: $(grep -m1 'cannot sample' "$work/none.err")"
+
+# A GPU of the job falls off the bus mid-job: the driver's words and the missing GPU are each
+# said once (not every sample), and the job still succeeds.
+rc=0
+FAKE_NVIDIA_SMI_STATE=$work/vanish.state GPURUN_NVIDIA_SMI=$fixtures/nvidia-smi-vanish \
+  CUDA_VISIBLE_DEVICES=2,3 timeout 60 "$gpurun" --scheduler local -n 2 --monitor=0.2 \
+  "$work/vanish.csv" -- sh -c 'sleep 2' 2>"$work/vanish.err" || rc=$?
+[[ $rc == 0 ]] || fail "with a GPU lost the job exited $rc"
+(($(cat "$work/vanish.state") >= 6)) || fail "vanish: fewer than 6 samples in 2 s"
+[[ $(grep -c "^gpurun: monitor: $host: Unable to determine the device handle for GPU2" "$work/vanish.err") == 1 ]] ||
+  fail "the lost GPU's error is not said exactly once"
+[[ $(grep -cFx "gpurun: monitor: $host: GPU 2 of the job is not among the GPUs listed here (0,1,3)" "$work/vanish.err") == 1 ]] ||
+  fail "the job's missing GPU 2 is not named exactly once"
+echo "ok: a GPU lost mid-job: $(grep -m1 "GPU 2 of the job" "$work/vanish.err")"
+
+# An nvidia-smi that hangs is killed when the job ends: the EXIT does not wait out its 10 s.
+printf '#!/bin/sh\nexec sleep 60\n' >"$work/hung-nvidia-smi"
+chmod +x "$work/hung-nvidia-smi"
+start=$(date +%s.%N)
+GPURUN_NVIDIA_SMI=$work/hung-nvidia-smi CUDA_VISIBLE_DEVICES=0 timeout 60 "$gpurun" \
+  --scheduler local -n 1 --monitor "$work/hung.csv" -- sh -c 'sleep 0.5' 2>"$work/hung.err" ||
+  fail "with a hung nvidia-smi the job exited $?"
+took=$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)")
+python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 6)" "$took" ||
+  fail "a job of 0.5 s took $took s with a hung nvidia-smi"
+! grep -q "cannot sample" "$work/hung.err" || fail "a sample cut short by the job's end was reported"
+echo "ok: a hung nvidia-smi is cut short at the end: the job took $took s"
 echo PASS

@@ -59,6 +59,7 @@ UsageSampler::Tick UsageSampler::sample_once(const std::vector<Target>& targets)
 bool UsageSampler::tick() {
   if (!started_) {
     started_ = true;
+    cfg_.cancel_fd = thread_.stopping_fd();  // the daemon's stop kills an nvidia-smi under way
     try {
       gpus_.emplace(std::move(cfg_));
     } catch (const std::exception& e) {

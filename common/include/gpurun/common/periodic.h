@@ -28,8 +28,12 @@ class PeriodicThread {
 
   void stop();  // no run after the one under way; joins the thread
   int fd() const { return event_.get(); }
-  void notify();  // from the task: fd() turns readable
-  void drain();   // from the owner: fd() is no longer readable until the next notify()
+  // Readable from the moment stop() is called: a task blocked on a tool (nvidia-smi) polls it
+  // too, and gives up at once, so stop() need not wait for the tool's own timeout.
+  int stopping_fd() const { return stopping_.get(); }
+  bool stopping() const;  // stop() was called
+  void notify();          // from the task: fd() turns readable
+  void drain();           // from the owner: fd() is no longer readable until the next notify()
 
  private:
   void loop();
@@ -37,6 +41,7 @@ class PeriodicThread {
   const std::chrono::milliseconds period_;
   const std::function<bool()> task_;
   Fd event_;
+  Fd stopping_;
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;

@@ -48,6 +48,10 @@ struct SamplerConfig {
   std::string nvidia_smi;
   // nvidia-smi can hang on a GPU that is falling off the bus: it is killed after this long.
   int timeout_ms = 10000;
+  // A file descriptor (>= 0) that turns readable when the sampler's owner stops: an nvidia-smi
+  // under way is killed then, and sample() throws, so stopping never waits out the timeout.
+  // An NVML call cannot be cut short.
+  int cancel_fd = -1;
 };
 
 // Samples this machine's GPUs. Not thread-safe: one sampler per thread.
