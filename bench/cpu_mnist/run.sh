@@ -3,7 +3,8 @@
 #   - PyTorch 1.13 (torch_mnist.py, Debian's python3-torch), 1 process, 1 thread: the peer;
 #   - mnist_cnn, 1 process, 1 thread, once per CPU library (--cpu-kernels onednn|openblas|blis);
 #   - mnist_cnn, 2 ranks x 1 thread (mpirun, default library), shared-memory exchange and
-#     --exchange allreduce, against 1 rank; and 1 process x 2 threads;
+#     --exchange allreduce, against 1 rank; and 1 process x 2 threads at --batch-size 128 (64
+#     images a thread, as a rank has);
 #   - mnist_cnn, 1 process, 1 thread, default library, pinned to CPU 0 and to CPU 1 (the cores
 #     the 2 ranks run on): on a VM the two can differ by a quarter, and 2 ranks can at most add
 #     the two cores' speeds, so the 2-rank rows also say what share of that sum they reach;
@@ -67,17 +68,19 @@ torch_one() {
 
 # All configurations, interleaved, for one setting of OPENBLAS_CORETYPE.
 measure() {
-  local common=(--data "$data" --epochs "$epochs" --batch-size 64 --lr-scaling none --device cpu)
+  local common=(--data "$data" --epochs "$epochs" --lr-scaling none --device cpu)
   local mpi=(mpirun --oversubscribe -n 2 --bind-to core)
   for ((r = 0; r < repeats; r++)); do
     torch_one "$r"
-    for k in $kernels; do run_one "one_$k" "$r" "$bin" "${common[@]}" --threads 1 --cpu-kernels "$k"; done
+    for k in $kernels; do run_one "one_$k" "$r" "$bin" "${common[@]}" --batch-size 64 --threads 1 --cpu-kernels "$k"; done
     for cpu in 0 1; do
-      run_one "pinned_cpu$cpu" "$r" taskset -c "$cpu" "$bin" "${common[@]}" --threads 1
+      run_one "pinned_cpu$cpu" "$r" taskset -c "$cpu" "$bin" "${common[@]}" --batch-size 64 --threads 1
     done
-    run_one two_ranks "$r" "${mpi[@]}" "$bin" "${common[@]}" --threads 1
-    run_one two_ranks_allreduce "$r" "${mpi[@]}" "$bin" "${common[@]}" --threads 1 --exchange allreduce
-    run_one two_threads "$r" "$bin" "${common[@]}" --threads 2
+    run_one two_ranks "$r" "${mpi[@]}" "$bin" "${common[@]}" --batch-size 64 --threads 1
+    run_one two_ranks_allreduce "$r" "${mpi[@]}" "$bin" "${common[@]}" --batch-size 64 --threads 1 --exchange allreduce
+    # 128 images a step, 64 a thread: the ranks' batch per replica (at --batch-size 64 each
+    # thread would take 32, and the fixed cost of a step would fall on half the images).
+    run_one two_threads "$r" "$bin" "${common[@]}" --threads 2 --batch-size 128
   done
 }
 
@@ -123,7 +126,7 @@ for name, r, base in rows:
     print("| %s | %.0f | %.0f | %.1f | %.0f%% | %s |" % (name, r["images_per_second"], c, g, 100 * g / peak, ratio))
 one = best("one_" + kernels[0])
 for name, label in (("two_ranks", "2 ranks x 1 thread, %s exchange"), ("two_ranks_allreduce", "2 ranks x 1 thread, %s exchange"),
-                    ("two_threads", "1 process x 2 threads")):
+                    ("two_threads", "1 process x 2 threads, 64 images each")):
     r = best(name)
     if not r: continue
     share = 100 * r["allreduce_seconds"] / r["train_seconds"] if r["train_seconds"] else 0

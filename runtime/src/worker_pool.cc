@@ -1,10 +1,43 @@
-// worker_pool.cc: generation-counted start/finish handshake over one mutex and two condition
-// variables; a few microseconds per run(), negligible against a ~5 ms training step.
+// worker_pool.cc: generation-counted start/finish handshake. Each side spins a short while
+// before it sleeps on a condition variable: run() is called three times a training step, a few
+// microseconds apart, and on a VM a sleeping thread's wake-up (a futex and an IPI through the
+// hypervisor) costs tens of microseconds each time (measured 2026-11-23, --threads 2 at 32
+// images a thread: +2.5% images/s, six interleaved pairs). With more workers than CPUs a spinner
+// only keeps the one it waits for off a core, so then nobody spins.
 #include "worker_pool.h"
 
-namespace gpurun::runtime {
+#include <sched.h>
 
-WorkerPool::WorkerPool(int workers) : workers_(workers < 1 ? 1 : workers) {
+#include <chrono>
+
+namespace gpurun::runtime {
+namespace {
+
+// The CPUs this process may run on (mpirun --bind-to core leaves each rank one).
+int usable_cpus() {
+  cpu_set_t set;
+  if (sched_getaffinity(0, sizeof set, &set) != 0) return 1;
+  return CPU_COUNT(&set);
+}
+
+// Spins up to about kSpinTime until ready() holds; false when it did not.
+template <class F>
+bool spin_until(F ready) {
+  constexpr auto kSpinTime = std::chrono::microseconds(200);
+  const auto until = std::chrono::steady_clock::now() + kSpinTime;
+  for (unsigned spins = 1;; ++spins) {
+    if (ready()) return true;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+    if (spins % 256 == 0 && std::chrono::steady_clock::now() > until) return ready();
+  }
+}
+
+}  // namespace
+
+WorkerPool::WorkerPool(int workers)
+    : workers_(workers < 1 ? 1 : workers), spin_(workers_ <= usable_cpus()) {
   for (int w = 1; w < workers_; ++w) threads_.emplace_back([this, w] { loop(w); });
 }
 
@@ -12,6 +45,7 @@ WorkerPool::~WorkerPool() {
   {
     std::lock_guard<std::mutex> lock(mu_);
     stop_ = true;
+    generation_.fetch_add(1, std::memory_order_release);
   }
   start_.notify_all();
   for (auto& t : threads_) t.join();
@@ -25,9 +59,9 @@ void WorkerPool::run(const std::function<void(int)>& fn) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     job_ = &fn;
-    pending_ = workers_ - 1;
     error_ = nullptr;
-    ++generation_;
+    pending_.store(workers_ - 1, std::memory_order_relaxed);
+    generation_.fetch_add(1, std::memory_order_release);  // publishes job_ to spinning workers
   }
   start_.notify_all();
   std::exception_ptr mine;
@@ -36,8 +70,12 @@ void WorkerPool::run(const std::function<void(int)>& fn) {
   } catch (...) {
     mine = std::current_exception();
   }
-  std::unique_lock<std::mutex> lock(mu_);
-  done_.wait(lock, [this] { return pending_ == 0; });
+  auto done = [this] { return pending_.load(std::memory_order_acquire) == 0; };
+  if (!(spin_ && spin_until(done))) {
+    std::unique_lock<std::mutex> lock(mu_);
+    done_.wait(lock, done);
+  }
+  std::lock_guard<std::mutex> lock(mu_);  // error_ is written under it
   job_ = nullptr;
   if (mine) std::rethrow_exception(mine);
   if (error_) std::rethrow_exception(error_);
@@ -46,12 +84,16 @@ void WorkerPool::run(const std::function<void(int)>& fn) {
 void WorkerPool::loop(int w) {
   unsigned long seen = 0;
   for (;;) {
+    auto started = [&] { return generation_.load(std::memory_order_acquire) != seen; };
+    if (!(spin_ && spin_until(started))) {
+      std::unique_lock<std::mutex> lock(mu_);
+      start_.wait(lock, started);
+    }
+    seen = generation_.load(std::memory_order_acquire);
     const std::function<void(int)>* job;
     {
-      std::unique_lock<std::mutex> lock(mu_);
-      start_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      std::lock_guard<std::mutex> lock(mu_);
       if (stop_) return;
-      seen = generation_;
       job = job_;
     }
     std::exception_ptr err;
@@ -60,9 +102,14 @@ void WorkerPool::loop(int w) {
     } catch (...) {
       err = std::current_exception();
     }
-    std::lock_guard<std::mutex> lock(mu_);
-    if (err && !error_) error_ = err;
-    if (--pending_ == 0) done_.notify_one();
+    if (err) {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (!error_) error_ = err;
+    }
+    if (pending_.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+      std::lock_guard<std::mutex> lock(mu_);  // the waiter checks pending_ under it: no lost wake
+      done_.notify_one();
+    }
   }
 }
 

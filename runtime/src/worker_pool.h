@@ -3,6 +3,7 @@
 // slices of the rank's batch). Worker 0 is the calling thread, so MPI stays on the main thread.
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <exception>
 #include <functional>
@@ -28,13 +29,14 @@ class WorkerPool {
   void loop(int w);
 
   int workers_;
+  bool spin_;  // wait by spinning first: only with no more workers than usable CPUs
   std::vector<std::thread> threads_;
   std::mutex mu_;
   std::condition_variable start_, done_;
-  const std::function<void(int)>* job_ = nullptr;
-  unsigned long generation_ = 0;
-  int pending_ = 0;
-  bool stop_ = false;
+  const std::function<void(int)>* job_ = nullptr;  // under mu_
+  std::atomic<unsigned long> generation_{0};       // changed under mu_, read by spinners too
+  std::atomic<int> pending_{0};                    // workers yet to finish this run
+  bool stop_ = false;                              // under mu_
   std::exception_ptr error_;
 };
 
