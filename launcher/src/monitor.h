@@ -43,7 +43,7 @@ JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::str
 // node's own numbers (SLURM_JOB_GPUS when CUDA_VISIBLE_DEVICES is unset). When `s` lists exactly
 // as many GPUs as `job.visible` holds indices, numbered 0..n-1, not all of those indices are
 // among them, and the driver lost none (s.problems empty), the k-th smallest index of the list is
-// the sampled GPU k; the kept sample then carries the list's index.
+// the sampled GPU k; the kept sample then carries the node's number.
 std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job);
 
 // Samples now, then every interval, in a thread (common::PeriodicThread); the event loop polls

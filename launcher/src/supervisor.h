@@ -131,10 +131,10 @@ class Supervisor {
   std::optional<proc::SignalPipe> signals_;
   std::optional<proc::TempFile> hostfile_;
   std::optional<OutputSink> output_;
-  std::optional<monitor::MonitorLog> monitor_;  // --monitor; reset if writing it fails
-  std::vector<std::string> monitor_failures_;   // what nodes said, each said once
-  static constexpr std::size_t kMaxMonitorLines = 64;
-  std::vector<std::string> monitor_silent_;  // nodes that could not be sampled
+  std::optional<monitor::MonitorLog> monitor_;         // --monitor; reset if writing it fails
+  static constexpr std::size_t kMaxMonitorLines = 64;  // of monitor_failures_
+  std::vector<std::string> monitor_failures_;          // what nodes said, each said once
+  std::vector<std::string> monitor_silent_;            // nodes that could not be sampled
   int restarts_ = 0;
   int forwarded_stop_signal_ = 0;
   int checkpoint_signal_sent_ = 0;  // USR1/USR2 forwarded, or the --checkpoint-before signal
