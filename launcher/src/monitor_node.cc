@@ -50,8 +50,8 @@ std::map<std::string, int> cgroup_numbers(const GpuSnapshot& s,
     if (g.mig < 0) listed.push_back(g.index);
   std::sort(listed.begin(), listed.end());
   // A driver that lost GPUs also lists fewer: no renumbering is guessed then.
-  bool renumbered = s.problems.empty() && !wanted.empty() && listed.size() == wanted.size() &&
-                    wanted != listed;
+  bool renumbered =
+      s.problems.empty() && !wanted.empty() && listed.size() == wanted.size() && wanted != listed;
   for (std::size_t k = 0; renumbered && k < listed.size(); ++k)
     renumbered = listed[k] == static_cast<int>(k) && (k == 0 || wanted[k] != wanted[k - 1]);
   std::map<std::string, int> out;
@@ -87,14 +87,16 @@ std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job) {
     return owners;
   }
   const std::map<std::string, int> renumbered = cgroup_numbers(s, job.visible);
+  std::vector<std::string> as_listed = job.ids;  // each of the job's GPUs as the sampler names it
+  for (auto& id : as_listed)
+    if (auto r = renumbered.find(id); r != renumbered.end()) id = std::to_string(r->second);
   const std::string listed = joined_ids(s);
   std::vector<GpuSample> kept;
   std::vector<bool> found(job.ids.size(), false);
   for (auto& g : s.gpus) {
     for (std::size_t i = 0; i < job.ids.size(); ++i) {
-      auto r = renumbered.find(job.ids[i]);
-      if (!names(r == renumbered.end() ? job.ids[i] : std::to_string(r->second), g)) continue;
-      if (r != renumbered.end()) g.index = std::stoi(job.ids[i]);
+      if (!names(as_listed[i], g)) continue;
+      if (as_listed[i] != job.ids[i]) g.index = std::stoi(job.ids[i]);
       found[i] = true;
       kept.push_back(std::move(g));
       owners.push_back(job.owner[i]);
