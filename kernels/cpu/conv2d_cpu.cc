@@ -199,4 +199,13 @@ void conv2d_bias_act_backward_weights(const Conv2dDesc& d, Activation act, const
   conv2d_backward_weights(d, x, dy, dw, ws, acc);
 }
 
+bool conv2d_channels_independent(const Conv2dDesc& d) {
+#if GPURUN_HAVE_ONEDNN
+  return on_direct(d);
+#else
+  (void)d;
+  return false;
+#endif
+}
+
 }  // namespace gpurun::kernels::cpu

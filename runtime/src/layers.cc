@@ -56,25 +56,27 @@ class Conv2d final : public Layer {
   int output_unit() const override { return d_.out_h() * d_.out_w(); }
   void forward_cols(int batch, const float* x, int lo, int hi, float* y,
                     k::Workspace ws) const override {
-    const Channels c = channels(lo, hi);
-    for (int n = 0; n < batch; ++n) {
-      k::cpu::conv2d_bias_act_forward(c.desc, spec().activation, x + n * d_.x_floats(),
-                                      w_ + c.first * c.w_floats, b_ + c.first,
-                                      y + n * d_.y_floats() + std::size_t(lo), ws);
-    }
+    for_channel_groups(lo, hi, [&](const Channels& c, int at) {
+      for (int n = 0; n < batch; ++n) {
+        k::cpu::conv2d_bias_act_forward(c.desc, spec().activation, x + n * d_.x_floats(),
+                                        w_ + c.first * c.w_floats, b_ + c.first,
+                                        y + n * d_.y_floats() + std::size_t(at), ws);
+      }
+    });
   }
   void backward_params_cols(int batch, const float* x, const float* y, float* dy, int lo, int hi,
                             k::Workspace ws) override {
     std::fill(dw_, dw_ + d_.w_floats(), 0.0f);
     std::fill(db_, db_ + d_.out_c, 0.0f);
-    const Channels c = channels(lo, hi);
-    for (int n = 0; n < batch; ++n) {
-      const std::size_t at = n * d_.y_floats() + std::size_t(lo);
-      k::cpu::conv2d_bias_act_backward_weights(
-          c.desc, spec().activation, x + n * d_.x_floats(), y + at, dy + at,
-          dw_ + c.first * c.w_floats, db_ + c.first, ws,
-          n == 0 ? k::Accumulate::kOverwrite : k::Accumulate::kAdd);
-    }
+    for_channel_groups(lo, hi, [&](const Channels& c, int at) {
+      for (int n = 0; n < batch; ++n) {
+        const std::size_t i = n * d_.y_floats() + std::size_t(at);
+        k::cpu::conv2d_bias_act_backward_weights(
+            c.desc, spec().activation, x + n * d_.x_floats(), y + i, dy + i,
+            dw_ + c.first * c.w_floats, db_ + c.first, ws,
+            n == 0 ? k::Accumulate::kOverwrite : k::Accumulate::kAdd);
+      }
+    });
   }
 
  private:
@@ -101,6 +103,15 @@ class Conv2d final : public Layer {
     Channels c{d_, std::size_t(lo / unit), std::size_t(d_.in_c) * d_.k_h * d_.k_w};
     c.desc.out_c = (hi - lo) / unit;
     return c;
+  }
+  // Calls f(channels, first column) once for output columns [lo, hi) when the kernels give each
+  // channel the same bits whatever other channels a call covers, else once per channel: either
+  // way a channel's values do not depend on lo and hi (a split's bits on where it falls).
+  template <class F>
+  void for_channel_groups(int lo, int hi, F f) const {
+    const Channels all = channels(lo, hi);
+    const int step = k::cpu::conv2d_channels_independent(all.desc) ? hi - lo : output_unit();
+    for (int at = lo; at < hi; at += step) f(channels(at, at + step), at);
   }
   k::Conv2dDesc d_;
   float *w_ = nullptr, *b_ = nullptr, *dw_ = nullptr, *db_ = nullptr;

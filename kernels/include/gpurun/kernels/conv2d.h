@@ -58,6 +58,11 @@ void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x
 void conv2d_bias_act_backward_weights(const Conv2dDesc& d, Activation act, const float* x,
                                       const float* y, float* dy, float* dw, float* db, Workspace ws,
                                       Accumulate acc = Accumulate::kOverwrite);
+// Whether each output channel's values from the two calls above are the same bits whatever
+// other output channels the call covers (true for the direct kernels, whose arithmetic is per
+// channel in a fixed order; a library's GEMM may block the channels differently). A caller that
+// needs bits independent of how it groups the channels calls one channel at a time otherwise.
+bool conv2d_channels_independent(const Conv2dDesc& d);
 }  // namespace cpu
 
 #if GPURUN_KERNELS_HAVE_CUDA

@@ -81,6 +81,8 @@ class Layer {
   //   backward_params_cols: the layer's parameter gradient from those columns alone (the other
   //                         channels' gradient is zero), overwriting its gradient slice; dy's
   //                         columns are left masked by the activation's derivative.
+  // Each channel's values are the same bits whatever lo and hi are, so a split's result does
+  // not depend on where its boundaries fall.
   virtual int output_unit() const { return 0; }
   virtual void forward_cols(int batch, const float* x, int lo, int hi, float* y,
                             kernels::Workspace ws) const {
