@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <exception>
 #include <iostream>
 #include <string>
 #include <thread>
@@ -33,6 +34,7 @@ struct Options {
   std::string device = "auto";
   std::string lr_scaling = "linear";
   std::string exchange = "auto";
+  std::string split_balance = "measured";
   std::string cpu_kernels = kernels::cpu::name(kernels::cpu::default_cpu_kernels());
   std::string report;
   int threads = 0;
@@ -88,6 +90,11 @@ po::options_description describe(Options& o, const Example& ex) {
       "CPU: how ranks combine gradients: allreduce (MPI_Allreduce of the whole gradient), shared "
       "(ranks on one node share one copy of the weights and update the Dense layers from each "
       "other's activations in shared memory), or auto (shared when every rank is on one node)")(
+      "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
+      "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
+      "columns: measured (start even, then follow each one's measured speed), even, or fixed "
+      "weights W:W:... (one per rank x thread, e.g. 3:1); the weights come out the same bits "
+      "whichever")(
       "cpu-kernels", po::value(&o.cpu_kernels)->default_value(o.cpu_kernels),
       "CPU: the library under the ops: onednn (oneDNN primitives, the CPU's best instructions), "
       "openblas (im2col + OpenBLAS sgemm) or blis (BLIS sgemm)")(
@@ -96,6 +103,32 @@ po::options_description describe(Options& o, const Example& ex) {
       "eval-batch", po::value(&t.eval_batch)->default_value(t.eval_batch),
       "images per evaluation batch");
   return d;
+}
+
+// --split-balance: measured, even or W:W:...; an empty string, or the complaint.
+std::string parse_split(const std::string& text, rt::SplitShares& split) {
+  split = {};
+  if (text == "measured") return "";
+  split.measured = false;
+  if (text == "even") return "";
+  const std::string bad = "--split-balance must be measured, even or positive weights W:W:... "
+                          "(one per rank x thread), got '" + text + "'";
+  std::size_t at = 0;
+  while (at <= text.size()) {
+    const std::size_t end = std::min(text.find(':', at), text.size());
+    const std::string word = text.substr(at, end - at);
+    std::size_t used = 0;
+    double w = 0;
+    try {
+      w = std::stod(word, &used);
+    } catch (const std::exception&) {
+      return bad;
+    }
+    if (used != word.size() || !(w > 0) || w > 1e6) return bad;
+    split.weights.push_back(w);
+    at = end + 1;
+  }
+  return split.weights.size() >= 2 ? "" : bad;
 }
 
 // Turns the words into enums; an empty string, or the complaint.
@@ -114,6 +147,9 @@ std::string interpret(Options& o, const po::variables_map& vm) {
     o.backend.cpu.exchange = rt::Exchange::kShared;
   else
     return "--exchange must be auto, allreduce or shared, got " + o.exchange;
+  if (std::string why = parse_split(o.split_balance, o.backend.cpu.split); !why.empty()) {
+    return why;
+  }
   if (auto k = kernels::cpu::parse_cpu_kernels(o.cpu_kernels))
     o.backend.cpu.kernels = *k;
   else

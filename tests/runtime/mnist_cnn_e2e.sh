@@ -69,6 +69,25 @@ dp_equivalence)
     --checkpoint "$work/threads" >"$work/threads.log"
   "$ckdiff" "$work/two/checkpoint.bin" "$work/threads/checkpoint.bin" 0 ||
     fail "shared: 1x64 on 2 replicas differs from 2 ranks x 32"
+  # The split layer's shares follow the members' measured speeds (the run above); the bits must
+  # not: shares far from even, on ranks and on replicas, give bit for bit the same weights. With
+  # OpenBLAS too, whose products of a column range depend on the range, and whose convolution
+  # is not the direct kernel.
+  "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" --batch-size 32 --max-steps 50 --split-balance 1:3 \
+    --checkpoint "$work/two_1to3" >"$work/two_1to3.log"
+  grep -q "split by columns (shares 1:3)" "$work/two_1to3.log" || fail "$(cat "$work/two_1to3.log")"
+  "$ckdiff" "$work/two/checkpoint.bin" "$work/two_1to3/checkpoint.bin" 0 ||
+    fail "shared: shares 1:3 change the weights"
+  "$bin" --data "$data" --lr-scaling none --threads 2 --batch-size 64 --max-steps 50 \
+    --split-balance 5:1 --checkpoint "$work/threads_5to1" >/dev/null
+  "$ckdiff" "$work/two/checkpoint.bin" "$work/threads_5to1/checkpoint.bin" 0 ||
+    fail "shared: shares 5:1 on 2 replicas change the weights"
+  for shares in even 3:1; do
+    "${mpirun_[@]}" -n 2 "$bin" "${common[@]}" --batch-size 32 --max-steps 20 \
+      --cpu-kernels openblas --split-balance $shares --checkpoint "$work/openblas_$shares" >/dev/null
+  done
+  "$ckdiff" "$work/openblas_even/checkpoint.bin" "$work/openblas_3:1/checkpoint.bin" 0 ||
+    fail "shared, OpenBLAS: shares 3:1 and even give different weights"
   # Across orders of summation the float32 sums differ in the last bits: ~3e-8 after 5 steps.
   # From there, ReLU units whose input is within rounding of 0 flip and the trajectories drift
   # apart at lr 0.2 (measured after 50 steps: 1e-4 between the exchanges, 4e-2 between 1x64 in
@@ -182,6 +201,14 @@ bad_data)
     >"$work/out" 2>&1 || rc=$?
   ((rc == 1)) || fail "--exchange shared with --micro-batch: exit code $rc, want 1"
   grep -q "cannot accumulate micro-batches" "$work/out" || fail "$(cat "$work/out")"
+  rc=0
+  "$bin" --split-balance 2:0 >"$work/out" 2>&1 || rc=$?
+  ((rc == 2)) || fail "bad --split-balance: exit code $rc, want 2"
+  grep -q "measured, even or positive weights" "$work/out" || fail "$(cat "$work/out")"
+  rc=0
+  "$bin" --data "$data" --threads 2 --split-balance 1:2:3 --max-steps 1 >"$work/out" 2>&1 || rc=$?
+  ((rc == 1)) || fail "3 weights for 2 members: exit code $rc, want 1"
+  grep -q "3 weights for 2 members" "$work/out" || fail "$(cat "$work/out")"
   ;;
 gpurun)
   # Two epochs: one epoch at 2 x 64 is only 62 steps on the 8,000 digits, half of it warm-up.

@@ -50,6 +50,7 @@ class CpuBackend final : public Backend {
     setup.slice = slice_;
     setup.momentum = cfg.momentum;
     setup.weight_decay = cfg.weight_decay;
+    setup.split = opt.split;
     exchange_ = cpu::make_exchange(pg, models_, setup, log);
   }
 

@@ -23,6 +23,7 @@ struct ExchangeSetup {
   int micro_batch = 0;
   int slice = 0;  // images per member per step
   float momentum = 0, weight_decay = 0;
+  SplitShares split;  // the shared exchange's split layers (backend.h)
 };
 
 class CpuExchange {

@@ -4,13 +4,21 @@
 // gradients, and four counters. Members are (rank, worker) pairs, rank-major: X and dZ of all
 // members lie one after another, so one sgemm over them sums every member's gradient.
 //
-// A big Dense layer (mnist_cnn's 21,632 x 128) is split by columns: each member owns a range of
-// its inputs and is the only one to read or write those columns of W. Its forward forms the
-// partial product of its columns for every member's images, and each member adds the partials
-// of its own images in member order; its backward forms its columns of dX for every member's
-// images; after the step it updates its columns from every member's X and dZ. So W never
-// travels between cores (between their caches): only X, dZ, dX and the partial products do,
-// which are smaller at these sizes. The members meet four times a step on `met` for it.
+// A big Dense layer (mnist_cnn's 21,632 x 128) is split by columns: its inputs are cut into
+// fixed blocks (kChunkCols columns, or one channel of the convolution below), each member owns a
+// run of blocks and is the only one to read or write those columns of W. Its forward forms the
+// partial product of each of its blocks for every member's images, and each member adds the
+// partials of its own images in block order; its backward forms its blocks of dX for every
+// member's images; after the step it updates its blocks from every member's X and dZ. So W
+// never travels between cores (between their caches): only X, dZ, dX and the partial products
+// do, which are smaller at these sizes. The members meet four times a step on `met` for it.
+//
+// Every product is formed block by block, the same call whoever owns the block, so where the
+// boundaries fall never changes the bits. That lets them move: each member times its split
+// work, and rank 0 moves each boundary by at most a block a step toward shares proportional to
+// the members' speeds (split_balance.h), so a slower core gets fewer blocks instead of keeping
+// the others waiting. The boundaries of a step are in one of two slots of the block, by the
+// step's parity: rank 0 writes the next step's slot while everyone reads this step's.
 //
 // When that layer comes right after a convolution that is the first layer (mnist_cnn), the
 // convolution splits with it, by whole channels (its output is NCHW, so a channel is a run of
@@ -36,9 +44,11 @@
 #include <memory>
 #include <new>
 #include <ostream>
+#include <sstream>
 #include <stdexcept>
 
 #include "exchange.h"
+#include "split_balance.h"
 
 namespace gpurun::runtime::cpu {
 namespace {
@@ -49,11 +59,22 @@ double since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
 
+std::string number(double v) {
+  std::ostringstream out;
+  out << v;
+  return out.str();
+}
+
 // Columns of a Dense weight matrix per update chunk (mnist_cnn's first Dense layer has 21,632):
 // fixed, so the chunks (and the bits of the result) are the same for any number of ranks and
 // threads. Columns, not rows: a chunk reads only its columns of X, so the chunks of a step read
 // every member's X once between them.
 constexpr int kChunkCols = 1024;
+
+// The balance: a new rate counts this much in each member's running mean, and a boundary moves
+// when its target is more than this many blocks away.
+constexpr double kRateWeight = 0.1;
+constexpr double kBoundarySlack = 0.6;
 
 // Counters that only grow: a step's target is (step + 1) x arrivals per step, never reset. Each
 // on its own cache line; they live in the shared block, so they must not need a lock.
@@ -95,6 +116,7 @@ struct Chunk {
 // Where each part lives in the shared block, in floats.
 struct Arena {
   std::size_t control = 0, params = 0, velocity = 0, small = 0, input = 0, total = 0;
+  std::size_t edges = 0, times = 0;      // the split's boundaries and the members' split seconds
   std::vector<std::size_t> x, dz;        // per deferred layer
   std::vector<std::size_t> dx, partial;  // per split layer (0 for the others)
 
@@ -130,6 +152,12 @@ class SharedExchange final : public CpuExchange {
       }
     }
     plan_first_layer();
+    const std::vector<double>& weights = setup_.split.weights;
+    if (!weights.empty() && int(weights.size()) != members_) {
+      throw std::invalid_argument("--split-balance: " + std::to_string(weights.size()) +
+                                  " weights for " + std::to_string(members_) +
+                                  " members (ranks x threads on the node)");
+    }
     for (int w = 0; w < workers_; ++w) {
       peers_.emplace_back(*this, *models[std::size_t(w)], pg.rank() * workers_ + w, w == 0);
     }
@@ -155,8 +183,11 @@ class SharedExchange final : public CpuExchange {
     if (!std::align(alignof(Control), sizeof(Control), control, room)) {
       throw std::logic_error("the shared-memory exchange has no room for its counters");
     }
-    if (pg_.rank() == 0) new (control) Control{};
     control_ = static_cast<Control*>(control);
+    if (pg_.rank() == 0) {
+      new (control) Control{};
+      start_edges();
+    }
     bind_models();
     shm_->fence();  // the counters are zero before anyone counts
     return true;
@@ -165,9 +196,16 @@ class SharedExchange final : public CpuExchange {
   const char* name() const override { return "shared"; }
   std::string summary() const override {
     const auto n = std::count(split_.begin(), split_.end(), true);
-    return "shared-memory exchange" + (n == 0 ? std::string()
-                                              : ", " + std::to_string(n) + " Dense layer" +
-                                                    (n > 1 ? "s" : "") + " split by columns");
+    if (n == 0) return "shared-memory exchange";
+    std::string shares = "even";
+    if (setup_.split.measured) {
+      shares = "by measured speed";
+    } else if (!setup_.split.weights.empty()) {
+      shares.clear();
+      for (double w : setup_.split.weights) shares += (shares.empty() ? "" : ":") + number(w);
+    }
+    return "shared-memory exchange, " + std::to_string(n) + " Dense layer" + (n > 1 ? "s" : "") +
+           " split by columns (shares " + shares + ")";
   }
   DeferredPeers* peers(int worker) override { return &peers_.at(std::size_t(worker)); }
   bool deferred() const override { return true; }
@@ -188,9 +226,10 @@ class SharedExchange final : public CpuExchange {
   void combine_and_update(float lr, WorkerPool& pool) override {
     publish_small_gradients();
     pool.run([&](int w) {
-      update_owned(lr, pg_.rank() * workers_ + w);
+      update_owned(lr, peers_[std::size_t(w)]);
       update_chunks(lr, w == 0);
     });
+    balance();
     const auto t = Clock::now();
     wait_until(control_->published, (step_ + 1) * std::uint64_t(pg_.size()));
     sum_small_gradients();
@@ -215,22 +254,40 @@ class SharedExchange final : public CpuExchange {
     // The first layer's columns of deferred layer 0 that this member owns, for every member's
     // images: its output from every member's input (once all are in place), its parameter
     // gradient from its own columns of dX.
+    // One call over the member's channels: the layer gives each channel the same bits whatever
+    // others a call covers (Layer::forward_cols).
     void forward_first() override {
       meet();  // every member's input is in place
       const Chunk c = ex_.own_cols(0, m_);
-      own_.first_forward_cols(ex_.all_images(), ex_.at(ex_.arena_.input), c.lo, c.hi,
-                              ex_.at(ex_.arena_.x[0]));
+      timed([&] {
+        own_.first_forward_cols(ex_.all_images(), ex_.at(ex_.arena_.input), c.lo, c.hi,
+                                ex_.at(ex_.arena_.x[0]));
+      });
     }
     void backward_first() override {
       const Chunk c = ex_.own_cols(0, m_);
-      own_.first_backward_cols(ex_.all_images(), ex_.at(ex_.arena_.input), ex_.at(ex_.arena_.x[0]),
-                               ex_.at(ex_.arena_.dx[0]), c.lo, c.hi);
+      timed([&] {
+        own_.first_backward_cols(ex_.all_images(), ex_.at(ex_.arena_.input),
+                                 ex_.at(ex_.arena_.x[0]), ex_.at(ex_.arena_.dx[0]), c.lo, c.hi);
+      });
     }
     void forward(std::size_t k, float* z) override { ex_.split_forward(k, *this, z); }
     void backward_data(std::size_t k) override { ex_.split_backward_data(k, *this); }
     void released() override { ex_.control_->released.n.fetch_add(1, std::memory_order_release); }
 
     int member() const { return m_; }
+    // Runs f, counting its seconds as this member's split work of the step.
+    template <class F>
+    void timed(F f) {
+      const auto t = Clock::now();
+      f();
+      busy_ += since(t);
+    }
+    // The step's split work is done: its seconds go to the member's slot for rank 0's balance.
+    void publish_busy() {
+      ex_.times(ex_.step_ % 2)[m_] = busy_;
+      busy_ = 0;
+    }
     // Every member arrives at the same meeting points in the same order, so the n-th meeting
     // is over when `met` reaches n x members.
     void meet() {
@@ -246,48 +303,115 @@ class SharedExchange final : public CpuExchange {
     int m_;
     bool timed_;  // the rank's first worker times the waits
     std::uint64_t meetings_ = 0;
+    double busy_ = 0;  // seconds of split work in this step so far
   };
 
-  // Member m's forward of split layer k: once every X is in place, the partial product of its
-  // columns for all members' images; once every partial is in place, the sum of its images'.
+  // Member m's forward of split layer k: once every X is in place, the partial product of each
+  // of its blocks for all members' images; once every partial is in place, the sum of its
+  // images' rows of all blocks, in block order (so the same sums whoever formed which block).
   void split_forward(std::size_t k, Peers& p, float* z) {
     const Model::Deferred& d = model_.deferred()[k];
-    const int m = p.member();
-    const std::size_t part = std::size_t(all_images()) * d.rows;  // one member's partial
+    const std::size_t part = std::size_t(all_images()) * d.rows;  // one block's partial
     const std::size_t mine = std::size_t(setup_.slice) * d.rows;
     float* partials = at(arena_.partial[k]);
-    const Chunk c = own_cols(k, m);
     if (!owns_x(k)) p.meet();  // every member's X is in place
-    model_.deferred_product_cols(k, all_images(), at(arena_.x[k]), c.lo, c.hi, partials + m * part);
+    p.timed([&] {
+      each_own_block(k, p.member(), [&](int lo, int hi, int b) {
+        model_.deferred_product_cols(k, all_images(), at(arena_.x[k]), lo, hi,
+                                     partials + std::size_t(b) * part);
+      });
+    });
     p.meet();
-    const float* first = partials + m * mine;
+    const float* first = partials + std::size_t(p.member()) * mine;
     std::copy(first, first + mine, z);
-    for (int q = 1; q < members_; ++q) {
-      const float* p = first + q * part;
-      for (std::size_t i = 0; i < mine; ++i) z[i] += p[i];
+    for (int b = 1; b < blocks(k); ++b) {
+      const float* from = first + std::size_t(b) * part;
+      for (std::size_t i = 0; i < mine; ++i) z[i] += from[i];
     }
   }
 
   // Member m's columns of split layer k's dX, for all members' images, once every dZ is in
   // place; returns when every member's columns are written.
   void split_backward_data(std::size_t k, Peers& p) {
-    const Chunk c = own_cols(k, p.member());
     p.meet();
-    model_.deferred_input_grad_cols(k, all_images(), at(arena_.dz[k]), c.lo, c.hi,
-                                    at(arena_.dx[k]));
+    p.timed([&] {
+      each_own_block(k, p.member(), [&](int lo, int hi, int) {
+        model_.deferred_input_grad_cols(k, all_images(), at(arena_.dz[k]), lo, hi,
+                                        at(arena_.dx[k]));
+      });
+    });
     if (!owns_x(k)) p.meet();  // every member's dX is complete
   }
 
-  // Member m's columns of split layer k: an equal share, its boundaries on 64-byte multiples
-  // (no two members write the same cache line of a row), or on the first layer's channels
-  // when it splits too.
+  // Split layer k's blocks: kChunkCols columns (whole 64-byte lines of a row, so no two members
+  // write the same line), or one of the first layer's channels when it splits too.
+  int block_cols(std::size_t k) const {
+    return owns_x(k) ? model_.first_layer_unit() : kChunkCols;
+  }
+  int blocks(std::size_t k) const {
+    return (model_.deferred()[k].in + block_cols(k) - 1) / block_cols(k);
+  }
+  int block_start(std::size_t k, int b) const {
+    return std::min(b * block_cols(k), model_.deferred()[k].in);
+  }
+  // Split layer k's boundaries in a slot (members + 1 block numbers; Edges in split_balance.h),
+  // and the members' split seconds.
+  std::int32_t* edges(std::uint64_t slot, std::size_t k) const {
+    return reinterpret_cast<std::int32_t*>(at(arena_.edges)) +
+           (slot * split_.size() + k) * std::size_t(members_ + 1);
+  }
+  double* times(std::uint64_t slot) const {
+    return reinterpret_cast<double*>(at(arena_.times)) + slot * std::size_t(members_);
+  }
+
+  // Member m's columns of split layer k in this step: its run of blocks.
   Chunk own_cols(std::size_t k, int m) const {
-    const int n = model_.deferred()[k].in;
-    const int align = owns_x(k) ? model_.first_layer_unit() : 16;
-    const auto edge = [&](int q) {
-      return q == members_ ? n : int(std::int64_t(n) * q / members_ / align * align);
-    };
-    return {k, edge(m), edge(m + 1)};
+    const std::int32_t* e = edges(step_ % 2, k);
+    return {k, block_start(k, e[m]), block_start(k, e[m + 1])};
+  }
+  // Calls f(lo, hi, b) for each block b of split layer k that member m owns in this step.
+  template <class F>
+  void each_own_block(std::size_t k, int m, F f) const {
+    const std::int32_t* e = edges(step_ % 2, k);
+    for (int b = e[m]; b < e[m + 1]; ++b) f(block_start(k, b), block_start(k, b + 1), b);
+  }
+
+  // Rank 0, before the first fence: both slots hold the starting shares.
+  void start_edges() {
+    std::vector<double> weights = setup_.split.weights;
+    if (weights.empty()) weights.assign(std::size_t(members_), 1.0);
+    for (std::size_t k = 0; k < split_.size(); ++k) {
+      if (!split_[k]) continue;
+      const Edges e = edges_for(blocks(k), weights);
+      for (std::uint64_t slot = 0; slot < 2; ++slot) std::copy(e.begin(), e.end(), edges(slot, k));
+    }
+    std::fill(times(0), times(0) + 2 * members_, 0.0);
+  }
+
+  // Rank 0, once its members' split work of this step is done: the boundaries of the next step
+  // from the members' speeds in the last one (whose seconds every member wrote before this step
+  // began; its boundaries are in the slot the next step's go to). The first step, with its
+  // one-time costs, is not measured.
+  void balance() {
+    if (pg_.rank() != 0 || !setup_.split.measured || step_ < 2) return;
+    const std::uint64_t last = (step_ - 1) % 2, next = (step_ + 1) % 2;
+    std::vector<double> rates(std::size_t(members_), 0.0);
+    for (int m = 0; m < members_; ++m) {
+      const double seconds = times(last)[m];
+      if (!(seconds > 0)) return;
+      double share = 0;  // of the split layers' blocks, in the last step
+      for (std::size_t k = 0; k < split_.size(); ++k) {
+        if (split_[k]) share += double(edges(last, k)[m + 1] - edges(last, k)[m]) / blocks(k);
+      }
+      rates[std::size_t(m)] = share / seconds;
+    }
+    const std::vector<double>& mean = rates_.add(rates);
+    for (std::size_t k = 0; k < split_.size(); ++k) {
+      if (!split_[k]) continue;
+      const std::int32_t* now = edges(step_ % 2, k);
+      const Edges e = rebalance(Edges(now, now + members_ + 1), mean, kBoundarySlack);
+      std::copy(e.begin(), e.end(), edges(next, k));
+    }
   }
 
   int all_images() const { return members_ * setup_.slice; }
@@ -306,15 +430,16 @@ class SharedExchange final : public CpuExchange {
     first_split_ = unit > 0 && in % unit == 0 && in / unit >= members_;
   }
 
-  // Member m's columns of the split layers, from every member's X and dZ.
-  void update_owned(float lr, int m) {
+  // The member's blocks of the split layers, from every member's X and dZ; then its split
+  // seconds of the step are in place for the balance.
+  void update_owned(float lr, Peers& p) {
     for (std::size_t k = 0; k < split_.size(); ++k) {
       if (!split_[k]) continue;
-      const Chunk own = own_cols(k, m);
-      for (int lo = own.lo; lo < own.hi; lo += kChunkCols) {
-        update_chunk(lr, {k, lo, std::min(lo + kChunkCols, own.hi)});
-      }
+      p.timed([&] {
+        each_own_block(k, p.member(), [&](int lo, int hi, int) { update_chunk(lr, {k, lo, hi}); });
+      });
     }
+    p.publish_busy();
   }
 
   void lay_out() {
@@ -328,8 +453,12 @@ class SharedExchange final : public CpuExchange {
       arena_.x.push_back(arena_.take(all * std::size_t(d.in)));
       arena_.dz.push_back(arena_.take(all * std::size_t(d.rows)));
       arena_.dx.push_back(split_[k] ? arena_.take(all * std::size_t(d.in)) : 0);
-      arena_.partial.push_back(split_[k] ? arena_.take(members_ * all * std::size_t(d.rows)) : 0);
+      arena_.partial.push_back(
+          split_[k] ? arena_.take(std::size_t(blocks(k)) * all * std::size_t(d.rows)) : 0);
     }
+    static_assert(sizeof(std::int32_t) == sizeof(float) && sizeof(double) == 2 * sizeof(float));
+    arena_.edges = arena_.take(2 * split_.size() * std::size_t(members_ + 1));
+    arena_.times = arena_.take(2 * 2 * std::size_t(members_));
     arena_.small = arena_.take(std::size_t(pg_.size()) * small_floats_);
     // Plain SGD goes inside the Dense layers' sgemm (w += -lr/N dZ^T X): no dW written, no
     // separate pass over the weights. Momentum and weight decay need dW itself.
@@ -424,6 +553,7 @@ class SharedExchange final : public CpuExchange {
   std::vector<bool> split_;    // per deferred layer
   bool first_split_ = false;   // the first layer splits with deferred layer 0 (plan_first_layer)
   std::vector<Chunk> chunks_;  // the unsplit layers' update, claimed
+  RateFilter rates_{kRateWeight};  // rank 0: the members' split work per second
   std::vector<Peers> peers_;   // per worker of this rank
   Arena arena_;
   bool fused_ = false;

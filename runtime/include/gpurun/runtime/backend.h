@@ -93,11 +93,19 @@ enum class Device { kCpu, kCuda };
 //    sgemm (Poseidon's "sufficient factors", without sending them anywhere). A big Dense layer
 //    is split by columns: each rank owns some of its inputs and alone computes and updates
 //    them, so its weights stay in that rank's cache (a first-layer convolution before it
-//    splits with it, by channels). Only the small gradients (convolutions,
-//    biases) and the step's stats are summed.
+//    splits with it, by channels); how many follows each rank's measured speed (SplitShares),
+//    without changing the bits. Only the small gradients (convolutions, biases) and the step's
+//    stats are summed.
 //  kAuto: kShared when every rank is on one node and no micro-batching is asked for.
 enum class Exchange { kAuto, kAllreduce, kShared };
 const char* exchange_name(Exchange e);  // "auto", "allreduce", "shared"
+
+// How the shared exchange shares a split layer's column blocks among its members (the rank's
+// replicas, rank-major). The result is the same bits whichever member owns which block.
+struct SplitShares {
+  bool measured = true;         // move the boundaries toward the members' measured speeds
+  std::vector<double> weights;  // the starting shares, one weight per member (empty: even)
+};
 
 struct CpuOptions {
   // The library under the CPU ops (kernels/cpu_kernels.h): oneDNN by default when built with it.
@@ -105,6 +113,7 @@ struct CpuOptions {
   int threads = 1;      // per rank: replicas on slices of the batch (T ranks' sums, bitwise)
   int micro_batch = 0;  // > 0: accumulate gradients over micro-batches of this size
   Exchange exchange = Exchange::kAuto;
+  SplitShares split;
 };
 
 enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager
