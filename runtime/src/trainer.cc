@@ -263,7 +263,8 @@ void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double e
                 es.epoch, cfg_.epochs, es.loss, 100 * es.train_accuracy, 100 * es.test_accuracy,
                 es.seconds, es.images_per_second, res_.backend.exchange.c_str(),
                 100 * es.exchange_share);
-  log_ << line << std::endl;
+  const std::string note = backend_.epoch_note();
+  log_ << line << (note.empty() ? "" : "  ") << note << std::endl;
   checkpoint(epoch + 1, 0);
 }
 

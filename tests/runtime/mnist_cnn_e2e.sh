@@ -133,6 +133,11 @@ convergence)
     seconds_per_epoch images_per_second allreduce_seconds final_loss train_accuracy test_accuracy; do
     json "$work/r.json" $f >/dev/null || fail "report lacks $f"
   done
+  # The epoch line says each replica's share of the split layer's 32 blocks (one a channel).
+  shares=$(grep -o "split [0-9]*:[0-9]* blocks" "$work/log" | tail -1)
+  [[ $shares =~ ^split\ ([0-9]+):([0-9]+)\ blocks$ ]] &&
+    ((BASH_REMATCH[1] + BASH_REMATCH[2] == 32)) ||
+    fail "the epoch line names no shares of 32 blocks: $(grep '^epoch' "$work/log")"
   echo "convergence: test accuracy $acc"
   ;;
 resume_signal | resume_signal_mpi | resume_signal_mpi_allreduce)

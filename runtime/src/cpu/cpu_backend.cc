@@ -85,6 +85,7 @@ class CpuBackend final : public Backend {
   Progress sync() override { return std::exchange(pending_, Progress{}); }
   Evaluation evaluate(int eval_batch) override;
   BackendTimes times() const override { return {exchange_->seconds(), 0, 0}; }
+  std::string epoch_note() const override { return exchange_->note(); }
 
  private:
   void check(const ModelSpec& model, const Dataset& data, const CpuOptions& opt) const;

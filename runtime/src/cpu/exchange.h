@@ -49,6 +49,7 @@ class CpuExchange {
   // ranks) and step the parameters with learning rate lr, 1/members folded in.
   virtual void combine_and_update(float lr, WorkerPool& pool) = 0;
   double seconds() const { return seconds_; }  // spent combining, so far
+  virtual std::string note() const { return ""; }  // Backend::epoch_note
 
  protected:
   double seconds_ = 0;

@@ -207,6 +207,18 @@ class SharedExchange final : public CpuExchange {
     return "shared-memory exchange, " + std::to_string(n) + " Dense layer" + (n > 1 ? "s" : "") +
            " split by columns (shares " + shares + ")";
   }
+  // Each member's blocks of each split layer as the next step has them.
+  std::string note() const override {
+    std::string out;
+    for (std::size_t k = 0; k < split_.size(); ++k) {
+      if (!split_[k]) continue;
+      const std::int32_t* e = edges(step_ % 2, k);
+      out += out.empty() ? "split " : ", ";
+      for (int m = 0; m < members_; ++m) out += (m ? ":" : "") + std::to_string(e[m + 1] - e[m]);
+      out += " blocks";
+    }
+    return out;
+  }
   DeferredPeers* peers(int worker) override { return &peers_.at(std::size_t(worker)); }
   bool deferred() const override { return true; }
   bool fused() const override { return fused_; }

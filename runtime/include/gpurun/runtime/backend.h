@@ -80,6 +80,9 @@ class Backend {
   // Collective: loss and accuracy on the dataset's test split, eval_batch images at a time.
   virtual Evaluation evaluate(int eval_batch) = 0;
   virtual BackendTimes times() const = 0;
+  // What the end of each epoch's line adds (the CPU shared exchange: each member's share of the
+  // split layer, e.g. "split 17:15 blocks"), or "".
+  virtual std::string epoch_note() const { return ""; }
 };
 
 enum class Device { kCpu, kCuda };
