@@ -93,8 +93,8 @@ po::options_description describe(Options& o, const Example& ex) {
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "
-      "weights W:W:... (one per rank x thread, e.g. 3:1); the weights come out the same bits "
-      "whichever")(
+      "weights W:W:... (one per rank x thread, e.g. 3:1); the trained parameters are the same "
+      "bits whichever")(
       "cpu-kernels", po::value(&o.cpu_kernels)->default_value(o.cpu_kernels),
       "CPU: the library under the ops: onednn (oneDNN primitives, the CPU's best instructions), "
       "openblas (im2col + OpenBLAS sgemm) or blis (BLIS sgemm)")(
