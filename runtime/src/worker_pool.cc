@@ -27,9 +27,7 @@ bool spin_until(F ready) {
   const auto until = std::chrono::steady_clock::now() + kSpinTime;
   for (unsigned spins = 1;; ++spins) {
     if (ready()) return true;
-#if defined(__x86_64__) || defined(__i386__)
-    __builtin_ia32_pause();
-#endif
+    spin_pause();
     if (spins % 256 == 0 && std::chrono::steady_clock::now() > until) return ready();
   }
 }

@@ -13,6 +13,13 @@
 
 namespace gpurun::runtime {
 
+// One step of a spin-wait: tells the core the loop is waiting (x86 PAUSE), else nothing.
+inline void spin_pause() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
 class WorkerPool {
  public:
   explicit WorkerPool(int workers);

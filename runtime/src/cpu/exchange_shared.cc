@@ -98,9 +98,7 @@ constexpr std::size_t kControlFloats = (sizeof(Control) + alignof(Control)) / si
 void wait_until(const Counter& c, std::uint64_t target) {
   for (unsigned spins = 0; c.n.load(std::memory_order_acquire) < target; ++spins) {
     if (spins < (1u << 14)) {
-#if defined(__x86_64__) || defined(__i386__)
-      __builtin_ia32_pause();
-#endif
+      spin_pause();
     } else {
       sched_yield();
     }
@@ -271,14 +269,14 @@ class SharedExchange final : public CpuExchange {
     void forward_first() override {
       meet();  // every member's input is in place
       const Chunk c = ex_.own_cols(0, m_);
-      timed([&] {
+      split_work([&] {
         own_.first_forward_cols(ex_.all_images(), ex_.at(ex_.arena_.input), c.lo, c.hi,
                                 ex_.at(ex_.arena_.x[0]));
       });
     }
     void backward_first() override {
       const Chunk c = ex_.own_cols(0, m_);
-      timed([&] {
+      split_work([&] {
         own_.first_backward_cols(ex_.all_images(), ex_.at(ex_.arena_.input),
                                  ex_.at(ex_.arena_.x[0]), ex_.at(ex_.arena_.dx[0]), c.lo, c.hi);
       });
@@ -290,7 +288,7 @@ class SharedExchange final : public CpuExchange {
     int member() const { return m_; }
     // Runs f, counting its seconds as this member's split work of the step.
     template <class F>
-    void timed(F f) {
+    void split_work(F f) {
       const auto t = Clock::now();
       f();
       busy_ += since(t);
@@ -327,7 +325,7 @@ class SharedExchange final : public CpuExchange {
     const std::size_t mine = std::size_t(setup_.slice) * d.rows;
     float* partials = at(arena_.partial[k]);
     if (!owns_x(k)) p.meet();  // every member's X is in place
-    p.timed([&] {
+    p.split_work([&] {
       each_own_block(k, p.member(), [&](int lo, int hi, int b) {
         model_.deferred_product_cols(k, all_images(), at(arena_.x[k]), lo, hi,
                                      partials + std::size_t(b) * part);
@@ -346,7 +344,7 @@ class SharedExchange final : public CpuExchange {
   // place; returns when every member's columns are written.
   void split_backward_data(std::size_t k, Peers& p) {
     p.meet();
-    p.timed([&] {
+    p.split_work([&] {
       each_own_block(k, p.member(), [&](int lo, int hi, int) {
         model_.deferred_input_grad_cols(k, all_images(), at(arena_.dz[k]), lo, hi,
                                         at(arena_.dx[k]));
@@ -447,7 +445,7 @@ class SharedExchange final : public CpuExchange {
   void update_owned(float lr, Peers& p) {
     for (std::size_t k = 0; k < split_.size(); ++k) {
       if (!split_[k]) continue;
-      p.timed([&] {
+      p.split_work([&] {
         each_own_block(k, p.member(), [&](int lo, int hi, int) { update_chunk(lr, {k, lo, hi}); });
       });
     }
