@@ -118,6 +118,8 @@ class Supervisor {
 
   // --monitor's lines at the end (supervisor_monitor.cc).
   void monitor_summary();
+  // Records `what` in monitor_failures_; false when it was already there (said before).
+  bool first_monitor_failure(const std::string& what);
 
   // The end: gpurun's exit status, and --requeue (supervisor_start.cc).
   int result();

@@ -23,13 +23,16 @@ void Supervisor::on_message(Conn& c, const control::GpuSamples& m) {
   // A GPU lost or not found is said once, not every interval (and a flood of new ones is capped).
   for (const auto& p : problems) {
     std::string line = fmt::format("monitor: {}: {}", node, p);
-    if (monitor_failures_.size() >= kMaxMonitorLines ||
-        std::find(monitor_failures_.begin(), monitor_failures_.end(), line) !=
-            monitor_failures_.end())
-      continue;
-    monitor_failures_.push_back(line);
-    tell(line);
+    if (monitor_failures_.size() < kMaxMonitorLines && first_monitor_failure(line)) tell(line);
   }
+}
+
+bool Supervisor::first_monitor_failure(const std::string& what) {
+  if (std::find(monitor_failures_.begin(), monitor_failures_.end(), what) !=
+      monitor_failures_.end())
+    return false;
+  monitor_failures_.push_back(what);
+  return true;
 }
 
 void Supervisor::on_message(Conn& c, const control::GpuSamplesFailed& m) {
@@ -37,10 +40,7 @@ void Supervisor::on_message(Conn& c, const control::GpuSamplesFailed& m) {
   if (std::find(monitor_silent_.begin(), monitor_silent_.end(), node) == monitor_silent_.end())
     monitor_silent_.push_back(node);
   // Every node lacking nvidia-smi says the same: once is enough.
-  if (std::find(monitor_failures_.begin(), monitor_failures_.end(), m.what.value) !=
-      monitor_failures_.end())
-    return;
-  monitor_failures_.push_back(m.what.value);
+  if (!first_monitor_failure(m.what.value)) return;
   tell(fmt::format("monitor: cannot sample the GPUs of {}: {}; the job goes on without them", node,
                    m.what.value));
 }
