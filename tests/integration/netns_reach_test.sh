@@ -51,16 +51,22 @@ for l in lo b0 b1; do inB ip link set "$l" up; done
 inA ip route add default via 10.77.1.1  # to gpurun and mpirun (this namespace's addresses)
 inB ip route add default via 10.77.2.1
 
-# The agent mpirun starts each "remote" daemon with: `AGENT [options] HOST COMMAND...`.
+# The agent mpirun starts each "remote" daemon with: `AGENT [options] HOST COMMAND...`. Each
+# "node" gets its own TMPDIR, as real nodes have their own /tmp: Open MPI keys its session
+# directory (and the hwloc topology file its daemon writes there) by host name and job, and both
+# namespaces share this host's name, so with one /tmp the two daemons raced on the same files
+# (a daemon crashed in hwloc_shmem_topology_write, or failed on mkdir with EEXIST).
+mkdir -p "$work/tmp-a" "$work/tmp-b"
 cat >"$work/blaunch" <<EOF
 #!/bin/sh
 while [ "\${1#-}" != "\$1" ]; do shift; done
 host=\$1; shift
 case \$host in
-  10.77.3.1) ns=$nsa ;;
-  10.77.3.2) ns=$nsb ;;
+  10.77.3.1) ns=$nsa tmp=$work/tmp-a ;;
+  10.77.3.2) ns=$nsb tmp=$work/tmp-b ;;
   *) echo "blaunch (netns test): unknown host \$host" >&2; exit 1 ;;
 esac
+export TMPDIR="\$tmp"
 exec ip netns exec "\$ns" /bin/sh -c "\$*"
 EOF
 chmod +x "$work/blaunch"
