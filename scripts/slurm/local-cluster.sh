@@ -159,6 +159,14 @@ EOF
 [ -n "${OMPI_MCA_btl:-}" ] || echo "export OMPI_MCA_btl=self,tcp"
 [ -n "${OMPI_MCA_btl_tcp_if_include:-}" ] || echo "export OMPI_MCA_btl_tcp_if_include=127.0.0.0/8"
 [ -n "${OMPI_MCA_oob_tcp_if_include:-}" ] || echo "export OMPI_MCA_oob_tcp_if_include=127.0.0.0/8"
+EOF2
+  # Each fake node its own TMPDIR, as real nodes have their own /tmp: Open MPI keys its session
+  # directory (and the hwloc topology file its daemons write there) by host name and job, which
+  # are the same on both fake nodes. (srun hands the batch script's TMPDIR, node1's, to every task.)
+  cat >>"$dir/etc/task-prolog.sh" <<EOF2
+case \${TMPDIR:-/tmp} in
+  /tmp | /tmp/ | "$dir/tmp/"*) [ -d "$dir/tmp/\$SLURMD_NODENAME" ] && echo "export TMPDIR=$dir/tmp/\$SLURMD_NODENAME" ;;
+esac
 exit 0
 EOF2
   chmod 755 "$dir/etc/task-prolog.sh"
