@@ -45,11 +45,13 @@ const char* cublas_status_name(cublasStatus_t s);
           __FILE__, __LINE__);                                                             \
   } while (0)
 
-// After every <<<...>>>: cudaPeekAtLastError does not clear a sticky error, so the next check
-// still sees it.
+// After every <<<...>>>: cudaGetLastError, which also clears the error, as llm.c does. With
+// cudaPeekAtLastError a non-sticky error left by an earlier call (cudaErrorNotReady from an event
+// query, a refused launch already reported) would fail every later launch check; a sticky error
+// (an illegal address) is returned by every later call anyway.
 #define GPURUN_LAUNCH_CHECK(kernel_name)                                                   \
   do {                                                                                     \
-    const cudaError_t gpurun_e_ = cudaPeekAtLastError();                                   \
+    const cudaError_t gpurun_e_ = cudaGetLastError();                                      \
     if (gpurun_e_ != cudaSuccess)                                                          \
       ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(gpurun_e_),         \
                                             "launch of " kernel_name, __FILE__, __LINE__); \

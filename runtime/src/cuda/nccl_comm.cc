@@ -158,7 +158,11 @@ void NcclComm::wait_ready(const char* what) {
                                " s (--comm-timeout) on " + rank_label(rank_) + " of " +
                                std::to_string(size_) + " ranks; a rank never joined or is stuck");
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(200));
+    // An enqueue in non-blocking mode ends in microseconds: yield at first, sleep once it lasts.
+    if (Clock::now() - start < std::chrono::microseconds(200))
+      std::this_thread::yield();
+    else
+      std::this_thread::sleep_for(std::chrono::microseconds(200));
   }
 }
 
@@ -266,6 +270,8 @@ void wait_event(cudaEvent_t ev, Watchdog* wd, const char* what) {
       ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(e), what, __FILE__,
                                             __LINE__);
     }
+    (void)cudaGetLastError();  // the runtime may keep "not ready" as the last error (PyTorch
+                               // clears it too); a later check must not read it as a failure
     if (wd) wd->check();
     if (i > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
   }
