@@ -1,6 +1,7 @@
-// gpu_test_main.cc: main() of the GPU GoogleTest programs. Without a usable CUDA device the whole
-// program exits 77, which CTest reports as skipped (SKIP_RETURN_CODE 77); with one, every test
-// runs and a failure fails. No test skips itself, so a skip can never hide a failed case.
+// gpu_test_main.cc: main() of the GPU GoogleTest programs. Without a CUDA device the whole
+// program exits 77, which CTest reports as skipped (SKIP_RETURN_CODE 77); with a device that
+// cannot be used it fails; with a usable one, every test runs and a failure fails. No test skips
+// itself, so a skip can never hide a failed case.
 #include <cstdio>
 #include <cstdlib>
 
@@ -9,11 +10,13 @@
 namespace gpurun::testing {
 
 void exit_77_without_a_device() {
-  const std::string why = no_device_reason();
-  if (why.empty()) return;
-  std::printf("SKIPPED: %s\n", why.c_str());
-  std::fflush(stdout);
-  std::exit(77);
+  std::string why;
+  const DeviceState state = device_state(why);
+  if (state == DeviceState::kUsable) return;
+  const bool absent = state == DeviceState::kAbsent;
+  std::fprintf(absent ? stdout : stderr, "%s: %s\n", absent ? "SKIPPED" : "FAILED", why.c_str());
+  std::fflush(nullptr);
+  std::exit(absent ? 77 : 1);
 }
 
 }  // namespace gpurun::testing

@@ -1,7 +1,7 @@
-// gpu_test_util.h: what the GPU tests share: why no device is usable (gpu_test_main.cc turns a
-// reason into exit code 77, CTest's skip: the whole binary is skipped, and on a machine with a
-// device nothing is), and move-only device vectors for host <-> device round trips. Used by
-// tests/kernels/cuda and tests/runtime/cuda.
+// gpu_test_util.h: what the GPU tests share: whether a device is there (gpu_test_main.cc turns
+// "absent" into exit code 77, CTest's skip: the whole binary is skipped, and on a machine with a
+// device nothing is; a device there but unusable fails), and move-only device vectors for host <->
+// device round trips. Used by tests/kernels/cuda and tests/runtime/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,19 +15,38 @@
 
 namespace gpurun::testing {
 
-// Why no device is usable, or "" when one is. cudaErrorNoDevice and cudaErrorInsufficientDriver
-// (no driver at all, as on CI) both mean "skip".
-inline std::string no_device_reason() {
-  int n = 0;
+// Whether this process has a CUDA device: kAbsent (no driver at all, as on CI, or no device:
+// the tests skip), kBroken (a driver or device is there but unusable: a driver older than the
+// runtime, a busy or lost device, no kernel image for this GPU: the tests fail, never skip), or
+// kUsable. `why` says which and how.
+enum class DeviceState { kAbsent, kBroken, kUsable };
+inline DeviceState device_state(std::string& why) {
+  int n = 0, driver = 0;
   const cudaError_t e = cudaGetDeviceCount(&n);
   if (e != cudaSuccess) {
     cudaGetLastError();
-    return std::string("no CUDA device (") + cudaGetErrorName(e) + ": " + cudaGetErrorString(e) +
-           ")";
+    why = std::string(cudaGetErrorName(e)) + ": " + cudaGetErrorString(e);
+    const bool no_driver = e == cudaErrorInsufficientDriver &&
+                           cudaDriverGetVersion(&driver) == cudaSuccess && driver == 0;
+    if (e == cudaErrorNoDevice || no_driver) {
+      why = "no CUDA device (" + why + ")";
+      return DeviceState::kAbsent;
+    }
+    why = "a CUDA driver is installed (CUDA " + std::to_string(driver / 1000) + "." +
+          std::to_string(driver % 1000 / 10) + ") but cudaGetDeviceCount failed: " + why;
+    return DeviceState::kBroken;
   }
-  if (n == 0) return "no CUDA device (cudaGetDeviceCount = 0)";
-  if (gpurun::kernels::cuda_device_count() == 0) return "no CUDA device (probe kernel failed)";
-  return "";
+  if (n == 0) {
+    why = "no CUDA device (cudaGetDeviceCount = 0)";
+    return DeviceState::kAbsent;
+  }
+  if (gpurun::kernels::cuda_device_count() == 0) {
+    why = std::to_string(n) + " CUDA device(s) listed, but the probe kernel failed on device 0 " +
+          "(no kernel image for this GPU's architecture? out of memory?)";
+    return DeviceState::kBroken;
+  }
+  why.clear();
+  return DeviceState::kUsable;
 }
 
 // Exact-sum inputs, nccl-tests style: rank r's value at i is (r + 1) * (i % 97); the sum over n
@@ -45,8 +64,9 @@ inline std::size_t count_wrong_sums(const std::vector<float>& got, int nranks) {
   return bad;
 }
 
-// Exit code 77 (CTest's SKIP_RETURN_CODE) with the reason printed when no device is usable;
-// returns otherwise. Every GPU test program calls it first.
+// Exit code 77 (CTest's SKIP_RETURN_CODE) with the reason printed when there is no device, exit
+// code 1 with the reason when one is there but unusable; returns when it is usable. Every GPU
+// test program calls it first.
 void exit_77_without_a_device();
 
 template <typename T>
