@@ -39,6 +39,7 @@ struct Options {
   std::string report;
   int threads = 0;
   bool no_graph = false, tf32 = false;
+  std::string conv_algo = "benchmark";
   double warmup = -1;
   long long max_steps = -1;
   unsigned long long seed = 42;
@@ -71,6 +72,10 @@ po::options_description describe(Options& o, const Example& ex) {
       "no-graph", po::bool_switch(&o.no_graph),
       "GPU: launch each step's kernels eagerly instead of replaying a CUDA Graph")(
       "tf32", po::bool_switch(&o.tf32), "GPU: TF32 tensor-core math (default: full FP32)")(
+      "conv-algo", po::value(&o.conv_algo)->default_value(o.conv_algo),
+      "GPU: how cuDNN's convolution algorithms are chosen: benchmark (time each, take the fastest "
+      "deterministic one; when two are about as fast, runs may choose differently and differ in "
+      "the last bits) or heuristic (cuDNN's heuristics: a run repeats bit for bit)")(
       "comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
       "GPU: seconds before a stuck NCCL collective (or a rank that never joins) is an error")(
       "loss-every", po::value(&c.loss_every)->default_value(c.loss_every),
@@ -111,8 +116,10 @@ std::string parse_split(const std::string& text, rt::SplitShares& split) {
   if (text == "measured") return "";
   split.measured = false;
   if (text == "even") return "";
-  const std::string bad = "--split-balance must be measured, even or positive weights W:W:... "
-                          "(one per rank x thread), got '" + text + "'";
+  const std::string bad =
+      "--split-balance must be measured, even or positive weights W:W:... "
+      "(one per rank x thread), got '" +
+      text + "'";
   std::size_t at = 0;
   while (at <= text.size()) {
     const std::size_t end = std::min(text.find(':', at), text.size());
@@ -160,6 +167,11 @@ std::string interpret(Options& o, const po::variables_map& vm) {
   if (vm.count("threads") && o.threads < 1) return "--threads must be >= 1";
   o.backend.cuda.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
   o.backend.cuda.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
+  if (o.conv_algo != "benchmark" && o.conv_algo != "heuristic") {
+    return "--conv-algo must be benchmark or heuristic, got " + o.conv_algo;
+  }
+  o.backend.cuda.conv_algo =
+      o.conv_algo == "heuristic" ? rt::ConvAlgo::kHeuristic : rt::ConvAlgo::kBenchmark;
   o.train.warmup_epochs = o.warmup;
   o.train.max_steps = o.max_steps;
   o.train.seed = o.seed;
@@ -204,7 +216,7 @@ rt::Device choose_device(const std::string& requested, std::ostream& log) {
   if (requested == "cuda") return rt::Device::kCuda;
   const bool have = rt::cuda_available();
   log << (have ? "device auto: a CUDA device is present, training on the GPU"
-               : "device auto: no usable CUDA device, training on the CPU")
+               : "device auto: no CUDA device, training on the CPU")
       << std::endl;
   return have ? rt::Device::kCuda : rt::Device::kCpu;
 }

@@ -1,13 +1,16 @@
 // conv2d.cu: cuda:: convolution forward, backward-filter and backward-data with cuDNN's
-// convolution API (conv2d.h). Per shape (and device and math precision) one Plan holds the cuDNN
-// descriptors and the algorithms, chosen once: conv2d_workspace_floats() benchmarks them with
-// cudnnFind*AlgorithmEx (call it at setup, outside any graph capture); an op called for a shape
-// nobody planned picks by cudnnGet*_v7 heuristics, which run on the host only and so are safe
-// while a CUDA Graph is being captured. Deterministic algorithms are preferred (the backward-filter
-// algorithms 0 and 3 add with atomics), so a run repeats bit for bit.
+// convolution API (conv2d.h). Per shape (and device, math precision and algorithm choice) one
+// Plan holds the cuDNN descriptors and the algorithms, chosen once: conv2d_workspace_floats()
+// benchmarks them with cudnnFind*AlgorithmEx under ConvAlgoChoice::kBenchmark (call it at setup,
+// outside any graph capture); an op called for a shape nobody planned, and every shape under
+// kHeuristic, picks by cudnnGet*_v7 heuristics, which run on the host only and so are safe while
+// a CUDA Graph is being captured. Deterministic algorithms are preferred (the backward-filter
+// algorithms 0 and 3 add with atomics), so a run repeats bit for bit within a process, and across
+// processes under kHeuristic.
 // FP32 uses CUDNN_FMA_MATH: cuDNN's default math lets FP32 convolutions run as TF32 on Ampere+.
 // Tested against the CPU twin by tests/kernels/cuda (ctest -L gpu).
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -69,10 +72,13 @@ struct Plan {
   bool benchmarked = false;
 };
 
-using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int>;
+using Key = std::tuple<int, int, int, int, int, int, int, int, int, int, int, int>;
+
+std::atomic<int> g_algo_choice{int(ConvAlgoChoice::kBenchmark)};
 
 Key key_of(const Conv2dDesc& d, int dev, MathPrecision p) {
-  return Key{dev, d.batch, d.in_c, d.in_h, d.in_w, d.out_c, d.k_h, d.k_w, d.stride, d.pad, int(p)};
+  return Key{dev,   d.batch, d.in_c,   d.in_h, d.in_w, d.out_c,
+             d.k_h, d.k_w,   d.stride, d.pad,  int(p), g_algo_choice.load()};
 }
 
 // Cap on what benchmarking may try: FFT algorithms can ask for hundreds of MB for a 1 MB problem.
@@ -201,8 +207,17 @@ void check_ws(const Conv2dDesc& d, const char* op, std::size_t need, const Works
 
 }  // namespace
 
+void set_conv_algo_choice(ConvAlgoChoice c) {
+  g_algo_choice.store(int(c));
+}
+ConvAlgoChoice conv_algo_choice() {
+  return ConvAlgoChoice(g_algo_choice.load());
+}
+
 std::size_t conv2d_workspace_floats(const Conv2dDesc& d) {
-  const Plan& pl = plan(d, Choice::kBenchmark, kMaxWorkspaceBytes);
+  const Choice how =
+      conv_algo_choice() == ConvAlgoChoice::kBenchmark ? Choice::kBenchmark : Choice::kHeuristic;
+  const Plan& pl = plan(d, how, kMaxWorkspaceBytes);
   const std::size_t bytes = std::max({pl.fwd_bytes, pl.bwd_filter_bytes, pl.bwd_data_bytes});
   return (bytes + sizeof(float) - 1) / sizeof(float);
 }

@@ -22,7 +22,7 @@
 #include "device.h"
 #include "device_model.h"
 #include "gpurun/kernels/accuracy.h"
-#include "gpurun/kernels/device_probe.h"
+#include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/softmax_xent.h"
 #include "gpurun/runtime/sampler.h"
@@ -31,8 +31,16 @@
 
 namespace gpurun::runtime {
 
+// A device is listed. Not the probe kernel (kernels::cuda_device_count): it runs on device 0, and
+// would leave a context (hundreds of MB) of every rank of a bare mpirun on the node's first GPU;
+// a listed device that cannot run a kernel then fails loudly in the backend instead.
 bool cuda_device_usable() noexcept {
-  return kernels::cuda_device_count() > 0;
+  int count = 0;
+  if (cudaGetDeviceCount(&count) != cudaSuccess) {
+    cudaGetLastError();
+    return false;
+  }
+  return count > 0;
 }
 
 namespace {
@@ -98,6 +106,17 @@ int pick_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) {
     }
   }
   GPURUN_CUDA_CHECK(cudaSetDevice(dev));
+  return dev;
+}
+
+// The device, and the process-wide settings of its kernels, before the model plans its
+// convolutions (device_model.cc sizes their workspace under these settings).
+int prepare_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) {
+  const int dev = pick_device(pg, opt, log);
+  kc::set_math_precision(opt.math == GpuMath::kTf32 ? kc::MathPrecision::kTf32
+                                                    : kc::MathPrecision::kFp32);
+  kc::set_conv_algo_choice(opt.conv_algo == ConvAlgo::kHeuristic ? kc::ConvAlgoChoice::kHeuristic
+                                                                 : kc::ConvAlgoChoice::kBenchmark);
   return dev;
 }
 
@@ -204,7 +223,7 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
       opt_(opt),
       spe_(DistributedSampler(data.train.count, pg.size(), pg.rank(), cfg.batch_per_rank, cfg.seed)
                .steps_per_epoch()),
-      dev_(pick_device(pg, opt, log)),
+      dev_(prepare_device(pg, opt, log)),
       dm_(model, cfg.batch_per_rank, cfg.eval_batch, cfg.momentum != 0.0f),
       dd_(data, spe_, cfg.batch_per_rank),
       h_grads_(0),
@@ -214,8 +233,6 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
   info_.device = "cuda:" + device_name(dev_);
   info_.versions = library_versions();
   log << "versions: " << info_.versions << "\n";
-  kc::set_math_precision(opt.math == GpuMath::kTf32 ? kc::MathPrecision::kTf32
-                                                    : kc::MathPrecision::kFp32);
   std::string why;
   exchange_ = cuda::choose_backend(pg, dev_, opt.nccl_multi_rank_gpu, &why);  // the same everywhere
   if (!why.empty() && pg.rank() == 0) log << "note: " << why << "\n";
@@ -229,7 +246,8 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
   info_.exchange = cuda::to_string(exchange_);
   info_.graph = opt.graph == GraphMode::kCapture;
   info_.summary = std::string(info_.graph ? "CUDA Graph" : "eager") + ", allreduce " +
-                  info_.exchange + (opt.math == GpuMath::kTf32 ? ", TF32" : ", FP32");
+                  info_.exchange + (opt.math == GpuMath::kTf32 ? ", TF32" : ", FP32") +
+                  (opt.conv_algo == ConvAlgo::kHeuristic ? ", cuDNN heuristics" : "");
   // Pageable cudaMemcpy may return before its DMA lands, and the streams are non-blocking (they
   // do not wait for the legacy stream): settle everything before the first step.
   GPURUN_CUDA_CHECK(cudaDeviceSynchronize());
@@ -450,6 +468,12 @@ Progress CudaBackend::sync() {
 }
 
 Evaluation CudaBackend::evaluate(int eval_batch) {
+  if (eval_batch < 1 || eval_batch > dm_.max_batch()) {
+    throw std::invalid_argument(
+        "evaluation batch " + std::to_string(eval_batch) + " outside 1.." +
+        std::to_string(dm_.max_batch()) +
+        " (the activations were sized for max(--batch-size, --eval-batch))");
+  }
   const std::vector<std::int32_t> shard = eval_shard(dd_.test_lb.size(), pg_.size(), pg_.rank());
   const std::size_t nb = (shard.size() + std::size_t(eval_batch) - 1) / std::size_t(eval_batch);
   DeviceBuffer<std::int32_t> idx(std::max<std::size_t>(shard.size(), 1));

@@ -24,6 +24,7 @@ class DeviceModel {
   float* grads() const { return grads_.get(); }
   float* velocity() const { return velocity_.get(); }  // nullptr without momentum
   std::size_t param_floats() const { return spec_.param_floats(); }
+  int max_batch() const { return max_batch_; }              // images the activation buffers hold
   float* input() const { return x_.get(); }                 // batch x input floats
   std::int32_t* labels() const { return y_.get(); }         // batch labels
   float* loss() const { return loss_.get(); }               // one float: the last batch's loss sum

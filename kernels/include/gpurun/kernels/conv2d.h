@@ -67,7 +67,17 @@ bool conv2d_channels_independent(const Conv2dDesc& d);
 
 #if GPURUN_KERNELS_HAVE_CUDA
 namespace cuda {
+// How cuDNN's algorithms are chosen for a shape. kBenchmark (the default) times each algorithm
+// once and keeps the fastest deterministic one: when two are about as fast, two processes may
+// choose differently, and then their sums differ in the last bits. kHeuristic takes cuDNN's
+// heuristics' choice, the same in every process on the same GPU and libraries, so a run repeats
+// bit for bit (as PyTorch's cudnn.benchmark = False). Process-wide; for shapes planned after it.
+enum class ConvAlgoChoice { kBenchmark, kHeuristic };
+void set_conv_algo_choice(ConvAlgoChoice c);
+ConvAlgoChoice conv_algo_choice();
 // Implemented in kernels/cuda/ when GPURUN_ENABLE_CUDA; device pointers, asynchronous on `s`.
+// The workspace the shape's chosen algorithms need: call it at setup, outside any graph capture
+// (with kBenchmark it runs every algorithm).
 std::size_t conv2d_workspace_floats(const Conv2dDesc& d);
 void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws,
                     Stream s);

@@ -121,10 +121,14 @@ struct CpuOptions {
 
 enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager
 enum class GpuMath { kFp32, kTf32 };        // --tf32 selects kTf32
+// --conv-algo: cuDNN's convolution algorithms timed (the fastest; the choice may differ between
+// runs, and with it the last bits) or taken from its heuristics (a run repeats bit for bit).
+enum class ConvAlgo { kBenchmark, kHeuristic };
 
 struct CudaOptions {
   GraphMode graph = GraphMode::kCapture;
   GpuMath math = GpuMath::kFp32;
+  ConvAlgo conv_algo = ConvAlgo::kBenchmark;
   double comm_timeout_s = 60;  // watchdog: a collective (or NCCL init) stuck this long is an error
   int loss_every = 100;        // steps between read-backs of the losses (and stop agreements)
   bool breakdown = false;      // time kernels vs allreduce per step (adds timing events)
@@ -140,8 +144,9 @@ struct BackendOptions {
   CudaOptions cuda;
 };
 
-// True when a CUDA device can be used by this process (built with CUDA, a driver, a visible
-// device, a kernel launches). Never throws.
+// True when this process sees a CUDA device (built with CUDA, a driver, a visible device). No
+// kernel is launched to prove it: a listed device that cannot run one fails in make_backend.
+// Never throws.
 bool cuda_available() noexcept;
 
 // The backend for `options.device`. Throws std::invalid_argument on a bad configuration and
