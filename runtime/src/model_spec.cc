@@ -88,6 +88,12 @@ std::size_t LayerSpec::bias_floats() const {
   return has_params() ? std::size_t(units) : 0;
 }
 
+std::size_t LayerSpec::macs() const {
+  // A kernel's weights meet every output position; a dense layer's meet the input once.
+  if (kind == LayerKind::kConv2D) return weight_floats() * output.h * output.w;
+  return weight_floats();
+}
+
 LayerSpec conv2d(int filters, int kernel, Activation act) {
   LayerSpec l;
   l.kind = LayerKind::kConv2D;
@@ -148,6 +154,17 @@ std::size_t ModelSpec::param_count() const {
   std::size_t n = 0;
   for (const LayerSpec& l : layers_) n += l.weight_floats() + l.bias_floats();
   return n;
+}
+
+double ModelSpec::train_flops_per_example() const {
+  double flops = 0;
+  bool params_before = false;
+  for (const LayerSpec& l : layers_) {
+    const double pass = 2.0 * double(l.macs());
+    flops += pass + pass + (params_before ? pass : 0.0);  // forward, dW, dX
+    params_before = params_before || l.has_params();
+  }
+  return flops;
 }
 
 void ModelSpec::init_params(std::uint64_t seed, float* params) const {

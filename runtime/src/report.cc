@@ -58,6 +58,7 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   j["epochs_completed"] = r.epochs.size();
   j["lr"] = r.lr_peak;
   j["param_count"] = r.param_count;
+  j["train_flops_per_example"] = r.train_flops_per_example;
   j["steps_per_epoch"] = r.steps_per_epoch;
   j["global_steps"] = r.global_steps;
   j["seconds_total"] = r.seconds_total;

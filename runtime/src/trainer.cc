@@ -92,6 +92,7 @@ TrainResult Loop::run() {
   const auto t_start = Clock::now();
   res_.backend = backend_.info();
   res_.param_count = model_.param_count();
+  res_.train_flops_per_example = model_.train_flops_per_example();
   res_.steps_per_epoch = spe_;
   res_.lr_peak = learning_rate(cfg_, world_, std::int64_t(1) << 60, spe_);
   start();

@@ -128,6 +128,18 @@ TEST(ModelSpec, WorksOutShapesAndTheFlatLayout) {
   EXPECT_EQ(mnist_cnn_spec().param_count(), 2770634u);
 }
 
+// The step's FLOP as the benchmarks quote them (shared/notes/runtime.md: 17.4 MFLOP per MNIST CNN
+// image, forward 5.93 and backward 11.47), worked out from the layer list.
+TEST(ModelSpec, CountsTheTrainingStepsFlop) {
+  // conv 32x(1x3x3) at 26x26, dense 21632 -> 128 -> 10: forward 2 x 2,964,864 multiply-adds;
+  // backward the same for the weights plus both dense layers' input gradients.
+  EXPECT_EQ(mnist_cnn_spec().train_flops_per_example(), 17399808.0);
+  // LeNet: conv 6x(1x5x5) at 24x24, conv 16x(6x5x5) at 8x8, dense 256-120-84-10 (pooling and
+  // flatten cost nothing here); every layer but the first forms its input gradient.
+  EXPECT_EQ(lenet_spec().train_flops_per_example(), 1517040.0);
+  EXPECT_EQ(ModelSpec({1, 4, 4}).train_flops_per_example(), 0.0);
+}
+
 TEST(ModelSpec, RefusesLayersThatDoNotFitNamingThem) {
   ModelSpec net({1, 4, 4});
   try {

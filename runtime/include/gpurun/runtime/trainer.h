@@ -70,6 +70,7 @@ struct TrainResult {
   float lr_peak = 0;
   std::int64_t global_steps = 0, steps_per_epoch = 0;
   std::size_t param_count = 0;
+  double train_flops_per_example = 0;  // ModelSpec::train_flops_per_example
   bool resumed = false;
   std::int64_t resumed_epoch = 0, resumed_step = 0;
   std::uint64_t param_checksum = 0;  // FNV-1a of the final parameter bytes (bitwise comparisons)
