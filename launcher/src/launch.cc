@@ -132,7 +132,9 @@ std::vector<std::string> mpirun_argv(const Allocation& a, const RankPlan& p, con
     for (const char* var : {"PATH", "LD_LIBRARY_PATH"}) v.insert(v.end(), {"-x", var});
   }
   if (o.tag_output) v.push_back("--tag-output");
-  if (o.cpu_bind != "none") v.insert(v.end(), {"--bind-to", "none"});  // the wrapper binds
+  // Never mpirun's own binding: with -n 2 or fewer it pins each rank to one core (and the
+  // rank's OMP_NUM_THREADS threads with it); --cpu-bind none means none, and else the wrapper binds.
+  v.insert(v.end(), {"--bind-to", "none"});
   return v;
 }
 

@@ -28,6 +28,20 @@ for engine in mpirun local; do
   echo "ok: $engine: --cpu-bind 1:0 and auto (rank 0 on $a, rank 1 on $b)"
 done
 
+# --cpu-bind none (the default) binds nothing: each rank may run on every CPU gpurun may, with
+# OMP_NUM_THREADS threads. (mpirun alone pins 1 or 2 ranks to one core each.)
+mine=$(awk '/^Cpus_allowed_list/ {print $2}' /proc/self/status)
+for engine in mpirun local; do
+  rm -f "$work"/r.*
+  timeout 60 "$gpurun" -q --scheduler local --launcher $engine -n 2 -- sh -c "$prog" 2>"$work/log" ||
+    fail "$engine: no --cpu-bind exited $?"
+  for r in 0 1; do
+    [[ $(cut -d' ' -f1 "$work/r.$r") == "$mine" ]] ||
+      fail "$engine: without --cpu-bind rank $r runs on '$(cat "$work/r.$r")', not on all of $mine"
+  done
+done
+echo "ok: without --cpu-bind both ranks may run on $mine, through mpirun and the fork"
+
 rc=0
 timeout 60 "$gpurun" --scheduler local -n 2 --cpu-bind 0:4096 -- true 2>"$work/log" || rc=$?
 [[ $rc != 0 ]] && grep -q "CPU 4096 of local rank 1's list is not allowed on" "$work/log" ||
