@@ -379,7 +379,7 @@ int cmd_launch(const std::vector<std::string>& args) {
     // The run's own options are checked as a real launch would, FILE.csv without writing it.
     RunConfig cfg = run_settings(vm, s, lo);
     if (cfg.monitor_file) monitor::MonitorLog::check(*cfg.monitor_file);
-    lo.plan_text = encode_plan(s.alloc, s.plan, s.popts);
+    lo.plan_text = encode_plan(s.alloc, s.plan, s.popts, WrapperSettings{cfg.kill_grace});
     LaunchCommand c = build_launch(s.alloc, s.plan, lo);
     std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir);
     return 0;

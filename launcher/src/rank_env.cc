@@ -1,6 +1,8 @@
 // rank_env.cc: the plan string each wrapper receives, and the environment of one rank.
 #include <fmt/format.h>
 
+#include <cmath>
+
 #include "env_util.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/launch.h"
@@ -47,14 +49,15 @@ std::vector<std::string> split(const std::string& s, char sep) {
 
 }  // namespace
 
-std::string encode_plan(const Allocation& a, const RankPlan& p, const PlanOptions& o) {
+std::string encode_plan(const Allocation& a, const RankPlan& p, const PlanOptions& o,
+                        const WrapperSettings& w) {
   std::string nodes;
   for (const auto& n : p.nodes)
     nodes += fmt::format("{}{}*{}*{}", nodes.empty() ? "" : ",", esc(n.host), n.ranks, n.gpus);
-  return fmt::format("v1;s={};j={};a={};p={};c={};g={};t={};n={}", to_string(a.scheduler),
+  return fmt::format("v1;s={};j={};a={};p={};c={};g={};t={};k={};n={}", to_string(a.scheduler),
                      a.job_id ? esc(*a.job_id) : "-", esc(p.master_addr), p.master_port,
                      p.cpus_per_rank, o.gpus_per_rank ? std::to_string(*o.gpus_per_rank) : "-",
-                     p.stdout_tty ? 1 : 0, nodes);
+                     p.stdout_tty ? 1 : 0, std::llround(w.kill_grace * 1000), nodes);
 }
 
 DecodedPlan decode_plan(const std::string& text) {
@@ -99,6 +102,8 @@ DecodedPlan decode_plan(const std::string& text) {
     d.plan = make_plan(a, o);
     d.plan.master_addr = unesc(kv["a"]);
     d.plan.stdout_tty = kv.count("t") && kv["t"] == "1";
+    if (kv.count("k"))
+      d.wrapper.kill_grace = double(detail::parse_count("plan kill grace", kv["k"])) / 1000;
   } catch (const Error& e) {
     if (std::string(e.what()).rfind("--plan", 0) == 0) throw;
     throw bad(e.what());

@@ -8,6 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+
 #include "env_util.h"
 #include "net.h"
 #include "run.h"
@@ -180,13 +182,29 @@ bool RankWrapper::await_bye(double deadline) {
   return bye_;
 }
 
+// What the program left running in its group is killed, as Slurm ends a finished task's
+// leftovers. But once the group was signalled (a forwarded checkpoint signal, gpurun's STOP), what
+// is left may be acting on it (a script's python saving its checkpoint after the shell died of
+// the signal): it gets until the kill grace from that signal, its output read meanwhile.
+void RankWrapper::end_leftovers() {
+  const pid_t group = child_.pid();
+  const double deadline = signalled_at_ ? *signalled_at_ + plan_.wrapper.kill_grace : 0;
+  while (::killpg(group, 0) == 0 && proc::now_seconds() < deadline) {
+    if (out_[0] || out_[1])
+      drain_output(std::min(deadline, proc::now_seconds() + 0.05));
+    else
+      poll(nullptr, 0, 20);
+  }
+  ::killpg(group, SIGKILL);
+}
+
 int RankWrapper::finish() {
   double secs = started_program_ ? proc::now_seconds() - started_ : 0;
   int status = child_.status().value_or(0);
   if (started_program_) {
     // Read what is there, then end what the program left behind in its group, then the rest.
     drain_output(proc::now_seconds() + 0.05);
-    ::killpg(child_.pid(), SIGKILL);
+    end_leftovers();
     drain_output(proc::now_seconds() + kOutputDrain);
   }
   if (monitor_) {  // the sample under way, and what waits, go before the EXIT

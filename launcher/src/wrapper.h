@@ -61,6 +61,7 @@ class RankWrapper {
   bool finished() const;
   void wait_and_dispatch();
   void drain_output(double deadline);
+  void end_leftovers();
   bool await_bye(double deadline);
   int finish();
 
@@ -120,6 +121,7 @@ class RankWrapper {
   std::optional<control::Exit> exec_failure_;
   std::optional<monitor::NodeSampler> monitor_;  // --monitor, on local rank 0
   double started_ = 0;
+  std::optional<double> signalled_at_;  // when the program's group was last signalled or stopped
 };
 
 }  // namespace gpurun::launcher

@@ -11,7 +11,6 @@
 namespace gpurun::launcher {
 namespace {
 
-constexpr double kStopGrace = 5.0;     // TERM -> KILL
 constexpr double kReachRetry = 0.5;    // between reach checks
 constexpr double kReachAttempt = 1.0;  // one connect's bound
 constexpr double kStackTimeout = 6.0;  // for eu-stack/gdb over all the rank's processes
@@ -22,7 +21,10 @@ void RankWrapper::on_signal(int sig) {
   if (sig == SIGCHLD) {
     child_.poll_exit();
   } else if (started_program_) {
-    child_.signal(sig);
+    // The whole group, as srun and a terminal do: a script's own children (its python) get
+    // the checkpoint signal too, not only the shell that started them.
+    child_.signal_group(sig);
+    signalled_at_ = proc::now_seconds();
   } else if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
     abort_signal_ = sig;  // nothing runs yet: end here
   }
@@ -154,7 +156,9 @@ void RankWrapper::stop_program() {
   }
   child_.signal_group(SIGTERM);
   child_.signal_group(SIGCONT);  // a stopped process takes its TERM now, not when continued
-  if (!timers_.armed(Timer::kill)) timers_.set(Timer::kill, proc::now_seconds() + kStopGrace);
+  if (!signalled_at_) signalled_at_ = proc::now_seconds();
+  if (!timers_.armed(Timer::kill))
+    timers_.set(Timer::kill, proc::now_seconds() + plan_.wrapper.kill_grace);
 }
 
 void RankWrapper::report(const control::ToSupervisor& m) {

@@ -63,3 +63,53 @@ rc=0; wait $pid || rc=$?
 [[ $rc == 0 ]] || { echo "FAIL: --requeue run exited $rc"; cat "$out/log"; exit 1; }
 grep -q -- "--requeue: no requeue command for a local job" "$out/log" || { echo "FAIL: no --requeue note"; cat "$out/log"; exit 1; }
 echo "ok: --requeue without a scheduler says there is nothing to requeue into"
+
+# A rank that is a script running its program as a child (no exec): a forwarded signal reaches
+# the whole group, so the child checkpoints, and it gets the kill grace to finish once the shell
+# (killed by the USR1 it does not trap) is gone.
+cat > "$out/outer.sh" <<'R'
+#!/bin/sh
+"$OUT/inner.sh"
+echo "outer: inner returned" >&2
+R
+cat > "$out/inner.sh" <<'R'
+#!/usr/bin/env bash
+trap 'sleep 1; echo saved > $OUT/ck.$RANK; exit 0' USR1
+touch "$OUT/ready.$RANK"
+for i in $(seq 600); do sleep 0.05; done
+R
+chmod +x "$out/outer.sh" "$out/inner.sh"
+for engine in mpirun local; do
+  rm -f "$out"/ck.* "$out"/ready.*
+  OUT=$out "$gpurun" --scheduler local --launcher $engine -n 2 -- "$out/outer.sh" 2>"$out/log" &
+  pid=$!
+  wait_for 2 "$out/ready.*" "2 ranks to start (outer.sh, $engine)"
+  kill -USR1 $pid
+  rc=0; wait $pid || rc=$?
+  for r in 0 1; do
+    [[ $(cat "$out/ck.$r" 2>/dev/null) == saved ]] ||
+      { echo "FAIL($engine): rank $r's inner program did not checkpoint (gpurun exited $rc)"; cat "$out/log"; exit 1; }
+  done
+  echo "ok: $engine: USR1 reached the program under each rank's shell, which saved its checkpoint (gpurun exited $rc)"
+done
+
+# --kill-grace is the ranks' time from TERM to KILL when gpurun stops them after a failure.
+cat > "$out/slow_stop.sh" <<'R'
+#!/usr/bin/env bash
+[[ $RANK == 1 ]] && { sleep 0.5; exit 3; }
+trap "sleep $SAVE_SECONDS; echo saved > $OUT/ck.0; exit 0" TERM
+for i in $(seq 600); do sleep 0.05; done
+R
+chmod +x "$out/slow_stop.sh"
+for grace_save in "8 6 saved" "1 3 killed"; do
+  read -r grace save want <<<"$grace_save"
+  rm -f "$out"/ck.*
+  start=$SECONDS
+  rc=0
+  OUT=$out SAVE_SECONDS=$save timeout 60 "$gpurun" --scheduler local -n 2 --kill-grace "$grace" -- \
+    "$out/slow_stop.sh" 2>"$out/log" || rc=$?
+  got=killed; [[ -f $out/ck.0 ]] && got=saved
+  [[ $rc == 3 && $got == "$want" ]] ||
+    { echo "FAIL: --kill-grace $grace, a TERM handler of $save s: rank 0 $got, gpurun exited $rc"; cat "$out/log"; exit 1; }
+  echo "ok: --kill-grace $grace: rank 0's $save s TERM handler $got; gpurun exited 3 in $((SECONDS - start)) s"
+done

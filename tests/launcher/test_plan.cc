@@ -136,7 +136,8 @@ TEST(PlanString, RoundTripsThroughTheWrapper) {
   PlanOptions o;
   o.gpus_per_rank = 0;
   RankPlan p = make_plan(a, o);
-  DecodedPlan d = decode_plan(encode_plan(a, p, o));
+  DecodedPlan d = decode_plan(encode_plan(a, p, o, WrapperSettings{12.5}));
+  EXPECT_EQ(d.wrapper.kill_grace, 12.5);  // --kill-grace reaches every rank's wrapper
   EXPECT_EQ(d.scheduler, Scheduler::slurm);
   EXPECT_EQ(d.job_id, "777");
   ASSERT_EQ(d.plan.world_size, p.world_size);

@@ -55,12 +55,19 @@ struct LaunchCommand {
 LaunchCommand build_launch(const Allocation& alloc, const RankPlan& plan, const LaunchOptions& o);
 
 // --- the plan as handed to each rank's wrapper -------------------------------------------
-// "v1;s=slurm;j=123;p=29500;c=4;g=-;n=gpu001*4*4,gpu002*4*4" (nodes: host*ranks*gpus).
-std::string encode_plan(const Allocation& alloc, const RankPlan& plan, const PlanOptions& opts);
+// What a rank's wrapper does besides following the plan.
+struct WrapperSettings {
+  double kill_grace = 5;  // --kill-grace: seconds from TERM to KILL of a rank's program
+};
+// "v1;s=slurm;j=123;p=29500;c=4;g=-;t=0;k=5000;n=gpu001*4*4,gpu002*4*4" (nodes: host*ranks*gpus;
+// k: the kill grace in ms).
+std::string encode_plan(const Allocation& alloc, const RankPlan& plan, const PlanOptions& opts,
+                        const WrapperSettings& wrapper);
 struct DecodedPlan {
   Scheduler scheduler = Scheduler::local;
   std::optional<std::string> job_id;
   RankPlan plan;
+  WrapperSettings wrapper;
 };
 // Rebuilds the same RankPlan with make_plan(); throws Error on a malformed string.
 DecodedPlan decode_plan(const std::string& text);
