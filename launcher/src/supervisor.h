@@ -5,7 +5,7 @@
 // wrapper says HELLO, rank 0's holds the rendezvous port, every rank checks it reaches rank 0's
 // host, and GO starts all programs at once (control.h). Fail-fast: the first rank that exits
 // non-zero, is killed, or whose wrapper vanishes ends the attempt: every other wrapper gets STOP
-// (TERM, KILL after 5 s) and the engine gets TERM, then KILL after --kill-grace. If every rank
+// (TERM, KILL after --kill-grace) and the engine TERM, then KILL after --kill-grace. If every rank
 // had started and restarts are left, the next attempt starts; else gpurun prints one line naming
 // that rank and exits with its status. --hang-timeout: when ranks stop making progress, every
 // rank's stacks are collected, summarized and written, and the job stops with kHangStatus.
