@@ -183,9 +183,9 @@ bool RankWrapper::await_bye(double deadline) {
 }
 
 // What the program left running in its group is killed, as Slurm ends a finished task's
-// leftovers. But once the group was signalled (a forwarded checkpoint signal, gpurun's STOP), what
-// is left may be acting on it (a script's python saving its checkpoint after the shell died of
-// the signal): it gets until the kill grace from that signal, its output read meanwhile.
+// leftovers. But once the program was signalled (a forwarded signal, gpurun's STOP to the whole
+// group), what is left may be acting on it (a script's python saving its checkpoint on the TERM
+// that ended the shell): it gets until the kill grace from that signal, its output read meanwhile.
 void RankWrapper::end_leftovers() {
   const pid_t group = child_.pid();
   const double deadline = signalled_at_ ? *signalled_at_ + plan_.wrapper.kill_grace : 0;

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 namespace gpurun::launcher {
@@ -15,6 +16,7 @@ namespace {
 
 constexpr std::size_t kMaxMessage = 16 << 20;  // a STACKS message of many threads
 constexpr double kEngineLinger = 10;           // after a stop, before the engine gets TERM
+constexpr double kPendingSignalSettle = 5;     // send_pending_signals
 
 }  // namespace
 
@@ -92,6 +94,7 @@ void Supervisor::on_signal(int sig) {
     begin_stop(fmt::format("second {}: stopping all ranks now", common::signal_name(sig)));
     return;
   }
+  if (running_ < world_ && !stopping_ && signal_before_start(sig)) return;
   say(fmt::format("forwarding {} to {} rank{}", common::signal_name(sig), world_,
                   world_ == 1 ? "" : "s"));
   broadcast(control::Signal{sig});
@@ -100,6 +103,28 @@ void Supervisor::on_signal(int sig) {
     forwarded_stop_signal_ = sig;
     timers_.set(Timer::stop_after_signal, proc::now_seconds() + cfg_.stop_timeout);
   }
+}
+
+// A signal while the programs are not all running yet: a wrapper that has not connected, or has
+// not started its program, would miss it. A stop (INT/TERM/HUP) stops the launch at once, with
+// 128 + the signal; a checkpoint signal (USR1/USR2) waits until every program runs and has had
+// time to install its handler (send_pending_signals). False for other signals.
+bool Supervisor::signal_before_start(int sig) {
+  if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
+    forwarded_stop_signal_ = sig;  // the user asked to stop: no restart
+    failure_ = Failure{-1, "", "was stopped", 128 + sig, proc::now_seconds() - t0_, false};
+    begin_stop(fmt::format("{} before every rank's program started: stopping the launch",
+                           common::signal_name(sig)));
+    return true;
+  }
+  if (sig != SIGUSR1 && sig != SIGUSR2) return false;
+  if (std::find(pending_signals_.begin(), pending_signals_.end(), sig) == pending_signals_.end())
+    pending_signals_.push_back(sig);
+  say(
+      fmt::format("{} before every rank's program started ({} of {}): forwarded {:.0f} s after "
+                  "the last starts",
+                  common::signal_name(sig), running_, world_, kPendingSignalSettle));
+  return true;
 }
 
 void Supervisor::on_child_exit(pid_t pid, int status) {
@@ -185,12 +210,27 @@ void Supervisor::on_message(Conn& c, const control::Running&) {
   if (++running_ < world_) return;
   timers_.clear(Timer::start);
   if (cfg_.hang_timeout > 0) timers_.set(Timer::hang_check, proc::now_seconds() + 1);
+  if (!pending_signals_.empty())
+    timers_.set(Timer::pending_signals, proc::now_seconds() + kPendingSignalSettle);
 }
 
 void Supervisor::on_message(Conn& c, const control::Progress& m) {
   RankState& r = rank(c.rank);
   r.last_progress = proc::now_seconds();
+  if (m.step != r.step) r.step_since = r.last_progress;
   r.step = m.step;
+}
+
+// A checkpoint signal that came before the programs ran goes out kPendingSignalSettle after the
+// last one started: sooner, a program that has not installed its handler yet would die of it.
+void Supervisor::send_pending_signals() {
+  for (int sig : pending_signals_) {
+    say(fmt::format("forwarding the {} that came before every rank's program started",
+                    common::signal_name(sig)));
+    broadcast(control::Signal{sig});
+    checkpoint_signal_sent_ = sig;
+  }
+  pending_signals_.clear();
 }
 
 void Supervisor::on_message(Conn& c, const control::Output& m) {
@@ -237,6 +277,11 @@ void Supervisor::on_timer(Timer t) {
       on_start_timeout();
       return;
     case Timer::checkpoint:
+      checkpoint_at_ = 0;
+      if (running_ < world_ && !stopping_) {
+        signal_before_start(cfg_.checkpoint_signal);
+        return;
+      }
       say(fmt::format("job time nearly over: sending {} to all ranks to checkpoint",
                       common::signal_name(cfg_.checkpoint_signal)));
       broadcast(control::Signal{cfg_.checkpoint_signal});
@@ -256,6 +301,9 @@ void Supervisor::on_timer(Timer t) {
       return;
     case Timer::hang_check:
       check_hang();
+      return;
+    case Timer::pending_signals:
+      send_pending_signals();
       return;
     case Timer::stacks:
       finish_hang();

@@ -47,7 +47,8 @@ class Supervisor {
     engine_kill,
     drain,
     hang_check,
-    stacks
+    stacks,
+    pending_signals
   };
   struct Conn {
     common::Fd fd;
@@ -57,7 +58,7 @@ class Supervisor {
   struct RankState {
     bool started = false, reached = false, running = false, exited = false;
     std::string host, iface, reach_error;
-    double last_progress = 0, behind_since = 0;
+    double last_progress = 0, step_since = 0;  // step_since: when `step` took its value
     std::int64_t step = -1;
     std::optional<std::string> stacks;
   };
@@ -81,6 +82,8 @@ class Supervisor {
   bool attempt_done();
   void wait_and_dispatch();
   void on_signal(int sig);
+  bool signal_before_start(int sig);
+  void send_pending_signals();
   void on_child_exit(pid_t pid, int status);
   void on_connect();
   void on_readable(Conn& c);
@@ -113,6 +116,7 @@ class Supervisor {
   // Hangs (supervisor_hang.cc).
   void check_hang();
   void begin_hang(const std::string& why);
+  bool stuck_behind(const RankState& r, std::int64_t top, double now) const;
   void finish_hang();
   std::string hang_dir() const;
 
@@ -139,8 +143,9 @@ class Supervisor {
   std::vector<std::string> monitor_silent_;            // nodes that could not be sampled
   int restarts_ = 0;
   int forwarded_stop_signal_ = 0;
-  int checkpoint_signal_sent_ = 0;  // USR1/USR2 forwarded, or the --checkpoint-before signal
-  double checkpoint_at_ = 0;        // when --checkpoint-before signals the ranks (0: never)
+  int checkpoint_signal_sent_ = 0;    // USR1/USR2 forwarded, or the --checkpoint-before signal
+  std::vector<int> pending_signals_;  // USR1/USR2 that came before every rank's program ran
+  double checkpoint_at_ = 0;          // when --checkpoint-before signals the ranks (0: never)
   double job_t0_ = 0;
 
   // One attempt's state (begin_attempt() resets it).

@@ -1,7 +1,7 @@
 // supervisor_hang.cc: --hang-timeout (supervisor.h): when no rank progresses for S seconds, or one
-// rank's step stays behind the others' for S seconds, gpurun asks every wrapper for its rank's
-// stacks, writes them to --output-dir (or gpurun-JOBID-hang/), prints where each rank is, and
-// stops the job with kHangStatus.
+// rank's step stays behind the others' without advancing for S seconds, gpurun asks every wrapper
+// for its rank's stacks, writes them to --output-dir (or gpurun-JOBID-hang/), prints where each
+// rank is, and stops the job with kHangStatus.
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <unistd.h>
@@ -38,18 +38,20 @@ void Supervisor::check_hang() {
     return;
   }
   for (int i = 0; i < world_; ++i) {
-    RankState& r = rank(i);
-    if (!r.running || r.exited || r.step >= top) {
-      r.behind_since = 0;
-      continue;
-    }
-    if (r.behind_since == 0) r.behind_since = now;
-    if (now - r.behind_since >= s) {
+    const RankState& r = rank(i);
+    if (stuck_behind(r, top, now)) {
       begin_hang(fmt::format("rank {}'s step ({}) stayed behind the others' ({}) for {:.0f} s", i,
                              r.step, top, s));
       return;
     }
   }
+}
+
+// Behind the highest step, and not one step further for --hang-timeout seconds. A slower rank
+// that still advances is not stuck; a rank that never beat (it only prints) has no step to judge.
+bool Supervisor::stuck_behind(const RankState& r, std::int64_t top, double now) const {
+  return r.running && !r.exited && r.step >= 0 && r.step < top &&
+         now - r.step_since >= cfg_.hang_timeout;
 }
 
 void Supervisor::begin_hang(const std::string& why) {
@@ -73,6 +75,7 @@ void Supervisor::finish_hang() {
   std::filesystem::create_directories(dir, ec);
   std::int64_t top = -1;
   for (const auto& r : ranks_) top = std::max(top, r.step);
+  const double now = proc::now_seconds();
   std::vector<stacks::RankWhere> where;
   for (int i = 0; i < world_; ++i) {
     const RankState& r = rank(i);
@@ -87,7 +90,8 @@ void Supervisor::finish_hang() {
     if (!fd || !common::write_all(fd.get(), text))
       tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
     if (r.running && !r.exited)
-      where.push_back({i, r.stacks ? stacks::where(*r.stacks) : "no stacks", r.step < top});
+      where.push_back(
+          {i, r.stacks ? stacks::where(*r.stacks) : "no stacks", stuck_behind(r, top, now)});
   }
   tell(fmt::format("stacks of all {} ranks in {}/", world_, dir));
   tell(stacks::hang_summary(where));

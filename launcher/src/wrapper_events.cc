@@ -21,9 +21,10 @@ void RankWrapper::on_signal(int sig) {
   if (sig == SIGCHLD) {
     child_.poll_exit();
   } else if (started_program_) {
-    // The whole group, as srun and a terminal do: a script's own children (its python) get
-    // the checkpoint signal too, not only the shell that started them.
-    child_.signal_group(sig);
+    // The program's own process, as torchrun does, not its group: a checkpoint signal would
+    // kill a data loader's workers, which do not handle it. A script that starts its python
+    // without exec must exec it (or trap and pass the signal on).
+    child_.signal(sig);
     signalled_at_ = proc::now_seconds();
   } else if (sig == SIGTERM || sig == SIGINT || sig == SIGHUP) {
     abort_signal_ = sig;  // nothing runs yet: end here

@@ -10,7 +10,8 @@
 # 2. 3 ranks through gpurun's own fork, no MPI: rank 1 sleeps in nanosleep while the others keep
 #    beating: its step stays behind, and gpurun-local-PID-hang/ gets the stacks.
 # 3. A Python rank stuck in a function: its traceback (faulthandler) names the function.
-# 4. No false alarm: ranks that beat, or only print, run to the end; a silent one is a hang.
+# 4. No false alarm: ranks that beat, or only print, or beat slower than the others but advance,
+#    run to the end; a silent one is a hang.
 set -euo pipefail
 gpurun=$1 beat=$2 beat_mpi=$3
 work=$(mktemp -d /tmp/gpurun-hang.XXXXXX)
@@ -78,6 +79,14 @@ timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2
 timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2 \
   -- sh -c 'for i in 1 2 3 4 5 6; do echo tick; sleep 0.5; done' >/dev/null 2>"$work/log" ||
   fail "printing ranks were stopped"
+# A slower rank that still advances (a step every 2 s against rank 0's 0.5 s), and a rank that
+# never beats but prints while rank 0 beats, are no hang.
+timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 3 -- sh -c \
+  'i=0; while [ $i -lt 8 ]; do printf %08d $i >"$GPURUN_HEARTBEAT"; i=$((i+1)); [ $RANK = 0 ] && sleep 0.5 || sleep 2; done' \
+  2>"$work/log" || fail "a slower rank that still advances was called a hang"
+timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2 -- sh -c \
+  'for i in $(seq 16); do if [ $RANK = 0 ]; then printf %08d $i >"$GPURUN_HEARTBEAT"; else echo tick; fi; sleep 0.25; done' \
+  >/dev/null 2>"$work/log" || fail "a rank that prints but never beats was called a hang"
 rc=0
 timeout 60 "$gpurun" --scheduler local --launcher local -n 2 --hang-timeout 2 -- sleep 60 \
   2>"$work/log" || rc=$?

@@ -64,34 +64,59 @@ rc=0; wait $pid || rc=$?
 grep -q -- "--requeue: no requeue command for a local job" "$out/log" || { echo "FAIL: no --requeue note"; cat "$out/log"; exit 1; }
 echo "ok: --requeue without a scheduler says there is nothing to requeue into"
 
-# A rank that is a script running its program as a child (no exec): a forwarded signal reaches
-# the whole group, so the child checkpoints, and it gets the kill grace to finish once the shell
-# (killed by the USR1 it does not trap) is gone.
+# A rank that is a script running its program as a child (no exec): when gpurun stops the ranks
+# after rank 1 failed, the TERM to the group ends the shell at once, and the program under it gets
+# the rest of the kill grace to save its checkpoint (it was killed with the shell before).
 cat > "$out/outer.sh" <<'R'
 #!/bin/sh
+[ "$RANK" = 1 ] && { sleep 0.5; exit 3; }
 "$OUT/inner.sh"
-echo "outer: inner returned" >&2
 R
 cat > "$out/inner.sh" <<'R'
 #!/usr/bin/env bash
-trap 'sleep 1; echo saved > $OUT/ck.$RANK; exit 0' USR1
-touch "$OUT/ready.$RANK"
+trap 'sleep 1; echo saved > $OUT/ck.$RANK; exit 0' TERM
 for i in $(seq 600); do sleep 0.05; done
 R
 chmod +x "$out/outer.sh" "$out/inner.sh"
 for engine in mpirun local; do
-  rm -f "$out"/ck.* "$out"/ready.*
-  OUT=$out "$gpurun" --scheduler local --launcher $engine -n 2 -- "$out/outer.sh" 2>"$out/log" &
-  pid=$!
-  wait_for 2 "$out/ready.*" "2 ranks to start (outer.sh, $engine)"
-  kill -USR1 $pid
-  rc=0; wait $pid || rc=$?
-  for r in 0 1; do
-    [[ $(cat "$out/ck.$r" 2>/dev/null) == saved ]] ||
-      { echo "FAIL($engine): rank $r's inner program did not checkpoint (gpurun exited $rc)"; cat "$out/log"; exit 1; }
-  done
-  echo "ok: $engine: USR1 reached the program under each rank's shell, which saved its checkpoint (gpurun exited $rc)"
+  rm -f "$out"/ck.*
+  rc=0
+  OUT=$out timeout 60 "$gpurun" --scheduler local --launcher $engine -n 2 -- "$out/outer.sh" 2>"$out/log" || rc=$?
+  [[ $rc == 3 && $(cat "$out/ck.0" 2>/dev/null) == saved ]] ||
+    { echo "FAIL($engine): rank 0's program under its shell did not save on the stop (gpurun exited $rc)"; cat "$out/log"; exit 1; }
+  echo "ok: $engine: after rank 1 failed, rank 0's program under its shell saved within the kill grace"
 done
+
+# A checkpoint signal due before the programs run (1 s left, --checkpoint-before 3) is not lost:
+# it goes out once they all run, and each rank checkpoints and exits 0.
+rm -f "$out"/got.* "$out"/ready.*
+rc=0
+OUT=$out timeout 60 "$gpurun" --scheduler local -n 2 --time-left 1 --checkpoint-before 3 -- "$out/rank.sh" \
+  2>"$out/log" &
+pid=$!
+wait_for 2 "$out/got.*" "the checkpoint signal that fell due before the ranks ran"
+kill -TERM $pid; wait $pid || true
+grep -q "forwarding the SIGUSR1 that came before every rank's program started" "$out/log" ||
+  { echo "FAIL: no line about the early checkpoint signal"; cat "$out/log"; exit 1; }
+for r in 0 1; do head -1 "$out/got.$r" | grep -qx USR1 || { echo "FAIL: rank $r first got $(head -1 "$out/got.$r")"; exit 1; }; done
+echo "ok: a checkpoint signal due before the ranks ran reached both once they did"
+
+# SIGINT while the ranks start (an mpirun that takes 3 s to start them) stops the launch at
+# once, with 130; it was forwarded to nobody and the ranks started anyway.
+mkdir -p "$out/slow"
+printf '#!/bin/sh\nsleep 3\nexec %s "$@"\n' "$(command -v mpirun)" >"$out/slow/mpirun"
+chmod +x "$out/slow/mpirun"
+rc=0
+OUT=$out PATH="$out/slow:$PATH" "$gpurun" --scheduler local --launcher mpirun -n 2 -- "$out/rank.sh" \
+  2>"$out/log" &
+pid=$!
+sleep 1
+kill -INT $pid
+start=$SECONDS
+wait $pid || rc=$?
+[[ $rc == 130 ]] && ((SECONDS - start < 10)) ||
+  { echo "FAIL: SIGINT during the start: gpurun exited $rc after $((SECONDS - start)) s"; cat "$out/log"; exit 1; }
+echo "ok: SIGINT during the start stopped the launch in $((SECONDS - start)) s with 130"
 
 # --kill-grace is the ranks' time from TERM to KILL when gpurun stops them after a failure.
 cat > "$out/slow_stop.sh" <<'R'
