@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cstdint>
 #include <map>
 #include <stdexcept>
 
@@ -56,6 +57,22 @@ nlohmann::json sample_json(const Store::Sample& s) {
                                 figure(s.mem_total_mib), figure(s.power_w), figure(s.temp_c)});
 }
 
+// A request's "max_points": absent or 0 for every sample, else 1..kMaxPointsLimit.
+size_t points_limit(const nlohmann::json& req) {
+  constexpr std::int64_t kMaxPointsLimit = 1000000;
+  auto it = req.find("max_points");
+  if (it == req.end()) return 0;
+  // Signed or unsigned as parsed: 2^64-1 must not read as -1, nor -1 as 2^64-1.
+  const bool ok = it->is_number_unsigned() ? it->get<std::uint64_t>() <= kMaxPointsLimit
+                  : it->is_number_integer()
+                      ? it->get<std::int64_t>() >= 0 && it->get<std::int64_t>() <= kMaxPointsLimit
+                      : false;
+  if (!ok)
+    throw std::invalid_argument(fmt::format(
+        "stats: max_points must be an integer from 0 to {}, got {}", kMaxPointsLimit, it->dump()));
+  return static_cast<size_t>(it->get<std::int64_t>());
+}
+
 // At most max_points samples per GPU: consecutive samples are averaged in equal buckets, so a
 // week-long job's plot stays a few hundred points.
 std::vector<Store::Sample> downsample(const std::vector<Store::Sample>& in, size_t max_points) {
@@ -63,7 +80,8 @@ std::vector<Store::Sample> downsample(const std::vector<Store::Sample>& in, size
   for (const auto& s : in) by_gpu[s.gpu].push_back(&s);
   std::vector<Store::Sample> out;
   for (const auto& [gpu, v] : by_gpu) {
-    size_t per = max_points ? (v.size() + max_points - 1) / max_points : 1;
+    // ceil(size / max_points), at least 1; written so that no sum can wrap.
+    size_t per = max_points && v.size() > max_points ? (v.size() - 1) / max_points + 1 : 1;
     for (size_t b = 0; b < v.size(); b += per) {
       size_t e = std::min(v.size(), b + per);
       Store::Sample m = *v[(b + e - 1) / 2];
@@ -224,6 +242,7 @@ nlohmann::json Daemon::op_status(const nlohmann::json& req) {
 
 nlohmann::json Daemon::op_stats(const nlohmann::json& req) {
   auto ids = resolve_ids(req);
+  if (ids.empty()) throw std::invalid_argument("stats: no job id given");
   if (ids.size() != 1)
     throw std::invalid_argument(
         fmt::format("job {} is an array of {} tasks: ask for one task (ID_TASK)",
@@ -233,7 +252,7 @@ nlohmann::json Daemon::op_stats(const nlohmann::json& req) {
       a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(ids[0]);
   if (!j) throw std::invalid_argument(fmt::format("invalid job id '{}'", ids[0]));
   auto samples = store_->job_samples(j->id);
-  const size_t max_points = req.value("max_points", size_t{0});
+  const size_t max_points = points_limit(req);
   if (max_points) samples = downsample(samples, max_points);
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& s : samples) rows.push_back(sample_json(s));
