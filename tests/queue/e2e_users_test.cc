@@ -94,3 +94,25 @@ TEST(GpuqUsers, SecondUserCannotTouchFirstUsersJob) {
   EXPECT_EQ(fin["state"], "CANCELLED");
   EXPECT_EQ(fin["reason"], fmt::format("CANCELLED by {}", alice.uid()));
 }
+
+// Only root (or the daemon's user) sets a priority, as only Slurm's operators do: a user who
+// could would put their jobs ahead of everyone's.
+TEST(GpuqUsers, OnlyRootSetsAPriority) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d;
+  TestUser alice("gqp");
+  std::string work = d.dir() + "/alice";
+  sh(fmt::format("mkdir -p {0} && chown {1} {0} && chmod 700 {0}", work, alice.name()));
+  const std::string make =
+      fmt::format("cd {} && printf \"#!/bin/sh\\ntrue\\n\" > job.sh && ", work);
+  Result r = alice.run(make + d.cli() + " submit --priority=1000000 job.sh");
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("--priority=1000000: only root or the user the gpuq daemon runs as"),
+            std::string::npos)
+      << r.err;
+  Result plain = alice.run(make + d.cli() + " submit job.sh");
+  EXPECT_EQ(plain.rc, 0) << plain.err;
+  d.script("root.sh", "#!/bin/sh\ntrue\n");
+  int64_t id = d.submit("--priority=5 root.sh");
+  EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
+}

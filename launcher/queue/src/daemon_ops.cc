@@ -115,6 +115,11 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
       throw std::invalid_argument(
           fmt::format("job dependency problem: job {} does not exist", d.job_id));
 
+  // As in Slurm, where only operators set --priority: else any user could jump the queue.
+  if (r.priority.value_or(0) != 0 && peer.uid != 0 && peer.uid != geteuid())
+    throw std::invalid_argument(fmt::format(
+        "--priority={}: only root or the user the gpuq daemon runs as may set a job's priority",
+        *r.priority));
   Job base;
   base.uid = peer.uid;
   base.gid = gid;
