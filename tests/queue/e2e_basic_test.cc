@@ -223,3 +223,26 @@ TEST(GpuqE2E, OneDaemonPerStateDirectory) {
   EXPECT_NE(r.err.find("another gpuq daemon"), std::string::npos) << r.err;
   EXPECT_EQ(d.gpuq("queue --noheader").rc, 0);
 }
+
+// A daemon of another state directory on the same socket path is refused: it used to take the
+// path over, and remove it when it ended, leaving the first daemon (and its jobs) unreachable.
+// A stale socket file (a killed daemon's) is still taken over.
+TEST(GpuqE2E, OneDaemonPerSocket) {
+  Daemon d;
+  Result r = sh(fmt::format("timeout 20 {} daemon --gpus 0 --state-dir {}/state2 --socket {}",
+                            gpuq_bin(), d.dir(), d.socket()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("another gpuq daemon answers on " + d.socket()), std::string::npos) << r.err;
+  EXPECT_EQ(d.gpuq("queue --noheader").rc, 0) << "the first daemon is no longer reachable";
+
+  const std::string stale = d.dir() + "/stale.sock";
+  ASSERT_EQ(sh(fmt::format("python3 -c \"import socket; s = socket.socket(socket.AF_UNIX); "
+                           "s.bind('{}')\"",
+                           stale))
+                .rc,
+            0);
+  Result s = sh(fmt::format(
+      "timeout -s INT 3 {} daemon --gpus 0 --state-dir {}/state3 --socket {}; test ! -e {}",
+      gpuq_bin(), d.dir(), stale, stale));
+  EXPECT_EQ(s.rc, 0) << "a stale socket was not taken over (and removed at the end): " << s.err;
+}

@@ -79,15 +79,33 @@ Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
 
 Daemon::~Daemon() = default;
 
+// Our socket file only: another daemon may have bound the path since.
+void Daemon::remove_socket() const {
+  struct stat st {};
+  if (socket_file_ && ::stat(cfg_.socket_path.c_str(), &st) == 0 &&
+      std::make_pair(st.st_dev, st.st_ino) == *socket_file_)
+    ::unlink(cfg_.socket_path.c_str());
+}
+
 void Daemon::open_socket() {
   sockaddr_un addr{};
   if (cfg_.socket_path.size() >= sizeof(addr.sun_path))
     throw std::runtime_error(fmt::format("socket path '{}' is too long", cfg_.socket_path));
-  ::unlink(cfg_.socket_path.c_str());  // a stale socket of a killed daemon (we hold the lock)
-  listen_fd_ = Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
-  if (!listen_fd_) throw std::runtime_error(fmt::format("socket(): {}", strerror(errno)));
   addr.sun_family = AF_UNIX;
   std::memcpy(addr.sun_path, cfg_.socket_path.c_str(), cfg_.socket_path.size() + 1);
+  // The state directory's lock keeps a second daemon off our state, not off our socket path: a
+  // daemon of another state directory may answer there. A socket nobody answers on is stale.
+  {
+    Fd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    if (probe && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
+      throw std::runtime_error(fmt::format(
+          "another gpuq daemon answers on {} (with another state directory): stop it, or give "
+          "this one another --socket",
+          cfg_.socket_path));
+  }
+  ::unlink(cfg_.socket_path.c_str());  // a stale socket of a killed daemon
+  listen_fd_ = Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
+  if (!listen_fd_) throw std::runtime_error(fmt::format("socket(): {}", strerror(errno)));
   // Root: everyone may connect and SO_PEERCRED tells who they are. A user's daemon: only them.
   mode_t old = umask(as_root_ ? 0 : 0177);
   int rc = ::bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
@@ -95,6 +113,8 @@ void Daemon::open_socket() {
   if (rc != 0)
     throw std::runtime_error(fmt::format("cannot bind {}: {}", cfg_.socket_path, strerror(errno)));
   ::chmod(cfg_.socket_path.c_str(), as_root_ ? 0666 : 0600);
+  struct stat st {};
+  if (::stat(cfg_.socket_path.c_str(), &st) == 0) socket_file_ = {st.st_dev, st.st_ino};
   if (::listen(listen_fd_.get(), 512) != 0)
     throw std::runtime_error(fmt::format("listen {}: {}", cfg_.socket_path, strerror(errno)));
 }
@@ -210,7 +230,7 @@ int Daemon::run() {
                    "gpuq daemon: signal {}, exiting; running jobs continue and are "
                    "adopted by the next daemon\n",
                    si.ssi_signo);
-        ::unlink(cfg_.socket_path.c_str());
+        remove_socket();
         return 0;
       }
     }

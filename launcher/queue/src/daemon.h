@@ -10,8 +10,10 @@
 #include <map>
 #include <memory>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gpurun/launcher/gpu_sampler.h"
@@ -73,6 +75,7 @@ class Daemon {
 
   // daemon.cc: sockets and the loop
   void open_socket();
+  void remove_socket() const;
   void accept_clients();
   void on_readable(Conn& c);
   bool flush(Conn& c);  // false when finished (close it)
@@ -125,6 +128,7 @@ class Daemon {
   std::vector<int64_t> cleanup_;   // run files to remove once the batch is committed
   std::unique_ptr<Store> store_;
   Fd lock_fd_, listen_fd_, signal_fd_;
+  std::optional<std::pair<dev_t, ino_t>> socket_file_;  // the socket file we bound
   bool as_root_ = false;
   bool draining_ = false;
   bool dirty_ = true;  // something changed: run the scheduler
