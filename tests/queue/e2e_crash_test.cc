@@ -205,6 +205,7 @@ TEST(GpuqCrash, DeadSupervisorMeansNodeFailOrRequeue) {
 }
 
 // After a reboot (a new boot id) nothing of a RUNNING job survived: NODE_FAIL, or requeued.
+// The failed job ends when it was last seen running, not when the daemon came back.
 TEST(GpuqCrash, RebootMeansNodeFailOrRequeue) {
   TempDir boot;
   const std::string boot_file = boot.path() + "/boot_id";
@@ -224,10 +225,15 @@ TEST(GpuqCrash, RebootMeansNodeFailOrRequeue) {
     ::kill(-st["pgid"].get<int>(), SIGKILL);
     ::kill(st["supervisor_pid"].get<int>(), SIGKILL);
   }
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  // The machine stays down 3 s: the job that failed is not billed for that time (it ended at its
+  // last sample, or its start), where it used to end when the daemon came back.
+  std::this_thread::sleep_for(std::chrono::milliseconds(3000));
   std::ofstream(boot_file) << "boot-2\n";
   d.start();
-  EXPECT_EQ(d.wait_final(a)["state"], "NODE_FAIL");
+  auto ja = d.wait_final(a);
+  EXPECT_EQ(ja["state"], "NODE_FAIL");
+  EXPECT_LT(ja["end_ms"].get<int64_t>() - ja["start_ms"].get<int64_t>(), 2500) << ja.dump();
+  EXPECT_GE(ja["end_ms"].get<int64_t>(), ja["start_ms"].get<int64_t>()) << ja.dump();
   auto jb = d.wait_final(b);
   EXPECT_EQ(jb["state"], "COMPLETED");
   EXPECT_EQ(jb["restart_count"], 1);

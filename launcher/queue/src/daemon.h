@@ -131,7 +131,8 @@ class Daemon {
   std::optional<std::pair<dev_t, ino_t>> socket_file_;  // the socket file we bound
   bool as_root_ = false;
   bool draining_ = false;
-  bool dirty_ = true;  // something changed: run the scheduler
+  bool dirty_ = true;        // something changed: run the scheduler
+  bool recovering_ = false;  // in recover(): what ended did so while no daemon watched
   std::map<int, Conn> conns_;
   std::map<int64_t, Job> active_;       // pending + running, by id
   std::map<int64_t, Runner> runners_;   // running job id -> its supervisor

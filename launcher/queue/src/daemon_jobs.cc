@@ -240,7 +240,10 @@ void Daemon::reap_orphans(int sid, int pgid) {
 
 void Daemon::requeue_or_fail(Job& j, const std::string& why) {
   if (!j.requeue) {
-    finish(j, JobState::kNodeFail, 0, 0, now_ms(), why);
+    // Seen live, the job ended now. Found at start-up, it ended while no daemon watched: at its
+    // last usage sample (or its start), never billed for the time the daemon or machine was down.
+    const int64_t end = recovering_ ? std::max(j.start_ms, j.usage.last_sample_ms) : now_ms();
+    finish(j, JobState::kNodeFail, 0, 0, end, why);
     return;
   }
   j.state = JobState::kPending;
@@ -325,6 +328,7 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
 }
 
 void Daemon::recover() {
+  recovering_ = true;
   std::vector<int64_t> running;
   for (const auto& [id, j] : active_)
     if (j.state == JobState::kRunning) running.push_back(id);
@@ -381,6 +385,7 @@ void Daemon::recover() {
     }
     closedir(d);
   }
+  recovering_ = false;
   dirty_ = true;
 }
 
