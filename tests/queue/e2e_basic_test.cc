@@ -246,3 +246,27 @@ TEST(GpuqE2E, OneDaemonPerSocket) {
       gpuq_bin(), d.dir(), stale, stale));
   EXPECT_EQ(s.rc, 0) << "a stale socket was not taken over (and removed at the end): " << s.err;
 }
+
+// What gpuq cannot keep as JSON text (bytes that are not UTF-8) is refused before anything is
+// sent, naming the variable, the script's line or the argument (it was a json.exception naming
+// none of them).
+TEST(GpuqE2E, NonUtf8SubmissionsAreRefusedNamingWhat) {
+  Daemon d;
+  d.script("ok.sh", "#!/bin/sh\ntrue\n");
+  Result env = sh(fmt::format("cd {} && env GPUQ_TEST_BAD=$(printf 'a\\377') {} submit ok.sh",
+                              d.dir(), d.cli()));
+  EXPECT_NE(env.rc, 0);
+  EXPECT_NE(env.err.find("environment variable GPUQ_TEST_BAD is not UTF-8"), std::string::npos)
+      << env.err;
+  d.script("latin1.sh", "#!/bin/sh\n#SBATCH -J caf\xe9\ntrue\n");
+  Result script = sh(fmt::format("cd {} && {} submit latin1.sh", d.dir(), d.cli()));
+  EXPECT_NE(script.rc, 0);
+  EXPECT_NE(script.err.find("latin1.sh line 2 is not UTF-8 (byte 0xe9)"), std::string::npos)
+      << script.err;
+  Result arg = sh(fmt::format("cd {} && {} submit ok.sh x $(printf 'b\\377')", d.dir(), d.cli()));
+  EXPECT_NE(arg.rc, 0);
+  EXPECT_NE(arg.err.find("argument 2 of the script is not UTF-8 (byte 0xff)"), std::string::npos)
+      << arg.err;
+  EXPECT_EQ(d.gpuq("queue --noheader").out, "") << "a refused submission left a job";
+  EXPECT_EQ(d.wait_final(d.submit("ok.sh"))["state"], "COMPLETED");
+}

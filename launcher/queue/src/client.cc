@@ -3,9 +3,11 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <iconv.h>
 #include <pwd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <chrono>
 #include <cstdio>
@@ -93,6 +95,48 @@ std::string read_all(std::istream& in) {
   return ss.str();
 }
 
+// The offset of the first byte of `s` that is not valid UTF-8, by glibc's iconv, or npos.
+size_t invalid_utf8_at(const std::string& s) {
+  iconv_t cd = iconv_open("UTF-8", "UTF-8");
+  if (cd == reinterpret_cast<iconv_t>(-1)) return std::string::npos;  // cannot tell: let it pass
+  std::string in = s, out(4 * s.size() + 4, '\0');
+  char *ip = in.data(), *op = out.data();
+  size_t il = in.size(), ol = out.size();
+  size_t at = std::string::npos;
+  if (iconv(cd, &ip, &il, &op, &ol) == static_cast<size_t>(-1))
+    at = static_cast<size_t>(ip - in.data());
+  iconv_close(cd);
+  return at;
+}
+
+// gpuq keeps a job's script, arguments and environment as JSON text, which must be UTF-8: a
+// submission that is not is refused here, naming what and where, before anything is sent.
+void require_utf8(const std::string& script, const std::string& script_name,
+                  const std::vector<std::string>& args, const nlohmann::json& env) {
+  auto byte = [](const std::string& s, size_t at) {
+    return fmt::format("byte 0x{:02x}", static_cast<unsigned char>(s[at]));
+  };
+  if (size_t at = invalid_utf8_at(script); at != std::string::npos) {
+    const auto line = 1 + std::count(script.begin(), script.begin() + long(at), '\n');
+    throw std::invalid_argument(fmt::format(
+        "{} line {} is not UTF-8 ({}): gpuq keeps scripts as UTF-8 text; convert it, e.g. "
+        "iconv -f latin1 -t utf-8",
+        script_name, line, byte(script, at)));
+  }
+  for (size_t i = 0; i < args.size(); ++i)
+    if (size_t at = invalid_utf8_at(args[i]); at != std::string::npos)
+      throw std::invalid_argument(
+          fmt::format("argument {} of the script is not UTF-8 ({})", i + 1, byte(args[i], at)));
+  for (const auto& [k, v] : env.items()) {
+    const std::string value = v.get<std::string>();
+    if (invalid_utf8_at(k) != std::string::npos || invalid_utf8_at(value) != std::string::npos)
+      throw std::invalid_argument(fmt::format(
+          "environment variable {} is not UTF-8: gpuq passes the environment to the job as "
+          "UTF-8 text; unset it (or fix its value) before submitting",
+          invalid_utf8_at(k) == std::string::npos ? k : "(a name with non-UTF-8 bytes)"));
+  }
+}
+
 int report_results(const nlohmann::json& reply, const char* what) {
   int rc = 0;
   for (const auto& r : reply["results"]) {
@@ -165,6 +209,11 @@ int cmd_submit(const Args& a) {
   char cwd[4096];
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
   nlohmann::json env = queue_env().all;
+  require_utf8(script, script_name == "sbatch" ? "the script" : script_name, args, env);
+  if (invalid_utf8_at(cwd) != std::string::npos)
+    throw std::invalid_argument(
+        "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "
+        "submit from another directory, or give -D/--chdir");
   nlohmann::json req = {{"op", "submit"}, {"script", script},          {"script_name", script_name},
                         {"args", args},   {"options", options},        {"cwd", cwd},
                         {"env", env},     {"submit_key", random_key()}};
