@@ -83,6 +83,28 @@ TEST(SbatchOptions, CommandLineOverridesScript) {
   EXPECT_EQ(r.time_limit_s.value(), 600);
 }
 
+// An option that is not Slurm's takes no value unless given with '=': it used to take the next
+// word, the script's name. On gpuq submit's command line it is an error, as in sbatch.
+TEST(SbatchOptions, UnknownOptionsNeverSwallowTheScript) {
+  size_t pos = 0;
+  auto r = parse_sbatch_options({"-Q", "job.sh", "x"}, &pos);
+  EXPECT_EQ(pos, 1u);
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "unknown option '-Q' ignored");
+  r = parse_sbatch_options({"--frobnicate=3", "--mem", "4G", "job.sh"}, &pos);
+  EXPECT_EQ(pos, 3u) << "--mem, a Slurm option gpuq ignores, still takes its value";
+  try {
+    parse_sbatch_options({"-Q", "job.sh"}, &pos, UnknownOptions::kRefuse);
+    FAIL() << "-Q was accepted on the command line";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("unknown option '-Q'"), std::string::npos) << e.what();
+  }
+  // gpuq submit's own options take their values, whichever mode.
+  parse_sbatch_options({"--socket", "/tmp/s", "--wrap", "echo hi", "--parsable"}, &pos,
+                       UnknownOptions::kRefuse);
+  EXPECT_EQ(pos, 5u);
+}
+
 TEST(TimeLimit, SlurmFormats) {
   EXPECT_EQ(parse_time_limit("5"), 300);
   EXPECT_EQ(parse_time_limit("5:30"), 330);

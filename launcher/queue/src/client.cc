@@ -15,6 +15,7 @@
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -170,7 +171,10 @@ int cmd_submit(const Args& a) {
       "  -e/--error PATTERN (%j %x %u %A %a %%), -D/--chdir DIR,\n"
       "  -d/--dependency afterok|afterany|afternotok:ID[:ID][,...], -a/--array 0-15[:step][%N],\n"
       "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N\n"
-      "gpuq's: --parsable (print only the id), --socket PATH, -h/--help";
+      "  --wrap CMD (CMD as a /bin/sh script instead of SCRIPT)\n"
+      "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
+      "Other Slurm options (--mem, -p, --mail-type, ...) are accepted and ignored with a warning;\n"
+      "an option Slurm does not have is an error.";
   for (const auto& w : a) {  // --help among the options (before the script) wins
     if (w.empty() || w[0] != '-' || w == "-") break;
     if (w == "-h" || w == "--help") {
@@ -179,24 +183,36 @@ int cmd_submit(const Args& a) {
     }
   }
   size_t pos = 0;
-  parse_sbatch_options(a, &pos);  // validates early and finds the script
+  // Validates early and finds the script; an option sbatch would not know is an error here.
+  parse_sbatch_options(a, &pos, UnknownOptions::kRefuse);
   std::vector<std::string> options;
   std::string socket = default_socket_path();
+  std::optional<std::string> wrap;
   bool parsable = false;
   for (size_t i = 0; i < pos; ++i) {
     if (a[i] == "--parsable") {
       parsable = true;
     } else if (a[i] == "--socket" && i + 1 < pos) {
       socket = a[++i];
+    } else if (a[i] == "--wrap" && i + 1 < pos) {
+      wrap = a[++i];
     } else if (a[i].rfind("--socket=", 0) == 0) {
       socket = a[i].substr(9);
+    } else if (a[i].rfind("--wrap=", 0) == 0) {
+      wrap = a[i].substr(7);
     } else {
       options.push_back(a[i]);
     }
   }
   std::string script, script_name = "sbatch";
   std::vector<std::string> args;
-  if (pos < a.size() && a[pos] != "-") {
+  if (wrap) {  // sbatch's: the command as a /bin/sh script
+    if (pos < a.size())
+      throw std::invalid_argument(fmt::format(
+          "--wrap takes the place of a script, got '{}' as well: give one or the other", a[pos]));
+    script = "#!/bin/sh\n" + *wrap + "\n";
+    script_name = "wrap";
+  } else if (pos < a.size() && a[pos] != "-") {
     std::ifstream in(a[pos], std::ios::binary);
     if (!in) throw std::runtime_error(fmt::format("cannot read script '{}'", a[pos]));
     script = read_all(in);

@@ -78,7 +78,9 @@ const std::map<std::string, bool>& ignored_options() {
       {"--tasks-per-node", true},
       {"--gpus-per-task", true},
       {"--cpus-per-gpu", true},
-      {"--parsable", false},
+      {"--parsable", false},  // gpuq submit's own, like --socket and --wrap (client.cc)
+      {"--socket", true},
+      {"--wrap", true},
       {"--wait", false},
       {"-W", false},
       {"--get-user-env", false},
@@ -190,7 +192,8 @@ std::vector<std::string> sbatch_directive_words(const std::string& script) {
   return words;
 }
 
-JobRequest parse_sbatch_options(const std::vector<std::string>& words, size_t* first_positional) {
+JobRequest parse_sbatch_options(const std::vector<std::string>& words, size_t* first_positional,
+                                UnknownOptions unknown) {
   JobRequest r;
   size_t i = 0;
   for (; i < words.size(); ++i) {
@@ -227,12 +230,16 @@ JobRequest parse_sbatch_options(const std::vector<std::string>& words, size_t* f
       continue;
     }
     auto ig = ignored_options().find(name);
-    bool takes = ig != ignored_options().end() ? ig->second
-                                               : (i + 1 < words.size() && !has_value &&
-                                                  !words[i + 1].empty() && words[i + 1][0] != '-');
-    if (takes && !has_value && i + 1 < words.size()) value = words[++i];
-    r.warnings.push_back(fmt::format("{} option '{}' ignored",
-                                     ig != ignored_options().end() ? "unsupported" : "unknown", w));
+    if (ig == ignored_options().end()) {
+      // Not a Slurm option gpuq knows of: whether it takes a value is unknown, so only a value
+      // given with '=' goes with it (guessing took the script's name as its value).
+      if (unknown == UnknownOptions::kRefuse)
+        bad(fmt::format("unknown option '{}' (gpuq submit --help lists the options)", w));
+      r.warnings.push_back(fmt::format("unknown option '{}' ignored", w));
+      continue;
+    }
+    if (ig->second && !has_value && i + 1 < words.size()) value = words[++i];
+    r.warnings.push_back(fmt::format("unsupported option '{}' ignored", w));
   }
   if (first_positional) *first_positional = i;
   return r;

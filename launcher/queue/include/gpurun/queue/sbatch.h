@@ -15,10 +15,15 @@ namespace gpurun::queue {
 // The option words of every #SBATCH line, in order (quotes honoured, "# comment" tails dropped).
 std::vector<std::string> sbatch_directive_words(const std::string& script);
 
+// What an option that is not Slurm's (as gpuq knows them) does: a warning (in #SBATCH lines, so
+// scripts with other sites' options still run) or an error (gpuq submit's command line, as sbatch).
+enum class UnknownOptions { kWarn, kRefuse };
+
 // Parses sbatch-style options. Stops at the first word that is not an option (the script, on the
 // command line) and stores its index in *first_positional (words.size() when none).
 JobRequest parse_sbatch_options(const std::vector<std::string>& words,
-                                size_t* first_positional = nullptr);
+                                size_t* first_positional = nullptr,
+                                UnknownOptions unknown = UnknownOptions::kWarn);
 
 // parse_sbatch_options(sbatch_directive_words(script)); a positional word in a directive is an
 // error.
