@@ -110,6 +110,16 @@ int slurm_gpus(const Env& env, bool in_step, std::size_t nodes, Allocation& a) {
   if (gon && static_cast<long>(a.local_gpu_ids.size()) > *gon)
     throw Error(fmt::format("SLURM_GPUS_ON_NODE={} but CUDA_VISIBLE_DEVICES={} lists {} GPUs", *gon,
                             get(env, "CUDA_VISIBLE_DEVICES").value_or(""), a.local_gpu_ids.size()));
+  // In the batch script a narrower CUDA_VISIBLE_DEVICES is the user's choice (a step's is its
+  // task's share, --gpus-per-task): the ranks get what it lists.
+  if (!in_step && gon && get(env, "CUDA_VISIBLE_DEVICES") &&
+      static_cast<long>(a.local_gpu_ids.size()) < *gon) {
+    a.notes.push_back(fmt::format(
+        "CUDA_VISIBLE_DEVICES lists {} of the node's {} GPUs (SLURM_GPUS_ON_NODE): the ranks use "
+        "those {}",
+        a.local_gpu_ids.size(), *gon, a.local_gpu_ids.size()));
+    node_gpus = static_cast<int>(a.local_gpu_ids.size());
+  }
   if (nodes > 1 && node_gpus > 0)
     a.notes.push_back(fmt::format(
         "Slurm describes only this node's GPUs ({}); the other nodes are taken to have as many",

@@ -111,6 +111,24 @@ DecodedPlan decode_plan(const std::string& text) {
   return d;
 }
 
+RankEntry step_task_entry(const Allocation& a, const RankPlan& plan) {
+  const StepTask& t = *a.step_task;
+  // The step's own numbers are the truth (srun may distribute cyclically); the plan supplies
+  // this slot's GPU positions.
+  RankEntry me;
+  for (const auto& r : plan.ranks)
+    if (r.node_rank == t.node_rank && r.local_rank == t.local_rank) me = r;
+  me.rank = t.rank;
+  // Slurm/jsrun may already have bound this task to its own GPUs (--gpus-per-task,
+  // --gpu-bind): then the task's whole visible list is its share.
+  int node_gpus = plan.nodes.at(static_cast<std::size_t>(t.node_rank)).gpus;
+  if (!a.local_gpu_ids.empty() && static_cast<int>(a.local_gpu_ids.size()) < node_gpus) {
+    me.gpus.clear();
+    for (std::size_t i = 0; i < a.local_gpu_ids.size(); ++i) me.gpus.push_back(static_cast<int>(i));
+  }
+  return me;
+}
+
 std::vector<std::pair<std::string, std::string>> rank_environment(
     const RankPlan& p, const RankEntry& r, Scheduler s, const std::optional<std::string>& job_id,
     const std::optional<std::vector<std::string>>& visible) {

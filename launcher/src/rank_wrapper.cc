@@ -244,22 +244,9 @@ int run_rank_wrapper(const std::vector<std::string>& args) {
 int exec_in_step(const Allocation& a, const RankPlan& plan, const Env& env_in,
                  const std::vector<std::string>& program,
                  const std::optional<ContainerSpec>& container) {
-  const StepTask& t = *a.step_task;
   Env env = env_in;
-  // The step's own numbers are the truth (srun may distribute cyclically); the plan supplies
-  // this slot's GPU positions.
-  RankEntry me;
-  for (const auto& r : plan.ranks)
-    if (r.node_rank == t.node_rank && r.local_rank == t.local_rank) me = r;
-  me.rank = t.rank;
+  RankEntry me = step_task_entry(a, plan);
   std::optional<std::vector<std::string>> visible = a.local_gpu_ids;
-  // Slurm/jsrun may already have bound this task to its own GPUs (--gpus-per-task,
-  // --gpu-bind): then the task's whole visible list is its share.
-  int node_gpus = plan.nodes.at(static_cast<std::size_t>(t.node_rank)).gpus;
-  if (!a.local_gpu_ids.empty() && static_cast<int>(a.local_gpu_ids.size()) < node_gpus) {
-    me.gpus.clear();
-    for (std::size_t i = 0; i < a.local_gpu_ids.size(); ++i) me.gpus.push_back(static_cast<int>(i));
-  }
   RankPlan p = plan;
   p.stdout_tty = isatty(STDOUT_FILENO) == 1;
   ContainerRank inside;

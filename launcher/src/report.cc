@@ -134,11 +134,21 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
   for (const auto& [k, v] : c.engine_env) s += fmt::format("{}={} \\\n  ", k, shell_quote(v));
   if (!c.slurm_hostfile.empty()) s += "SLURM_HOSTFILE=<one host per rank> \\\n  ";
   s += join(words, " ") + "\n";
-  for (const auto& r : p.ranks) {
+  // In a step, this task is shown as it will run; where the step bound each task to its own GPUs
+  // (--gpus-per-task), the node's other tasks see others, unknown here.
+  const std::optional<RankEntry> task =
+      a.step_task ? std::optional<RankEntry>(step_task_entry(a, p)) : std::nullopt;
+  const bool bound = task && !a.local_gpu_ids.empty() &&
+                     static_cast<int>(a.local_gpu_ids.size()) <
+                         p.nodes.at(static_cast<std::size_t>(a.step_task->node_rank)).gpus;
+  for (const auto& plan_rank : p.ranks) {
+    const bool is_task = task && plan_rank.node_rank == a.step_task->node_rank &&
+                         plan_rank.local_rank == a.step_task->local_rank;
+    const RankEntry& r = is_task ? *task : plan_rank;
     bool here = a.this_host && r.host == *a.this_host;
     bool single = a.nodes.size() == 1;
     std::optional<std::vector<std::string>> vis;
-    if (here || single) vis = a.local_gpu_ids;
+    if ((here || single) && (!bound || is_task)) vis = a.local_gpu_ids;
     s += fmt::format("\n# rank {} on {}\n", r.rank, r.host);
     auto env = rank_environment(p, r, a.scheduler, a.job_id, vis);
     for (const auto& [k, v] : env) s += fmt::format("{}={}\n", k, v);

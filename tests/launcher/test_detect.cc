@@ -91,6 +91,23 @@ TEST(DetectSlurm, GpusPerTaskBinding) {
   EXPECT_EQ(a.nodes[0].gpus, 4);
 }
 
+// In the batch script, a CUDA_VISIBLE_DEVICES narrower than SLURM_GPUS_ON_NODE (the user chose
+// some GPUs) is what the ranks get: planning the node's count made the launch fail with "the
+// nodes of this job differ in GPU count".
+TEST(DetectSlurm, BatchScriptNarrowedVisibleDevicesWin) {
+  auto in = fixture("slurm_batch.env");
+  in.env["SLURM_GPUS_ON_NODE"] = "4";
+  in.env["SLURM_JOB_GPUS"] = "0,1,2,3";
+  in.env["CUDA_VISIBLE_DEVICES"] = "MIG-aaaa,MIG-bbbb";
+  Allocation a = detect_allocation(in);
+  EXPECT_EQ(a.local_gpu_ids, (std::vector<std::string>{"MIG-aaaa", "MIG-bbbb"}));
+  for (const auto& n : a.nodes) EXPECT_EQ(n.gpus, 2) << n.host;
+  bool noted = false;
+  for (const auto& n : a.notes)
+    noted |= n.find("lists 2 of the node's 4 GPUs") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
 TEST(DetectSlurm, GpusFromStepIdsWhenNoCudaVisibleDevices) {
   auto in = fixture("slurm.env");
   in.env.erase("CUDA_VISIBLE_DEVICES");

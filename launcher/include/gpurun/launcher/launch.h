@@ -81,6 +81,11 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
     const RankPlan& plan, const RankEntry& r, Scheduler s, const std::optional<std::string>& job_id,
     const std::optional<std::vector<std::string>>& visible);
 
+// Inside a scheduler's step (a.step_task set): this task's rank entry, numbered as the step
+// numbers it, with its GPU positions (the whole visible list when the step bound the task to its
+// own GPUs, as --gpus-per-task does).
+RankEntry step_task_entry(const Allocation& a, const RankPlan& plan);
+
 // Shell-quotes a word for printing a command a user can paste.
 std::string shell_quote(const std::string& word);
 
