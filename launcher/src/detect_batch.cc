@@ -42,7 +42,7 @@ Allocation detect_pbs(const DetectInput& in) {
   bool torque = get(env, "PBS_NUM_NODES") || get(env, "PBS_NUM_PPN") || get(env, "PBS_NP") ||
                 get(env, "PBS_VERSION").value_or("").rfind("TORQUE", 0) == 0;
   a.flavor = torque ? "Torque" : "PBS Pro";
-  a.nodes = read_host_file(in, "PBS_NODEFILE");
+  a.nodes = read_host_file(in, "PBS_NODEFILE", &a.host_file_interleaved);
   a.sources.push_back("PBS_NODEFILE");
 
   int slots = a.total_slots();

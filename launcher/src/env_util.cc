@@ -87,7 +87,8 @@ void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots
     it->slots += slots;
 }
 
-std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var) {
+std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var,
+                                      bool* interleaved) {
   auto path = get(in.env, var);
   if (!path || trim(*path).empty()) throw Error(fmt::format("{} is not set", var));
   auto text = in.read_file ? in.read_file(*path) : std::nullopt;
@@ -97,7 +98,11 @@ std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& 
   std::vector<NodeAlloc> nodes;
   for (const auto& line : split_lines(*text)) {
     // Torque/PBS may append ":ppn" or extra columns; the host is the first word.
-    add_slots(nodes, split_ws(line)[0], 1);
+    const std::string host = split_ws(line)[0];
+    if (interleaved && !nodes.empty() && nodes.back().host != host &&
+        std::any_of(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; }))
+      *interleaved = true;
+    add_slots(nodes, host, 1);
   }
   if (nodes.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, *path));
   return nodes;

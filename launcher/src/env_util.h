@@ -29,7 +29,9 @@ void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots
 
 // Reads a host file (one host per slot, as PBS_NODEFILE/LSB_DJOB_HOSTFILE) named by variable
 // `var`; groups lines into nodes by host in order of first appearance. Throws Error naming the
-// variable when the file is missing or empty.
-std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var);
+// variable when the file is missing or empty. *interleaved (when given): a host's lines are not
+// all together (a b a), so line order is not the nodes' order.
+std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var,
+                                      bool* interleaved = nullptr);
 
 }  // namespace gpurun::launcher::detail

@@ -133,7 +133,8 @@ std::vector<std::string> mpirun_argv(const Allocation& a, const RankPlan& p, con
   }
   if (o.tag_output) v.push_back("--tag-output");
   // Never mpirun's own binding: with -n 2 or fewer it pins each rank to one core (and the
-  // rank's OMP_NUM_THREADS threads with it); --cpu-bind none means none, and else the wrapper binds.
+  // rank's OMP_NUM_THREADS threads with it); --cpu-bind none means none, and else the wrapper
+  // binds.
   v.insert(v.end(), {"--bind-to", "none"});
   return v;
 }
@@ -230,6 +231,12 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
       break;
     }
     case Engine::pbsdsh:
+      // pbsdsh numbers its tasks by node-file line; the plan numbers ranks node by node.
+      if (a.host_file_interleaved)
+        throw Error(
+            "--launcher pbsdsh: PBS_NODEFILE names a host's slots apart (a b a ...), and pbsdsh "
+            "numbers ranks by line: ranks would land on other hosts than planned, two on one "
+            "GPU; use mpirun (--launcher mpirun)");
       if (p.world_size != a.total_slots())
         throw Error(fmt::format(
             "--launcher pbsdsh starts one rank per PBS_NODEFILE line ({}), but the plan has {} "

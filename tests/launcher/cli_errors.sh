@@ -22,6 +22,11 @@ expect_fail "--launcher 'ssh'" "$gpurun" --scheduler local --launcher ssh -n 1 -
 expect_fail "--container-runtime 'docker': expected auto, apptainer, podman or pyxis" "$gpurun" --scheduler local -n 1 --container img --container-runtime docker --dry-run -- true
 expect_fail "looked for apptainer and podman on PATH" env PATH=/nonexistent "$gpurun" --scheduler local -n 1 --container img --dry-run -- true
 expect_fail "--container-runtime pyxis: the ranks must start through srun" "$gpurun" --scheduler local -n 1 --container img --container-runtime pyxis --dry-run -- true
+# pbsdsh numbers ranks by node-file line: a file naming a host's slots apart is refused for it.
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+printf 'gn1\ngn2\ngn1\ngn2\n' >"$tmp/nodefile"
+printf 'PBS_JOBID=7.pbs\nPBS_NODEFILE=%s\n' "$tmp/nodefile" >"$tmp/pbs.env"
+expect_fail "PBS_NODEFILE names a host's slots apart" "$gpurun" --dry-run --env-file "$tmp/pbs.env" --launcher pbsdsh -- true
 # A program that cannot start is reported with its exit status 127.
 rc=0; "$gpurun" -q --scheduler local -n 2 -- no-such-program-xyz 2>/dev/null || rc=$?
 [[ $rc == 127 ]] || { echo "FAIL: missing program exited $rc, want 127"; exit 1; }

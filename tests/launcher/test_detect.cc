@@ -144,6 +144,23 @@ TEST(DetectPbs, TorqueGpufileAndCounts) {
   EXPECT_NE(error_of(in).find("PBS_NUM_NODES=3"), std::string::npos);
 }
 
+// A node file whose hosts alternate: the nodes in order of first appearance, and the fact that
+// line order is not node order (pbsdsh numbers its tasks by line, build_launch refuses it).
+TEST(DetectPbs, InterleavedNodefileIsNoticed) {
+  auto in = fixture("pbspro.env");
+  in.read_file = [](const std::string&) -> std::optional<std::string> {
+    return "gn1\ngn2\ngn1\ngn2\n";
+  };
+  Allocation a = detect_allocation(in);
+  ASSERT_EQ(a.nodes.size(), 2u);
+  EXPECT_EQ(a.nodes[0].slots, 2);
+  EXPECT_TRUE(a.host_file_interleaved);
+  in.read_file = [](const std::string&) -> std::optional<std::string> {
+    return "gn1\ngn1\ngn2\ngn2\n";
+  };
+  EXPECT_FALSE(detect_allocation(in).host_file_interleaved);
+}
+
 TEST(DetectPbs, MissingOrEmptyNodefile) {
   auto in = fixture("pbspro.env");
   in.env["PBS_NODEFILE"] = "/nonexistent/nodefile";

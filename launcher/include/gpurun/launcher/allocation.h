@@ -50,6 +50,7 @@ struct Allocation {
   std::optional<std::int64_t> end_time;  // UNIX seconds when the job's time runs out
   std::optional<StepTask> step_task;     // set when running inside an srun/jsrun task
   bool oversubscribe_ok = false;         // local/gpuq: more ranks than CPUs is allowed
+  bool host_file_interleaved = false;    // PBS_NODEFILE names a host's slots apart (a b a)
   std::vector<std::string> notes;        // facts worth telling the user (fallbacks, fixes)
   std::vector<std::string> sources;      // the variables/files the allocation came from
 
