@@ -76,6 +76,7 @@ Allocation detect_pbs(const DetectInput& in) {
     for (auto& n : a.nodes) {
       auto it = per_host.find(n.host);
       n.gpus = it == per_host.end() ? 0 : static_cast<int>(it->second.size());
+      if (it != per_host.end()) n.gpu_ids = it->second;
     }
     a.sources.push_back("PBS_GPUFILE");
     if (auto cvd = visible_from_cvd(env)) {

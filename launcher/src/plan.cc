@@ -113,7 +113,7 @@ std::vector<int> ranks_per_node(const Allocation& a, const PlanOptions& o) {
 void plan_node(const NodeAlloc& n, int k, const PlanOptions& o, RankPlan& p) {
   int rank = static_cast<int>(p.ranks.size());
   int node_rank = static_cast<int>(p.nodes.size());
-  p.nodes.push_back({n.host, k, n.gpus, rank});
+  p.nodes.push_back({n.host, k, n.gpus, rank, n.gpu_ids});
   int gpr;
   bool shared = false;
   if (o.gpus_per_rank) {

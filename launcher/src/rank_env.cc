@@ -14,7 +14,7 @@ namespace {
 std::string esc(const std::string& s) {
   std::string o;
   for (char c : s) {
-    if (c == ';' || c == ',' || c == '*' || c == '%' || c == '=' || c == ' ')
+    if (c == ';' || c == ',' || c == '*' || c == '+' || c == '%' || c == '=' || c == ' ')
       o += fmt::format("%{:02X}", static_cast<unsigned char>(c));
     else
       o += c;
@@ -52,8 +52,10 @@ std::vector<std::string> split(const std::string& s, char sep) {
 std::string encode_plan(const Allocation& a, const RankPlan& p, const PlanOptions& o,
                         const WrapperSettings& w) {
   std::string nodes;
-  for (const auto& n : p.nodes)
+  for (const auto& n : p.nodes) {
     nodes += fmt::format("{}{}*{}*{}", nodes.empty() ? "" : ",", esc(n.host), n.ranks, n.gpus);
+    for (std::size_t i = 0; i < n.gpu_ids.size(); ++i) nodes += (i ? "+" : "*") + esc(n.gpu_ids[i]);
+  }
   return fmt::format("v1;s={};j={};a={};p={};c={};g={};t={};k={};n={}", to_string(a.scheduler),
                      a.job_id ? esc(*a.job_id) : "-", esc(p.master_addr), p.master_port,
                      p.cpus_per_rank, o.gpus_per_rank ? std::to_string(*o.gpus_per_rank) : "-",
@@ -87,9 +89,12 @@ DecodedPlan decode_plan(const std::string& text) {
     int total = 0;
     for (const auto& item : split(kv["n"], ',')) {
       auto f = split(item, '*');
-      if (f.size() != 3) throw bad(fmt::format("node '{}' is not host*ranks*gpus", item));
+      if (f.size() != 3 && f.size() != 4)
+        throw bad(fmt::format("node '{}' is not host*ranks*gpus[*id+id...]", item));
       NodeAlloc n{unesc(f[0]), static_cast<int>(detail::parse_count("plan ranks", f[1])),
                   static_cast<int>(detail::parse_count("plan gpus", f[2]))};
+      if (f.size() == 4)
+        for (const auto& id : split(f[3], '+')) n.gpu_ids.push_back(unesc(id));
       total += n.slots;
       a.nodes.push_back(n);
     }

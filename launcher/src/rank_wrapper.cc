@@ -100,8 +100,11 @@ void RankWrapper::locate() {
         "engine did not follow the plan (a --launcher-args mapping option?)",
         me_.rank, er.local_source, *er.local_rank, me_.local_rank, me_.host));
 
+  const auto& node_ids = plan_.plan.nodes.at(static_cast<std::size_t>(me_.node_rank)).gpu_ids;
   if (env_.count("CUDA_VISIBLE_DEVICES")) {
     visible_ = parse_gpu_list(env_["CUDA_VISIBLE_DEVICES"]);
+  } else if (!node_ids.empty()) {  // the scheduler named this node's GPUs (PBS_GPUFILE)
+    visible_ = node_ids;
   } else if (!me_.gpus.empty()) {
     for (int i = 0, n = sys::cuda_device_count(); i < n; ++i) visible_.push_back(std::to_string(i));
   }

@@ -148,7 +148,11 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
     bool here = a.this_host && r.host == *a.this_host;
     bool single = a.nodes.size() == 1;
     std::optional<std::vector<std::string>> vis;
-    if ((here || single) && (!bound || is_task)) vis = a.local_gpu_ids;
+    if ((here || single) && (!bound || is_task))
+      vis = a.local_gpu_ids;
+    else if (const auto& ids = p.nodes.at(static_cast<std::size_t>(r.node_rank)).gpu_ids;
+             !ids.empty())
+      vis = ids;  // the scheduler named that node's GPUs, as its wrapper will take them
     s += fmt::format("\n# rank {} on {}\n", r.rank, r.host);
     auto env = rank_environment(p, r, a.scheduler, a.job_id, vis);
     for (const auto& [k, v] : env) s += fmt::format("{}={}\n", k, v);

@@ -21,3 +21,16 @@ for engine in mpirun local; do
   done
   echo "ok: $engine gave 4 ranks with the right environment"
 done
+
+# Torque without CUDA_VISIBLE_DEVICES: the ranks get the GPUs PBS_GPUFILE names for their node
+# (2 and 3 here), not the node's first devices (another job's); through mpirun and the fork.
+h=$(hostname)
+printf '%s\n%s\n' "$h" "$h" >"$out/nodefile"
+printf '%s-gpu2\n%s-gpu3\n' "$h" "$h" >"$out/gpufile"
+for engine in mpirun local; do
+  got=$(env -u CUDA_VISIBLE_DEVICES PBS_JOBID=9.pbs PBS_NODEFILE="$out/nodefile" \
+    PBS_GPUFILE="$out/gpufile" PBS_NUM_PPN=2 "$gpurun" -q --launcher $engine -- \
+    sh -c 'echo "$RANK:$CUDA_VISIBLE_DEVICES"' 2>/dev/null | sort | tr '\n' ' ')
+  [[ $got == "0:2 1:3 " ]] || { echo "FAIL($engine): PBS_GPUFILE gave '$got', want '0:2 1:3 '"; exit 1; }
+done
+echo "ok: PBS_GPUFILE's GPUs reach the ranks without CUDA_VISIBLE_DEVICES (mpirun and fork)"

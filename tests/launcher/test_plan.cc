@@ -131,6 +131,20 @@ TEST(Plan, MasterPortDerivedFromJobIdInRange) {
   EXPECT_EQ(make_plan(cluster({{"a", 1, 0}}), {}).master_port, derive_master_port("slurm:42"));
 }
 
+// Torque's PBS_GPUFILE names every node's GPUs: the wrapper on each node gets its node's list
+// (it used every device of the node when CUDA_VISIBLE_DEVICES was unset). Odd characters survive.
+TEST(PlanString, CarriesEachNodesGpuIds) {
+  Allocation a = detect_allocation(fixture("torque.env"));
+  a.nodes[0].gpu_ids = {"GPU-a+b*c", "1"};
+  RankPlan p = make_plan(a, {});
+  DecodedPlan d = decode_plan(encode_plan(a, p, {}, WrapperSettings{}));
+  ASSERT_EQ(d.plan.nodes.size(), p.nodes.size());
+  for (std::size_t i = 0; i < p.nodes.size(); ++i)
+    EXPECT_EQ(d.plan.nodes[i].gpu_ids, a.nodes[i].gpu_ids);
+  EXPECT_EQ(d.plan.nodes[0].gpu_ids, (std::vector<std::string>{"GPU-a+b*c", "1"}));
+  EXPECT_FALSE(d.plan.nodes[1].gpu_ids.empty()) << "PBS_GPUFILE's ids of the second node";
+}
+
 TEST(PlanString, RoundTripsThroughTheWrapper) {
   Allocation a = detect_allocation(fixture("slurm_batch.env"));
   PlanOptions o;

@@ -24,6 +24,9 @@ struct NodeAlloc {
   std::string host;  // as the scheduler names it (what its launch engine accepts)
   int slots = 0;     // task slots the scheduler gave this node
   int gpus = 0;      // GPUs visible to the job on this node
+  // The node's GPU ids where the scheduler names every node's (PBS_GPUFILE); empty: each node's
+  // rank wrapper takes what it sees there (CUDA_VISIBLE_DEVICES, else every device).
+  std::vector<std::string> gpu_ids = {};
 };
 
 // When gpurun itself runs as one task of a scheduler step (srun, jsrun), the step has already

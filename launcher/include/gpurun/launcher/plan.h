@@ -38,6 +38,7 @@ struct PlanNode {
   int ranks = 0;
   int gpus = 0;  // GPUs the allocation has on the node
   int first_rank = 0;
+  std::vector<std::string> gpu_ids = {};  // NodeAlloc::gpu_ids
 };
 
 struct RankPlan {
