@@ -91,6 +91,20 @@ std::vector<int> ranks_per_node(const Allocation& a, const PlanOptions& o) {
           "once per job (not under {}) and let it launch the ranks",
           *o.ntasks, t.engine, t.world_size, t.engine));
     for (const auto& n : a.nodes) per_node.push_back(n.slots);
+    // --nproc-per-node likewise (gpurun in `srun --pty bash` is one task: it would run one rank
+    // where the user asked one per GPU).
+    for (std::size_t i = 0; i < a.nodes.size(); ++i) {
+      const int want = o.nproc_mode == NprocMode::count ? o.nproc_per_node
+                       : o.nproc_mode == NprocMode::gpu ? a.nodes[i].gpus
+                                                        : per_node[i];
+      if (want != per_node[i])
+        throw Error(fmt::format(
+            "--nproc-per-node {} asks for {} ranks on {}, but gpurun runs as one task of a {} "
+            "step with {} task(s) there: drop --nproc-per-node, or run gpurun outside {} (in the "
+            "batch script, or `salloc` without `srun --pty`) and let it launch the ranks",
+            o.nproc_mode == NprocMode::gpu ? "gpu" : std::to_string(o.nproc_per_node), want,
+            a.nodes[i].host, t.engine, per_node[i], t.engine));
+    }
     return per_node;
   }
   std::vector<int> cap = capacities(a, o);

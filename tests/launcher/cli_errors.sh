@@ -22,6 +22,13 @@ expect_fail "--launcher 'ssh'" "$gpurun" --scheduler local --launcher ssh -n 1 -
 expect_fail "--container-runtime 'docker': expected auto, apptainer, podman or pyxis" "$gpurun" --scheduler local -n 1 --container img --container-runtime docker --dry-run -- true
 expect_fail "looked for apptainer and podman on PATH" env PATH=/nonexistent "$gpurun" --scheduler local -n 1 --container img --dry-run -- true
 expect_fail "--container-runtime pyxis: the ranks must start through srun" "$gpurun" --scheduler local -n 1 --container img --container-runtime pyxis --dry-run -- true
+# In `srun --pty bash` gpurun is one task of a 1-task step: --nproc-per-node gpu cannot be met.
+step="SLURM_JOB_ID=1 SLURM_JOB_NODELIST=n1 SLURM_TASKS_PER_NODE=1 SLURM_STEP_ID=0 SLURM_STEP_NODELIST=n1
+  SLURM_STEP_NUM_TASKS=1 SLURM_STEP_TASKS_PER_NODE=1 SLURM_PROCID=0 SLURM_LOCALID=0 SLURM_NODEID=0
+  SLURM_GPUS_ON_NODE=4 CUDA_VISIBLE_DEVICES=0,1,2,3 SLURMD_NODENAME=n1"
+# shellcheck disable=SC2086
+expect_fail "--nproc-per-node gpu asks for 4 ranks on n1, but gpurun runs as one task of a srun step with 1 task(s)" \
+  env $step "$gpurun" --nproc-per-node gpu --dry-run -- true
 # pbsdsh numbers ranks by node-file line: a file naming a host's slots apart is refused for it.
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf 'gn1\ngn2\ngn1\ngn2\n' >"$tmp/nodefile"
