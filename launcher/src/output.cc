@@ -51,7 +51,7 @@ OutputSink::OutputSink(bool tag, const std::optional<std::string>& dir, int worl
     std::string p = fmt::format("{}/rank-{}.{}", *dir, rank, ext);
     common::Fd fd(open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
     if (!fd) throw Error(fmt::format("--output-dir: cannot write {}: {}", p, strerror(errno)));
-    return fd;
+    return File{p, std::move(fd), ""};
   };
   for (int r = 0; r < world; ++r) {
     out_.push_back(open_file(r, "out"));
@@ -59,9 +59,27 @@ OutputSink::OutputSink(bool tag, const std::optional<std::string>& dir, int worl
   }
 }
 
+void OutputSink::write_file(File& f, int rank, std::string_view text) {
+  if (!f.fd || common::write_all(f.fd.get(), text)) return;
+  f.error = strerror(errno);
+  f.fd.reset();
+  fmt::print(stderr,
+             "gpurun: --output-dir: writing {} failed: {}; rank {}'s output goes on only "
+             "to the terminal\n",
+             f.path, f.error, rank);
+}
+
+std::string OutputSink::failed_files() const {
+  std::string s;
+  for (const auto* files : {&out_, &err_})
+    for (const auto& f : *files)
+      if (!f.error.empty()) s += fmt::format("{}{} ({})", s.empty() ? "" : ", ", f.path, f.error);
+  return s;
+}
+
 void OutputSink::write(int rank, int stream, bool partial, std::string_view text) {
   auto& files = stream == 2 ? err_ : out_;
-  if (static_cast<std::size_t>(rank) < files.size()) common::write_all(files[rank].get(), text);
+  if (static_cast<std::size_t>(rank) < files.size()) write_file(files[rank], rank, text);
   std::string shown;
   if (tag_) {
     std::string prefix = fmt::format("{}: ", rank);

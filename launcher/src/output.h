@@ -44,12 +44,22 @@ class OutputSink {
   // Creates `dir` and truncates rank-N.out / rank-N.err for every rank; throws Error naming it.
   OutputSink(bool tag, const std::optional<std::string>& dir, int world);
   // `text`: whole lines, or an unfinished one (partial), which ends the terminal line with '\n'
-  // (so the next rank's line starts on its own) but goes to the rank's file as it is.
+  // (so the next rank's line starts on its own) but goes to the rank's file as it is. A rank file
+  // that cannot be written (a full disk) is said at once and then left: its output goes on only
+  // to the terminal.
   void write(int rank, int stream, bool partial, std::string_view text);
+  // "rank-1.out (No space left on device), ..." for the files writing stopped, or "".
+  std::string failed_files() const;
 
  private:
+  struct File {
+    std::string path;
+    common::Fd fd;
+    std::string error;  // why writing it stopped
+  };
+  void write_file(File& f, int rank, std::string_view text);
   bool tag_;
-  std::vector<common::Fd> out_, err_;
+  std::vector<File> out_, err_;
 };
 
 }  // namespace gpurun::launcher

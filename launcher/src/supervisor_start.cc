@@ -163,6 +163,8 @@ std::vector<std::string> requeue_command(const Allocation& a) {
 }  // namespace
 
 int Supervisor::result() {
+  if (std::string lost = output_ ? output_->failed_files() : ""; !lost.empty())
+    tell(fmt::format("--output-dir: incomplete, writing them failed: {}", lost));
   if (failure_ && failure_->rank >= 0) {
     tell(fmt::format(
         "rank {} on {} {}{}; stopped {} other rank{}{}", failure_->rank, failure_->host,

@@ -61,3 +61,17 @@ for engine in mpirun local; do
   check "$engine" ""
   check "$engine" tag
 done
+
+# A rank file that cannot be written (rank-1.out on a full disk: a link to /dev/full) is said at
+# once and at the end; the output still reaches the terminal, the other files are complete.
+rm -rf "$work/full" && mkdir -p "$work/full" && ln -s /dev/full "$work/full/rank-1.out"
+rc=0
+"$gpurun" -q --scheduler local -n 2 --output-dir "$work/full" -- sh -c 'echo "hello from $RANK"' \
+  >"$work/full.stdout" 2>"$work/full.log" || rc=$?
+[[ $rc == 0 ]] || { echo "FAIL: the job exited $rc"; cat "$work/full.log"; exit 1; }
+grep -q "writing $work/full/rank-1.out failed: No space left on device" "$work/full.log" &&
+  grep -q -- "--output-dir: incomplete, writing them failed: $work/full/rank-1.out" "$work/full.log" ||
+  { echo "FAIL: the lost rank file was not said"; cat "$work/full.log"; exit 1; }
+grep -qx "hello from 1" "$work/full.stdout" && [[ $(cat "$work/full/rank-0.out") == "hello from 0" ]] ||
+  { echo "FAIL: the output did not reach the terminal and the other file"; exit 1; }
+echo "ok: a rank file on a full disk is said, and its output still reaches the terminal"
