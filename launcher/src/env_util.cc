@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cstring>
 #include <sstream>
 
 #include "gpurun/launcher/error.h"
@@ -76,6 +77,92 @@ std::string format_ranges(const std::vector<int>& v) {
     i = j + 1;
   }
   return out;
+}
+
+namespace {
+
+// The length of a NAME= start (env's names may hold '%', as BASH_FUNC_module%%), or 0.
+std::size_t name_and_equals(const std::string& s) {
+  std::size_t i = 0;
+  while (i < s.size() &&
+         (std::isalnum(static_cast<unsigned char>(s[i])) || s[i] == '_' || (i > 0 && s[i] == '%')))
+    ++i;
+  return i > 0 && i < s.size() && s[i] == '=' && !std::isdigit(static_cast<unsigned char>(s[0]))
+             ? i + 1
+             : 0;
+}
+
+// A shell word's value from `text` at `at` ("...", '...', bare with \ escapes); false when it
+// is not closed by the end of `text` (the caller adds the next line).
+bool shell_value(const std::string& text, std::string& out) {
+  out.clear();
+  char quote = 0;
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char c = text[i];
+    if (quote == '\'') {
+      if (c == '\'')
+        quote = 0;
+      else
+        out += c;
+    } else if (c == '\\' && i + 1 < text.size() &&
+               (!quote || std::string("$`\"\\\n").find(text[i + 1]) != std::string::npos)) {
+      out += text[++i];
+    } else if (quote == '"') {
+      if (c == '"')
+        quote = 0;
+      else
+        out += c;
+    } else if (c == '"' || c == '\'') {
+      quote = c;
+    } else {
+      out += c;
+    }
+  }
+  return quote == 0;
+}
+
+}  // namespace
+
+Env parse_env_text(const std::string& text, const std::string& origin) {
+  Env env;
+  std::istringstream is(text);
+  std::string line, last, pending;  // pending: a quoted value still open, with its name
+  int n = 0;
+  while (std::getline(is, line)) {
+    ++n;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (!pending.empty()) {  // inside an export's quoted value
+      pending += "\n" + line;
+      std::string v;
+      const std::size_t eq = name_and_equals(pending);
+      if (shell_value(pending.substr(eq), v)) env[last] = v, pending.clear();
+      continue;
+    }
+    std::string t = trim(line);
+    if (t.empty() || t[0] == '#') continue;
+    bool shell = false;
+    for (const char* p : {"export ", "declare -x "})
+      if (t.rfind(p, 0) == 0) t = trim(t.substr(std::strlen(p))), shell = true;
+    const std::size_t eq = name_and_equals(t);
+    if (eq == 0) {
+      if (!shell && !last.empty()) {  // env's next line of a multi-line value
+        env[last] += "\n" + line;
+        continue;
+      }
+      throw Error(fmt::format("{}:{}: expected NAME=VALUE, got '{}'", origin, n, line));
+    }
+    last = t.substr(0, eq - 1);
+    if (!shell) {
+      env[last] = t.substr(eq);
+    } else if (std::string v; shell_value(t.substr(eq), v)) {
+      env[last] = v;
+    } else {
+      pending = t;
+    }
+  }
+  if (!pending.empty())
+    throw Error(fmt::format("{}: the quoted value of {} is not closed", origin, last));
+  return env;
 }
 
 void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots) {

@@ -23,6 +23,13 @@ std::string trim(const std::string& s);
 // "0-3,8,10-11" for {0,1,2,3,8,10,11} (sorted, distinct): CPU lists, rank lists.
 std::string format_ranges(const std::vector<int>& sorted);
 
+// An environment as `env`, `printenv`, `export -p` or `declare -px` print it, for --env-file:
+// NAME=VALUE lines; a line that starts no NAME= continues the value before it (env prints a
+// multi-line value, as Lmod's BASH_FUNC_module%%, over several lines); after `export ` or
+// `declare -x ` the value is shell-quoted ("...", '...', \ escapes) and may span lines. Blank
+// lines and # comments are skipped. Throws Error naming `origin` and the line otherwise.
+Env parse_env_text(const std::string& text, const std::string& origin);
+
 // Adds `slots` to `host`'s node, appending the node on its first appearance (host files and
 // LSF's lists name a host once per slot, or once with a count; order is first appearance).
 void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots);

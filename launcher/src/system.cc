@@ -40,22 +40,7 @@ Env process_env() {
 Env read_env_file(const std::string& path) {
   auto text = common::read_file(path);
   if (!text) throw Error(fmt::format("--env-file {}: cannot be read", path));
-  Env env;
-  std::istringstream is(*text);
-  std::string line;
-  int n = 0;
-  while (std::getline(is, line)) {
-    ++n;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    std::string t = detail::trim(line);
-    if (t.empty() || t[0] == '#') continue;
-    if (t.rfind("export ", 0) == 0) t = detail::trim(t.substr(7));
-    auto eq = t.find('=');
-    if (eq == std::string::npos || eq == 0)
-      throw Error(fmt::format("--env-file {}:{}: expected KEY=VALUE, got '{}'", path, n, line));
-    env[t.substr(0, eq)] = t.substr(eq + 1);
-  }
-  return env;
+  return detail::parse_env_text(*text, "--env-file " + path);
 }
 
 int cpu_count() {

@@ -12,7 +12,7 @@
 namespace gpurun::launcher::sys {
 
 Env process_env();
-// Reads KEY=VALUE lines (split at the first '='; blank lines and # comments skipped).
+// Reads an environment dump (env_util.h's parse_env_text: env, export -p, declare -px).
 Env read_env_file(const std::string& path);
 int cpu_count();
 // CUDA devices through the driver API, loaded with dlopen so gpurun needs no CUDA at build or

@@ -3,6 +3,7 @@
 // the contradictions that must be refused with the variable named.
 #include <gtest/gtest.h>
 
+#include "env_util.h"
 #include "gpurun/launcher/allocation.h"
 #include "gpurun/launcher/error.h"
 #include "test_support.h"
@@ -253,4 +254,46 @@ TEST(Detect, SniffOrderAndForcing) {
   EXPECT_EQ(sniff_scheduler({}), Scheduler::local);
   EXPECT_NE(error_of(DetectInput{}, Scheduler::slurm).find("SLURM_JOB_ID is not set"),
             std::string::npos);
+}
+
+// --env-file reads real dumps: env's multi-line values (Lmod's BASH_FUNC_module%%), export -p
+// and declare -px quoting; what is none of these is refused naming the line.
+TEST(EnvFile, ReadsEnvExportAndDeclareDumps) {
+  using gpurun::launcher::detail::parse_env_text;
+  Env e = parse_env_text(
+      "SLURM_JOB_ID=42\n"
+      "BASH_FUNC_module%%=() {  local __lmod_sh_dbg;\n"
+      " eval \"$($LMOD_CMD shell \"$@\")\"\n"
+      "}\n"
+      "EMPTY=\n"
+      "URL=a=b\n",
+      "env");
+  EXPECT_EQ(e["SLURM_JOB_ID"], "42");
+  EXPECT_EQ(e["BASH_FUNC_module%%"],
+            "() {  local __lmod_sh_dbg;\n eval \"$($LMOD_CMD shell \"$@\")\"\n}");
+  EXPECT_EQ(e["EMPTY"], "");
+  EXPECT_EQ(e["URL"], "a=b");
+  Env x = parse_env_text(
+      "declare -x SLURM_TASKS_PER_NODE=\"2(x2)\"\n"
+      "export PS1='$ '\n"
+      "declare -x MSG=\"say \\\"hi\\\" \\$HOME\"\n"
+      "export TWO=\"line 1\nline 2\"\n"
+      "export PLAIN=x\n",
+      "export -p");
+  EXPECT_EQ(x["SLURM_TASKS_PER_NODE"], "2(x2)");
+  EXPECT_EQ(x["PS1"], "$ ");
+  EXPECT_EQ(x["MSG"], "say \"hi\" $HOME");
+  EXPECT_EQ(x["TWO"], "line 1\nline 2");
+  EXPECT_EQ(x["PLAIN"], "x");
+  auto error = [](const std::string& text) {
+    try {
+      parse_env_text(text, "f");
+    } catch (const Error& err) {
+      return std::string(err.what());
+    }
+    return std::string();
+  };
+  EXPECT_EQ(error("not a variable\n"), "f:1: expected NAME=VALUE, got 'not a variable'");
+  EXPECT_EQ(error("export 1X=2\n"), "f:1: expected NAME=VALUE, got 'export 1X=2'");
+  EXPECT_EQ(error("export A=\"open\n"), "f: the quoted value of A is not closed");
 }
