@@ -177,6 +177,13 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
   c.wrapper = wrapper(o, o.plan_text, c.container);
   switch (c.engine) {
     case Engine::fork:
+      // gpurun's own fork starts every rank on this host.
+      if (p.nodes.size() > 1)
+        throw Error(fmt::format(
+            "--launcher local starts every rank on this host, but the plan spreads {} ranks over "
+            "{} nodes: use the scheduler's engine (--launcher auto), or -n with one node's slots",
+            p.world_size, p.nodes.size()));
+      return c;
     case Engine::step:
       return c;
     case Engine::srun: {
@@ -220,6 +227,14 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
       break;
     }
     case Engine::jsrun: {
+      // jsrun's resource sets are the same on every host: --rs_per_host cannot say 2 here, 4 there.
+      for (const auto& n : p.nodes)
+        if (n.ranks != p.nodes.front().ranks)
+          throw Error(fmt::format(
+              "--launcher jsrun: the plan puts {} ranks on {} but {} on {}, and jsrun's "
+              "--rs_per_host is one number: use --nproc-per-node N (the same on every node), or "
+              "mpirun",
+              p.nodes.front().ranks, p.nodes.front().host, n.ranks, n.host));
       c.argv = {find(o, "jsrun").value_or("jsrun"),
                 fmt::format("--nrs={}", p.world_size),
                 "--tasks_per_rs=1",

@@ -6,6 +6,7 @@
 
 #include <boost/program_options.hpp>
 #include <cerrno>
+#include <cmath>
 #include <iostream>
 #include <sstream>
 
@@ -325,6 +326,14 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   return lo;
 }
 
+// A duration option's seconds: finite, and at least `min` (and more than 0 when `positive`).
+double seconds(const po::variables_map& vm, const char* name, bool positive) {
+  const double v = vm[name].as<double>();
+  if (!std::isfinite(v) || v < 0 || (positive && v == 0))
+    throw Error(fmt::format("--{} {}: expected seconds {}", name, v, positive ? "> 0" : ">= 0"));
+  return v;
+}
+
 RunConfig run_settings(const po::variables_map& vm, const Setup& s, const LaunchOptions& lo) {
   RunConfig cfg;
   cfg.alloc = s.alloc;
@@ -332,18 +341,17 @@ RunConfig run_settings(const po::variables_map& vm, const Setup& s, const Launch
   cfg.plan_options = s.popts;
   cfg.launch = lo;
   cfg.env = s.env;
-  cfg.start_timeout = vm["start-timeout"].as<double>();
-  cfg.kill_grace = vm["kill-grace"].as<double>();
-  cfg.stop_timeout = vm["stop-timeout"].as<double>();
-  if (vm.count("time-left")) cfg.time_left = vm["time-left"].as<double>();
-  cfg.checkpoint_before = vm["checkpoint-before"].as<double>();
+  cfg.start_timeout = seconds(vm, "start-timeout", true);
+  cfg.kill_grace = seconds(vm, "kill-grace", false);
+  cfg.stop_timeout = seconds(vm, "stop-timeout", false);
+  if (vm.count("time-left")) cfg.time_left = seconds(vm, "time-left", false);
+  cfg.checkpoint_before = seconds(vm, "checkpoint-before", false);
   cfg.checkpoint_signal =
       parse_signal(vm["checkpoint-signal"].as<std::string>(), "--checkpoint-signal");
   if (vm.count("control-addr")) cfg.control_addr = vm["control-addr"].as<std::string>();
   cfg.quiet = vm.count("quiet") > 0;
   cfg.requeue = vm.count("requeue") > 0;
-  cfg.hang_timeout = vm["hang-timeout"].as<double>();
-  if (cfg.hang_timeout < 0) throw Error("--hang-timeout: expected seconds >= 0 (0: off)");
+  cfg.hang_timeout = seconds(vm, "hang-timeout", false);  // 0: off
   cfg.max_restarts = vm["max-restarts"].as<int>();
   if (cfg.max_restarts < 0) throw Error("--max-restarts: expected 0 or more");
   if (vm.count("output-dir")) cfg.output_dir = vm["output-dir"].as<std::string>();

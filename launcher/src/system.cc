@@ -148,6 +148,7 @@ std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& jo
 }
 
 std::optional<int> program_error(const Env& env, const std::string& program) {
+  if (program.empty()) return ENOENT;  // as a shell says for '': not found, 127
   int err = ENOENT;
   for (const auto& p : proc::program_candidates(program, env)) {
     struct stat st {};

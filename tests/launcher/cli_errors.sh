@@ -34,6 +34,15 @@ tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 printf 'gn1\ngn2\ngn1\ngn2\n' >"$tmp/nodefile"
 printf 'PBS_JOBID=7.pbs\nPBS_NODEFILE=%s\n' "$tmp/nodefile" >"$tmp/pbs.env"
 expect_fail "PBS_NODEFILE names a host's slots apart" "$gpurun" --dry-run --env-file "$tmp/pbs.env" --launcher pbsdsh -- true
+# Durations that are no number of seconds; a multi-node plan on --launcher local; an empty name.
+expect_fail "--kill-grace -5: expected seconds >= 0" "$gpurun" --scheduler local -n 1 --kill-grace -5 -- true
+expect_fail "--start-timeout nan: expected seconds > 0" "$gpurun" --scheduler local -n 1 --start-timeout nan -- true
+expect_fail "--launcher local starts every rank on this host, but the plan spreads 4 ranks over 2 nodes" \
+  env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x2)' "$gpurun" --launcher local --dry-run -- true
+expect_fail "the plan puts 2 ranks on h1 but 4 on h2" \
+  env LSB_JOBID=5 LSB_MCPU_HOSTS='h1 2 h2 4' "$gpurun" --launcher jsrun --dry-run -- true
+rc=0; "$gpurun" -q --scheduler local -n 1 -- '' 2>/dev/null || rc=$?
+[[ $rc == 127 ]] || { echo "FAIL: an empty program name exited $rc, want 127"; exit 1; }
 # A program that cannot start is reported with its exit status 127.
 rc=0; "$gpurun" -q --scheduler local -n 2 -- no-such-program-xyz 2>/dev/null || rc=$?
 [[ $rc == 127 ]] || { echo "FAIL: missing program exited $rc, want 127"; exit 1; }
