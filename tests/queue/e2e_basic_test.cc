@@ -291,3 +291,30 @@ TEST(GpuqE2E, WrapAndUnknownOptions) {
   EXPECT_NE(both.rc, 0);
   EXPECT_NE(both.err.find("--wrap takes the place of a script"), std::string::npos) << both.err;
 }
+
+// What sbatch refuses at submission is refused here too, instead of a FAILED job later: DOS line
+// breaks, an interpreter that does not exist; a script over the request limit says so (it was
+// "Broken pipe"); history -n -1 is an error (it listed everything).
+TEST(GpuqE2E, UnrunnableScriptsAreRefusedAtSubmit) {
+  Daemon d;
+  d.script("dos.sh", "#!/bin/sh\r\necho hi\r\n");
+  Result dos = sh(fmt::format("cd {} && {} submit dos.sh", d.dir(), d.cli()));
+  EXPECT_NE(dos.rc, 0);
+  EXPECT_NE(dos.err.find("dos.sh has DOS line breaks"), std::string::npos) << dos.err;
+  d.script("nointerp.sh", "#!/bin/no-such-shell\necho hi\n");
+  Result ni = sh(fmt::format("cd {} && {} submit nointerp.sh", d.dir(), d.cli()));
+  EXPECT_NE(ni.rc, 0);
+  EXPECT_NE(ni.err.find("the interpreter '/bin/no-such-shell' of its #! line does not exist"),
+            std::string::npos)
+      << ni.err;
+  Result big = sh(fmt::format(
+      "cd {} && {{ echo '#!/bin/sh'; head -c 9000000 /dev/zero | tr '\\0' '#'; }} > big.sh && "
+      "{} submit big.sh",
+      d.dir(), d.cli()));
+  EXPECT_NE(big.rc, 0);
+  EXPECT_NE(big.err.find("more than gpuq's limit of 8 MiB"), std::string::npos) << big.err;
+  Result h = d.gpuq("history -n -1");
+  EXPECT_NE(h.rc, 0);
+  EXPECT_NE(h.err.find("-n -1: expected 0 or more"), std::string::npos) << h.err;
+  EXPECT_EQ(d.gpuq("queue --noheader").out, "") << "a refused submission left a job";
+}

@@ -196,6 +196,11 @@ TEST(GpuqE2E, PerUserGpuLimit) {
   EXPECT_NE(q.find("QOSMaxGRESPerUser"), std::string::npos) << q;
   for (auto id : ids) d.wait_final(id, 30);
   EXPECT_EQ(check_exclusive(read_intervals(d.dir() + "/intervals.log")), 1);
+  // A job above the limit could never run: refused at submit, not left pending forever.
+  Result big = d.gpuq(fmt::format("submit --gpus=2 {}/iv.sh", d.dir()));
+  EXPECT_NE(big.rc, 0);
+  EXPECT_NE(big.err.find("asks for 2 GPUs but a user may hold at most 1"), std::string::npos)
+      << big.err;
 }
 
 TEST(GpuqE2E, ArrayIdActsOnEveryTask) {

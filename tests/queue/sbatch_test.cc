@@ -152,6 +152,22 @@ TEST(Arrays, RangesStepsListsAndCap) {
   EXPECT_THROW(parse_array("5-1"), std::invalid_argument);
   EXPECT_THROW(parse_array("0-100000"), std::invalid_argument);  // more than 10,000 tasks
   EXPECT_THROW(parse_array("1:0"), std::invalid_argument);
+  EXPECT_THROW(parse_array("0-3%0"), std::invalid_argument);  // it meant no cap at all
+}
+
+// A count that is not one ("gpu:-1", "gpu:2x") is refused; it was taken for a type: 1 GPU.
+TEST(Gres, MalformedCountsAreNotTypes) {
+  EXPECT_THROW(parse_gres_gpus("gpu:-1"), std::invalid_argument);
+  EXPECT_THROW(parse_gres_gpus("gpu:2x"), std::invalid_argument);
+  EXPECT_EQ(parse_gres_gpus("gpu:v100-sxm2"), 1);
+  try {
+    parse_sbatch_options({"--priority=-5"});
+    FAIL() << "--priority=-5 was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("expected an integer from 0 to 1000000"),
+              std::string::npos)
+        << e.what();
+  }
 }
 
 TEST(Gres, GpuCounts) {

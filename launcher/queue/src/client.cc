@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <boost/program_options.hpp>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -42,6 +43,11 @@ nlohmann::json call(const std::string& socket, const nlohmann::json& req) {
   auto deadline =
       std::chrono::steady_clock::now() + std::chrono::milliseconds(int64_t(retry_s * 1000));
   const std::string bytes = frame(req.dump());
+  if (bytes.size() > kMaxRequestBytes + 4)
+    throw std::invalid_argument(
+        fmt::format("the request is {:.1f} MiB, more than gpuq's limit of {} MiB (a script and its "
+                    "environment must fit)",
+                    bytes.size() / 1048576.0, kMaxRequestBytes >> 20));
   while (true) {
     try {
       Fd fd = connect_unix(socket);
@@ -108,6 +114,25 @@ size_t invalid_utf8_at(const std::string& s) {
     at = static_cast<size_t>(ip - in.data());
   iconv_close(cd);
   return at;
+}
+
+// What sbatch refuses too, said before the job is queued (it failed later, as 'exec ...: No such
+// file or directory'): DOS line breaks, and an interpreter in #! that is not an executable file
+// here (the job runs on this machine, as this user).
+void require_runnable(const std::string& script, const std::string& name) {
+  if (script.find("\r\n") != std::string::npos)
+    throw std::invalid_argument(fmt::format(
+        "{} has DOS line breaks (\\r\\n), which the shell reads as part of each command: convert "
+        "it, e.g. dos2unix",
+        name));
+  if (script.rfind("#!", 0) != 0) return;  // the daemon says what a batch script must start with
+  std::istringstream first_line(script.substr(2, script.find('\n') - 2));
+  std::string interp;
+  first_line >> interp;
+  if (!interp.empty() && ::access(interp.c_str(), X_OK) != 0)
+    throw std::invalid_argument(
+        fmt::format("{}: the interpreter '{}' of its #! line {}", name, interp,
+                    errno == ENOENT ? "does not exist" : "is not executable by you"));
 }
 
 // gpuq keeps a job's script, arguments and environment as JSON text, which must be UTF-8: a
@@ -226,6 +251,7 @@ int cmd_submit(const Args& a) {
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
   nlohmann::json env = queue_env().all;
   require_utf8(script, script_name == "sbatch" ? "the script" : script_name, args, env);
+  require_runnable(script, script_name == "sbatch" ? "the script" : script_name);
   if (invalid_utf8_at(cwd) != std::string::npos)
     throw std::invalid_argument(
         "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "
@@ -416,7 +442,7 @@ int cmd_history(const Args& a) {
   po::options_description desc("gpuq history options");
   desc.add_options()("all-users,a", "every user's jobs (root sees all by default)")(
       "user,u", po::value<std::string>(), "only this user's jobs")(
-      "limit,n", po::value<size_t>()->default_value(0), "only the newest N jobs (0 = all)")(
+      "limit,n", po::value<long long>()->default_value(0), "only the newest N jobs (0 = all)")(
       "noheader", "no header lines")("json", "the daemon's JSON documents");
   Parsed p;
   if (!parse(a, desc, nullptr,
@@ -425,9 +451,11 @@ int cmd_history(const Args& a) {
              "GPUs.",
              &p))
     return 0;
-  nlohmann::json req = {{"op", "history"},
-                        {"all_users", p.vm.count("all-users") > 0},
-                        {"limit", p.vm["limit"].as<size_t>()}};
+  // As size_t, boost read -1 as 2^64-1: every job.
+  const long long limit = p.vm["limit"].as<long long>();
+  if (limit < 0) throw std::invalid_argument(fmt::format("-n {}: expected 0 or more", limit));
+  nlohmann::json req = {
+      {"op", "history"}, {"all_users", p.vm.count("all-users") > 0}, {"limit", limit}};
   if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
   auto reply = call(p.socket, req);
   if (p.vm.count("json")) {

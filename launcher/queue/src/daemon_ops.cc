@@ -109,6 +109,12 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
         fmt::format("the job asks for {} GPUs but this gpuq pool has {} "
                     "([{}])",
                     gpus, cfg_.gpus.size(), join_ids(cfg_.gpus)));
+  // A job no user may ever run would wait forever as (QOSMaxGRESPerUser).
+  if (cfg_.max_gpus_per_user > 0 && gpus > cfg_.max_gpus_per_user)
+    throw std::invalid_argument(
+        fmt::format("the job asks for {} GPUs but a user may hold at most {} at a time "
+                    "(gpuq daemon --max-gpus-per-user)",
+                    gpus, cfg_.max_gpus_per_user));
   std::vector<Dependency> deps = r.dependencies.value_or(std::vector<Dependency>{});
   for (const auto& d : deps)
     if (!states_.count(d.job_id) && !array_members_.count(d.job_id))

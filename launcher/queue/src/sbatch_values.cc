@@ -2,6 +2,7 @@
 // file patterns (see sbatch.h), plus the helpers of parse_util.h.
 #include <fmt/format.h>
 
+#include <cctype>
 #include <csignal>
 #include <set>
 #include <stdexcept>
@@ -22,7 +23,8 @@ bool all_digits(const std::string& s) {
 }
 
 int64_t to_int(const std::string& s, const std::string& what, int64_t max) {
-  if (!all_digits(s) || s.size() > 12) bad(fmt::format("{}: '{}' is not a number", what, s));
+  if (!all_digits(s) || s.size() > 12)
+    bad(fmt::format("{}: '{}' is not a number (expected an integer from 0 to {})", what, s, max));
   int64_t v = std::stoll(s);
   if (v > max) bad(fmt::format("{}: {} is larger than {}", what, v, max));
   return v;
@@ -148,6 +150,7 @@ ArraySpec parse_array(const std::string& text) {
   size_t pct = text.find('%');
   if (pct != std::string::npos) {
     a.max_running = static_cast<int>(to_int(text.substr(pct + 1), "--array %limit", 100000));
+    if (a.max_running == 0) bad(fmt::format("--array '{}': the %limit must be at least 1", text));
     list = text.substr(0, pct);
   }
   std::set<int> seen;
@@ -186,7 +189,11 @@ int parse_gres_gpus(const std::string& text) {
       total += 1;
     } else {
       const std::string& last = parts.back();
-      if (parts.size() == 2 && !all_digits(last)) {
+      // A type is a name (a100, v100-sxm2); what starts with a digit or '-' was meant as a
+      // count: "gpu:-1" or "gpu:2x" ran with one GPU as if it named a type.
+      const bool type_name =
+          !last.empty() && !std::isdigit(static_cast<unsigned char>(last[0])) && last[0] != '-';
+      if (parts.size() == 2 && type_name) {
         total += 1;  // gpu:type
       } else {
         if (parts.size() > 3) bad(fmt::format("--gres '{}': too many ':'", text));
