@@ -8,9 +8,11 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <fstream>
 #include <random>
 #include <thread>
 
+#include "gpurun/queue/protocol.h"
 #include "harness.h"
 
 using namespace gpuq_test;
@@ -115,4 +117,51 @@ TEST(GpuqUsers, OnlyRootSetsAPriority) {
   d.script("root.sh", "#!/bin/sh\ntrue\n");
   int64_t id = d.submit("--priority=5 root.sh");
   EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
+}
+
+namespace {
+
+// The daemon's resident memory, from /proc.
+long rss_mib(pid_t pid) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  while (std::getline(in, line))
+    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6)) / 1024;
+  return -1;
+}
+
+}  // namespace
+
+// One user's clients that ask for a big reply (the 7 MB queue of a 10,000-task array, 0.25 s to
+// build) and never read it cannot stall the daemon for another user, nor make it hold every
+// reply: the daemon serves one request per user per turn, and stops reading a user's requests
+// while 64 MB of that user's replies wait. It served them in arrival order (another user waited
+// behind 200 x 0.25 s and was dropped), and held them all (1-2 GB).
+TEST(GpuqUsers, OneUsersStuckClientsCannotStallAnother) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d;
+  TestUser alice("gqs");
+  d.script("held.sh", "#!/bin/sh\ntrue\n");
+  int64_t a = d.submit("--hold --array=0-9999 held.sh");
+  std::vector<gpurun::queue::Fd> stuck;
+  for (int i = 0; i < 200; ++i) {
+    stuck.push_back(gpurun::queue::connect_unix(d.socket()));
+    gpurun::queue::write_all(stuck.back().get(), gpurun::queue::frame(R"({"op":"queue"})"));
+  }
+  auto t0 = std::chrono::steady_clock::now();
+  Result q = alice.run(d.cli() + " queue --noheader --me");
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  EXPECT_EQ(q.rc, 0) << q.err;
+  EXPECT_LT(secs, 5.0) << "alice waited behind root's stuck clients";
+  EXPECT_LT(rss_mib(d.pid()), 600) << "the daemon holds every stuck client's reply";
+  stuck.clear();
+  // After a restart the array's task ids are read once, at the first ID_TASK lookup.
+  d.kill9();
+  d.start();
+  for (int t : {9999, 1, 5000}) {
+    Result s = d.gpuq(fmt::format("show --json {}_{}", a, t));
+    ASSERT_EQ(s.rc, 0) << s.err;
+    EXPECT_NE(s.out.find(fmt::format("\"array_task_id\": {}", t)), std::string::npos) << t;
+  }
+  EXPECT_EQ(d.gpuq(fmt::format("cancel {}", a)).rc, 0);
 }

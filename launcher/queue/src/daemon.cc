@@ -12,8 +12,11 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <map>
+#include <set>
 #include <stdexcept>
 #include <thread>
 
@@ -29,8 +32,13 @@ void make_dir(const std::string& path, mode_t mode) {
   ::chmod(path.c_str(), mode);
 }
 
-constexpr int64_t kClientTimeoutMs = 10000;  // a client that sends nothing is dropped
+constexpr int64_t kClientTimeoutMs = 10000;  // a client that sends or reads nothing is dropped
 constexpr size_t kMaxClients = 512;          // connections served at once
+constexpr size_t kMaxClientsPerUser = 64;    // so one user cannot take every slot
+// Replies built and not yet read, per user: past it that user's next requests wait unread, so
+// clients that ask for the 7 MB queue of a 10,000-task array and never read it cannot make the
+// daemon hold gigabytes.
+constexpr size_t kMaxPendingReplyBytes = size_t(64) << 20;
 
 }  // namespace
 
@@ -130,12 +138,16 @@ void Daemon::accept_clients() {
     }
     Conn c;
     c.fd = Fd(fd);
-    if (conns_.size() >= kMaxClients) continue;  // closed at once: one user cannot starve others
+    if (conns_.size() >= kMaxClients) continue;  // closed at once
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
+    if (std::count_if(conns_.begin(), conns_.end(), [&](const auto& kv) {
+          return kv.second.peer.uid == cred.uid;
+        }) >= static_cast<long>(kMaxClientsPerUser))
+      continue;  // closed at once: one user cannot starve the others
     c.peer = {cred.uid, cred.gid, cred.pid};
-    c.opened_ms = now_ms();
+    c.last_ms = now_ms();
     conns_.emplace(fd, std::move(c));
   }
 }
@@ -158,6 +170,7 @@ void Daemon::on_readable(Conn& c) {
       if (errno != EAGAIN && errno != EINTR) c.out_off = SIZE_MAX;
       return;
     }
+    c.last_ms = now_ms();
     bool complete = false;
     try {
       complete = c.reader.feed(buf, static_cast<size_t>(n));
@@ -166,6 +179,12 @@ void Daemon::on_readable(Conn& c) {
       return;
     }
     if (!complete) continue;
+    // A client that sent its request and hung up gets nothing: do not build the reply.
+    pollfd peer{c.fd.get(), POLLOUT, 0};
+    if (::poll(&peer, 1, 0) == 1 && (peer.revents & (POLLHUP | POLLERR))) {
+      c.out_off = SIZE_MAX;
+      return;
+    }
     nlohmann::json resp;
     try {
       auto req = nlohmann::json::parse(c.reader.payload());
@@ -187,6 +206,7 @@ bool Daemon::flush(Conn& c) {
         ::send(c.fd.get(), c.out.data() + c.out_off, c.out.size() - c.out_off, MSG_NOSIGNAL);
     if (w < 0) return errno == EAGAIN || errno == EINTR;
     c.out_off += static_cast<size_t>(w);
+    c.last_ms = now_ms();
   }
   return c.out.empty();  // keep reading until a reply exists; close once it is sent
 }
@@ -214,9 +234,17 @@ int Daemon::run() {
       fds.push_back({r.pidfd.get(), POLLIN, 0});
       runner_ids.push_back(id);
     }
-    size_t conn_base = fds.size();
-    for (auto& [fd, c] : conns_)
-      fds.push_back({fd, static_cast<short>(c.out.empty() ? POLLIN : POLLOUT), 0});
+    std::map<uid_t, size_t> pending;  // reply bytes built and not yet read, per user
+    for (const auto& [fd, c] : conns_)
+      if (c.out_off != SIZE_MAX) pending[c.peer.uid] += c.out.size() - c.out_off;
+    auto full = [&](const Conn& c) { return pending[c.peer.uid] > kMaxPendingReplyBytes; };
+    const size_t conn_base = fds.size();
+    for (auto& [fd, c] : conns_) {
+      // Past its user's pending-reply bound, a request waits unread (poll still says when the
+      // peer leaves).
+      const short want = !c.out.empty() ? POLLOUT : full(c) ? 0 : POLLIN;
+      fds.push_back({fd, want, 0});
+    }
     // Runners without a pidfd (pidfd_open unavailable) are polled every 100 ms.
     bool polling = runner_ids.size() < runners_.size();
     int rc = ::poll(fds.data(), fds.size(), dirty_ ? 0 : polling ? 100 : 1000);
@@ -246,10 +274,21 @@ int Daemon::run() {
         if (!r.pidfd && ::kill(r.pid, 0) != 0 && errno == ESRCH) gone.push_back(id);
       for (auto id : gone) on_supervisor_exit(id);
     }
+    // One request per user per turn: a user's flood of connections (each asking for the queue
+    // of a 10,000-task array, 0.25 s to build) cannot keep the others waiting.
+    std::set<uid_t> served;
     for (size_t i = conn_base; i < fds.size(); ++i) {
       auto it = conns_.find(fds[i].fd);
-      if (it != conns_.end() && (fds[i].revents & (POLLIN | POLLHUP | POLLERR)))
-        on_readable(it->second);
+      if (it == conns_.end()) continue;
+      Conn& c = it->second;
+      const bool hup = fds[i].revents & (POLLHUP | POLLERR);
+      c.waiting = c.out.empty() && ((fds[i].revents & POLLIN) || full(c));
+      if (!(fds[i].revents & POLLIN) && !hup) continue;
+      if (!hup && (full(c) || served.count(c.peer.uid))) continue;
+      c.waiting = false;
+      on_readable(c);
+      if (!c.out.empty()) served.insert(c.peer.uid);
+      pending[c.peer.uid] += c.out.size();
     }
     if (dirty_) {
       dirty_ = false;
@@ -273,7 +312,7 @@ int Daemon::run() {
     int64_t now = now_ms();
     for (auto it = conns_.begin(); it != conns_.end();) {
       Conn& c = it->second;
-      if (!flush(c) || (c.out.empty() && now - c.opened_ms > kClientTimeoutMs))
+      if (!flush(c) || (now - c.last_ms > kClientTimeoutMs && !c.waiting))
         it = conns_.erase(it);
       else
         ++it;

@@ -176,6 +176,7 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   for (auto& j : jobs) {
     states_[j.id] = j.state;
     if (j.array_job_id) array_members_[j.array_job_id].push_back(j.id);
+    if (j.array_job_id) array_tasks_[j.array_job_id][j.array_task_id] = j.id;
     active_.emplace(j.id, std::move(j));
   }
   dirty_ = true;
@@ -224,6 +225,23 @@ nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
   return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}};
 }
 
+std::optional<int64_t> Daemon::array_task_member(int64_t array_id, int64_t task) {
+  auto members = array_members_.find(array_id);
+  if (members == array_members_.end()) return std::nullopt;
+  auto tasks = array_tasks_.find(array_id);
+  if (tasks == array_tasks_.end()) {  // an array from before this daemon started
+    tasks = array_tasks_.emplace(array_id, std::map<int64_t, int64_t>{}).first;
+    for (int64_t m : members->second) {
+      auto a = active_.find(m);
+      auto job = a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(m);
+      if (job) tasks->second[job->array_task_id] = m;
+    }
+  }
+  auto it = tasks->second.find(task);
+  if (it == tasks->second.end()) return std::nullopt;
+  return it->second;
+}
+
 std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req, std::set<int64_t>* via_array) {
   std::vector<int64_t> out;
   for (const auto& item : req.at("ids")) {
@@ -237,18 +255,9 @@ std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req, std::set<int
     int64_t id = number(text.substr(0, us));
     auto members = array_members_.find(id);
     if (us != std::string::npos) {
-      int64_t task = number(text.substr(us + 1));
-      bool found = false;
-      if (members != array_members_.end())
-        for (int64_t m : members->second) {
-          auto a = active_.find(m);
-          auto job = a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(m);
-          if (job && job->array_task_id == task) {
-            out.push_back(m);
-            found = true;
-          }
-        }
-      if (!found) throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+      auto member = array_task_member(id, number(text.substr(us + 1)));
+      if (!member) throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+      out.push_back(*member);
     } else if (members != array_members_.end()) {
       out.insert(out.end(), members->second.begin(), members->second.end());
       if (via_array) via_array->insert(members->second.begin(), members->second.end());
