@@ -207,9 +207,14 @@ TEST(GpuqWeb, ServesNoJobOutputNoEnvironmentAndGivesUpRoot) {
   while (read_text(fmt::format("{}/slurm-{}.out", d.dir(), id)).empty() && Clock::now() < deadline)
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   ASSERT_NE(read_text(fmt::format("{}/slurm-{}.out", d.dir(), id)), "") << "the job wrote nothing";
+  // A job that cannot start: its reason names the folder ("chdir <dir>/gone: ..."), for gpuq show.
+  int64_t failed = d.submit(fmt::format("-D {}/gone --gres=gpu:1 sleep.sh", d.dir()));
+  ASSERT_EQ(d.wait_final(failed)["state"], "FAILED");
+  ASSERT_NE(d.show(failed)["reason"].get<std::string>().find(d.dir()), std::string::npos);
   WebServer w(d);
   for (std::string path : {std::string("/"), std::string("/api/status"), std::string("/metrics"),
-                           fmt::format("/job/{}", id), fmt::format("/job/{}", id + 1)}) {
+                           fmt::format("/job/{}", id), fmt::format("/job/{}", id + 1),
+                           fmt::format("/job/{}", failed)}) {
     Response r = get(w.port(), path);
     EXPECT_EQ(r.status, 200) << path;
     EXPECT_EQ(r.body.find("SECRET-OUTPUT-4711"), std::string::npos) << path;

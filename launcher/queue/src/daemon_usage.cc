@@ -25,6 +25,12 @@ nlohmann::json figure(const std::optional<double>& v) {
 }  // namespace
 
 // What the page, /api/status and `gpuq stats` show of a job: no environment, script or paths.
+// A reason fit for the web page and /api/status, which serve no path: a failure to start names
+// the user's folders ("chdir /home/alice/x: ..."); those become Slurm's JobLaunchFailure.
+std::string public_reason(const std::string& reason) {
+  return reason.find('/') == std::string::npos ? reason : "JobLaunchFailure";
+}
+
 nlohmann::json job_brief(const Job& j, int64_t now) {
   int64_t end = j.end_ms ? j.end_ms : now;
   return {{"job_id", j.id},
@@ -33,7 +39,7 @@ nlohmann::json job_brief(const Job& j, int64_t now) {
           {"user", j.user},
           {"account", j.account},
           {"state", state_name(j.state)},
-          {"reason", j.reason},
+          {"reason", public_reason(j.reason)},
           {"gpus", j.gpus},
           {"gpus_requested", j.gpus_requested},
           {"cpus", j.cpus},
