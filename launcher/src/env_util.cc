@@ -121,6 +121,23 @@ bool shell_value(const std::string& text, std::string& out) {
   return quote == 0;
 }
 
+// Drops an `export ` or `declare -FLAGS ` prefix (export -p, declare -px: -x, -rx, -ix, ...) from
+// `t`; true when there was one, and the value is then shell-quoted.
+bool shell_prefix(std::string& t) {
+  std::size_t at = 0;
+  if (t.rfind("export ", 0) == 0) {
+    at = 7;
+  } else if (t.rfind("declare -", 0) == 0) {
+    at = t.find(' ', 9);
+    if (at == std::string::npos) return false;
+    ++at;
+  } else {
+    return false;
+  }
+  t = trim(t.substr(at));
+  return true;
+}
+
 }  // namespace
 
 Env parse_env_text(const std::string& text, const std::string& origin) {
@@ -138,14 +155,19 @@ Env parse_env_text(const std::string& text, const std::string& origin) {
       if (shell_value(pending.substr(eq), v)) env[last] = v, pending.clear();
       continue;
     }
+    // env's next line of a multi-line value (a function's body: indented, or a closing brace).
+    const bool indented = !line.empty() && (line[0] == ' ' || line[0] == '\t');
+    if (indented && !last.empty()) {
+      env[last] += "\n" + line;
+      continue;
+    }
     std::string t = trim(line);
     if (t.empty() || t[0] == '#') continue;
-    bool shell = false;
-    for (const char* p : {"export ", "declare -x "})
-      if (t.rfind(p, 0) == 0) t = trim(t.substr(std::strlen(p))), shell = true;
+    const bool shell = shell_prefix(t);
     const std::size_t eq = name_and_equals(t);
     if (eq == 0) {
-      if (!shell && !last.empty()) {  // env's next line of a multi-line value
+      if (shell && name_and_equals(t + "=") == t.size() + 1) continue;  // exported, unset
+      if (!shell && !last.empty()) {
         env[last] += "\n" + line;
         continue;
       }

@@ -326,11 +326,13 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   return lo;
 }
 
-// A duration option's seconds: finite, and at least `min` (and more than 0 when `positive`).
+// A duration option's seconds: finite, from 0 (or more than 0 when `positive`) to 10^8 (three
+// years: the wrappers' plan carries them in milliseconds).
 double seconds(const po::variables_map& vm, const char* name, bool positive) {
   const double v = vm[name].as<double>();
-  if (!std::isfinite(v) || v < 0 || (positive && v == 0))
-    throw Error(fmt::format("--{} {}: expected seconds {}", name, v, positive ? "> 0" : ">= 0"));
+  if (!std::isfinite(v) || v < 0 || (positive && v == 0) || v > 1e8)
+    throw Error(fmt::format("--{} {}: expected seconds {} and at most 100000000", name, v,
+                            positive ? "> 0" : ">= 0"));
   return v;
 }
 

@@ -113,8 +113,9 @@ bool Supervisor::signal_before_start(int sig) {
   if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
     forwarded_stop_signal_ = sig;  // the user asked to stop: no restart
     failure_ = Failure{-1, "", "was stopped", 128 + sig, proc::now_seconds() - t0_, false};
-    begin_stop(fmt::format("{} before every rank's program started: stopping the launch",
-                           common::signal_name(sig)));
+    tell(fmt::format("{} before every rank's program started: stopping the launch",
+                     common::signal_name(sig)));
+    begin_stop("");
     return true;
   }
   if (sig != SIGUSR1 && sig != SIGUSR2) return false;
@@ -224,6 +225,7 @@ void Supervisor::on_message(Conn& c, const control::Progress& m) {
 // A checkpoint signal that came before the programs ran goes out kPendingSignalSettle after the
 // last one started: sooner, a program that has not installed its handler yet would die of it.
 void Supervisor::send_pending_signals() {
+  if (stopping_) return;  // kept for the next attempt (--max-restarts)
   for (int sig : pending_signals_) {
     say(fmt::format("forwarding the {} that came before every rank's program started",
                     common::signal_name(sig)));
@@ -278,8 +280,12 @@ void Supervisor::on_timer(Timer t) {
       return;
     case Timer::checkpoint:
       checkpoint_at_ = 0;
-      if (running_ < world_ && !stopping_) {
-        signal_before_start(cfg_.checkpoint_signal);
+      if (running_ < world_ && !stopping_) {  // whatever the signal: it waits, it does not stop
+        pending_signals_.push_back(cfg_.checkpoint_signal);
+        say(
+            fmt::format("job time nearly over before every rank's program started: {} goes out "
+                        "{:.0f} s after the last starts",
+                        common::signal_name(cfg_.checkpoint_signal), kPendingSignalSettle));
         return;
       }
       say(fmt::format("job time nearly over: sending {} to all ranks to checkpoint",
@@ -385,12 +391,14 @@ void Supervisor::begin_stop(const std::string& why) {
     if (s.started && !s.exited && (!failure_ || failure_->rank != r)) ++stopped_others_;
   }
   broadcast(control::Stop{});
-  // The wrappers end their programs (KILL after 5 s); the engine then sees its tasks gone and
-  // exits by itself (mpirun takes 1-3 s to wind down an abort, and may crash when signalled
+  // The wrappers end their programs (KILL after --kill-grace); the engine then sees its tasks gone
+  // and exits by itself (mpirun takes 1-3 s to wind down an abort, and may crash when signalled
   // meanwhile). Only an engine that lingers gets TERM and, --kill-grace later, KILL.
   double now = proc::now_seconds();
-  timers_.set(Timer::engine_term, now + kEngineLinger);
-  timers_.set(Timer::engine_kill, now + kEngineLinger + cfg_.kill_grace);
+  // Not before the ranks' own grace is over: a TERM to the engine would cut it short.
+  const double linger = std::max(kEngineLinger, cfg_.kill_grace + 2);
+  timers_.set(Timer::engine_term, now + linger);
+  timers_.set(Timer::engine_kill, now + linger + cfg_.kill_grace);
   if (!why.empty()) say(why);
 }
 

@@ -58,7 +58,9 @@ class Supervisor {
   struct RankState {
     bool started = false, reached = false, running = false, exited = false;
     std::string host, iface, reach_error;
-    double last_progress = 0, step_since = 0;  // step_since: when `step` took its value
+    double last_progress = 0;
+    double step_since = 0;    // when `step` took its value
+    double behind_since = 0;  // since when its step is below the highest (0: it is not)
     std::int64_t step = -1;
     std::optional<std::string> stacks;
   };

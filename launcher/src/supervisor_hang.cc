@@ -38,7 +38,12 @@ void Supervisor::check_hang() {
     return;
   }
   for (int i = 0; i < world_; ++i) {
-    const RankState& r = rank(i);
+    RankState& r = rank(i);
+    const bool behind = r.running && !r.exited && r.step >= 0 && r.step < top;
+    if (!behind)
+      r.behind_since = 0;
+    else if (r.behind_since == 0)
+      r.behind_since = now;
     if (stuck_behind(r, top, now)) {
       begin_hang(fmt::format("rank {}'s step ({}) stayed behind the others' ({}) for {:.0f} s", i,
                              r.step, top, s));
@@ -47,11 +52,12 @@ void Supervisor::check_hang() {
   }
 }
 
-// Behind the highest step, and not one step further for --hang-timeout seconds. A slower rank
-// that still advances is not stuck; a rank that never beat (it only prints) has no step to judge.
+// Behind the highest step for --hang-timeout seconds, and not one step further meanwhile. A
+// slower rank that still advances is not stuck, nor are ranks that all sat on one long step (an
+// evaluation) until the first moves on; a rank that never beat (it only prints) has no step.
 bool Supervisor::stuck_behind(const RankState& r, std::int64_t top, double now) const {
-  return r.running && !r.exited && r.step >= 0 && r.step < top &&
-         now - r.step_since >= cfg_.hang_timeout;
+  return r.running && !r.exited && r.step >= 0 && r.step < top && r.behind_since > 0 &&
+         now - std::max(r.step_since, r.behind_since) >= cfg_.hang_timeout;
 }
 
 void Supervisor::begin_hang(const std::string& why) {

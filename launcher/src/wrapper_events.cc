@@ -156,10 +156,11 @@ void RankWrapper::stop_program() {
     return;
   }
   child_.signal_group(SIGTERM);
-  child_.signal_group(SIGCONT);  // a stopped process takes its TERM now, not when continued
-  if (!signalled_at_) signalled_at_ = proc::now_seconds();
-  if (!timers_.armed(Timer::kill))
-    timers_.set(Timer::kill, proc::now_seconds() + plan_.wrapper.kill_grace);
+  child_.signal_group(SIGCONT);       // a stopped process takes its TERM now, not when continued
+  if (!timers_.armed(Timer::kill)) {  // the stop's grace runs from now, whatever came before
+    signalled_at_ = proc::now_seconds();
+    timers_.set(Timer::kill, *signalled_at_ + plan_.wrapper.kill_grace);
+  }
 }
 
 void RankWrapper::report(const control::ToSupervisor& m) {

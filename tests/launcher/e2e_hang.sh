@@ -79,11 +79,16 @@ timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2
 timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2 \
   -- sh -c 'for i in 1 2 3 4 5 6; do echo tick; sleep 0.5; done' >/dev/null 2>"$work/log" ||
   fail "printing ranks were stopped"
-# A slower rank that still advances (a step every 2 s against rank 0's 0.5 s), and a rank that
-# never beats but prints while rank 0 beats, are no hang.
-timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 3 -- sh -c \
-  'i=0; while [ $i -lt 8 ]; do printf %08d $i >"$GPURUN_HEARTBEAT"; i=$((i+1)); [ $RANK = 0 ] && sleep 0.5 || sleep 2; done' \
+# A slower rank that still advances (a step every 2 s against rank 0's 0.25 s: behind all the
+# time, by more than --hang-timeout in all), ranks that all sit on one long step until the first
+# moves on, and a rank that never beats but prints while rank 0 beats, are no hang. (Heartbeats
+# are read once a second: a 2 s step is seen 1-3 s apart, well inside 6 s.)
+timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 6 -- sh -c \
+  'i=0; while [ $i -lt 5 ]; do printf %08d $i >"$GPURUN_HEARTBEAT"; i=$((i+1)); [ $RANK = 0 ] && sleep 0.25 || sleep 2; done' \
   2>"$work/log" || fail "a slower rank that still advances was called a hang"
+timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 3 -- sh -c \
+  'printf %08d 1 >"$GPURUN_HEARTBEAT"; for i in 1 2 3 4 5 6 7 8; do echo evaluating; sleep 0.5; done; [ $RANK = 1 ] && sleep 1; printf %08d 2 >"$GPURUN_HEARTBEAT"; sleep 2' \
+  >/dev/null 2>"$work/log" || fail "ranks leaving one long step together were called a hang"
 timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 --hang-timeout 2 -- sh -c \
   'for i in $(seq 16); do if [ $RANK = 0 ]; then printf %08d $i >"$GPURUN_HEARTBEAT"; else echo tick; fi; sleep 0.25; done' \
   >/dev/null 2>"$work/log" || fail "a rank that prints but never beats was called a hang"

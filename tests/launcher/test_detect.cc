@@ -266,25 +266,36 @@ TEST(EnvFile, ReadsEnvExportAndDeclareDumps) {
       " eval \"$($LMOD_CMD shell \"$@\")\"\n"
       "}\n"
       "EMPTY=\n"
-      "URL=a=b\n",
+      "URL=a=b\n"
+      "BASH_FUNC_ml%%=() {  eval \"$($LMOD_DIR/ml_cmd \"$@\")\";\n"
+      " __lmod_sh_dbg='vx';\n"
+      "}\n",
       "env");
   EXPECT_EQ(e["SLURM_JOB_ID"], "42");
   EXPECT_EQ(e["BASH_FUNC_module%%"],
             "() {  local __lmod_sh_dbg;\n eval \"$($LMOD_CMD shell \"$@\")\"\n}");
   EXPECT_EQ(e["EMPTY"], "");
   EXPECT_EQ(e["URL"], "a=b");
+  EXPECT_EQ(e["BASH_FUNC_ml%%"],
+            "() {  eval \"$($LMOD_DIR/ml_cmd \"$@\")\";\n __lmod_sh_dbg='vx';\n}")
+      << "an indented NAME=... line is the function's body, not a variable";
+  EXPECT_EQ(e.count("__lmod_sh_dbg"), 0u);
   Env x = parse_env_text(
       "declare -x SLURM_TASKS_PER_NODE=\"2(x2)\"\n"
       "export PS1='$ '\n"
       "declare -x MSG=\"say \\\"hi\\\" \\$HOME\"\n"
       "export TWO=\"line 1\nline 2\"\n"
-      "export PLAIN=x\n",
+      "export PLAIN=x\n"
+      "declare -rx TMOUT=\"900\"\n"
+      "declare -x OLDPWD\n",
       "export -p");
   EXPECT_EQ(x["SLURM_TASKS_PER_NODE"], "2(x2)");
   EXPECT_EQ(x["PS1"], "$ ");
   EXPECT_EQ(x["MSG"], "say \"hi\" $HOME");
   EXPECT_EQ(x["TWO"], "line 1\nline 2");
   EXPECT_EQ(x["PLAIN"], "x");
+  EXPECT_EQ(x["TMOUT"], "900") << "declare -rx: readonly and exported";
+  EXPECT_EQ(x.count("OLDPWD"), 0u) << "exported but unset: not in the environment";
   auto error = [](const std::string& text) {
     try {
       parse_env_text(text, "f");

@@ -83,22 +83,27 @@ TEST(SbatchOptions, CommandLineOverridesScript) {
   EXPECT_EQ(r.time_limit_s.value(), 600);
 }
 
-// An option that is not Slurm's takes no value unless given with '=': it used to take the next
-// word, the script's name. On gpuq submit's command line it is an error, as in sbatch.
-TEST(SbatchOptions, UnknownOptionsNeverSwallowTheScript) {
+// On gpuq submit's command line an option gpuq does not know as sbatch's is an error (guessing
+// its value took the script's name, then gpuq waited for a script on stdin); sbatch options gpuq
+// ignores keep their arity (-Q takes none). In #SBATCH lines unknown options are warnings, and a
+// following word that is no option is their value.
+TEST(SbatchOptions, UnknownOptionsOnTheCommandLineAreErrors) {
   size_t pos = 0;
-  auto r = parse_sbatch_options({"-Q", "job.sh", "x"}, &pos);
-  EXPECT_EQ(pos, 1u);
-  ASSERT_EQ(r.warnings.size(), 1u);
-  EXPECT_EQ(r.warnings[0], "unknown option '-Q' ignored");
-  r = parse_sbatch_options({"--frobnicate=3", "--mem", "4G", "job.sh"}, &pos);
-  EXPECT_EQ(pos, 3u) << "--mem, a Slurm option gpuq ignores, still takes its value";
   try {
-    parse_sbatch_options({"-Q", "job.sh"}, &pos, UnknownOptions::kRefuse);
-    FAIL() << "-Q was accepted on the command line";
+    parse_sbatch_options({"--frobnicate", "job.sh"}, &pos, UnknownOptions::kRefuse);
+    FAIL() << "--frobnicate was accepted on the command line";
   } catch (const std::invalid_argument& e) {
-    EXPECT_NE(std::string(e.what()).find("unknown option '-Q'"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("unknown option '--frobnicate'"), std::string::npos)
+        << e.what();
   }
+  auto r = parse_sbatch_options({"-Q", "job.sh", "x"}, &pos, UnknownOptions::kRefuse);
+  EXPECT_EQ(pos, 1u) << "-Q (sbatch's --quiet) takes no value";
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "unsupported option '-Q' ignored");
+  r = parse_sbatch_options({"--frobnicate", "3", "-w", "node1", "--mem", "4G"}, &pos);
+  EXPECT_EQ(pos, 6u) << "directive words: each option's value consumed";
+  EXPECT_EQ(r.warnings.size(), 3u);
+  EXPECT_NO_THROW(parse_sbatch_script("#!/bin/sh\n#SBATCH -w node1 --exclude node3 --comment x\n"));
   // gpuq submit's own options take their values, whichever mode.
   parse_sbatch_options({"--socket", "/tmp/s", "--wrap", "echo hi", "--parsable"}, &pos,
                        UnknownOptions::kRefuse);

@@ -199,7 +199,7 @@ int cmd_submit(const Args& a) {
       "  --wrap CMD (CMD as a /bin/sh script instead of SCRIPT)\n"
       "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
       "Other Slurm options (--mem, -p, --mail-type, ...) are accepted and ignored with a warning;\n"
-      "an option Slurm does not have is an error.";
+      "an option gpuq does not know as sbatch's is an error.";
   for (const auto& w : a) {  // --help among the options (before the script) wins
     if (w.empty() || w[0] != '-' || w == "-") break;
     if (w == "-h" || w == "--help") {

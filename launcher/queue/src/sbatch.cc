@@ -78,6 +78,65 @@ const std::map<std::string, bool>& ignored_options() {
       {"--tasks-per-node", true},
       {"--gpus-per-task", true},
       {"--cpus-per-gpu", true},
+      {"-w", true},
+      {"--nodelist", true},
+      {"-x", true},
+      {"--exclude", true},
+      {"--comment", true},
+      {"-L", true},
+      {"--licenses", true},
+      {"-Q", false},
+      {"--quiet", false},
+      {"-v", false},
+      {"--verbose", false},
+      {"--begin", true},
+      {"-b", true},
+      {"--time-min", true},
+      {"--deadline", true},
+      {"--gpu-bind", true},
+      {"--gpu-freq", true},
+      {"--cpu-freq", true},
+      {"--mem-bind", true},
+      {"-m", true},
+      {"--distribution", true},
+      {"--hint", true},
+      {"--threads-per-core", true},
+      {"--cores-per-socket", true},
+      {"--sockets-per-node", true},
+      {"--ntasks-per-core", true},
+      {"--ntasks-per-socket", true},
+      {"--ntasks-per-gpu", true},
+      {"--gpus-per-socket", true},
+      {"--gres-flags", true},
+      {"--tmp", true},
+      {"--mincpus", true},
+      {"-s", false},
+      {"--oversubscribe", false},
+      {"-O", false},
+      {"--overcommit", false},
+      {"-k", false},
+      {"--no-kill", false},
+      {"--kill-on-invalid-dep", true},
+      {"--wckey", true},
+      {"--profile", true},
+      {"--acctg-freq", true},
+      {"--switches", true},
+      {"--network", true},
+      {"--container", true},
+      {"-M", true},
+      {"--clusters", true},
+      {"-i", true},
+      {"--input", true},
+      {"--export-file", true},
+      {"--spread-job", false},
+      {"--use-min-nodes", false},
+      {"--prefer", true},
+      {"--extra", true},
+      {"--core-spec", true},
+      {"--thread-spec", true},
+      {"--reboot", false},
+      {"--test-only", false},
+      {"--ignore-pbs", false},
       {"--parsable", false},  // gpuq submit's own, like --socket and --wrap (client.cc)
       {"--socket", true},
       {"--wrap", true},
@@ -231,10 +290,13 @@ JobRequest parse_sbatch_options(const std::vector<std::string>& words, size_t* f
     }
     auto ig = ignored_options().find(name);
     if (ig == ignored_options().end()) {
-      // Not a Slurm option gpuq knows of: whether it takes a value is unknown, so only a value
-      // given with '=' goes with it (guessing took the script's name as its value).
+      // Not an sbatch option gpuq knows of. On the command line that is an error, as in sbatch
+      // (guessing its value took the script's name). In a directive, which holds options only,
+      // a following word that is not an option is taken as its value.
       if (unknown == UnknownOptions::kRefuse)
         bad(fmt::format("unknown option '{}' (gpuq submit --help lists the options)", w));
+      if (!has_value && i + 1 < words.size() && !words[i + 1].empty() && words[i + 1][0] != '-')
+        ++i;
       r.warnings.push_back(fmt::format("unknown option '{}' ignored", w));
       continue;
     }

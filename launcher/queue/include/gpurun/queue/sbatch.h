@@ -15,8 +15,9 @@ namespace gpurun::queue {
 // The option words of every #SBATCH line, in order (quotes honoured, "# comment" tails dropped).
 std::vector<std::string> sbatch_directive_words(const std::string& script);
 
-// What an option that is not Slurm's (as gpuq knows them) does: a warning (in #SBATCH lines, so
-// scripts with other sites' options still run) or an error (gpuq submit's command line, as sbatch).
+// What an option gpuq does not know as sbatch's does: a warning (in #SBATCH lines, so scripts
+// with other sites' options still run; a following word that is no option is its value) or an
+// error (gpuq submit's command line, as in sbatch, where that word may be the script).
 enum class UnknownOptions { kWarn, kRefuse };
 
 // Parses sbatch-style options. Stops at the first word that is not an option (the script, on the
