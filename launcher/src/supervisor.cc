@@ -388,7 +388,7 @@ void Supervisor::begin_stop(const std::string& why) {
   stopping_ = true;
   for (int r = 0; r < world_; ++r) {
     const RankState& s = rank(r);
-    if (s.started && !s.exited && (!failure_ || failure_->rank != r)) ++stopped_others_;
+    if (s.started && !s.exited) stopped_.push_back(r);
   }
   broadcast(control::Stop{});
   // The wrappers end their programs (KILL after --kill-grace); the engine then sees its tasks gone

@@ -166,7 +166,8 @@ class Supervisor {
   std::optional<int> port_;  // the rendezvous port rank 0 holds
   bool port_checkable_ = true;
   double t0_ = 0;
-  int started_ = 0, reached_ = 0, running_ = 0, stopped_others_ = 0;
+  int started_ = 0, reached_ = 0, running_ = 0;
+  std::vector<int> stopped_;  // ranks still running when the stop began
   bool stopping_ = false, go_sent_ = false;
   std::optional<std::string> hang_;  // why the job is called hung
 };

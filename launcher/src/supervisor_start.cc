@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <ctime>
@@ -48,7 +49,8 @@ void Supervisor::begin_attempt() {
   failure_.reset();
   port_.reset();
   port_checkable_ = true;
-  started_ = reached_ = running_ = stopped_others_ = 0;
+  started_ = reached_ = running_ = 0;
+  stopped_.clear();
   stopping_ = go_sent_ = false;
   hang_.reset();
   if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
@@ -163,6 +165,10 @@ std::vector<std::string> requeue_command(const Allocation& a) {
 }  // namespace
 
 int Supervisor::result() {
+  // The failed rank is no other, also when it was stopped with them (after --stop-timeout).
+  const auto stopped_others =
+      static_cast<int>(stopped_.size() - std::count(stopped_.begin(), stopped_.end(),
+                                                    failure_ ? failure_->rank : -1));
   if (std::string lost = output_ ? output_->failed_files() : ""; !lost.empty())
     tell(fmt::format("--output-dir: incomplete, writing them failed: {}", lost));
   if (failure_ && failure_->rank >= 0) {
@@ -170,7 +176,7 @@ int Supervisor::result() {
         "rank {} on {} {}{}; stopped {} other rank{}{}", failure_->rank, failure_->host,
         failure_->what,
         failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
-        stopped_others_, stopped_others_ == 1 ? "" : "s",
+        stopped_others, stopped_others == 1 ? "" : "s",
         restarts_ ? fmt::format(" (after {} restart{})", restarts_, restarts_ == 1 ? "" : "s")
                   : ""));
     return failure_->status;
