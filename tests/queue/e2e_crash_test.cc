@@ -15,6 +15,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpurun/queue/protocol.h"
 #include "harness.h"
 
 using namespace gpuq_test;
@@ -254,4 +255,32 @@ TEST(GpuqCrash, LogFollowSurvivesADaemonRestart) {
   follower.join();
   EXPECT_EQ(r.rc, 0) << r.err;
   EXPECT_EQ(r.out, "first\nsecond\n");
+}
+
+namespace {
+
+// A user's GPU-seconds as /metrics counts them (the daemon's status reply).
+double user_gpu_seconds(const Daemon& d, const std::string& user) {
+  gpurun::queue::Fd fd = gpurun::queue::connect_unix(d.socket());
+  gpurun::queue::write_all(fd.get(), gpurun::queue::frame(R"({"op":"status"})"));
+  auto r =
+      nlohmann::json::parse(gpurun::queue::read_frame(fd.get(), gpurun::queue::kMaxReplyBytes));
+  return r["user_gpu_seconds"].value(user, 0.0);
+}
+
+}  // namespace
+
+// A requeued run held its GPU: its GPU-seconds stay counted (fair share and the Prometheus
+// counter gpuq_user_gpu_seconds_total, which went down when the run was requeued).
+TEST(GpuqCrash, ARequeuedRunsGpuSecondsStayCounted) {
+  Daemon d({}, "0");
+  d.script("rerun.sh", "#!/bin/bash\nif [ \"$GPUQ_RESTART_COUNT\" = 0 ]; then sleep 30; fi\n");
+  int64_t b = d.submit("--gpus 1 --requeue rerun.sh");
+  const std::string user = d.wait_state(b, "RUNNING")["user"];
+  std::this_thread::sleep_for(std::chrono::milliseconds(1500));
+  const double during = user_gpu_seconds(d, user);
+  EXPECT_GE(during, 1.0);
+  ::kill(status_file(d, b)["supervisor_pid"].get<int>(), SIGKILL);
+  EXPECT_EQ(d.wait_final(b)["state"], "COMPLETED");
+  EXPECT_GE(user_gpu_seconds(d, user), during) << "the first run's GPU-seconds were dropped";
 }

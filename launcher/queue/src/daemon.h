@@ -120,6 +120,7 @@ class Daemon {
   void reap_orphans(int sid, int pgid);
   void remove_cleanup_files();
   void requeue_or_fail(Job& j, const std::string& why);
+  void charge(const Job& j, int64_t end_ms);
   const char* dependency_reason(const Job& j) const;  // nullptr when satisfied
   std::map<uint32_t, double> decayed_usage(int64_t now) const;
 

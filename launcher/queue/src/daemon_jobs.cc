@@ -238,14 +238,30 @@ void Daemon::reap_orphans(int sid, int pgid) {
   fmt::print(stderr, "gpuq daemon: processes of session {} survive SIGKILL\n", sid);
 }
 
+// A run of `j` that ended at `end_ms` held its GPUs: its GPU-seconds go to the user's fair-share
+// usage (decayed, in the store) and to the GPU-seconds counter (/metrics), also when the job is
+// requeued and runs again.
+void Daemon::charge(const Job& j, int64_t end_ms) {
+  const double used = gpu_seconds(j, end_ms);
+  finished_gpu_seconds_[j.user] += used;
+  if (j.gpus.empty()) return;
+  auto& u = usage_[j.uid];
+  const int64_t now = now_ms();
+  u.gpu_seconds =
+      decay_usage(u.gpu_seconds, now - u.updated_ms, cfg_.fairshare_half_life_s * 1000) + used;
+  u.updated_ms = now;
+  store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
+}
+
 void Daemon::requeue_or_fail(Job& j, const std::string& why) {
+  // Seen live, the run ended now. Found at start-up, it ended while no daemon watched: at its last
+  // usage sample (or its start), never billed for the time the daemon or machine was down.
+  const int64_t end = recovering_ ? std::max(j.start_ms, j.usage.last_sample_ms) : now_ms();
   if (!j.requeue) {
-    // Seen live, the job ended now. Found at start-up, it ended while no daemon watched: at its
-    // last usage sample (or its start), never billed for the time the daemon or machine was down.
-    const int64_t end = recovering_ ? std::max(j.start_ms, j.usage.last_sample_ms) : now_ms();
     finish(j, JobState::kNodeFail, 0, 0, end, why);
     return;
   }
+  charge(j, end);
   j.state = JobState::kPending;
   j.restart_count += 1;
   j.gpus.clear();
@@ -307,20 +323,9 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
   j.reason = reason;
   Store::Txn txn(*store_);
   store_->update_job(j);
-  if (was_running && !j.gpus.empty()) {
-    auto& u = usage_[j.uid];
-    int64_t now = now_ms();
-    u.gpu_seconds =
-        decay_usage(u.gpu_seconds, now - u.updated_ms, cfg_.fairshare_half_life_s * 1000) +
-        j.gpus.size() * std::max<int64_t>(0, j.end_ms - j.start_ms) / 1000.0;
-    u.updated_ms = now;
-    store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
-  }
+  if (was_running) charge(j, j.end_ms);
   txn.commit();
-  if (was_running) {
-    cleanup_.push_back(j.id);  // only once the state change is committed
-    finished_gpu_seconds_[j.user] += gpu_seconds(j, j.end_ms);
-  }
+  if (was_running) cleanup_.push_back(j.id);  // only once the state change is committed
   states_[j.id] = state;
   int64_t id = j.id;
   active_.erase(id);  // j is gone from here on
