@@ -158,6 +158,10 @@ TEST(GpuqUsers, OneUsersStuckClientsCannotStallAnother) {
   EXPECT_EQ(q.rc, 0) << q.err;
   EXPECT_LT(secs, 5.0) << "alice waited behind root's stuck clients";
   EXPECT_LT(rss_mib(d.pid()), 600) << "the daemon holds every stuck client's reply";
+  Result own = d.gpuq("queue --noheader");  // root's 65th connection: refused, saying why
+  EXPECT_NE(own.rc, 0);
+  EXPECT_NE(own.err.find("too many connections of user 0 at once (at most 64)"), std::string::npos)
+      << own.err;
   stuck.clear();
   // After a restart the array's task ids are read once, at the first ID_TASK lookup.
   d.kill9();

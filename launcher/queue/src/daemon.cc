@@ -142,12 +142,15 @@ void Daemon::accept_clients() {
     ucred cred{};
     socklen_t len = sizeof(cred);
     if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0) continue;
+    c.peer = {cred.uid, cred.gid, cred.pid};
+    c.last_ms = now_ms();
+    // One user cannot take every slot: past the cap the answer is why, unread request or not.
     if (std::count_if(conns_.begin(), conns_.end(), [&](const auto& kv) {
           return kv.second.peer.uid == cred.uid;
         }) >= static_cast<long>(kMaxClientsPerUser))
-      continue;  // closed at once: one user cannot starve the others
-    c.peer = {cred.uid, cred.gid, cred.pid};
-    c.last_ms = now_ms();
+      reply(c, {{"ok", false},
+                {"error", fmt::format("too many connections of user {} at once (at most {})",
+                                      cred.uid, kMaxClientsPerUser)}});
     conns_.emplace(fd, std::move(c));
   }
 }
