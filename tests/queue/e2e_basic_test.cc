@@ -321,3 +321,16 @@ TEST(GpuqE2E, UnrunnableScriptsAreRefusedAtSubmit) {
   EXPECT_NE(h.err.find("-n -1: expected 0 or more"), std::string::npos) << h.err;
   EXPECT_EQ(d.gpuq("queue --noheader").out, "") << "a refused submission left a job";
 }
+
+// --gpus '' (an unset variable in a unit file) is an error; a CPU-only queue says --gpus none.
+TEST(GpuqE2E, EmptyGpuListIsRefused) {
+  TempDir dir;
+  Result r = sh(fmt::format("{} daemon --gpus '' --state-dir {}/s --socket {}/q.sock", gpuq_bin(),
+                            dir.path(), dir.path()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("--gpus '': expected GPU ids (0,1,...), or none"), std::string::npos)
+      << r.err;
+  Daemon cpu({}, "none");
+  cpu.script("cpu.sh", "#!/bin/sh\ntrue\n");
+  EXPECT_EQ(cpu.wait_final(cpu.submit("cpu.sh"))["state"], "COMPLETED");
+}

@@ -59,7 +59,8 @@ std::string self_exe() {
 int cmd_daemon(const Args& a) {
   po::options_description desc("gpuq daemon options");
   desc.add_options()("help,h", "show this help")(
-      "gpus", po::value<std::string>(), "GPU ids to schedule, e.g. 0,1,2,3 (default: nvidia-smi)")(
+      "gpus", po::value<std::string>(),
+      "GPU ids to schedule, e.g. 0,1,2,3, or none for CPU jobs only (default: nvidia-smi)")(
       "state-dir", po::value<std::string>(),
       "job store and run files (default: /var/lib/gpuq as "
       "root, ~/.local/state/gpuq otherwise)")("socket", po::value<std::string>(),
@@ -90,7 +91,11 @@ int cmd_daemon(const Args& a) {
   po::notify(vm);
   DaemonConfig cfg;
   if (vm.count("gpus")) {
-    cfg.gpus = parse_id_list(vm["gpus"].as<std::string>());
+    const std::string ids = vm["gpus"].as<std::string>();
+    if (ids.empty())  // an unset variable in a unit file, most likely
+      throw std::invalid_argument(
+          "--gpus '': expected GPU ids (0,1,...), or none for a queue of CPU jobs only");
+    if (ids != "none") cfg.gpus = parse_id_list(ids);
   } else {
     cfg.gpus = detect_gpus();
     if (cfg.gpus.empty())
