@@ -116,6 +116,11 @@ DecodedPlan decode_plan(const std::string& text) {
   return d;
 }
 
+bool step_bound_task_gpus(const Allocation& a, const RankPlan& plan) {
+  const int node_gpus = plan.nodes.at(static_cast<std::size_t>(a.step_task->node_rank)).gpus;
+  return !a.local_gpu_ids.empty() && static_cast<int>(a.local_gpu_ids.size()) < node_gpus;
+}
+
 RankEntry step_task_entry(const Allocation& a, const RankPlan& plan) {
   const StepTask& t = *a.step_task;
   // The step's own numbers are the truth (srun may distribute cyclically); the plan supplies
@@ -126,8 +131,7 @@ RankEntry step_task_entry(const Allocation& a, const RankPlan& plan) {
   me.rank = t.rank;
   // Slurm/jsrun may already have bound this task to its own GPUs (--gpus-per-task,
   // --gpu-bind): then the task's whole visible list is its share.
-  int node_gpus = plan.nodes.at(static_cast<std::size_t>(t.node_rank)).gpus;
-  if (!a.local_gpu_ids.empty() && static_cast<int>(a.local_gpu_ids.size()) < node_gpus) {
+  if (step_bound_task_gpus(a, plan)) {
     me.gpus.clear();
     for (std::size_t i = 0; i < a.local_gpu_ids.size(); ++i) me.gpus.push_back(static_cast<int>(i));
   }

@@ -138,9 +138,7 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
   // (--gpus-per-task), the node's other tasks see others, unknown here.
   const std::optional<RankEntry> task =
       a.step_task ? std::optional<RankEntry>(step_task_entry(a, p)) : std::nullopt;
-  const bool bound = task && !a.local_gpu_ids.empty() &&
-                     static_cast<int>(a.local_gpu_ids.size()) <
-                         p.nodes.at(static_cast<std::size_t>(a.step_task->node_rank)).gpus;
+  const bool bound = task && step_bound_task_gpus(a, p);
   for (const auto& plan_rank : p.ranks) {
     const bool is_task = task && plan_rank.node_rank == a.step_task->node_rank &&
                          plan_rank.local_rank == a.step_task->local_rank;

@@ -119,13 +119,17 @@ bool Supervisor::signal_before_start(int sig) {
     return true;
   }
   if (sig != SIGUSR1 && sig != SIGUSR2) return false;
+  hold_signal(sig, fmt::format("{} before every rank's program started ({} of {})",
+                               common::signal_name(sig), running_, world_));
+  return true;
+}
+
+// Keeps `sig` for send_pending_signals, and says why (`what`) and when it goes out.
+void Supervisor::hold_signal(int sig, const std::string& what) {
   if (std::find(pending_signals_.begin(), pending_signals_.end(), sig) == pending_signals_.end())
     pending_signals_.push_back(sig);
-  say(
-      fmt::format("{} before every rank's program started ({} of {}): forwarded {:.0f} s after "
-                  "the last starts",
-                  common::signal_name(sig), running_, world_, kPendingSignalSettle));
-  return true;
+  say(fmt::format("{}: {} goes out {:.0f} s after the last program starts", what,
+                  common::signal_name(sig), kPendingSignalSettle));
 }
 
 void Supervisor::on_child_exit(pid_t pid, int status) {
@@ -281,11 +285,8 @@ void Supervisor::on_timer(Timer t) {
     case Timer::checkpoint:
       checkpoint_at_ = 0;
       if (running_ < world_ && !stopping_) {  // whatever the signal: it waits, it does not stop
-        pending_signals_.push_back(cfg_.checkpoint_signal);
-        say(
-            fmt::format("job time nearly over before every rank's program started: {} goes out "
-                        "{:.0f} s after the last starts",
-                        common::signal_name(cfg_.checkpoint_signal), kPendingSignalSettle));
+        hold_signal(cfg_.checkpoint_signal,
+                    "job time nearly over before every rank's program started");
         return;
       }
       say(fmt::format("job time nearly over: sending {} to all ranks to checkpoint",

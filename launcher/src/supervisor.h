@@ -85,6 +85,7 @@ class Supervisor {
   void wait_and_dispatch();
   void on_signal(int sig);
   bool signal_before_start(int sig);
+  void hold_signal(int sig, const std::string& what);
   void send_pending_signals();
   void on_child_exit(pid_t pid, int status);
   void on_connect();
@@ -118,6 +119,7 @@ class Supervisor {
   // Hangs (supervisor_hang.cc).
   void check_hang();
   void begin_hang(const std::string& why);
+  static bool behind(const RankState& r, std::int64_t top);
   bool stuck_behind(const RankState& r, std::int64_t top, double now) const;
   void finish_hang();
   std::string hang_dir() const;

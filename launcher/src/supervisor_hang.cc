@@ -39,8 +39,7 @@ void Supervisor::check_hang() {
   }
   for (int i = 0; i < world_; ++i) {
     RankState& r = rank(i);
-    const bool behind = r.running && !r.exited && r.step >= 0 && r.step < top;
-    if (!behind)
+    if (!behind(r, top))
       r.behind_since = 0;
     else if (r.behind_since == 0)
       r.behind_since = now;
@@ -52,11 +51,16 @@ void Supervisor::check_hang() {
   }
 }
 
+// Running, and its step below the highest; a rank that never beat (it only prints) has no step.
+bool Supervisor::behind(const RankState& r, std::int64_t top) {
+  return r.running && !r.exited && r.step >= 0 && r.step < top;
+}
+
 // Behind the highest step for --hang-timeout seconds, and not one step further meanwhile. A
 // slower rank that still advances is not stuck, nor are ranks that all sat on one long step (an
-// evaluation) until the first moves on; a rank that never beat (it only prints) has no step.
+// evaluation) until the first moves on.
 bool Supervisor::stuck_behind(const RankState& r, std::int64_t top, double now) const {
-  return r.running && !r.exited && r.step >= 0 && r.step < top && r.behind_since > 0 &&
+  return behind(r, top) && r.behind_since > 0 &&
          now - std::max(r.step_since, r.behind_since) >= cfg_.hang_timeout;
 }
 

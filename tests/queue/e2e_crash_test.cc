@@ -15,7 +15,6 @@
 #include <sstream>
 #include <thread>
 
-#include "gpurun/queue/protocol.h"
 #include "harness.h"
 
 using namespace gpuq_test;
@@ -261,11 +260,7 @@ namespace {
 
 // A user's GPU-seconds as /metrics counts them (the daemon's status reply).
 double user_gpu_seconds(const Daemon& d, const std::string& user) {
-  gpurun::queue::Fd fd = gpurun::queue::connect_unix(d.socket());
-  gpurun::queue::write_all(fd.get(), gpurun::queue::frame(R"({"op":"status"})"));
-  auto r =
-      nlohmann::json::parse(gpurun::queue::read_frame(fd.get(), gpurun::queue::kMaxReplyBytes));
-  return r["user_gpu_seconds"].value(user, 0.0);
+  return d.request(R"({"op":"status"})")["user_gpu_seconds"].value(user, 0.0);
 }
 
 }  // namespace

@@ -13,7 +13,6 @@
 #include <set>
 #include <thread>
 
-#include "gpurun/queue/protocol.h"
 #include "harness.h"
 
 using namespace gpuq_test;
@@ -249,17 +248,6 @@ TEST(GpuqUsage, AStoreWrittenByMainOpensAndUpgrades) {
   EXPECT_EQ(d.submit("ok.sh"), 6) << "ids go on after the old store's";
 }
 
-namespace {
-
-// One raw request on the daemon's socket (what any local user can send), and its reply.
-nlohmann::json raw_request(const Daemon& d, const std::string& json) {
-  gpurun::queue::Fd fd = gpurun::queue::connect_unix(d.socket());
-  gpurun::queue::write_all(fd.get(), gpurun::queue::frame(json));
-  return nlohmann::json::parse(gpurun::queue::read_frame(fd.get(), gpurun::queue::kMaxReplyBytes));
-}
-
-}  // namespace
-
 // Bad stats requests get an error reply; the daemon (root's, on a socket every user may open)
 // must not crash on them. max_points 2^64-1 or -1 made the bucket size wrap to 0, and an empty id
 // list was read past its end: both ended the daemon with SIGSEGV.
@@ -271,16 +259,16 @@ TEST(GpuqUsage, BadStatsRequestsAreRefusedNotFatal) {
   wait_samples(d, id, 2);
   const std::string ids = fmt::format("[\"{}\"]", id);
   for (const char* bad : {"18446744073709551615", "-1", "1000001", "\"5\"", "2.5"}) {
-    auto r = raw_request(d, fmt::format(R"({{"op":"stats","ids":{},"max_points":{}}})", ids, bad));
+    auto r = d.request(fmt::format(R"({{"op":"stats","ids":{},"max_points":{}}})", ids, bad));
     EXPECT_FALSE(r.value("ok", true)) << bad << ": " << r.dump();
     EXPECT_NE(r.value("error", "").find("max_points must be an integer from 0 to 1000000"),
               std::string::npos)
         << r.dump();
   }
-  auto empty = raw_request(d, R"({"op":"stats","ids":[]})");
+  auto empty = d.request(R"({"op":"stats","ids":[]})");
   EXPECT_FALSE(empty.value("ok", true)) << empty.dump();
   EXPECT_NE(empty.value("error", "").find("no job id given"), std::string::npos) << empty.dump();
-  auto one = raw_request(d, fmt::format(R"({{"op":"stats","ids":{},"max_points":1}})", ids));
+  auto one = d.request(fmt::format(R"({{"op":"stats","ids":{},"max_points":1}})", ids));
   ASSERT_TRUE(one.value("ok", false)) << one.dump();
   EXPECT_EQ(one["samples"].size(), 1u) << "one GPU, one point";
   EXPECT_EQ(d.gpuq("queue").rc, 0) << "the daemon did not survive the bad requests";

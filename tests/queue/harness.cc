@@ -15,6 +15,8 @@
 #include <stdexcept>
 #include <thread>
 
+#include "gpurun/queue/protocol.h"
+
 extern char** environ;
 
 namespace gpuq_test {
@@ -199,6 +201,12 @@ nlohmann::json Daemon::wait_final(int64_t id, double timeout_s) const {
   }
   throw std::runtime_error(
       fmt::format("job {} did not finish within {} s (last: {})", id, timeout_s, j.dump()));
+}
+
+nlohmann::json Daemon::request(const std::string& json) const {
+  gpurun::queue::Fd fd = gpurun::queue::connect_unix(socket());
+  gpurun::queue::write_all(fd.get(), gpurun::queue::frame(json));
+  return nlohmann::json::parse(gpurun::queue::read_frame(fd.get(), gpurun::queue::kMaxReplyBytes));
 }
 
 }  // namespace gpuq_test

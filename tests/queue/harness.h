@@ -50,6 +50,8 @@ class Daemon {
   std::string script(const std::string& name, const std::string& body) const;
   int64_t submit(const std::string& args) const;  // asserts success, returns the id
   nlohmann::json show(int64_t id) const;
+  // One raw request on the socket (what any local user may send) and the daemon's reply.
+  nlohmann::json request(const std::string& json) const;
   nlohmann::json wait_final(int64_t id, double timeout_s = 30) const;
   nlohmann::json wait_state(int64_t id, const std::string& state, double timeout_s = 30) const;
   pid_t pid() const { return pid_; }

@@ -154,12 +154,12 @@ void require_utf8(const std::string& script, const std::string& script_name,
       throw std::invalid_argument(
           fmt::format("argument {} of the script is not UTF-8 ({})", i + 1, byte(args[i], at)));
   for (const auto& [k, v] : env.items()) {
-    const std::string value = v.get<std::string>();
-    if (invalid_utf8_at(k) != std::string::npos || invalid_utf8_at(value) != std::string::npos)
+    const bool name_ok = invalid_utf8_at(k) == std::string::npos;
+    if (!name_ok || invalid_utf8_at(v.get<std::string>()) != std::string::npos)
       throw std::invalid_argument(fmt::format(
           "environment variable {} is not UTF-8: gpuq passes the environment to the job as "
           "UTF-8 text; unset it (or fix its value) before submitting",
-          invalid_utf8_at(k) == std::string::npos ? k : "(a name with non-UTF-8 bytes)"));
+          name_ok ? k : "(a name with non-UTF-8 bytes)"));
   }
 }
 
@@ -250,8 +250,9 @@ int cmd_submit(const Args& a) {
   char cwd[4096];
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
   nlohmann::json env = queue_env().all;
-  require_utf8(script, script_name == "sbatch" ? "the script" : script_name, args, env);
-  require_runnable(script, script_name == "sbatch" ? "the script" : script_name);
+  const std::string shown = script_name == "sbatch" ? "the script" : script_name;
+  require_utf8(script, shown, args, env);
+  require_runnable(script, shown);
   if (invalid_utf8_at(cwd) != std::string::npos)
     throw std::invalid_argument(
         "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "

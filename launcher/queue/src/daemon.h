@@ -144,6 +144,7 @@ class Daemon {
   // first ID_TASK lookup (or at submit), not at every one (a 10,000-task array took 0.4 s each).
   std::map<int64_t, std::map<int64_t, int64_t>> array_tasks_;
   std::optional<int64_t> array_task_member(int64_t array_id, int64_t task);
+  std::optional<Job> any_job(int64_t id) const;  // active, else from the store
   struct UsageRec {
     double gpu_seconds = 0;
     int64_t updated_ms = 0;

@@ -225,17 +225,19 @@ nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
   return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}};
 }
 
+std::optional<Job> Daemon::any_job(int64_t id) const {
+  auto a = active_.find(id);
+  return a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(id);
+}
+
 std::optional<int64_t> Daemon::array_task_member(int64_t array_id, int64_t task) {
   auto members = array_members_.find(array_id);
   if (members == array_members_.end()) return std::nullopt;
   auto tasks = array_tasks_.find(array_id);
   if (tasks == array_tasks_.end()) {  // an array from before this daemon started
     tasks = array_tasks_.emplace(array_id, std::map<int64_t, int64_t>{}).first;
-    for (int64_t m : members->second) {
-      auto a = active_.find(m);
-      auto job = a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(m);
-      if (job) tasks->second[job->array_task_id] = m;
-    }
+    for (int64_t m : members->second)
+      if (auto job = any_job(m)) tasks->second[job->array_task_id] = m;
   }
   auto it = tasks->second.find(task);
   if (it == tasks->second.end()) return std::nullopt;
@@ -273,9 +275,7 @@ std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req, std::set<int
 nlohmann::json Daemon::op_show(const nlohmann::json& req, const Peer& peer) {
   nlohmann::json jobs = nlohmann::json::array();
   for (int64_t id : resolve_ids(req)) {
-    auto a = active_.find(id);
-    std::optional<Job> j =
-        a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(id);
+    std::optional<Job> j = any_job(id);
     if (!j) continue;
     bool mine = may_control(peer, *j);
     auto o = job_to_json(*j, mine ? JobView::kFull : JobView::kPublic);

@@ -253,9 +253,7 @@ nlohmann::json Daemon::op_stats(const nlohmann::json& req) {
     throw std::invalid_argument(
         fmt::format("job {} is an array of {} tasks: ask for one task (ID_TASK)",
                     req.at("ids")[0].dump(), ids.size()));
-  auto a = active_.find(ids[0]);
-  std::optional<Job> j =
-      a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(ids[0]);
+  std::optional<Job> j = any_job(ids[0]);
   if (!j) throw std::invalid_argument(fmt::format("invalid job id '{}'", ids[0]));
   auto samples = store_->job_samples(j->id);
   const size_t max_points = points_limit(req);

@@ -85,6 +85,8 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
 // numbers it, with its GPU positions (the whole visible list when the step bound the task to its
 // own GPUs, as --gpus-per-task does).
 RankEntry step_task_entry(const Allocation& a, const RankPlan& plan);
+// Inside a step: whether it bound this task to its own GPUs (it sees fewer than its node has).
+bool step_bound_task_gpus(const Allocation& a, const RankPlan& plan);
 
 // Shell-quotes a word for printing a command a user can paste.
 std::string shell_quote(const std::string& word);
