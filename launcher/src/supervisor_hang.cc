@@ -99,9 +99,11 @@ void Supervisor::finish_hang() {
     common::Fd fd(open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644));
     if (!fd || !common::write_all(fd.get(), text))
       tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
+    // Behind, and its step unchanged for --hang-timeout: the job hangs by now, so how long it
+    // has been behind does not matter (when no rank progressed, that can be a moment shorter).
+    const bool unmoved = behind(r, top) && now - r.step_since >= cfg_.hang_timeout;
     if (r.running && !r.exited)
-      where.push_back(
-          {i, r.stacks ? stacks::where(*r.stacks) : "no stacks", stuck_behind(r, top, now)});
+      where.push_back({i, r.stacks ? stacks::where(*r.stacks) : "no stacks", unmoved});
   }
   tell(fmt::format("stacks of all {} ranks in {}/", world_, dir));
   tell(stacks::hang_summary(where));
