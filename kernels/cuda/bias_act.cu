@@ -9,6 +9,10 @@
 namespace gpurun::kernels::cuda {
 namespace {
 
+// Every kernel declares the block size it is launched with (__launch_bounds__), so ptxas sizes
+// its registers for it (the build's resource check fails on spills or a missing bound).
+constexpr int kBlock = 256;
+
 __device__ __forceinline__ float act_fwd(float v, bool relu) {
   return relu ? (v > 0.0f ? v : 0.0f) : v;  // !(v > 0) also maps NaN to 0, as the CPU twin does
 }
@@ -16,8 +20,9 @@ __device__ __forceinline__ float act_fwd(float v, bool relu) {
 // Index is unsigned 32-bit when the tensor allows: a 64-bit division per element costs several
 // times the 32-bit one, and this kernel is otherwise a pure stream over memory.
 template <typename Index>
-__global__ void bias_act_fwd_kernel(float* __restrict__ y, const float* __restrict__ b, Index n,
-                                    Index channels, Index inner, bool relu) {
+__global__ void __launch_bounds__(kBlock)
+    bias_act_fwd_kernel(float* __restrict__ y, const float* __restrict__ b, Index n, Index channels,
+                        Index inner, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n;
        i += Index(gridDim.x) * blockDim.x) {
     const Index c = (i / inner) % channels;
@@ -26,7 +31,7 @@ __global__ void bias_act_fwd_kernel(float* __restrict__ y, const float* __restri
 }
 
 // No bias: y = max(y, 0).
-__global__ void relu_fwd_kernel(float* __restrict__ y, std::size_t n) {
+__global__ void __launch_bounds__(kBlock) relu_fwd_kernel(float* __restrict__ y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     y[i] = act_fwd(y[i], true);
@@ -34,7 +39,8 @@ __global__ void relu_fwd_kernel(float* __restrict__ y, std::size_t n) {
 }
 
 // Only the mask: db == nullptr.
-__global__ void act_bwd_kernel(const float* __restrict__ y, float* __restrict__ dy, std::size_t n) {
+__global__ void __launch_bounds__(kBlock)
+    act_bwd_kernel(const float* __restrict__ y, float* __restrict__ dy, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     if (!(y[i] > 0.0f)) dy[i] = 0.0f;
@@ -45,9 +51,9 @@ __global__ void act_bwd_kernel(const float* __restrict__ y, float* __restrict__ 
 // (threadIdx.x, coalesced reads along a row) and its 8 rows of threads (threadIdx.y) stride over
 // the outer dimension; the partial sums meet in shared memory in a fixed order.
 constexpr int kColTile = 32, kRowThreads = 8;
-__global__ void bias_act_bwd_rows_kernel(const float* __restrict__ y, float* __restrict__ dy,
-                                         float* __restrict__ db, int outer, int channels, bool relu,
-                                         bool add) {
+__global__ void __launch_bounds__(kColTile* kRowThreads)
+    bias_act_bwd_rows_kernel(const float* __restrict__ y, float* __restrict__ dy,
+                             float* __restrict__ db, int outer, int channels, bool relu, bool add) {
   __shared__ float part[kRowThreads][kColTile];
   const int c = blockIdx.x * kColTile + threadIdx.x;
   float s = 0.0f;
@@ -75,9 +81,10 @@ __global__ void bias_act_bwd_rows_kernel(const float* __restrict__ y, float* __r
 // `inner` contiguous floats of that channel, coalesced) so no index needs a division; then a
 // fixed-order shared-memory tree. Memory bound: y and dy read, dy written once.
 constexpr int kChanThreads = 1024, kChanWarps = kChanThreads / 32;
-__global__ void bias_act_bwd_chan_kernel(const float* __restrict__ y, float* __restrict__ dy,
-                                         float* __restrict__ db, int outer, int channels, int inner,
-                                         bool relu, bool add) {
+__global__ void __launch_bounds__(kChanThreads)
+    bias_act_bwd_chan_kernel(const float* __restrict__ y, float* __restrict__ dy,
+                             float* __restrict__ db, int outer, int channels, int inner, bool relu,
+                             bool add) {
   __shared__ float part[kChanThreads];
   const int c = blockIdx.x, warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   float s = 0.0f;
@@ -105,25 +112,22 @@ __global__ void bias_act_bwd_chan_kernel(const float* __restrict__ y, float* __r
 
 void bias_act_forward(const BiasActDesc& d, float* y, const float* b, Stream s) {
   validate(d);
-  constexpr int kBlock = 256;
   const std::size_t n = d.floats();
   const bool relu = d.act == Activation::kRelu;
   const int grid = detail::grid_blocks(n, kBlock);
   if (b == nullptr) {
     if (!relu) return;
-    relu_fwd_kernel<<<grid, kBlock, 0, detail::raw(s)>>>(y, n);
-    GPURUN_LAUNCH_CHECK("relu_fwd_kernel");
+    GPURUN_LAUNCH(relu_fwd_kernel, grid, kBlock, 0, detail::raw(s), y, n);
     return;
   }
   // 32-bit only when i + gridDim*blockDim cannot wrap.
   if (n + std::size_t(grid) * kBlock < (std::size_t(1) << 32)) {
-    bias_act_fwd_kernel<unsigned><<<grid, kBlock, 0, detail::raw(s)>>>(
-        y, b, unsigned(n), unsigned(d.channels), unsigned(d.inner), relu);
+    GPURUN_LAUNCH(bias_act_fwd_kernel<unsigned>, grid, kBlock, 0, detail::raw(s), y, b, unsigned(n),
+                  unsigned(d.channels), unsigned(d.inner), relu);
   } else {
-    bias_act_fwd_kernel<std::size_t><<<grid, kBlock, 0, detail::raw(s)>>>(
-        y, b, n, std::size_t(d.channels), std::size_t(d.inner), relu);
+    GPURUN_LAUNCH(bias_act_fwd_kernel<std::size_t>, grid, kBlock, 0, detail::raw(s), y, b, n,
+                  std::size_t(d.channels), std::size_t(d.inner), relu);
   }
-  GPURUN_LAUNCH_CHECK("bias_act_fwd_kernel");
 }
 
 void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* db, Accumulate acc,
@@ -133,22 +137,19 @@ void bias_act_backward(const BiasActDesc& d, const float* y, float* dy, float* d
   const bool add = acc == Accumulate::kAdd;
   if (db == nullptr) {
     if (!relu) return;  // identity activation, no bias gradient wanted: nothing to do
-    constexpr int kBlock = 256;
     const std::size_t n = d.floats();
-    act_bwd_kernel<<<detail::grid_blocks(n, kBlock), kBlock, 0, detail::raw(s)>>>(y, dy, n);
-    GPURUN_LAUNCH_CHECK("act_bwd_kernel");
+    GPURUN_LAUNCH(act_bwd_kernel, detail::grid_blocks(n, kBlock), kBlock, 0, detail::raw(s), y, dy,
+                  n);
     return;
   }
   if (d.inner == 1) {
     const dim3 block(kColTile, kRowThreads);
     const int grid = (d.channels + kColTile - 1) / kColTile;
-    bias_act_bwd_rows_kernel<<<grid, block, 0, detail::raw(s)>>>(y, dy, db, d.outer, d.channels,
-                                                                 relu, add);
-    GPURUN_LAUNCH_CHECK("bias_act_bwd_rows_kernel");
+    GPURUN_LAUNCH(bias_act_bwd_rows_kernel, grid, block, 0, detail::raw(s), y, dy, db, d.outer,
+                  d.channels, relu, add);
   } else {
-    bias_act_bwd_chan_kernel<<<d.channels, kChanThreads, 0, detail::raw(s)>>>(
-        y, dy, db, d.outer, d.channels, d.inner, relu, add);
-    GPURUN_LAUNCH_CHECK("bias_act_bwd_chan_kernel");
+    GPURUN_LAUNCH(bias_act_bwd_chan_kernel, d.channels, kChanThreads, 0, detail::raw(s), y, dy, db,
+                  d.outer, d.channels, d.inner, relu, add);
   }
 }
 

@@ -12,6 +12,8 @@
 
 #include <string>
 
+#include "launch.cuh"
+
 namespace gpurun::kernels::cuda::detail {
 
 [[noreturn]] void fail(const char* lib, const std::string& what, const char* expr, const char* file,
@@ -55,4 +57,12 @@ const char* cublas_status_name(cublasStatus_t s);
     if (gpurun_e_ != cudaSuccess)                                                          \
       ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(gpurun_e_),         \
                                             "launch of " kernel_name, __FILE__, __LINE__); \
+  } while (0)
+
+// Launches `kernel` on grid x block threads with `smem` bytes of dynamic shared memory on
+// `stream`, then checks the launch (GPURUN_LAUNCH_CHECK) under the kernel's own name.
+#define GPURUN_LAUNCH(kernel, grid, block, smem, stream, ...)             \
+  do {                                                                    \
+    GPURUN_KERNEL_LAUNCH(kernel, grid, block, smem, stream, __VA_ARGS__); \
+    GPURUN_LAUNCH_CHECK(#kernel);                                         \
   } while (0)

@@ -3,10 +3,13 @@
 #include <cuda_runtime.h>
 
 #include "gpurun/kernels/device_probe.h"
+#include "launch.cuh"
 
 namespace gpurun::kernels {
 namespace {
-__global__ void touch(int* out) { *out = 42; }
+__global__ void __launch_bounds__(1) touch(int* out) {
+  *out = 42;
+}
 }  // namespace
 
 int cuda_device_count() noexcept {
@@ -18,7 +21,7 @@ int cuda_device_count() noexcept {
   if (n == 0) return 0;
   int* d = nullptr;
   if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return 0;
-  touch<<<1, 1>>>(d);
+  GPURUN_KERNEL_LAUNCH(touch, 1, 1, 0, cudaStreamLegacy, d);
   int h = 0;
   bool ok = cudaGetLastError() == cudaSuccess &&
             cudaMemcpy(&h, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess && h == 42;

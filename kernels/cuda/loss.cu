@@ -33,9 +33,10 @@ __device__ double block_sum(double v, double* shared /* kThreads / 32 */) {
 // sum, loss = log(sum) - (z_label - max), then scale. dlogits may alias logits: z[c] is read
 // before g[c] is written, by the same thread. A label outside [0, classes) cannot throw on the
 // device: its row contributes NaN to the loss (so the caller sees it) and no one-hot term.
-__global__ void softmax_xent_kernel(const float* logits, const std::int32_t* __restrict__ labels,
-                                    float* dlogits, float* __restrict__ loss_sum, int batch,
-                                    int classes, float grad_scale) {
+__global__ void __launch_bounds__(kThreads)
+    softmax_xent_kernel(const float* logits, const std::int32_t* __restrict__ labels,
+                        float* dlogits, float* __restrict__ loss_sum, int batch, int classes,
+                        float grad_scale) {
   __shared__ double warp_part[kThreads / 32];
   double total = 0;
   for (int n = threadIdx.x; n < batch; n += blockDim.x) {
@@ -62,9 +63,9 @@ __global__ void softmax_xent_kernel(const float* logits, const std::int32_t* __r
 }
 
 // First maximum wins (torch.argmax); a label out of range never matches.
-__global__ void accuracy_kernel(const float* __restrict__ logits,
-                                const std::int32_t* __restrict__ labels,
-                                std::int64_t* __restrict__ correct, int batch, int classes) {
+__global__ void __launch_bounds__(kThreads)
+    accuracy_kernel(const float* __restrict__ logits, const std::int32_t* __restrict__ labels,
+                    std::int64_t* __restrict__ correct, int batch, int classes) {
   __shared__ double warp_part[kThreads / 32];
   double hits = 0;  // exact: counts stay far below 2^53
   for (int n = threadIdx.x; n < batch; n += blockDim.x) {
@@ -83,16 +84,15 @@ __global__ void accuracy_kernel(const float* __restrict__ logits,
 void softmax_xent(const SoftmaxXentDesc& d, const float* logits, const std::int32_t* labels,
                   float* dlogits, float* loss_sum, Stream s) {
   validate(d);
-  softmax_xent_kernel<<<1, kThreads, 0, detail::raw(s)>>>(logits, labels, dlogits, loss_sum,
-                                                          d.batch, d.classes, d.grad_scale);
-  GPURUN_LAUNCH_CHECK("softmax_xent_kernel");
+  GPURUN_LAUNCH(softmax_xent_kernel, 1, kThreads, 0, detail::raw(s), logits, labels, dlogits,
+                loss_sum, d.batch, d.classes, d.grad_scale);
 }
 
 void accuracy_count(const AccuracyDesc& d, const float* logits, const std::int32_t* labels,
                     std::int64_t* correct, Stream s) {
   validate(d);
-  accuracy_kernel<<<1, kThreads, 0, detail::raw(s)>>>(logits, labels, correct, d.batch, d.classes);
-  GPURUN_LAUNCH_CHECK("accuracy_kernel");
+  GPURUN_LAUNCH(accuracy_kernel, 1, kThreads, 0, detail::raw(s), logits, labels, correct, d.batch,
+                d.classes);
 }
 
 }  // namespace gpurun::kernels::cuda

@@ -10,6 +10,8 @@
 namespace gpurun::kernels::cuda {
 namespace {
 
+constexpr int kBlock = 256;  // every kernel here; also its __launch_bounds__
+
 struct Geometry {
   int in_h, in_w, out_h, out_w, size, stride;
 };
@@ -25,8 +27,9 @@ __device__ int argmax_in_window(const Geometry& g, const float* plane, int i, in
   return best;
 }
 
-__global__ void max_pool_fwd_kernel(Geometry g, std::size_t planes, const float* __restrict__ x,
-                                    float* __restrict__ y) {
+__global__ void __launch_bounds__(kBlock)
+    max_pool_fwd_kernel(Geometry g, std::size_t planes, const float* __restrict__ x,
+                        float* __restrict__ y) {
   const std::size_t out_plane = std::size_t(g.out_h) * g.out_w;
   const std::size_t n = planes * out_plane;
   for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n;
@@ -38,8 +41,9 @@ __global__ void max_pool_fwd_kernel(Geometry g, std::size_t planes, const float*
   }
 }
 
-__global__ void max_pool_bwd_kernel(Geometry g, std::size_t planes, const float* __restrict__ x,
-                                    const float* __restrict__ dy, float* __restrict__ dx) {
+__global__ void __launch_bounds__(kBlock)
+    max_pool_bwd_kernel(Geometry g, std::size_t planes, const float* __restrict__ x,
+                        const float* __restrict__ dy, float* __restrict__ dx) {
   const std::size_t in_plane = std::size_t(g.in_h) * g.in_w;
   const std::size_t n = planes * in_plane;
   for (std::size_t k = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; k < n;
@@ -70,21 +74,17 @@ Geometry geometry(const Pool2dDesc& d) {
 
 void max_pool2d_forward(const Pool2dDesc& d, const float* x, float* y, Stream s) {
   validate(d);
-  constexpr int kBlock = 256;
   const std::size_t planes = std::size_t(d.batch) * d.channels;
-  max_pool_fwd_kernel<<<detail::grid_blocks(d.y_floats(), kBlock), kBlock, 0, detail::raw(s)>>>(
-      geometry(d), planes, x, y);
-  GPURUN_LAUNCH_CHECK("max_pool_fwd_kernel");
+  GPURUN_LAUNCH(max_pool_fwd_kernel, detail::grid_blocks(d.y_floats(), kBlock), kBlock, 0,
+                detail::raw(s), geometry(d), planes, x, y);
 }
 
 void max_pool2d_backward(const Pool2dDesc& d, const float* x, const float* dy, float* dx,
                          Stream s) {
   validate(d);
-  constexpr int kBlock = 256;
   const std::size_t planes = std::size_t(d.batch) * d.channels;
-  max_pool_bwd_kernel<<<detail::grid_blocks(d.x_floats(), kBlock), kBlock, 0, detail::raw(s)>>>(
-      geometry(d), planes, x, dy, dx);
-  GPURUN_LAUNCH_CHECK("max_pool_bwd_kernel");
+  GPURUN_LAUNCH(max_pool_bwd_kernel, detail::grid_blocks(d.x_floats(), kBlock), kBlock, 0,
+                detail::raw(s), geometry(d), planes, x, dy, dx);
 }
 
 }  // namespace gpurun::kernels::cuda

@@ -11,11 +11,13 @@
 namespace gpurun::kernels::cuda {
 namespace {
 
+constexpr int kBlock = 256;  // also its __launch_bounds__
+
 // Same operation order as cpu::sgd_step, so results agree to rounding of fused multiply-adds.
 template <bool kMomentum>
-__global__ void sgd_kernel(std::size_t n, float lr_host, const float* __restrict__ lr_dev, float wd,
-                           float gs, float m, float* __restrict__ p, const float* __restrict__ g,
-                           float* __restrict__ v) {
+__global__ void __launch_bounds__(kBlock)
+    sgd_kernel(std::size_t n, float lr_host, const float* __restrict__ lr_dev, float wd, float gs,
+               float m, float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v) {
   const float lr = lr_dev ? *lr_dev : lr_host;
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -37,16 +39,14 @@ void launch(const SgdDesc& d, const float* lr_dev, float* params, const float* g
   const bool mom = d.momentum != 0.0f;
   if (mom && velocity == nullptr)
     throw std::invalid_argument("sgd: momentum needs a velocity buffer");
-  constexpr int kBlock = 256;
   const int grid = detail::grid_blocks(d.n, kBlock);
   if (mom) {
-    sgd_kernel<true><<<grid, kBlock, 0, detail::raw(s)>>>(
-        d.n, d.lr, lr_dev, d.weight_decay, d.grad_scale, d.momentum, params, grads, velocity);
+    GPURUN_LAUNCH(sgd_kernel<true>, grid, kBlock, 0, detail::raw(s), d.n, d.lr, lr_dev,
+                  d.weight_decay, d.grad_scale, d.momentum, params, grads, velocity);
   } else {
-    sgd_kernel<false><<<grid, kBlock, 0, detail::raw(s)>>>(
-        d.n, d.lr, lr_dev, d.weight_decay, d.grad_scale, 0.0f, params, grads, nullptr);
+    GPURUN_LAUNCH(sgd_kernel<false>, grid, kBlock, 0, detail::raw(s), d.n, d.lr, lr_dev,
+                  d.weight_decay, d.grad_scale, 0.0f, params, grads, nullptr);
   }
-  GPURUN_LAUNCH_CHECK("sgd_kernel");
 }
 
 }  // namespace

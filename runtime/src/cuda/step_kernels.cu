@@ -6,12 +6,14 @@
 namespace gpurun::runtime::cuda {
 namespace {
 
+constexpr int kGatherThreads = 256;  // also its __launch_bounds__
+
 // One block per image: 784 pixels is a coalesced run of bytes in, floats out.
-__global__ void gather_kernel(const std::uint8_t* __restrict__ pixels,
-                              const std::int32_t* __restrict__ labels, std::size_t img,
-                              const std::int32_t* __restrict__ idx, const int* __restrict__ step,
-                              int n, const float* __restrict__ lr_table, float* __restrict__ lr_out,
-                              float* __restrict__ x, std::int32_t* __restrict__ y) {
+__global__ void __launch_bounds__(kGatherThreads)
+    gather_kernel(const std::uint8_t* __restrict__ pixels, const std::int32_t* __restrict__ labels,
+                  std::size_t img, const std::int32_t* __restrict__ idx,
+                  const int* __restrict__ step, int n, const float* __restrict__ lr_table,
+                  float* __restrict__ lr_out, float* __restrict__ x, std::int32_t* __restrict__ y) {
   const std::size_t base = step ? std::size_t(*step) * std::size_t(n) : 0;
   const int k = blockIdx.x;
   const std::size_t i = std::size_t(idx[base + k]);
@@ -25,8 +27,9 @@ __global__ void gather_kernel(const std::uint8_t* __restrict__ pixels,
   }
 }
 
-__global__ void advance_kernel(int* step, const float* loss, const std::int64_t* correct,
-                               float* loss_hist, std::int64_t* correct_hist) {
+__global__ void __launch_bounds__(1)
+    advance_kernel(int* step, const float* loss, const std::int64_t* correct, float* loss_hist,
+                   std::int64_t* correct_hist) {
   const int s = *step;
   loss_hist[s] = *loss;
   correct_hist[s] = *correct;
@@ -39,16 +42,14 @@ void gather_batch(const std::uint8_t* pixels, const std::int32_t* labels, std::s
                   const std::int32_t* idx, const int* step, int n, const float* lr_table,
                   float* lr_out, float* x, std::int32_t* y, kernels::Stream s) {
   if (n <= 0) return;
-  gather_kernel<<<n, 256, 0, static_cast<cudaStream_t>(s.handle)>>>(
-      pixels, labels, image_floats, idx, step, n, lr_table, lr_out, x, y);
-  GPURUN_LAUNCH_CHECK("gather_kernel");
+  GPURUN_LAUNCH(gather_kernel, n, kGatherThreads, 0, static_cast<cudaStream_t>(s.handle), pixels,
+                labels, image_floats, idx, step, n, lr_table, lr_out, x, y);
 }
 
 void advance_step(int* step, const float* loss, const std::int64_t* correct, float* loss_hist,
                   std::int64_t* correct_hist, kernels::Stream s) {
-  advance_kernel<<<1, 1, 0, static_cast<cudaStream_t>(s.handle)>>>(step, loss, correct, loss_hist,
-                                                                   correct_hist);
-  GPURUN_LAUNCH_CHECK("advance_kernel");
+  GPURUN_LAUNCH(advance_kernel, 1, 1, 0, static_cast<cudaStream_t>(s.handle), step, loss, correct,
+                loss_hist, correct_hist);
 }
 
 }  // namespace gpurun::runtime::cuda

@@ -1,0 +1,17 @@
+// launch.cuh: the one way the project launches a kernel, in both builds. nvcc's <<<>>> is not
+// C++, so in the CPU stand-in build (tests/standin, where the .cu files are compiled as C++) the
+// same macro becomes the stand-in's typed launch, which binds the arguments as a launch does.
+// Use check.cuh's GPURUN_LAUNCH, which adds the launch check every launch needs; this bare form
+// is for code that must not throw (device_probe.cu).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#if defined(GPURUN_CUDA_STANDIN)
+#define GPURUN_KERNEL_LAUNCH(kernel, grid, block, smem, stream, ...)                     \
+  (void)::gpurun_standin::launch(#kernel, kernel, dim3(grid), dim3(block), smem, stream, \
+                                 __VA_ARGS__)
+#else
+#define GPURUN_KERNEL_LAUNCH(kernel, grid, block, smem, stream, ...) \
+  kernel<<<grid, block, smem, stream>>>(__VA_ARGS__)
+#endif
