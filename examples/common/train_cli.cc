@@ -86,6 +86,9 @@ po::options_description describe(Options& o, const Example& ex) {
       "threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node): T replicas "
       "each train on batch/T images; T BLAS threads when T does not divide the batch")(
       "report", po::value(&o.report), "write the run's report JSON to FILE")(
+      "record-losses", po::value(&t.record_losses)->default_value(t.record_losses),
+      "keep rank 0's loss of each of the first N steps in the report (step_losses), to compare "
+      "runs step by step")(
       "checkpoint", po::value(&t.checkpoint_dir),
       "checkpoint directory (written each epoch and on SIGUSR1/SIGUSR2/SIGTERM)")(
       "resume", po::bool_switch(&t.resume), "continue from --checkpoint DIR when it holds one")(
@@ -165,6 +168,7 @@ std::string interpret(Options& o, const po::variables_map& vm) {
     return "--device must be cpu, cuda or auto, got " + o.device;
   }
   if (vm.count("threads") && o.threads < 1) return "--threads must be >= 1";
+  if (o.train.record_losses < 0) return "--record-losses must be >= 0";
   o.backend.cuda.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
   o.backend.cuda.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
   if (o.conv_algo != "benchmark" && o.conv_algo != "heuristic") {
@@ -264,6 +268,7 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
   o.backend.cpu.threads = threads;
   o.backend.cuda.nccl_multi_rank_gpu = env.nccl_multi_rank_gpu;
   o.backend.cuda.visible_devices = env.cuda_visible_devices;
+  o.backend.cuda.gpus_from_launcher = env.under_gpurun;
   o.train.heartbeat_path = env.heartbeat;
   o.train.progress = pg.rank() == 0 && stdout_is_terminal(env);
   const rt::Dataset data = rt::load_mnist_dir(o.data);

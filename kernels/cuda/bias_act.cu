@@ -9,9 +9,7 @@
 namespace gpurun::kernels::cuda {
 namespace {
 
-// Every kernel declares the block size it is launched with (__launch_bounds__), so ptxas sizes
-// its registers for it (the build's resource check fails on spills or a missing bound).
-constexpr int kBlock = 256;
+constexpr int kBlock = 256;  // the grid-stride kernels' block; also their GPURUN_KERNEL_BOUNDS
 
 __device__ __forceinline__ float act_fwd(float v, bool relu) {
   return relu ? (v > 0.0f ? v : 0.0f) : v;  // !(v > 0) also maps NaN to 0, as the CPU twin does
@@ -20,7 +18,7 @@ __device__ __forceinline__ float act_fwd(float v, bool relu) {
 // Index is unsigned 32-bit when the tensor allows: a 64-bit division per element costs several
 // times the 32-bit one, and this kernel is otherwise a pure stream over memory.
 template <typename Index>
-__global__ void __launch_bounds__(kBlock)
+__global__ void GPURUN_KERNEL_BOUNDS(kBlock)
     bias_act_fwd_kernel(float* __restrict__ y, const float* __restrict__ b, Index n, Index channels,
                         Index inner, bool relu) {
   for (Index i = blockIdx.x * Index(blockDim.x) + threadIdx.x; i < n;
@@ -31,7 +29,7 @@ __global__ void __launch_bounds__(kBlock)
 }
 
 // No bias: y = max(y, 0).
-__global__ void __launch_bounds__(kBlock) relu_fwd_kernel(float* __restrict__ y, std::size_t n) {
+__global__ void GPURUN_KERNEL_BOUNDS(kBlock) relu_fwd_kernel(float* __restrict__ y, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
     y[i] = act_fwd(y[i], true);
@@ -39,7 +37,7 @@ __global__ void __launch_bounds__(kBlock) relu_fwd_kernel(float* __restrict__ y,
 }
 
 // Only the mask: db == nullptr.
-__global__ void __launch_bounds__(kBlock)
+__global__ void GPURUN_KERNEL_BOUNDS(kBlock)
     act_bwd_kernel(const float* __restrict__ y, float* __restrict__ dy, std::size_t n) {
   for (std::size_t i = blockIdx.x * std::size_t(blockDim.x) + threadIdx.x; i < n;
        i += std::size_t(gridDim.x) * blockDim.x) {
@@ -51,7 +49,7 @@ __global__ void __launch_bounds__(kBlock)
 // (threadIdx.x, coalesced reads along a row) and its 8 rows of threads (threadIdx.y) stride over
 // the outer dimension; the partial sums meet in shared memory in a fixed order.
 constexpr int kColTile = 32, kRowThreads = 8;
-__global__ void __launch_bounds__(kColTile* kRowThreads)
+__global__ void GPURUN_KERNEL_BOUNDS(kColTile* kRowThreads)
     bias_act_bwd_rows_kernel(const float* __restrict__ y, float* __restrict__ dy,
                              float* __restrict__ db, int outer, int channels, bool relu, bool add) {
   __shared__ float part[kRowThreads][kColTile];
@@ -81,7 +79,7 @@ __global__ void __launch_bounds__(kColTile* kRowThreads)
 // `inner` contiguous floats of that channel, coalesced) so no index needs a division; then a
 // fixed-order shared-memory tree. Memory bound: y and dy read, dy written once.
 constexpr int kChanThreads = 1024, kChanWarps = kChanThreads / 32;
-__global__ void __launch_bounds__(kChanThreads)
+__global__ void GPURUN_KERNEL_BOUNDS(kChanThreads)
     bias_act_bwd_chan_kernel(const float* __restrict__ y, float* __restrict__ dy,
                              float* __restrict__ db, int outer, int channels, int inner, bool relu,
                              bool add) {

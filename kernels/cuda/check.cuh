@@ -20,6 +20,13 @@ namespace gpurun::kernels::cuda::detail {
                        int line);
 const char* cublas_status_name(cublasStatus_t s);
 
+// Once a communicator was aborted the device may still hold kernels that use freed memory, and a
+// cudaFree or a handle's destruction can wait on them forever: from then on every owner of device
+// memory or a library handle leaves it to the process's end (the watchdog sets this; c10d does
+// the same). Thread-safe.
+void mark_device_lost() noexcept;
+bool device_lost() noexcept;
+
 }  // namespace gpurun::kernels::cuda::detail
 
 #define GPURUN_CUDA_CHECK(expr)                                                           \

@@ -17,6 +17,7 @@ namespace gpurun::kernels::cuda {
 
 namespace {
 std::atomic<int> g_precision{int(MathPrecision::kFp32)};
+std::atomic<bool> g_device_lost{false};
 }  // namespace
 
 void set_math_precision(MathPrecision p) {
@@ -37,6 +38,13 @@ namespace detail {
   throw std::runtime_error(std::string(lib) + " error: " + expr + " failed at " + file + ":" +
                            std::to_string(line) + " on device " + std::to_string(dev) + " (" +
                            host + "): " + what);
+}
+
+void mark_device_lost() noexcept {
+  g_device_lost.store(true);
+}
+bool device_lost() noexcept {
+  return g_device_lost.load();
 }
 
 const char* cublas_status_name(cublasStatus_t s) {
@@ -117,6 +125,7 @@ class Handles {
 
  private:
   void release() noexcept {
+    if (device_lost()) return;  // left to the process's end (check.cuh)
     if (cublas_) cublasDestroy(cublas_);
     if (cudnn_) cudnnDestroy(cudnn_);
     if (ws_) cudaFree(ws_);

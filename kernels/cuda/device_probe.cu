@@ -7,7 +7,7 @@
 
 namespace gpurun::kernels {
 namespace {
-__global__ void __launch_bounds__(1) touch(int* out) {
+__global__ void GPURUN_KERNEL_BOUNDS(1) touch(int* out) {
   *out = 42;
 }
 }  // namespace

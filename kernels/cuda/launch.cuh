@@ -7,6 +7,14 @@
 
 #include <cuda_runtime.h>
 
+// Every kernel declares the block size it is launched with: GPURUN_KERNEL_BOUNDS(threads) before
+// its name (kernels_launch_bounds checks that each has it). ptxas then fits its registers to that
+// block (a 1,024-thread kernel without a bound may take more registers than a block can have and
+// fail to launch). The minimum of one block per SM keeps ptxas from trading registers for
+// occupancy: with the bound alone it capped max_pool_bwd_kernel at 32 registers on sm_80 and
+// spilled (the build fails on spills and local memory).
+#define GPURUN_KERNEL_BOUNDS(threads) __launch_bounds__(threads, 1)
+
 #if defined(GPURUN_CUDA_STANDIN)
 #define GPURUN_KERNEL_LAUNCH(kernel, grid, block, smem, stream, ...)                     \
   (void)::gpurun_standin::launch(#kernel, kernel, dim3(grid), dim3(block), smem, stream, \

@@ -33,7 +33,7 @@ __device__ double block_sum(double v, double* shared /* kThreads / 32 */) {
 // sum, loss = log(sum) - (z_label - max), then scale. dlogits may alias logits: z[c] is read
 // before g[c] is written, by the same thread. A label outside [0, classes) cannot throw on the
 // device: its row contributes NaN to the loss (so the caller sees it) and no one-hot term.
-__global__ void __launch_bounds__(kThreads)
+__global__ void GPURUN_KERNEL_BOUNDS(kThreads)
     softmax_xent_kernel(const float* logits, const std::int32_t* __restrict__ labels,
                         float* dlogits, float* __restrict__ loss_sum, int batch, int classes,
                         float grad_scale) {
@@ -63,7 +63,7 @@ __global__ void __launch_bounds__(kThreads)
 }
 
 // First maximum wins (torch.argmax); a label out of range never matches.
-__global__ void __launch_bounds__(kThreads)
+__global__ void GPURUN_KERNEL_BOUNDS(kThreads)
     accuracy_kernel(const float* __restrict__ logits, const std::int32_t* __restrict__ labels,
                     std::int64_t* __restrict__ correct, int batch, int classes) {
   __shared__ double warp_part[kThreads / 32];

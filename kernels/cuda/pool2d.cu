@@ -10,13 +10,15 @@
 namespace gpurun::kernels::cuda {
 namespace {
 
-constexpr int kBlock = 256;  // every kernel here; also its __launch_bounds__
+constexpr int kBlock = 256;  // every kernel here; also its GPURUN_KERNEL_BOUNDS
 
 struct Geometry {
   int in_h, in_w, out_h, out_w, size, stride;
 };
 
-__device__ int argmax_in_window(const Geometry& g, const float* plane, int i, int j) {
+// Inlined, the geometry by value: a call with a reference made ptxas put it in local memory
+// (the build fails on local memory and spills).
+__device__ __forceinline__ int argmax_in_window(Geometry g, const float* plane, int i, int j) {
   int best = i * g.stride * g.in_w + j * g.stride;
   for (int p = 0; p < g.size; ++p) {
     const int row = (i * g.stride + p) * g.in_w + j * g.stride;
@@ -27,7 +29,7 @@ __device__ int argmax_in_window(const Geometry& g, const float* plane, int i, in
   return best;
 }
 
-__global__ void __launch_bounds__(kBlock)
+__global__ void GPURUN_KERNEL_BOUNDS(kBlock)
     max_pool_fwd_kernel(Geometry g, std::size_t planes, const float* __restrict__ x,
                         float* __restrict__ y) {
   const std::size_t out_plane = std::size_t(g.out_h) * g.out_w;
@@ -41,7 +43,7 @@ __global__ void __launch_bounds__(kBlock)
   }
 }
 
-__global__ void __launch_bounds__(kBlock)
+__global__ void GPURUN_KERNEL_BOUNDS(kBlock)
     max_pool_bwd_kernel(Geometry g, std::size_t planes, const float* __restrict__ x,
                         const float* __restrict__ dy, float* __restrict__ dx) {
   const std::size_t in_plane = std::size_t(g.in_h) * g.in_w;

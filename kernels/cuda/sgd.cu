@@ -11,11 +11,11 @@
 namespace gpurun::kernels::cuda {
 namespace {
 
-constexpr int kBlock = 256;  // also its __launch_bounds__
+constexpr int kBlock = 256;  // also its GPURUN_KERNEL_BOUNDS
 
 // Same operation order as cpu::sgd_step, so results agree to rounding of fused multiply-adds.
 template <bool kMomentum>
-__global__ void __launch_bounds__(kBlock)
+__global__ void GPURUN_KERNEL_BOUNDS(kBlock)
     sgd_kernel(std::size_t n, float lr_host, const float* __restrict__ lr_dev, float wd, float gs,
                float m, float* __restrict__ p, const float* __restrict__ g, float* __restrict__ v) {
   const float lr = lr_dev ? *lr_dev : lr_host;

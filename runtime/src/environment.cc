@@ -30,6 +30,7 @@ const Var kVars[] = {
      [](RuntimeEnv& e, const std::string& v) { e.restart_count = positive_int(v); }},
     {"CUDA_VISIBLE_DEVICES",
      [](RuntimeEnv& e, const std::string& v) { e.cuda_visible_devices = v; }},
+    {"GPURUN_SCHEDULER", [](RuntimeEnv& e, const std::string&) { e.under_gpurun = true; }},
     {"NCCL_MULTI_RANK_GPU_ENABLE",
      [](RuntimeEnv& e, const std::string& v) { e.nccl_multi_rank_gpu = v == "1"; }},
     {"OMPI_MCA_osc_sm_backing_directory",

@@ -5,12 +5,15 @@
 #include <sys/statvfs.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <climits>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <utility>
 
 #include "gpurun/common/posix.h"
@@ -91,6 +94,35 @@ class MpiProcessGroup final : public ProcessGroup {
       const int c = int(std::min(kMaxChunk, n - off));
       GPURUN_MPI_CHECK(
           MPI_Allreduce(MPI_IN_PLACE, data + off, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    }
+  }
+  // MPI_Iallreduce polled against a deadline: spin briefly (a step's sum takes milliseconds),
+  // then sleep between tests so a stuck peer costs no CPU.
+  void allreduce_sum_within(float* data, std::size_t n, double timeout_s,
+                            const char* what) override {
+    if (size_ == 1) return;
+    const auto start = std::chrono::steady_clock::now();
+    const auto deadline = start + std::chrono::duration<double>(timeout_s);
+    for (std::size_t off = 0; off < n; off += kMaxChunk) {
+      const int c = int(std::min(kMaxChunk, n - off));
+      MPI_Request req = MPI_REQUEST_NULL;
+      GPURUN_MPI_CHECK(
+          MPI_Iallreduce(MPI_IN_PLACE, data + off, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req));
+      for (int spins = 0;; ++spins) {
+        int done = 0;
+        GPURUN_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done) break;
+        if (std::chrono::steady_clock::now() >= deadline) {
+          char secs[32];
+          std::snprintf(secs, sizeof secs, "%.1f", timeout_s);
+          throw CollectiveTimeout(std::string("MPI_Allreduce of ") + std::to_string(n) +
+                                  " floats (" + what + ") did not complete within the " +
+                                  "communication timeout of " + secs + " s on rank " +
+                                  std::to_string(rank_) + " (" + common::hostname() + ") of " +
+                                  std::to_string(size_) + " ranks; a peer died or is stuck");
+        }
+        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
     }
   }
   void broadcast(void* data, std::size_t bytes, int root) override {

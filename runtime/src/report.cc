@@ -85,6 +85,7 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   j["test_accuracy"] = r.test_accuracy;
   j["test_loss"] = r.test_loss;
   j["stopped_by"] = stop_name(r.stop);
+  if (!r.step_losses.empty()) j["step_losses"] = r.step_losses;  // this rank's (rank 0's)
   j["resumed"] = r.resumed;
   char sum[32];
   std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r.param_checksum));

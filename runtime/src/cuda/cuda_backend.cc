@@ -6,8 +6,12 @@
 // device, and the step counter's advance. Where NCCL cannot serve (two ranks on one GPU) the
 // gradients go through pinned host memory and the process group's MPI allreduce, between two
 // graphs. The host only launches; it reads losses back at each sync (every loss_every steps).
-// With NCCL, a watchdog turns a stuck or failed collective (or a rank that never joins) into an
-// exception within comm_timeout_s; the host-staged path relies on the launcher's fail-fast.
+// A stuck or failed collective (or a rank that never joins) is bounded by comm_timeout_s on both
+// paths: NCCL's by a watchdog thread, checked before every launch too; the host-staged MPI sum by
+// a polled MPI_Iallreduce. What follows is CudaOptions::on_comm_failure (backend.h): by default
+// the rank says which collective failed and ends at once, without freeing device memory.
+// Everything is allocated at construction (nothing during steps or evaluation), zeroed and
+// uploaded on the compute stream.
 // Run: mnist_cnn --device cuda; tests: ctest -L gpu.
 #include <algorithm>
 #include <chrono>
@@ -83,6 +87,17 @@ std::string device_name(int dev) {
   return prop.name;
 }
 
+// The launcher's contract (DESIGN: the rank environment): under gpurun, CUDA_VISIBLE_DEVICES
+// holds this rank's GPUs only, and its first is the rank's device, whatever the local rank. Under
+// a launcher that shows every rank the node's GPUs (bare mpirun, srun), local ranks take them in
+// order; more ranks than GPUs share them in contiguous groups, said once. Never local_rank % n:
+// that would pick another than the launcher planned for a rank with several GPUs.
+int device_for(const ProcessGroup& pg, const CudaOptions& opt, int count) {
+  if (opt.gpus_from_launcher) return 0;
+  if (pg.local_size() <= count) return pg.local_rank();
+  return int(std::int64_t(pg.local_rank()) * count / pg.local_size());
+}
+
 int pick_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) {
   // cudaGetDeviceCount, not the probe: the probe launches on device 0, which would put a context
   // (hundreds of MB) of every rank on the node's first GPU.
@@ -96,14 +111,10 @@ int pick_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) {
                              " (CUDA_VISIBLE_DEVICES=" + opt.visible_devices +
                              "); use --device cpu or --device auto");
   }
-  // gpurun gives each rank exactly its GPU(s) in CUDA_VISIBLE_DEVICES, so device 0 is ours. With
-  // several visible (bare mpirun), ranks on a node take them in local-rank order.
-  int dev = 0;
-  if (count > 1) {
-    dev = pg.local_rank() % count;
-    if (pg.local_size() > count && pg.rank() == 0) {
-      log << "note: " << pg.local_size() << " ranks share " << count << " visible GPUs\n";
-    }
+  const int dev = device_for(pg, opt, count);
+  if (!opt.gpus_from_launcher && pg.local_size() > count && pg.rank() == 0) {
+    log << "note: " << pg.local_size() << " ranks on a node share its " << count
+        << " visible GPU(s), local ranks in contiguous groups\n";
   }
   GPURUN_CUDA_CHECK(cudaSetDevice(dev));
   return dev;
@@ -120,33 +131,42 @@ int prepare_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) 
   return dev;
 }
 
-// The dataset and the epoch's plan, on the device.
+void upload(void* to, const void* from, std::size_t bytes, cudaStream_t s) {
+  if (bytes) GPURUN_CUDA_CHECK(cudaMemcpyAsync(to, from, bytes, cudaMemcpyHostToDevice, s));
+}
+
+// The dataset, the epoch's plan and this rank's test shard, on the device, with the pinned host
+// memory of their read-backs: all of it allocated here, once.
 struct DeviceData {
-  DeviceData(const Dataset& data, std::size_t steps_per_epoch, int batch)
+  DeviceData(const Dataset& data, std::size_t steps_per_epoch, int batch,
+             const std::vector<std::int32_t>& eval_shard, cudaStream_t s)
       : img(data.train.image_floats()),
-        train_px(data.train.pixels.size()),
-        train_lb(data.train.count),
-        test_px(data.test.pixels.size()),
-        test_lb(data.test.count),
-        idx(steps_per_epoch * std::size_t(batch)),
-        lr_table(steps_per_epoch),
-        step(1),
-        lr_cur(1),
-        loss_hist(steps_per_epoch),
-        correct_hist(steps_per_epoch),
+        train_px(data.train.pixels.size(), s),
+        train_lb(data.train.count, s),
+        test_px(data.test.pixels.size(), s),
+        test_lb(data.test.count, s),
+        idx(steps_per_epoch * std::size_t(batch), s),
+        lr_table(steps_per_epoch, s),
+        step(1, s),
+        lr_cur(1, s),
+        loss_hist(steps_per_epoch, s),
+        correct_hist(steps_per_epoch, s),
+        eval_idx(std::max<std::size_t>(eval_shard.size(), 1), s),
+        eval_count(eval_shard.size()),
         h_idx(steps_per_epoch * std::size_t(batch)),
         h_lr(steps_per_epoch),
         h_step(1),
         h_loss_hist(steps_per_epoch),
-        h_correct_hist(steps_per_epoch) {
-    // Once; 47 MB for MNIST's training split.
-    upload(train_px.get(), data.train.pixels.data(), train_px.bytes());
-    upload(train_lb.get(), data.train.labels.data(), train_lb.bytes());
-    upload(test_px.get(), data.test.pixels.data(), test_px.bytes());
-    upload(test_lb.get(), data.test.labels.data(), test_lb.bytes());
-  }
-  static void upload(void* to, const void* from, std::size_t bytes) {
-    if (bytes) GPURUN_CUDA_CHECK(cudaMemcpy(to, from, bytes, cudaMemcpyHostToDevice));
+        h_correct_hist(steps_per_epoch),
+        h_eval_loss(std::max<std::size_t>(eval_shard.size(), 1)),
+        h_eval_correct(std::max<std::size_t>(eval_shard.size(), 1)) {
+    // Once; 47 MB for MNIST's training split. Pageable sources: each call returns once its bytes
+    // are staged; the backend waits for the stream before the first step.
+    upload(train_px.get(), data.train.pixels.data(), train_px.bytes(), s);
+    upload(train_lb.get(), data.train.labels.data(), train_lb.bytes(), s);
+    upload(test_px.get(), data.test.pixels.data(), test_px.bytes(), s);
+    upload(test_lb.get(), data.test.labels.data(), test_lb.bytes(), s);
+    upload(eval_idx.get(), eval_shard.data(), eval_shard.size() * sizeof(std::int32_t), s);
   }
 
   std::size_t img;
@@ -160,11 +180,15 @@ struct DeviceData {
   DeviceBuffer<float> lr_cur;
   DeviceBuffer<float> loss_hist;
   DeviceBuffer<std::int64_t> correct_hist;
+  DeviceBuffer<std::int32_t> eval_idx;  // this rank's test shard
+  std::size_t eval_count;
   PinnedBuffer<std::int32_t> h_idx;
   PinnedBuffer<float> h_lr;
   PinnedBuffer<int> h_step;
   PinnedBuffer<float> h_loss_hist;
   PinnedBuffer<std::int64_t> h_correct_hist;
+  PinnedBuffer<float> h_eval_loss;  // one per evaluation batch (at most one per image)
+  PinnedBuffer<std::int64_t> h_eval_correct;
 };
 
 class CudaBackend final : public Backend {
@@ -198,15 +222,18 @@ class CudaBackend final : public Backend {
   const CudaOptions opt_;
   const std::size_t spe_;
   const int dev_;  // chosen (cudaSetDevice) before anything is allocated
+  cuda::Stream compute_, comm_stream_;  // before the buffers, which are zeroed on compute_
   BackendInfo info_;
   cuda::AllreduceBackend exchange_ = cuda::AllreduceBackend::kNone;
   cuda::DeviceModel dm_;
   DeviceData dd_;
-  cuda::Stream compute_, comm_stream_;
   std::unique_ptr<cuda::NcclComm> comm_;
   std::unique_ptr<cuda::Watchdog> wd_;
   PinnedBuffer<float> h_grads_;
   Event ev_fb_, ev_ar_, ev_d2h_, ev_read_;
+  // One per step between syncs: sync() waits for them in turn, so the watchdog's timeout bounds
+  // each step (a stuck collective), not the whole window (which may legitimately be long).
+  std::vector<Event> step_done_;
   std::vector<Event> t_;  // timing marks of one step: start, after backward, after allreduce, end
   GraphExec g1_, g2_;
   std::int64_t next_step_ = 0, synced_ = 0;
@@ -224,8 +251,9 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
       spe_(DistributedSampler(data.train.count, pg.size(), pg.rank(), cfg.batch_per_rank, cfg.seed)
                .steps_per_epoch()),
       dev_(prepare_device(pg, opt, log)),
-      dm_(model, cfg.batch_per_rank, cfg.eval_batch, cfg.momentum != 0.0f),
-      dd_(data, spe_, cfg.batch_per_rank),
+      dm_(model, cfg.batch_per_rank, cfg.eval_batch, cfg.momentum != 0.0f, compute_.get()),
+      dd_(data, spe_, cfg.batch_per_rank, eval_shard(data.test.count, pg.size(), pg.rank()),
+          compute_.get()),
       h_grads_(0),
       t_(4) {
   if (opt.loss_every < 1) throw std::invalid_argument("--loss-every must be >= 1");
@@ -238,19 +266,19 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
   if (!why.empty() && pg.rank() == 0) log << "note: " << why << "\n";
   if (exchange_ == cuda::AllreduceBackend::kNccl) {
     comm_ = std::make_unique<cuda::NcclComm>(pg, opt.comm_timeout_s);
-    wd_ = std::make_unique<cuda::Watchdog>(*comm_, opt.comm_timeout_s);
+    wd_ = std::make_unique<cuda::Watchdog>(*comm_, opt.comm_timeout_s, opt.on_comm_failure);
   }
   if (exchange_ == cuda::AllreduceBackend::kHostMpi)
     h_grads_ = PinnedBuffer<float>(dm_.param_floats());
   for (auto& e : t_) e = Event(EventTiming::kOn);
+  step_done_.resize(std::size_t(opt.loss_every));
   info_.exchange = cuda::to_string(exchange_);
   info_.graph = opt.graph == GraphMode::kCapture;
   info_.summary = std::string(info_.graph ? "CUDA Graph" : "eager") + ", allreduce " +
                   info_.exchange + (opt.math == GpuMath::kTf32 ? ", TF32" : ", FP32") +
                   (opt.conv_algo == ConvAlgo::kHeuristic ? ", cuDNN heuristics" : "");
-  // Pageable cudaMemcpy may return before its DMA lands, and the streams are non-blocking (they
-  // do not wait for the legacy stream): settle everything before the first step.
-  GPURUN_CUDA_CHECK(cudaDeviceSynchronize());
+  // The zeroing and the uploads are on compute_; pageable copies may still be landing.
+  GPURUN_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
   warm_up_and_capture();
 }
 
@@ -277,7 +305,7 @@ void CudaBackend::enqueue_part1() {
   if (exchange_ == cuda::AllreduceBackend::kNccl) {
     GPURUN_CUDA_CHECK(cudaEventRecord(ev_fb_.get(), s));
     GPURUN_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_.get(), ev_fb_.get(), 0));
-    comm_->allreduce_sum(dm_.grads(), dm_.grads(), n, comm_stream_.get());
+    comm_->allreduce_sum(dm_.grads(), dm_.grads(), n, comm_stream_.get(), "the gradients");
     GPURUN_CUDA_CHECK(cudaEventRecord(ev_ar_.get(), comm_stream_.get()));
     GPURUN_CUDA_CHECK(cudaStreamWaitEvent(s, ev_ar_.get(), 0));
   } else if (exchange_ == cuda::AllreduceBackend::kHostMpi) {
@@ -311,7 +339,12 @@ void CudaBackend::host_allreduce() {
   const auto t = Clock::now();
   GPURUN_CUDA_CHECK(cudaEventRecord(ev_d2h_.get(), compute_.get()));
   cuda::wait_event(ev_d2h_.get(), wd_.get(), "gradient download");
-  pg_.allreduce_sum(h_grads_.get(), dm_.param_floats());
+  try {
+    pg_.allreduce_sum_within(h_grads_.get(), dm_.param_floats(), opt_.comm_timeout_s,
+                             "the gradients, staged through host memory");
+  } catch (const CollectiveTimeout& e) {
+    cuda::comm_failure(e.what(), opt_.on_comm_failure);
+  }
   mpi_seconds_ += since(t);
 }
 
@@ -362,31 +395,31 @@ void CudaBackend::set_state(const float* params, const float* velocity) {
   if (pg_.rank() == 0) std::copy(params, params + n, host.begin());
   pg_.broadcast(host.data(), n * sizeof(float), 0);
   pg_.broadcast(&has_velocity, sizeof has_velocity, 0);
-  GPURUN_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
-  GPURUN_CUDA_CHECK(
-      cudaMemcpy(dm_.params(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+  const cudaStream_t s = compute_.get();
+  upload(dm_.params(), host.data(), n * sizeof(float), s);  // staged: host may be reused
   if (dm_.velocity()) {
     if (has_velocity && pg_.rank() == 0) std::copy(velocity, velocity + n, host.begin());
     if (!has_velocity) std::fill(host.begin(), host.end(), 0.0f);
     if (has_velocity) pg_.broadcast(host.data(), n * sizeof(float), 0);
-    GPURUN_CUDA_CHECK(
-        cudaMemcpy(dm_.velocity(), host.data(), n * sizeof(float), cudaMemcpyHostToDevice));
+    upload(dm_.velocity(), host.data(), n * sizeof(float), s);
   }
-  GPURUN_CUDA_CHECK(cudaDeviceSynchronize());  // pageable copies, legacy stream (see the ctor)
+  GPURUN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 void CudaBackend::get_state(std::vector<float>* params, std::vector<float>* velocity) {
   const std::size_t n = dm_.param_floats();
-  GPURUN_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
+  const cudaStream_t s = compute_.get();
   params->resize(n);
-  GPURUN_CUDA_CHECK(
-      cudaMemcpy(params->data(), dm_.params(), n * sizeof(float), cudaMemcpyDeviceToHost));
+  // Into pageable memory: each call returns when its copy, after the stream's work, is done.
+  GPURUN_CUDA_CHECK(cudaMemcpyAsync(params->data(), dm_.params(), n * sizeof(float),
+                                    cudaMemcpyDeviceToHost, s));
   velocity->clear();
   if (dm_.velocity()) {
     velocity->resize(n);
-    GPURUN_CUDA_CHECK(
-        cudaMemcpy(velocity->data(), dm_.velocity(), n * sizeof(float), cudaMemcpyDeviceToHost));
+    GPURUN_CUDA_CHECK(cudaMemcpyAsync(velocity->data(), dm_.velocity(), n * sizeof(float),
+                                      cudaMemcpyDeviceToHost, s));
   }
+  GPURUN_CUDA_CHECK(cudaStreamSynchronize(s));
 }
 
 // This rank's indices and learning rates for the whole epoch go up once.
@@ -411,6 +444,8 @@ void CudaBackend::step(std::int64_t step, bool stop_requested) {
                            " asked for, the device is at " + std::to_string(next_step_));
   }
   stop_requested_ = stop_requested_ || stop_requested;
+  // Never launch onto an aborted communicator: the graph's NCCL node would run on freed memory.
+  if (wd_) wd_->check();
   const bool split = exchange_ == cuda::AllreduceBackend::kHostMpi;
   auto t = Clock::now();
   if (info_.graph)
@@ -423,6 +458,11 @@ void CudaBackend::step(std::int64_t step, bool stop_requested) {
   if (info_.graph && split) g2_.launch(compute_.get());
   if (!info_.graph) enqueue_part2();
   host_seconds_ += since(t);
+  // The trainer syncs at least every sync_every() = loss_every steps: the slot is free.
+  const std::size_t slot = std::size_t(next_step_ - synced_);
+  if (slot >= step_done_.size())
+    throw std::logic_error("CUDA backend: more steps than the loss read-back interval between syncs");
+  GPURUN_CUDA_CHECK(cudaEventRecord(step_done_[slot].get(), compute_.get()));
   ++next_step_;
 }
 
@@ -450,7 +490,11 @@ Progress CudaBackend::sync() {
                         (to - from) * sizeof(std::int64_t), cudaMemcpyDeviceToHost, s));
   }
   GPURUN_CUDA_CHECK(cudaEventRecord(ev_read_.get(), s));
-  cuda::wait_event(ev_read_.get(), wd_.get(), "training steps");
+  for (std::int64_t i = 0; i < p.steps; ++i) {
+    const std::string what = "training step " + std::to_string(synced_ + i);
+    cuda::wait_event(step_done_[std::size_t(i)].get(), wd_.get(), what.c_str());
+  }
+  cuda::wait_event(ev_read_.get(), wd_.get(), "the losses' read-back");
   sample_breakdown(p.steps);
   // Ranks agree on the sums and on stopping in one collective.
   double sums[3] = {0, 0, stop_requested_ ? 1.0 : 0.0};
@@ -469,40 +513,33 @@ Progress CudaBackend::sync() {
 
 Evaluation CudaBackend::evaluate(int eval_batch) {
   if (eval_batch < 1 || eval_batch > dm_.max_batch()) {
-    throw std::invalid_argument(
-        "evaluation batch " + std::to_string(eval_batch) + " outside 1.." +
-        std::to_string(dm_.max_batch()) +
-        " (the activations were sized for max(--batch-size, --eval-batch))");
+    throw std::invalid_argument("evaluation batch " + std::to_string(eval_batch) +
+                                " outside 1.." + std::to_string(dm_.max_batch()) +
+                                " (the activations were sized for the larger of the training "
+                                "and evaluation batches)");
   }
-  const std::vector<std::int32_t> shard = eval_shard(dd_.test_lb.size(), pg_.size(), pg_.rank());
-  const std::size_t nb = (shard.size() + std::size_t(eval_batch) - 1) / std::size_t(eval_batch);
-  DeviceBuffer<std::int32_t> idx(std::max<std::size_t>(shard.size(), 1));
-  PinnedBuffer<float> h_loss(std::max<std::size_t>(nb, 1));
-  PinnedBuffer<std::int64_t> h_correct(std::max<std::size_t>(nb, 1));
+  if (wd_) wd_->check();
+  const std::size_t count = dd_.eval_count;
+  const std::size_t nb = (count + std::size_t(eval_batch) - 1) / std::size_t(eval_batch);
   const cudaStream_t s = compute_.get();
   const k::Stream S{s};
-  if (!shard.empty()) {
-    GPURUN_CUDA_CHECK(cudaMemcpyAsync(idx.get(), shard.data(), shard.size() * sizeof(std::int32_t),
-                                      cudaMemcpyHostToDevice, s));
-  }
   for (std::size_t b = 0; b < nb; ++b) {
     const std::size_t off = b * std::size_t(eval_batch);
-    const int n = int(std::min<std::size_t>(std::size_t(eval_batch), shard.size() - off));
-    cuda::gather_batch(dd_.test_px.get(), dd_.test_lb.get(), dd_.img, idx.get() + off, nullptr, n,
-                       nullptr, nullptr, dm_.input(), dm_.labels(), S);
+    const int n = int(std::min<std::size_t>(std::size_t(eval_batch), count - off));
+    cuda::gather_batch(dd_.test_px.get(), dd_.test_lb.get(), dd_.img, dd_.eval_idx.get() + off,
+                       nullptr, n, nullptr, nullptr, dm_.input(), dm_.labels(), S);
     dm_.forward_loss(n, 0.0f, S);
-    GPURUN_CUDA_CHECK(
-        cudaMemcpyAsync(h_loss.get() + b, dm_.loss(), sizeof(float), cudaMemcpyDeviceToHost, s));
-    GPURUN_CUDA_CHECK(cudaMemcpyAsync(h_correct.get() + b, dm_.correct(), sizeof(std::int64_t),
+    GPURUN_CUDA_CHECK(cudaMemcpyAsync(dd_.h_eval_loss.get() + b, dm_.loss(), sizeof(float),
                                       cudaMemcpyDeviceToHost, s));
+    GPURUN_CUDA_CHECK(cudaMemcpyAsync(dd_.h_eval_correct.get() + b, dm_.correct(),
+                                      sizeof(std::int64_t), cudaMemcpyDeviceToHost, s));
   }
-  Event done;
-  GPURUN_CUDA_CHECK(cudaEventRecord(done.get(), s));
-  cuda::wait_event(done.get(), wd_.get(), "evaluation");
-  double sums[3] = {0, 0, double(shard.size())};
+  GPURUN_CUDA_CHECK(cudaEventRecord(ev_read_.get(), s));
+  cuda::wait_event(ev_read_.get(), wd_.get(), "evaluation");
+  double sums[3] = {0, 0, double(count)};
   for (std::size_t b = 0; b < nb; ++b) {
-    sums[0] += h_loss[b];
-    sums[1] += double(h_correct[b]);
+    sums[0] += dd_.h_eval_loss[b];
+    sums[1] += double(dd_.h_eval_correct[b]);
   }
   pg_.allreduce_sum(sums, 3);
   return {sums[0] / sums[2], sums[1] / sums[2]};

@@ -1,6 +1,8 @@
 // device.h: move-only RAII owners for CUDA runtime objects used by the GPU trainer: device and
 // pinned host buffers, streams, events, graphs. Destructors never throw (errors there are ignored:
-// they run during unwinding, possibly after a fault). Private to runtime/src/cuda.
+// they run during unwinding, possibly after a fault), and after a communicator abort
+// (kernels::cuda::detail::device_lost) they leave everything to the process's end: a cudaFree
+// could wait forever on a kernel that uses the aborted communicator. Private to runtime/src/cuda.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -13,21 +15,24 @@
 
 namespace gpurun::runtime::cuda {
 
+inline bool device_lost() noexcept {
+  return ::gpurun::kernels::cuda::detail::device_lost();
+}
+
 template <typename T>
 class DeviceBuffer {
  public:
   DeviceBuffer() = default;
-  explicit DeviceBuffer(std::size_t n) : n_(n) {
+  // Zeroed on `owner`, the stream that will use it first, so the zeroing is ordered before that
+  // use without waiting for the host or touching the legacy stream.
+  DeviceBuffer(std::size_t n, cudaStream_t owner) : n_(n) {
     if (n) {
       GPURUN_CUDA_CHECK(cudaMalloc(&p_, n * sizeof(T)));
-      GPURUN_CUDA_CHECK(cudaMemset(p_, 0, n * sizeof(T)));
-      // cudaMemset runs on the legacy stream, which the trainer's non-blocking streams do not
-      // wait for: finish it here, or a kernel could write before the zeroing lands.
-      GPURUN_CUDA_CHECK(cudaStreamSynchronize(cudaStreamLegacy));
+      GPURUN_CUDA_CHECK(cudaMemsetAsync(p_, 0, n * sizeof(T), owner));
     }
   }
   ~DeviceBuffer() {
-    if (p_) cudaFree(p_);
+    if (p_ && !device_lost()) cudaFree(p_);
   }
   DeviceBuffer(DeviceBuffer&& o) noexcept
       : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
@@ -56,7 +61,7 @@ class PinnedBuffer {
     if (n) GPURUN_CUDA_CHECK(cudaMallocHost(&p_, n * sizeof(T)));
   }
   ~PinnedBuffer() {
-    if (p_) cudaFreeHost(p_);
+    if (p_ && !device_lost()) cudaFreeHost(p_);
   }
   PinnedBuffer(PinnedBuffer&& o) noexcept
       : p_(std::exchange(o.p_, nullptr)), n_(std::exchange(o.n_, 0)) {}
@@ -80,7 +85,7 @@ class Stream {
  public:
   Stream() { GPURUN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
   ~Stream() {
-    if (s_) cudaStreamDestroy(s_);
+    if (s_ && !device_lost()) cudaStreamDestroy(s_);
   }
   Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
   Stream& operator=(Stream&& o) noexcept {
@@ -104,7 +109,7 @@ class Event {
         &e_, t == EventTiming::kOn ? cudaEventDefault : cudaEventDisableTiming));
   }
   ~Event() {
-    if (e_) cudaEventDestroy(e_);
+    if (e_ && !device_lost()) cudaEventDestroy(e_);
   }
   Event(Event&& o) noexcept : e_(std::exchange(o.e_, nullptr)) {}
   Event& operator=(Event&& o) noexcept {
@@ -129,7 +134,7 @@ class GraphExec {
     GPURUN_CUDA_CHECK(e);
   }
   ~GraphExec() {
-    if (x_) cudaGraphExecDestroy(x_);
+    if (x_ && !device_lost()) cudaGraphExecDestroy(x_);
   }
   GraphExec(GraphExec&& o) noexcept : x_(std::exchange(o.x_, nullptr)) {}
   GraphExec& operator=(GraphExec&& o) noexcept {

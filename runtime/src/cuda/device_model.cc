@@ -51,16 +51,17 @@ void copy(float* to, const float* from, std::size_t floats, k::Stream s) {
 
 }  // namespace
 
-DeviceModel::DeviceModel(const ModelSpec& spec, int batch, int eval_batch, bool momentum)
+DeviceModel::DeviceModel(const ModelSpec& spec, int batch, int eval_batch, bool momentum,
+                         cudaStream_t owner)
     : spec_(spec),
       max_batch_(std::max(batch, eval_batch)),
-      params_(spec.param_floats()),
-      grads_(spec.param_floats()),
-      velocity_(momentum ? spec.param_floats() : 0),
-      x_(std::size_t(max_batch_) * spec.input().size()),
-      y_(std::size_t(max_batch_)),
-      loss_(1),
-      correct_(1) {
+      params_(spec.param_floats(), owner),
+      grads_(spec.param_floats(), owner),
+      velocity_(momentum ? spec.param_floats() : 0, owner),
+      x_(std::size_t(max_batch_) * spec.input().size(), owner),
+      y_(std::size_t(max_batch_), owner),
+      loss_(1, owner),
+      correct_(1, owner) {
   std::size_t ws = 1;
   for (std::size_t i = 0; i < spec.layers().size(); ++i) {
     const LayerSpec& l = spec.layers()[i];
@@ -69,8 +70,8 @@ DeviceModel::DeviceModel(const ModelSpec& spec, int batch, int eval_batch, bool 
       dact_.push_back(i == 0 ? nullptr : dact_[i - 1]);
       continue;
     }
-    act_buf_.emplace_back(std::size_t(max_batch_) * l.output.size());
-    dact_buf_.emplace_back(std::size_t(max_batch_) * l.output.size());
+    act_buf_.emplace_back(std::size_t(max_batch_) * l.output.size(), owner);
+    dact_buf_.emplace_back(std::size_t(max_batch_) * l.output.size(), owner);
     act_.push_back(act_buf_.back().get());
     dact_.push_back(dact_buf_.back().get());
     // Algorithms are benchmarked now, outside any capture; the workspace fits the largest.
@@ -80,7 +81,7 @@ DeviceModel::DeviceModel(const ModelSpec& spec, int batch, int eval_batch, bool 
     }
   }
   if (act_buf_.empty()) throw std::invalid_argument("model: no layer with outputs of its own");
-  ws_ = DeviceBuffer<float>(ws);
+  ws_ = DeviceBuffer<float>(ws, owner);
 }
 
 void DeviceModel::forward_layer(std::size_t i, int b, k::Stream s) const {

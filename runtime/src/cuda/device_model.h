@@ -16,8 +16,9 @@ namespace gpurun::runtime::cuda {
 
 class DeviceModel {
  public:
-  // Activations for up to max(batch, eval_batch) images; `momentum` allocates the velocity.
-  DeviceModel(const ModelSpec& spec, int batch, int eval_batch, bool momentum);
+  // Activations for up to max(batch, eval_batch) images; `momentum` allocates the velocity. Every
+  // buffer is zeroed on `owner`, the stream the model's work is enqueued on.
+  DeviceModel(const ModelSpec& spec, int batch, int eval_batch, bool momentum, cudaStream_t owner);
 
   const ModelSpec& spec() const { return spec_; }
   float* params() const { return params_.get(); }

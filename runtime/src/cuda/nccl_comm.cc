@@ -46,6 +46,15 @@ std::string rank_label(int rank) {
   throw std::runtime_error(msg);
 }
 
+[[noreturn]] void comm_failure(const std::string& why, OnCommFailure policy) {
+  ::gpurun::kernels::cuda::detail::mark_device_lost();
+  if (policy == OnCommFailure::kThrow) throw std::runtime_error(why);
+  // One write, then out: no destructor, no atexit handler, no cudaFree (nccl_comm.h).
+  const std::string line = "gpurun watchdog: " + why + "; exiting without freeing device memory\n";
+  (void)!::write(2, line.data(), line.size());
+  ::_exit(kCommFailureExit);
+}
+
 const char* to_string(AllreduceBackend b) {
   switch (b) {
     case AllreduceBackend::kNone:
@@ -166,14 +175,22 @@ void NcclComm::wait_ready(const char* what) {
   }
 }
 
-void NcclComm::allreduce_sum(const float* send, float* recv, std::size_t n, cudaStream_t s) {
+void NcclComm::allreduce_sum(const float* send, float* recv, std::size_t n, cudaStream_t s,
+                             const char* what) {
   {
     std::lock_guard<std::mutex> lock(mu_);
     if (aborted_.load())
       throw std::runtime_error("NCCL communicator was aborted on " + rank_label(rank_));
     GPURUN_NCCL_CHECK(ncclAllReduce(send, recv, n, ncclFloat32, ncclSum, comm_, s));
+    last_ = "ncclAllReduce of " + std::to_string(n) + " floats" +
+            (*what ? std::string(" (") + what + ")" : std::string());
   }
   wait_ready("ncclAllReduce enqueue");
+}
+
+std::string NcclComm::last_collective() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return last_.empty() ? "no collective yet" : last_;
 }
 
 void NcclComm::abort() noexcept {
@@ -191,8 +208,8 @@ ncclResult_t NcclComm::async_error() noexcept {
   return state;
 }
 
-Watchdog::Watchdog(NcclComm& comm, double timeout_s)
-    : comm_(comm), timeout_s_(timeout_s), thread_([this] { run(); }) {}
+Watchdog::Watchdog(NcclComm& comm, double timeout_s, OnCommFailure policy)
+    : comm_(comm), timeout_s_(timeout_s), policy_(policy), thread_([this] { run(); }) {}
 
 Watchdog::~Watchdog() {
   {
@@ -203,7 +220,11 @@ Watchdog::~Watchdog() {
   thread_.join();
 }
 
-void Watchdog::begin_wait() {
+void Watchdog::begin_wait(const char* what) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    waiting_for_ = what;
+  }
   wait_start_ns_.store(now_ns());
 }
 void Watchdog::end_wait() {
@@ -223,6 +244,8 @@ void Watchdog::fire(const std::string& why) {
     message_ = why;
   }
   comm_.abort();
+  ::gpurun::kernels::cuda::detail::mark_device_lost();
+  if (policy_ == OnCommFailure::kExitProcess) comm_failure(why, policy_);
   failed_.store(true);
   // Said here too: the training thread may be blocked somewhere the exception cannot reach soon.
   std::cerr << "gpurun watchdog: " << why << std::endl;
@@ -239,22 +262,29 @@ void Watchdog::run() {
     const ncclResult_t e = comm_.async_error();
     if (e != ncclSuccess && e != ncclInProgress && !comm_.aborted()) {
       fire(std::string("NCCL reported ") + ncclGetErrorString(e) + " on " +
-           rank_label(comm_.rank()) + "; communicator aborted");
+           rank_label(comm_.rank()) + " of " + std::to_string(comm_.size()) + " ranks during " +
+           comm_.last_collective() + "; communicator aborted");
     }
     const long long t0 = wait_start_ns_.load();
     if (t0 != 0 && double(now_ns() - t0) * 1e-9 > timeout_s_) {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.1f", timeout_s_);
-      fire(std::string("a collective did not complete within ") + secs + " s (--comm-timeout) on " +
-           rank_label(comm_.rank()) + " of " + std::to_string(comm_.size()) +
-           " ranks; a peer died or is stuck; communicator aborted");
+      std::string what;
+      {
+        std::lock_guard<std::mutex> lock(mu_);
+        what = waiting_for_;
+      }
+      fire(what + " did not complete within the communication " +
+           "timeout of " + secs + " s on " + rank_label(comm_.rank()) + " of " +
+           std::to_string(comm_.size()) + " ranks: " + comm_.last_collective() +
+           " never finished; a peer died or is stuck; communicator aborted");
     }
     lock.lock();
   }
 }
 
 void wait_event(cudaEvent_t ev, Watchdog* wd, const char* what) {
-  if (wd) wd->begin_wait();
+  if (wd) wd->begin_wait(what);
   struct EndWait {
     Watchdog* w;
     ~EndWait() {

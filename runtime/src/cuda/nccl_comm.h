@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "gpurun/runtime/backend.h"
 #include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime::cuda {
@@ -31,6 +32,13 @@ namespace gpurun::runtime::cuda {
     if (gpurun_r_ != ncclSuccess && gpurun_r_ != ncclInProgress)                         \
       ::gpurun::runtime::cuda::nccl_fail(gpurun_r_, nullptr, #expr, __FILE__, __LINE__); \
   } while (0)
+
+// The exit status of a rank ended by OnCommFailure::kExitProcess (backend.h).
+constexpr int kCommFailureExit = 1;
+
+// Reports a failed collective by `policy`: throws std::runtime_error(why) under kThrow, else
+// prints it and ends the process. The caller has aborted what it could.
+[[noreturn]] void comm_failure(const std::string& why, OnCommFailure policy);
 
 // How the GPU ranks sum their gradients. kNone: one rank.
 enum class AllreduceBackend { kNone, kNccl, kHostMpi };
@@ -58,8 +66,11 @@ class NcclComm {
   NcclComm& operator=(const NcclComm&) = delete;
 
   // Sum of n floats over all ranks, enqueued on s (legal inside stream capture). send == recv is
-  // in place.
-  void allreduce_sum(const float* send, float* recv, std::size_t n, cudaStream_t s);
+  // in place. `what` says what is summed, for messages ("the gradients").
+  void allreduce_sum(const float* send, float* recv, std::size_t n, cudaStream_t s,
+                     const char* what = "");
+  // The collective enqueued last, for messages: "ncclAllReduce of 2770634 floats (the gradients)".
+  std::string last_collective() const;
   // Thread-safe; the first call aborts the communicator, later calls do nothing.
   void abort() noexcept;
   bool aborted() const { return aborted_.load(); }
@@ -72,25 +83,27 @@ class NcclComm {
  private:
   void wait_ready(const char* what);  // polls a non-blocking call to completion, bounded
 
-  std::mutex mu_;  // serialises host-side NCCL calls with the watchdog's abort
+  mutable std::mutex mu_;  // serialises host-side NCCL calls with the watchdog's abort
   ncclComm_t comm_ = nullptr;
+  std::string last_;
   std::atomic<bool> aborted_{false};
   int rank_ = 0, size_ = 1;
   double timeout_s_ = 60;
 };
 
 // Watches one communicator from its own thread. The trainer brackets every host wait for device
-// work with begin_wait()/end_wait(); a wait longer than the timeout, or an asynchronous NCCL
-// error, aborts the communicator and records a message naming rank and host, which check() (and
-// wait_event) throw on the training thread.
+// work with begin_wait(what)/end_wait(); a wait longer than the timeout, or an asynchronous NCCL
+// error, aborts the communicator, marks the device lost and acts by the policy: the message names
+// the rank, its host, what was waited for and the collective. Under kThrow, check() (and
+// wait_event) throw it on the training thread; the trainer checks before every launch too.
 class Watchdog {
  public:
-  Watchdog(NcclComm& comm, double timeout_s);
+  Watchdog(NcclComm& comm, double timeout_s, OnCommFailure policy = OnCommFailure::kExitProcess);
   ~Watchdog();
   Watchdog(const Watchdog&) = delete;
   Watchdog& operator=(const Watchdog&) = delete;
 
-  void begin_wait();
+  void begin_wait(const char* what);
   void end_wait();
   bool failed() const { return failed_.load(); }
   void check() const;  // throws std::runtime_error with the recorded failure
@@ -101,8 +114,10 @@ class Watchdog {
 
   NcclComm& comm_;
   double timeout_s_;
+  OnCommFailure policy_;
   std::atomic<bool> failed_{false};
   std::atomic<long long> wait_start_ns_{0};  // 0: not waiting
+  std::string waiting_for_;  // under mu_
   mutable std::mutex mu_;
   std::string message_;
   std::condition_variable cv_;

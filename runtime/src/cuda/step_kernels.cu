@@ -6,10 +6,10 @@
 namespace gpurun::runtime::cuda {
 namespace {
 
-constexpr int kGatherThreads = 256;  // also its __launch_bounds__
+constexpr int kGatherThreads = 256;  // also its GPURUN_KERNEL_BOUNDS
 
 // One block per image: 784 pixels is a coalesced run of bytes in, floats out.
-__global__ void __launch_bounds__(kGatherThreads)
+__global__ void GPURUN_KERNEL_BOUNDS(kGatherThreads)
     gather_kernel(const std::uint8_t* __restrict__ pixels, const std::int32_t* __restrict__ labels,
                   std::size_t img, const std::int32_t* __restrict__ idx,
                   const int* __restrict__ step, int n, const float* __restrict__ lr_table,
@@ -27,7 +27,7 @@ __global__ void __launch_bounds__(kGatherThreads)
   }
 }
 
-__global__ void __launch_bounds__(1)
+__global__ void GPURUN_KERNEL_BOUNDS(1)
     advance_kernel(int* step, const float* loss, const std::int64_t* correct, float* loss_hist,
                    std::int64_t* correct_hist) {
   const int s = *step;

@@ -18,43 +18,11 @@
 
 #include "../test_models.h"
 #include "gpu_test_util.h"
+#include "synthetic_data.h"
 #include "gpurun/runtime/trainer.h"
 
 namespace gpurun::runtime {
 namespace {
-
-// Class c is a bright 6x6 square at a class-dependent place over dim noise: learnable in a few
-// dozen steps, so the losses move and any divergence between the paths shows.
-Split synthetic(std::size_t count, std::uint64_t seed) {
-  Split s;
-  s.count = count;
-  s.rows = s.cols = 28;
-  s.pixels.resize(count * 784);
-  s.labels.resize(count);
-  std::uint64_t r = seed * 6364136223846793005ull + 1442695040888963407ull;
-  auto next = [&r] {
-    r = r * 6364136223846793005ull + 1442695040888963407ull;
-    return std::uint32_t(r >> 33);
-  };
-  for (std::size_t i = 0; i < count; ++i) {
-    const int c = int(next() % 10);
-    s.labels[i] = c;
-    std::uint8_t* img = &s.pixels[i * 784];
-    for (int p = 0; p < 784; ++p) img[p] = std::uint8_t(next() % 60);
-    const int r0 = (c / 5) * 12 + 4 + int(next() % 3), c0 = (c % 5) * 5 + 1;
-    for (int y = r0; y < r0 + 6; ++y)
-      for (int x = c0; x < c0 + 6; ++x) img[y * 28 + x] = std::uint8_t(200 + next() % 56);
-  }
-  return s;
-}
-
-Dataset synthetic_dataset() {
-  Dataset d;
-  d.name = "synthetic";
-  d.train = synthetic(6400, 1);
-  d.test = synthetic(512, 2);
-  return d;
-}
 
 TrainConfig hundred_steps() {
   TrainConfig cfg;
@@ -92,7 +60,7 @@ BackendOptions cuda_options(GraphMode graph) {
 }
 
 void expect_gpu_follows_cpu(const ModelSpec& model) {
-  const Dataset data = synthetic_dataset();
+  const Dataset data = testing::synthetic_dataset();
   const TrainConfig cfg = hundred_steps();
   const TrainResult cpu = run(model, data, cfg, cpu_options());
   const TrainResult graph = run(model, data, cfg, cuda_options(GraphMode::kCapture));
@@ -137,7 +105,7 @@ TEST(CudaBackend, LeNetFirst100LossesFollowTheCpu) {
 // 50 steps on one backend with a checkpoint, the other 50 on the other after --resume: the
 // result is close to 100 steps on either (the step losses agree to the tolerance above).
 TEST(CudaBackend, CheckpointsResumeAcrossBackends) {
-  const Dataset data = synthetic_dataset();
+  const Dataset data = testing::synthetic_dataset();
   const ModelSpec model = testing::lenet_spec();
   char dir[] = "/tmp/gpurun-ckpt-XXXXXX";
   ASSERT_NE(::mkdtemp(dir), nullptr);

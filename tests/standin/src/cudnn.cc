@@ -7,7 +7,8 @@
 //    loops, no workspace) and GEMM (im2col into the workspace, then a product); backward-filter
 //    ALGO_1 (deterministic, im2col in the workspace) and ALGO_0 / ALGO_3 (non-deterministic: the
 //    images are summed in a new random order every call, as atomics would); backward-data ALGO_1
-//    (deterministic) and ALGO_0 (non-deterministic order). Times in the perf results are a model
+//    (deterministic: a product into the workspace, then col2im) and ALGO_0 (a scatter over the
+//    output channels in a new random order every call). Times in the perf results are a model
 //    (FLOP over a made-up rate), never a measurement, so choices repeat run to run.
 //  - The output is not read when beta is zero; the workspace is scribbled over after each call.
 //  - Math: CUDNN_FMA_MATH is FP32; CUDNN_DEFAULT_MATH and the tensor-op modes round the inputs to
@@ -100,18 +101,39 @@ inline int in_col(const Shape& s, int q, int j) {
   return x >= 0 && x < s.w ? x : -1;
 }
 
-std::vector<float> rounded(const float* p, std::size_t n, bool tf32) {
-  std::vector<float> v(p, p + n);
-  if (tf32)
-    for (float& f : v) f = to_tf32(f);
-  return v;
+// Reused per executor thread: a convolution allocates nothing in the steady state (a fresh
+// multi-MB vector per call costs page faults, which dominated the stand-in's step time).
+float* scratch(int slot, std::size_t n) {
+  static thread_local std::vector<float> bufs[3];
+  if (bufs[slot].size() < n) bufs[slot].resize(n);
+  return bufs[slot].data();
 }
 
-// out = alpha * r + beta * out, out not read when beta == 0.
-void blend(float* out, const std::vector<float>& r, float alpha, float beta) {
-  for (std::size_t i = 0; i < r.size(); ++i)
-    out[i] = beta == 0.0f ? alpha * r[i] : alpha * r[i] + beta * out[i];
+// The input as the math type reads it: itself for FP32, a TF32-rounded copy otherwise.
+const float* as_read(int slot, const float* p, std::size_t n, bool tf32) {
+  if (!tf32) return p;
+  float* c = scratch(slot, n);
+  for (std::size_t i = 0; i < n; ++i) c[i] = to_tf32(p[i]);
+  return c;
 }
+
+// Where a result goes before out = alpha * r + beta * out: straight into out when that is all
+// (alpha 1, beta 0: out is not read), else into scratch and blended.
+struct Result {
+  float* out;
+  std::size_t n;
+  float alpha, beta;
+  float* r;
+  Result(float* o, std::size_t count, float a, float b)
+      : out(o), n(count), alpha(a), beta(b), r(a == 1.0f && b == 0.0f ? o : scratch(2, count)) {
+    std::fill(r, r + n, 0.0f);
+  }
+  void finish() const {
+    if (r == out) return;
+    for (std::size_t i = 0; i < n; ++i)
+      out[i] = beta == 0.0f ? alpha * r[i] : alpha * r[i] + beta * out[i];
+  }
+};
 
 // One image's im2col: rows (c, i, j), columns (p, q).
 void im2col(const Shape& s, const float* x, float* col) {
@@ -127,8 +149,7 @@ void im2col(const Shape& s, const float* x, float* col) {
       }
 }
 
-std::vector<float> fwd_direct(const Shape& s, const float* x, const float* w) {
-  std::vector<float> y(s.y_floats(), 0.0f);
+void fwd_direct(const Shape& s, const float* x, const float* w, float* y) {
   for (int n = 0; n < s.n; ++n)
     for (int k = 0; k < s.k; ++k)
       for (int p = 0; p < s.oh; ++p)
@@ -147,24 +168,20 @@ std::vector<float> fwd_direct(const Shape& s, const float* x, const float* w) {
             }
           y[((std::size_t(n) * s.k + k) * s.oh + p) * s.ow + q] = acc;
         }
-  return y;
 }
 
-std::vector<float> fwd_gemm(const Shape& s, const float* x, const float* w, float* ws) {
-  std::vector<float> y(s.y_floats());
+void fwd_gemm(const Shape& s, const float* x, const float* w, float* ws, float* y) {
   const int crs = s.c * s.r * s.s, pq = s.oh * s.ow;
   for (int n = 0; n < s.n; ++n) {
     im2col(s, x + std::size_t(n) * s.c * s.h * s.w, ws);
     cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, s.k, pq, crs, 1.0f, w, crs, ws, pq, 0.0f,
-                y.data() + std::size_t(n) * s.k * pq, pq);
+                y + std::size_t(n) * s.k * pq, pq);
   }
-  return y;
 }
 
-// dW over the images in `order`, directly, or through im2col in the workspace.
-std::vector<float> bwd_filter(const Shape& s, const float* x, const float* dy,
-                              const std::vector<int>& order, float* ws) {
-  std::vector<float> dw(s.w_floats(), 0.0f);
+// dW (zeroed) over the images in `order`, directly, or through im2col in the workspace.
+void bwd_filter(const Shape& s, const float* x, const float* dy, const std::vector<int>& order,
+                float* ws, float* dw) {
   const int crs = s.c * s.r * s.s, pq = s.oh * s.ow;
   for (int n : order) {
     const float* xn = x + std::size_t(n) * s.c * s.h * s.w;
@@ -172,7 +189,7 @@ std::vector<float> bwd_filter(const Shape& s, const float* x, const float* dy,
     if (ws != nullptr) {
       im2col(s, xn, ws);
       cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, s.k, crs, pq, 1.0f, dyn, pq, ws, pq,
-                  1.0f, dw.data(), crs);
+                  1.0f, dw, crs);
       continue;
     }
     for (int k = 0; k < s.k; ++k)
@@ -192,13 +209,35 @@ std::vector<float> bwd_filter(const Shape& s, const float* x, const float* dy,
             dw[((std::size_t(k) * s.c + c) * s.r + i) * s.s + j] += acc;
           }
   }
-  return dw;
 }
 
-// dX by scattering each output's gradient through the filter, output channels in `order`.
-std::vector<float> bwd_data(const Shape& s, const float* w, const float* dy,
-                            const std::vector<int>& order) {
-  std::vector<float> dx(s.x_floats(), 0.0f);
+// dX (zeroed) through the workspace: per image, the columns' gradient W^T x dY, then col2im
+// adds each column back to the pixels it came from (a fixed order: deterministic).
+void bwd_data_gemm(const Shape& s, const float* w, const float* dy, float* ws, float* dx) {
+  const int crs = s.c * s.r * s.s, pq = s.oh * s.ow;
+  for (int n = 0; n < s.n; ++n) {
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, crs, pq, s.k, 1.0f, w, crs,
+                dy + std::size_t(n) * s.k * pq, pq, 0.0f, ws, pq);
+    float* dxn = dx + std::size_t(n) * s.c * s.h * s.w;
+    for (int c = 0; c < s.c; ++c)
+      for (int i = 0; i < s.r; ++i)
+        for (int j = 0; j < s.s; ++j) {
+          const float* row = ws + ((std::size_t(c) * s.r + i) * s.s + j) * pq;
+          for (int p = 0; p < s.oh; ++p) {
+            const int y = in_row(s, p, i);
+            if (y < 0) continue;
+            for (int q = 0; q < s.ow; ++q) {
+              const int xx = in_col(s, q, j);
+              if (xx >= 0) dxn[(std::size_t(c) * s.h + y) * s.w + xx] += row[p * s.ow + q];
+            }
+          }
+        }
+  }
+}
+
+// dX (zeroed) by scattering each output's gradient through the filter, channels in `order`.
+void bwd_data(const Shape& s, const float* w, const float* dy, const std::vector<int>& order,
+              float* dx) {
   for (int n = 0; n < s.n; ++n)
     for (int k : order)
       for (int p = 0; p < s.oh; ++p)
@@ -216,7 +255,6 @@ std::vector<float> bwd_data(const Shape& s, const float* w, const float* dy,
               }
             }
         }
-  return dx;
 }
 
 std::vector<int> iota(int n, bool shuffled) {
@@ -244,7 +282,7 @@ const std::vector<Algo>& algos(Dir d) {
                                     {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_1, true, true, 1.2},
                                     {CUDNN_CONVOLUTION_BWD_FILTER_ALGO_3, false, false, 1.1}};
   static const std::vector<Algo> bd{{CUDNN_CONVOLUTION_BWD_DATA_ALGO_0, false, false, 1.3},
-                                    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, true, false, 1.0}};
+                                    {CUDNN_CONVOLUTION_BWD_DATA_ALGO_1, true, true, 1.0}};
   return d == Dir::kFwd ? fwd : d == Dir::kBwdFilter ? bf : bd;
 }
 const Algo* find_algo(Dir d, int id) {
@@ -296,7 +334,7 @@ cudnnStatus_t run(CudnnImpl* h, const char* call, const Algo& a, const Shape& s,
   Work w;
   w.what = call;
   const std::string name(call);
-  w.run = [&d, name, reads, write, ws, ws_bytes, compute]() {
+  w.run = [&d, name, reads, write, ws, ws_bytes, need, compute]() {
     std::string why;
     for (const auto& [p, bytes] : reads)
       if (bytes > 0 && !device_range(p, bytes, d.ordinal, &why))
@@ -304,7 +342,8 @@ cudnnStatus_t run(CudnnImpl* h, const char* call, const Algo& a, const Shape& s,
     if (!device_range(write.first, write.second, d.ordinal, &why))
       throw std::runtime_error(name + " writes out of bounds: " + why);
     compute(static_cast<float*>(ws));
-    if (ws != nullptr) std::memset(ws, kFillByte, ws_bytes);
+    // Scribbled: what the algorithm may use (need), and a prefix of the rest.
+    if (ws != nullptr) std::memset(ws, kFillByte, std::min(ws_bytes, need + (std::size_t(64) << 10)));
   };
   return submit(st, std::move(w)) == cudaSuccess ? CUDNN_STATUS_SUCCESS
                                                  : CUDNN_STATUS_EXECUTION_FAILED;
@@ -555,9 +594,14 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
   return run(h, call, *a, s, ws, ws_bytes,
              {{x, s.x_floats() * 4}, {w, s.w_floats() * 4}}, {y, s.y_floats() * 4},
              [s, xf, wf, yf, al, be, gemm](float* wsf) {
-               const auto xr = rounded(xf, s.x_floats(), s.tf32);
-               const auto wr = rounded(wf, s.w_floats(), s.tf32);
-               blend(yf, gemm ? fwd_gemm(s, xr.data(), wr.data(), wsf) : fwd_direct(s, xr.data(), wr.data()), al, be);
+               const float* xr = as_read(0, xf, s.x_floats(), s.tf32);
+               const float* wr = as_read(1, wf, s.w_floats(), s.tf32);
+               const Result r(yf, s.y_floats(), al, be);
+               if (gemm)
+                 fwd_gemm(s, xr, wr, wsf, r.r);
+               else
+                 fwd_direct(s, xr, wr, r.r);
+               r.finish();
              });
 }
 
@@ -582,10 +626,12 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(
   return run(h, call, *a, s, ws, ws_bytes,
              {{x, s.x_floats() * 4}, {dy, s.y_floats() * 4}}, {dw, s.w_floats() * 4},
              [s, xf, gf, dwf, al, be, alg](float* wsf) {
-               const auto xr = rounded(xf, s.x_floats(), s.tf32);
-               const auto gr = rounded(gf, s.y_floats(), s.tf32);
-               blend(dwf, bwd_filter(s, xr.data(), gr.data(), iota(s.n, !alg.deterministic),
-                                     alg.uses_ws ? wsf : nullptr), al, be);
+               const float* xr = as_read(0, xf, s.x_floats(), s.tf32);
+               const float* gr = as_read(1, gf, s.y_floats(), s.tf32);
+               const Result r(dwf, s.w_floats(), al, be);
+               bwd_filter(s, xr, gr, iota(s.n, !alg.deterministic), alg.uses_ws ? wsf : nullptr,
+                          r.r);
+               r.finish();
              });
 }
 
@@ -608,12 +654,17 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
   const auto* wf = static_cast<const float*>(w);
   const auto* gf = static_cast<const float*>(dy);
   auto* dxf = static_cast<float*>(dx);
-  const bool det = a->deterministic;
+  const Algo alg = *a;
   return run(h, call, *a, s, ws, ws_bytes,
              {{w, s.w_floats() * 4}, {dy, s.y_floats() * 4}}, {dx, s.x_floats() * 4},
-             [s, wf, gf, dxf, al, be, det](float*) {
-               const auto wr = rounded(wf, s.w_floats(), s.tf32);
-               const auto gr = rounded(gf, s.y_floats(), s.tf32);
-               blend(dxf, bwd_data(s, wr.data(), gr.data(), iota(s.k, !det)), al, be);
+             [s, wf, gf, dxf, al, be, alg](float* wsf) {
+               const float* wr = as_read(0, wf, s.w_floats(), s.tf32);
+               const float* gr = as_read(1, gf, s.y_floats(), s.tf32);
+               const Result r(dxf, s.x_floats(), al, be);
+               if (alg.uses_ws)
+                 bwd_data_gemm(s, wr, gr, wsf, r.r);
+               else
+                 bwd_data(s, wr, gr, iota(s.k, !alg.deterministic), r.r);
+               r.finish();
              });
 }

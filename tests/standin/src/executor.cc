@@ -1,5 +1,6 @@
 // executor.cc (gpurun CUDA stand-in): the configuration, the devices and their executor threads,
 // the error channel, and the ordering rules of streams and events (core.h).
+#include <cblas.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -8,6 +9,7 @@
 #include <stdexcept>
 
 #include "core.h"
+#include "gpurun_standin/inspect.h"
 
 namespace gpurun_standin {
 namespace {
@@ -170,7 +172,17 @@ Counters& counters() {
   return *c;
 }
 
+Counts counts() {
+  const Counters& c = counters();
+  return Counts{c.device_allocs.load(), c.device_frees.load(), c.legacy_ops.load(),
+                c.kernels.load()};
+}
+
 Device& device(int ordinal) {
+  // The stand-in's products run on its executor threads, beside the ranks' own threads: OpenBLAS
+  // threads that spin between calls would only take the CPU from them.
+  static std::once_flag blas_once;
+  std::call_once(blas_once, [] { openblas_set_num_threads(1); });
   static std::mutex mu;
   static std::map<int, Device*>* devices = new std::map<int, Device*>;
   std::lock_guard<std::mutex> lock(mu);

@@ -28,7 +28,8 @@ namespace ctx = boost::context;
 
 namespace gpurun_standin {
 
-thread_local const ThreadCoords* t_coords = nullptr;
+thread_local const uint3* t_thread = nullptr;
+thread_local const BlockCoords* t_block_coords = nullptr;
 
 namespace {
 
@@ -124,19 +125,27 @@ thread_local Block* t_block = nullptr;
 
 class Block {
  public:
-  Block(const KernelLaunch& l, uint3 bidx, const std::vector<unsigned>& order)
+  // One per launch, reused for every block (reset), so a block costs no allocation.
+  Block(const KernelLaunch& l, const std::vector<unsigned>& order)
       : launch_(l), order_(order), n_(unsigned(order.size())) {
-    coords_.resize(n_);
     const dim3 b = l.block;
-    for (unsigned t = 0; t < n_; ++t) {
-      coords_[t].thread_idx = uint3{t % b.x, (t / b.x) % b.y, t / (b.x * b.y)};
-      coords_[t].block_idx = bidx;
-      coords_[t].block_dim = b;
-      coords_[t].grid_dim = l.grid;
-    }
-    state_.assign(n_, State::kUnstarted);
+    tidx_.resize(n_);
+    for (unsigned t = 0; t < n_; ++t) tidx_[t] = uint3{t % b.x, (t / b.x) % b.y, t / (b.x * b.y)};
+    coords_.block_dim = b;
+    coords_.grid_dim = l.grid;
+    state_.resize(n_);
     fibers_.resize(n_);
     warps_.resize((n_ + 31) / 32);
+  }
+
+  void reset(uint3 bidx) {
+    coords_.block_idx = bidx;
+    std::fill(state_.begin(), state_.end(), State::kUnstarted);
+    for (WarpCall& w : warps_) w.open = false;
+    next_ = 0;
+    at_barrier_ = 0;
+    released_ = 0;
+    done_ = 0;
   }
 
   void run();
@@ -159,11 +168,14 @@ class Block {
   const std::vector<unsigned>& order_;
   const unsigned n_;
   unsigned next_ = 0;  // into order_: threads not started yet
-  std::vector<ThreadCoords> coords_;
+  std::vector<uint3> tidx_;  // each thread's threadIdx (the same in every block)
+  BlockCoords coords_;
   std::vector<State> state_;
   std::vector<ctx::fiber> fibers_;  // the fiber each waiting thread holds
   std::vector<WarpCall> warps_;
   unsigned at_barrier_ = 0;
+  unsigned released_ = 0;  // threads in kReleased: the scheduler scans only when there are some
+  unsigned done_ = 0;      // threads in kDone
   Site barrier_site_;
   unsigned running_ = 0;        // the thread on the CPU now
   unsigned yielded_ = 0;        // the thread whose fiber came back last
@@ -188,13 +200,14 @@ struct Worker {
          t = b->take_unstarted()) {
       b->running_ = t;
       b->state_[t] = State::kRunning;
-      t_coords = &b->coords_[t];
+      t_thread = &b->tidx_[t];
       try {
         b->launch_.body();
       } catch (const std::exception& e) {
-        b->fault(std::string("thread ") + coords_name(b->coords_[t].thread_idx) + ": " + e.what());
+        b->fault(std::string("thread ") + coords_name(b->tidx_[t]) + ": " + e.what());
       }
       b->state_[t] = State::kDone;
+      ++b->done_;
     }
 #ifdef GPURUN_STANDIN_ASAN
     __sanitizer_start_switch_fiber(nullptr, b->sched_bottom_, b->sched_size_);
@@ -214,6 +227,7 @@ void Block::start_worker() {
 void Block::resume(ctx::fiber&& f) {
   Block* outer = t_block;
   t_block = this;
+  t_block_coords = &coords_;
 #ifdef GPURUN_STANDIN_ASAN
   void* fake = nullptr;
   __sanitizer_start_switch_fiber(&fake, nullptr, 0);  // the fiber records its own stack bounds
@@ -240,7 +254,7 @@ void Block::yield(unsigned tid) {
 #endif
   sink_ = sink;
   running_ = tid;
-  t_coords = &coords_[tid];
+  t_thread = &tidx_[tid];
   state_[tid] = State::kRunning;
 }
 
@@ -317,6 +331,7 @@ void Block::finish_warp(WarpCall& c, unsigned w) {
         c.result[l] = (c.mask >> src & 1u) ? c.value[src] : ~std::uint64_t(0);
     }
     state_[w * 32 + l] = State::kReleased;
+    ++released_;
   }
   c.open = false;
 }
@@ -326,6 +341,7 @@ bool Block::release_ready() {
   bool any = false;
   if (at_barrier_ == n_) {
     for (unsigned t = 0; t < n_; ++t) state_[t] = State::kReleased;
+    released_ += n_;
     at_barrier_ = 0;
     any = true;
   }
@@ -348,7 +364,7 @@ std::string Block::deadlock() const {
       if ((c.mask >> l & 1u) && !(c.arrived >> l & 1u)) {
         return "lanes of warp " + std::to_string(t / 32) + " wait at " + where(c.site) +
                " for lane " + std::to_string(l) + " (thread " +
-               coords_name(coords_[other].thread_idx) + "), which " +
+               coords_name(tidx_[other]) + "), which " +
                (state_[other] == State::kDone ? "returned" : "waits elsewhere") +
                " without reaching it";
       }
@@ -357,7 +373,7 @@ std::string Block::deadlock() const {
   for (unsigned t = 0; t < n_; ++t) {
     if (state_[t] == State::kAtBarrier) continue;
     return std::to_string(at_barrier_) + " threads wait at __syncthreads at " +
-           where(barrier_site_) + ", but thread " + coords_name(coords_[t].thread_idx) + " " +
+           where(barrier_site_) + ", but thread " + coords_name(tidx_[t]) + " " +
            (state_[t] == State::kDone ? "returned" : "waits at a warp operation") +
            " without reaching it";
   }
@@ -368,8 +384,10 @@ void Block::run() {
   for (;;) {
     if (!error_.empty()) break;
     bool ran = false;
-    for (unsigned t : order_) {
+    for (std::size_t i = 0; released_ > 0 && i < order_.size(); ++i) {
+      const unsigned t = order_[i];
       if (state_[t] != State::kReleased) continue;
+      --released_;
       state_[t] = State::kRunning;
       resume(std::move(fibers_[t]));
       ran = true;
@@ -382,12 +400,11 @@ void Block::run() {
     }
     if (release_ready()) continue;
     if (ran) continue;
-    if (std::all_of(state_.begin(), state_.end(), [](State s) { return s == State::kDone; }))
-      break;
+    if (done_ == n_) break;
     error_ = deadlock();
   }
   if (!error_.empty()) {
-    const uint3 b = coords_.front().block_idx;
+    const uint3 b = coords_.block_idx;
     throw std::runtime_error(std::string("kernel ") + launch_.name + " block " + coords_name(b) +
                              ": " + error_);
   }
@@ -436,13 +453,11 @@ void run_grid(const KernelLaunch& l) {
   const std::vector<unsigned> thread_order = visit_order(threads, salt + 1);
   // Blocks beyond 2^32 are never asked for by gpurun; visit_order takes unsigned.
   const std::vector<unsigned> block_order = visit_order(unsigned(blocks), salt);
-  const ThreadCoords* outer = t_coords;
+  Block b(l, thread_order);
   for (unsigned lin : block_order) {
-    const uint3 bidx{lin % l.grid.x, (lin / l.grid.x) % l.grid.y, lin / (l.grid.x * l.grid.y)};
-    Block b(l, bidx, thread_order);
+    b.reset(uint3{lin % l.grid.x, (lin / l.grid.x) % l.grid.y, lin / (l.grid.x * l.grid.y)});
     b.run();
   }
-  t_coords = outer;
 }
 
 }  // namespace gpurun_standin

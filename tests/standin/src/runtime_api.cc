@@ -5,6 +5,7 @@
 // asynchronous. cudaFree synchronises the device first, as CUDA's does.
 #include <cstdio>
 #include <cstring>
+#include <thread>
 
 #include "core.h"
 
@@ -67,6 +68,13 @@ cudaError_t check_copy(const char* call, void* dst, const void* src, std::size_t
   if (src_dev && !device_range(src, n, dev, &why))
     return fail(cudaErrorInvalidValue, std::string(call) + ": source: " + why);
   return cudaSuccess;
+}
+
+// "Not ready" takes a little while, as a read over the bus does: a host thread polling in a
+// tight loop would otherwise take the CPU from the executor whose work it waits for.
+cudaError_t not_ready() {
+  std::this_thread::sleep_for(std::chrono::microseconds(100));
+  return remember(cudaErrorNotReady);
 }
 
 // One copy; `sync`: the synchronous API (cudaMemcpy, on the legacy stream).
@@ -379,8 +387,11 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (cudaError_t e = begin(d)) return e;
   StreamImpl* s = resolve(stream, *d);
   if (capturing(s)) return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery in capture");
-  std::lock_guard<std::mutex> lock(d->mu);
-  return s->completed >= s->enqueued ? cudaSuccess : remember(cudaErrorNotReady);
+  {
+    std::lock_guard<std::mutex> lock(d->mu);
+    if (s->completed >= s->enqueued) return cudaSuccess;
+  }
+  return not_ready();
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev, unsigned int flags) {
@@ -450,7 +461,7 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
   if (ev == nullptr) return remember(cudaErrorInvalidResourceHandle);
   if (captured_event(ev))
     return fail(cudaErrorCapturedEvent, "cudaEventQuery of an event recorded in a capture");
-  if (ev->last && !ev->last->done.load()) return remember(cudaErrorNotReady);
+  if (ev->last && !ev->last->done.load()) return not_ready();
   return remember(sticky(*d));
 }
 

@@ -125,6 +125,15 @@ enum class GpuMath { kFp32, kTf32 };        // --tf32 selects kTf32
 // runs, and with it the last bits) or taken from its heuristics (a run repeats bit for bit).
 enum class ConvAlgo { kBenchmark, kHeuristic };
 
+// What a GPU rank does when a collective fails (a peer died or is stuck, NCCL reports an
+// error); the message names the rank, its host and the collective either way.
+//  kExitProcess: c10d's way: abort the communicator, say why on stderr and end the process at
+//    once, without freeing device memory (kernels still queued may use the aborted
+//    communicator, and a cudaFree could wait on them forever); the launcher stops the others.
+//  kThrow: abort, then throw on the training thread; device memory is never freed again in this
+//    process (tests that must observe the failure in-process).
+enum class OnCommFailure { kExitProcess, kThrow };
+
 struct CudaOptions {
   GraphMode graph = GraphMode::kCapture;
   GpuMath math = GpuMath::kFp32;
@@ -136,6 +145,11 @@ struct CudaOptions {
   // program's edge, environment.h); without it such ranks use the host-staged MPI allreduce.
   bool nccl_multi_rank_gpu = false;
   std::string visible_devices;  // CUDA_VISIBLE_DEVICES as the launcher set it, for messages
+  // The launcher (gpurun) gave this rank its own GPUs in CUDA_VISIBLE_DEVICES: the first visible
+  // one is the rank's. Otherwise (bare mpirun or srun) the node's visible GPUs are dealt out by
+  // local rank.
+  bool gpus_from_launcher = false;
+  OnCommFailure on_comm_failure = OnCommFailure::kExitProcess;
 };
 
 struct BackendOptions {

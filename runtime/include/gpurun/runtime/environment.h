@@ -9,6 +9,8 @@
 //   GPURUN_HEARTBEAT                    heartbeat: the file gpurun watches for progress
 //   GPURUN_RESTART_COUNT                restart_count: gpurun --max-restarts' attempt (0 first)
 //   CUDA_VISIBLE_DEVICES                cuda_visible_devices: this rank's GPUs (for messages)
+//   GPURUN_SCHEDULER                    under_gpurun: gpurun started this rank, so
+//                                       CUDA_VISIBLE_DEVICES holds this rank's GPUs only
 //   NCCL_MULTI_RANK_GPU_ENABLE          nccl_multi_rank_gpu: "1" lets NCCL put 2 ranks on a GPU
 //   OMPI_MCA_osc_sm_backing_directory   shm_dir: where Open MPI backs shared windows
 #pragma once
@@ -26,6 +28,7 @@ struct RuntimeEnv {
   std::string heartbeat;
   int restart_count = 0;
   std::string cuda_visible_devices;  // "<unset>" when unset
+  bool under_gpurun = false;
   bool nccl_multi_rank_gpu = false;
   std::string shm_dir = "/dev/shm";
 };

@@ -5,6 +5,7 @@
 
 #include <cstddef>
 #include <memory>
+#include <stdexcept>
 #include <string>
 
 namespace gpurun::runtime {
@@ -24,6 +25,13 @@ class SharedMemory {
 // Plain process memory with a no-op fence: the shared memory of a one-rank group.
 std::unique_ptr<SharedMemory> make_private_memory(std::size_t bytes);
 
+// A bounded collective that did not complete in time: a rank died or is stuck. MPI cannot
+// cancel it, so the group is unusable afterwards and the process should end.
+class CollectiveTimeout : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -36,6 +44,10 @@ class ProcessGroup {
   // In-place sum over all ranks. Errors throw std::runtime_error naming the call, rank and host.
   virtual void allreduce_sum(float* data, std::size_t n) = 0;
   virtual void allreduce_sum(double* data, std::size_t n) = 0;
+  // The same sum, bounded: throws CollectiveTimeout naming `what`, this rank and host when it has
+  // not completed within timeout_s. (The default, for groups that cannot wait, is unbounded.)
+  virtual void allreduce_sum_within(float* data, std::size_t n, double timeout_s,
+                                    const char* what);
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Collective (every rank, the same size): `bytes` of uninitialised memory all ranks share, or

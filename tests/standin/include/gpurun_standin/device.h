@@ -30,14 +30,15 @@
 
 namespace gpurun_standin {
 
-// Where the running CUDA thread is (set by the block scheduler before each fiber switch).
-struct ThreadCoords {
-  uint3 thread_idx;
+// Where the running CUDA thread is (set by the block scheduler before each fiber switch): its
+// threadIdx, and its block's coordinates and the launch's shape.
+struct BlockCoords {
   uint3 block_idx;
   dim3 block_dim;
   dim3 grid_dim;
 };
-extern thread_local const ThreadCoords* t_coords;
+extern thread_local const uint3* t_thread;
+extern thread_local const BlockCoords* t_block_coords;
 
 void syncthreads(const char* file, int line);
 void syncwarp(const char* file, int line, unsigned mask = 0xffffffffu);
@@ -90,10 +91,10 @@ cudaError_t launch(const char* name, void (*kernel)(P...), dim3 grid, dim3 block
 
 }  // namespace gpurun_standin
 
-#define threadIdx (::gpurun_standin::t_coords->thread_idx)
-#define blockIdx (::gpurun_standin::t_coords->block_idx)
-#define blockDim (::gpurun_standin::t_coords->block_dim)
-#define gridDim (::gpurun_standin::t_coords->grid_dim)
+#define threadIdx (*::gpurun_standin::t_thread)
+#define blockIdx (::gpurun_standin::t_block_coords->block_idx)
+#define blockDim (::gpurun_standin::t_block_coords->block_dim)
+#define gridDim (::gpurun_standin::t_block_coords->grid_dim)
 constexpr int warpSize = 32;  // a variable in CUDA too (cudaDeviceProp has a field of that name)
 
 #define __syncthreads() ::gpurun_standin::syncthreads(__FILE__, __LINE__)

@@ -1,0 +1,172 @@
+#!/usr/bin/env bash
+# gpurun_cuda.sh: the GPU path as a user runs it, `gpurun -- mnist_cnn --device cuda`, on the
+# CUDA stand-in (tests/standin: a stand-in run is never a GPU measurement). One mode per test:
+#   gpurun_cuda.sh MODE GPURUN MNIST_CNN LENET DATA_DIR
+# ranks     1 rank, then 2 ranks through NCCL (two stand-in GPUs) and through the host-staged MPI
+#           sum (two ranks on one GPU): 125 steps each, whose losses follow the CPU backend's at
+#           the same settings within 2e-3 + 2e-3 x |cpu loss| (the FP32 sums run in another order);
+#           the report says device cuda and names the stand-in
+# resume    a checkpoint on SIGUSR1, then --resume: the same weights, bit for bit, as one
+#           uninterrupted run (2 ranks, NCCL); LeNet trains on the GPU path too
+# hang      rank 1 never arrives at an allreduce (GPURUN_STANDIN_NCCL_HANG): the job ends within
+#           --comm-timeout + 5 s of the hang, the ranks name themselves and the collective, and no
+#           kernel runs on the aborted communicator (the stand-in would abort the process)
+# async     rank 1's NCCL reports an asynchronous error (GPURUN_STANDIN_NCCL_ASYNC_ERROR): the same
+# stuck     host-staged path: rank 1 is stopped (SIGSTOP) mid-epoch; rank 0's bounded MPI sum
+#           ends the job within --comm-timeout + 5 s, naming itself and the collective
+set -euo pipefail
+mode=$1 gpurun=$2 mnist=$3 lenet=$4 data=$5
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-standin.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+py=/usr/bin/python3
+fail() { echo "FAIL ($mode): $*" >&2; exit 1; }
+json() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+# Everything a run needs, so CPU and GPU runs differ in --device only.
+common=(--data "$data" --epochs 1 --seed 11 --conv-algo heuristic)
+
+# run NAME RANKS DEVICE STANDIN_GPUS [ARGS...]: gpurun -n RANKS with the stand-in machine holding
+# STANDIN_GPUS GPUs, all visible to gpurun (which gives each rank its own, or shares them).
+run() {
+  local name=$1 ranks=$2 device=$3 gpus=$4
+  shift 4
+  local visible=0
+  ((gpus == 2)) && visible=0,1
+  local rc=0
+  GPURUN_STANDIN_DEVICES=$gpus CUDA_VISIBLE_DEVICES=$visible \
+    "$gpurun" -n "$ranks" --kill-grace 1 -- "$mnist" --device "$device" "${common[@]}" \
+    --report "$work/$name.json" "$@" >"$work/$name.log" 2>&1 || rc=$?
+  ((rc == 0)) || { cat "$work/$name.log"; fail "$name exited $rc"; }
+}
+
+# same_losses A B: the first 100 step losses of run A follow run B's (the CPU's).
+same_losses() {
+  "$py" - "$work/$1.json" "$work/$2.json" <<'PY' || fail "$1's losses do not follow $2's"
+import json, sys
+a, b = (json.load(open(p))["step_losses"] for p in sys.argv[1:])
+assert len(a) >= 100 and len(b) >= 100, (len(a), len(b))
+bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if not abs(x - y) <= 2e-3 + 2e-3 * abs(y)]
+for i, x, y in bad[:5]:
+    print(f"step {i}: {x} vs {y}")
+sys.exit(1 if bad else 0)
+PY
+}
+
+check_report() {  # check_report NAME EXCHANGE WORLD
+  local dev
+  dev=$(json "$work/$1.json" device)
+  [[ $dev == cuda:* && $dev == *stand-in* ]] || fail "$1: device '$dev', want cuda:<the stand-in>"
+  [[ $(json "$work/$1.json" exchange) == "$2" ]] || fail "$1: exchange $(json "$work/$1.json" exchange), want $2"
+  [[ $(json "$work/$1.json" world_size) == "$3" ]] || fail "$1: world_size"
+}
+
+# within START LIMIT: fails unless now - START <= LIMIT seconds (START: $EPOCHREALTIME).
+within() {
+  "$py" -c "import sys; d=float(sys.argv[2])-float(sys.argv[1]); print(f'{d:.1f} s'); sys.exit(0 if d <= float(sys.argv[3]) else 1)" "$1" "$EPOCHREALTIME" "$2"
+}
+
+# stamp: each line of stdin prefixed by the wall-clock time it arrived (seconds, microseconds).
+stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
+
+# fault_run NAME ENV...: a 2-rank NCCL run with a fault injected, which must end in a reported
+# failure within --comm-timeout + 5 s of the fault; its output, time-stamped, is in NAME.log.
+fault_run() {
+  local name=$1
+  shift
+  local timeout=5 rc=0
+  set +e
+  env "$@" GPURUN_STANDIN_DEVICES=2 CUDA_VISIBLE_DEVICES=0,1 \
+    timeout 120 "$gpurun" -n 2 --kill-grace 1 -- "$mnist" --device cuda "${common[@]}" \
+    --comm-timeout $timeout --loss-every 10 2>&1 | stamp >"$work/$name.log"
+  rc=${PIPESTATUS[0]}
+  set -e
+  local end=$EPOCHREALTIME
+  cat "$work/$name.log"
+  ((rc != 0 && rc != 124)) || fail "$name: exit status $rc (124: it hung)"
+  ((rc < 128)) || fail "$name: a rank died of a signal ($rc), not of the reported failure"
+  ! grep -q "ran on the communicator .* after ncclCommAbort" "$work/$name.log" ||
+    fail "$name: a kernel ran on the aborted communicator"
+  ! grep -q "device .* faulted" "$work/$name.log" || fail "$name: the device faulted"
+  local at
+  at=$(grep -m1 "never arrives\|injected at collective" "$work/$name.log" | cut -d' ' -f1)
+  [[ -n $at ]] || fail "$name: the fault was never injected"
+  "$py" -c "import sys; d=float(sys.argv[2])-float(sys.argv[1]); print(f'{sys.argv[3]}: ended {d:.1f} s after the fault'); sys.exit(0 if d <= float(sys.argv[4]) else 1)" \
+    "$at" "$end" "$name" $((timeout + 5)) || fail "$name: not ended within --comm-timeout + 5 s"
+  grep -q "rank [01] (.*) of 2 ranks.*ncclAllReduce of [0-9]* floats (the gradients)" \
+    "$work/$name.log" || fail "$name: no message names the rank and the collective"
+}
+
+case $mode in
+ranks)
+  run gpu1 1 cuda 1 --batch-size 64 --record-losses 100
+  run cpu1 1 cpu 1 --batch-size 64 --record-losses 100
+  check_report gpu1 none 1
+  same_losses gpu1 cpu1
+  run gpu2_nccl 2 cuda 2 --batch-size 32 --record-losses 100
+  run gpu2_host 2 cuda 1 --batch-size 32 --record-losses 100
+  run cpu2 2 cpu 1 --batch-size 32 --record-losses 100
+  check_report gpu2_nccl nccl 2
+  check_report gpu2_host mpi-host-staged 2
+  same_losses gpu2_nccl cpu2
+  same_losses gpu2_host cpu2
+  echo "PASS: 1 rank, 2 ranks over NCCL and host-staged follow the CPU for 100 steps;" \
+    "test accuracy $(json "$work/gpu2_nccl.json" test_accuracy) (NCCL)"
+  ;;
+resume)
+  args=(--batch-size 32 --momentum 0.5 --lr 0.1)
+  run ref 2 cuda 2 "${args[@]}" --checkpoint "$work/ref"
+  GPURUN_STANDIN_DEVICES=2 CUDA_VISIBLE_DEVICES=0,1 "$gpurun" -n 2 -- "$mnist" --device cuda \
+    "${common[@]}" "${args[@]}" --checkpoint "$work/int" >"$work/int.log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 600; i++)); do grep -q "^training:" "$work/int.log" && break; sleep 0.1; done
+  sleep 2
+  kill -USR1 "$pid"
+  rc=0
+  wait "$pid" || rc=$?
+  cat "$work/int.log"
+  ((rc == 0)) || fail "the interrupted run exited $rc"
+  grep -q "checkpoint written" "$work/int.log" || fail "no checkpoint on SIGUSR1"
+  run res 2 cuda 2 "${args[@]}" --checkpoint "$work/int" --resume
+  grep -q "resumed from" "$work/res.log" || fail "the resumed run did not load the checkpoint"
+  cmp "$work/ref/checkpoint.bin" "$work/int/checkpoint.bin" ||
+    fail "interrupted + resumed weights differ from the uninterrupted run's"
+  [[ $(json "$work/ref.json" param_checksum) == $(json "$work/res.json" param_checksum) ]] ||
+    fail "param_checksum differs"
+  GPURUN_STANDIN_DEVICES=1 "$gpurun" -n 1 -- "$lenet" --device cuda --data "$data" --epochs 1 \
+    --report "$work/lenet.json" >"$work/lenet.log" 2>&1 || { cat "$work/lenet.log"; fail lenet; }
+  "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)" \
+    "$(json "$work/lenet.json" test_accuracy)" || fail "lenet did not learn on the GPU path"
+  echo "PASS: SIGUSR1 + --resume == uninterrupted, bit for bit; lenet $(json "$work/lenet.json" test_accuracy)"
+  ;;
+hang | async)
+  var=GPURUN_STANDIN_NCCL_HANG
+  [[ $mode == async ]] && var=GPURUN_STANDIN_NCCL_ASYNC_ERROR
+  fault_run "$mode" "$var=1:30"  # rank 1's 30th collective: the warm-up's, then step 29's
+  echo "PASS ($mode)"
+  ;;
+stuck)
+  GPURUN_STANDIN_DEVICES=1 CUDA_VISIBLE_DEVICES=0 timeout 120 "$gpurun" -n 2 --kill-grace 1 -- \
+    "$mnist" --device cuda "${common[@]}" --batch-size 32 --epochs 3 --comm-timeout 3 \
+    >"$work/stuck.log" 2>&1 &
+  pid=$!
+  for ((i = 0; i < 600; i++)); do grep -q "^training:" "$work/stuck.log" && break; sleep 0.1; done
+  sleep 1
+  rank1=""
+  for p in $(pgrep -f "^$mnist "); do
+    tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=1" && rank1=$p
+  done
+  [[ -n $rank1 ]] || fail "rank 1's process not found"
+  kill -STOP "$rank1"
+  stopped=$EPOCHREALTIME
+  rc=0
+  wait "$pid" || rc=$?
+  cat "$work/stuck.log"
+  ((rc != 0 && rc != 124)) || fail "exit status $rc (124: it hung)"
+  within "$stopped" 8 || fail "the job did not end within --comm-timeout + 5 s of rank 1 stopping"
+  grep -q "MPI_Allreduce of [0-9]* floats (the gradients, staged through host memory) did not complete within the communication timeout of 3.0 s on rank 0" \
+    "$work/stuck.log" || fail "rank 0 did not name itself and the collective"
+  echo "PASS (stuck): rank 0 named the stuck host-staged sum and the job ended"
+  ;;
+*)
+  fail "unknown mode"
+  ;;
+esac
