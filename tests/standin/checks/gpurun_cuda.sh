@@ -3,9 +3,13 @@
 # CUDA stand-in (tests/standin: a stand-in run is never a GPU measurement). One mode per test:
 #   gpurun_cuda.sh MODE GPURUN MNIST_CNN LENET DATA_DIR
 # ranks     1 rank, then 2 ranks through NCCL (two stand-in GPUs) and through the host-staged MPI
-#           sum (two ranks on one GPU): 125 steps each, whose losses follow the CPU backend's at
-#           the same settings within 2e-3 + 2e-3 x |cpu loss| (the FP32 sums run in another order);
-#           the report says device cuda and names the stand-in
+#           sum (two ranks on one GPU), whose losses follow the CPU backend's at the same settings
+#           (OpenBLAS, one thread, the allreduce exchange): the first 25 steps within 1e-4 x
+#           (1 + |cpu loss|), where any wrong gradient shows at once; then, as FP32 rounding
+#           differences compound chaotically, steps 25..99 within 10% each and 2% on average.
+#           (Measured: 2e-5 over the first 25 steps, then 0.7% mean and 4.4% at most; two CPU runs
+#           that differ only in their thread count drift apart exactly as much.) The report says
+#           device cuda and names the stand-in.
 # resume    a checkpoint on SIGUSR1, then --resume: the same weights, bit for bit, as one
 #           uninterrupted run (2 ranks, NCCL); LeNet trains on the GPU path too
 # hang      rank 1 never arrives at an allreduce (GPURUN_STANDIN_NCCL_HANG): the job ends within
@@ -22,7 +26,9 @@ py=/usr/bin/python3
 fail() { echo "FAIL ($mode): $*" >&2; exit 1; }
 json() { "$py" -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
 # Everything a run needs, so CPU and GPU runs differ in --device only.
-common=(--data "$data" --epochs 1 --seed 11 --conv-algo heuristic)
+common=(--data "$data" --seed 11 --conv-algo heuristic)  # and --epochs, per mode
+# The CPU path summing in the order the GPU path on the stand-in does (see ranks).
+cpu_same=(--cpu-kernels openblas --exchange allreduce --threads 1)
 
 # run NAME RANKS DEVICE STANDIN_GPUS [ARGS...]: gpurun -n RANKS with the stand-in machine holding
 # STANDIN_GPUS GPUs, all visible to gpurun (which gives each rank its own, or shares them).
@@ -42,12 +48,16 @@ run() {
 same_losses() {
   "$py" - "$work/$1.json" "$work/$2.json" <<'PY' || fail "$1's losses do not follow $2's"
 import json, sys
-a, b = (json.load(open(p))["step_losses"] for p in sys.argv[1:])
-assert len(a) >= 100 and len(b) >= 100, (len(a), len(b))
-bad = [(i, x, y) for i, (x, y) in enumerate(zip(a, b)) if not abs(x - y) <= 2e-3 + 2e-3 * abs(y)]
+a, b = (json.load(open(p))["step_losses"][:100] for p in sys.argv[1:])
+assert len(a) == 100 and len(b) == 100, (len(a), len(b))
+rel = [abs(x - y) / abs(y) for x, y in zip(a, b)]
+bad = [(i, a[i], b[i]) for i in range(25) if not abs(a[i] - b[i]) <= 1e-4 * (1 + abs(b[i]))]
+bad += [(i, a[i], b[i]) for i in range(25, 100) if not rel[i] <= 0.10]
+mean = sum(rel[25:]) / 75
 for i, x, y in bad[:5]:
     print(f"step {i}: {x} vs {y}")
-sys.exit(1 if bad else 0)
+print(f"first 25 steps: {max(rel[:25]):.1e} apart at most; steps 25..99: {mean:.2%} on average")
+sys.exit(1 if bad or mean > 0.02 else 0)
 PY
 }
 
@@ -76,7 +86,7 @@ fault_run() {
   set +e
   env "$@" GPURUN_STANDIN_DEVICES=2 CUDA_VISIBLE_DEVICES=0,1 \
     timeout 120 "$gpurun" -n 2 --kill-grace 1 -- "$mnist" --device cuda "${common[@]}" \
-    --comm-timeout $timeout --loss-every 10 2>&1 | stamp >"$work/$name.log"
+    --epochs 1 --comm-timeout $timeout --loss-every 10 2>&1 | stamp >"$work/$name.log"
   rc=${PIPESTATUS[0]}
   set -e
   local end=$EPOCHREALTIME
@@ -97,13 +107,13 @@ fault_run() {
 
 case $mode in
 ranks)
-  run gpu1 1 cuda 1 --batch-size 64 --record-losses 100
-  run cpu1 1 cpu 1 --batch-size 64 --record-losses 100
+  run gpu1 1 cuda 1 --epochs 1 --batch-size 64 --record-losses 100
+  run cpu1 1 cpu 1 --epochs 1 --batch-size 64 --record-losses 100 "${cpu_same[@]}"
   check_report gpu1 none 1
   same_losses gpu1 cpu1
-  run gpu2_nccl 2 cuda 2 --batch-size 32 --record-losses 100
-  run gpu2_host 2 cuda 1 --batch-size 32 --record-losses 100
-  run cpu2 2 cpu 1 --batch-size 32 --record-losses 100
+  run gpu2_nccl 2 cuda 2 --epochs 1 --batch-size 32 --record-losses 100
+  run gpu2_host 2 cuda 1 --epochs 1 --batch-size 32 --record-losses 100
+  run cpu2 2 cpu 1 --epochs 1 --batch-size 32 --record-losses 100 "${cpu_same[@]}"
   check_report gpu2_nccl nccl 2
   check_report gpu2_host mpi-host-staged 2
   same_losses gpu2_nccl cpu2
@@ -112,7 +122,9 @@ ranks)
     "test accuracy $(json "$work/gpu2_nccl.json" test_accuracy) (NCCL)"
   ;;
 resume)
-  args=(--batch-size 32 --momentum 0.5 --lr 0.1)
+  # Two epochs, losses read back (and stop signals agreed on) every 10 steps: the signal lands
+  # mid-run.
+  args=(--batch-size 32 --momentum 0.5 --lr 0.1 --epochs 2 --loss-every 10)
   run ref 2 cuda 2 "${args[@]}" --checkpoint "$work/ref"
   GPURUN_STANDIN_DEVICES=2 CUDA_VISIBLE_DEVICES=0,1 "$gpurun" -n 2 -- "$mnist" --device cuda \
     "${common[@]}" "${args[@]}" --checkpoint "$work/int" >"$work/int.log" 2>&1 &
@@ -125,13 +137,15 @@ resume)
   cat "$work/int.log"
   ((rc == 0)) || fail "the interrupted run exited $rc"
   grep -q "checkpoint written" "$work/int.log" || fail "no checkpoint on SIGUSR1"
+  at=$(grep -o "global step [0-9]*" "$work/int.log" | grep -o "[0-9]*$")
+  ((at > 0 && at < 250)) || fail "the run stopped at step '$at', not mid-run (of 250)"
   run res 2 cuda 2 "${args[@]}" --checkpoint "$work/int" --resume
   grep -q "resumed from" "$work/res.log" || fail "the resumed run did not load the checkpoint"
   cmp "$work/ref/checkpoint.bin" "$work/int/checkpoint.bin" ||
     fail "interrupted + resumed weights differ from the uninterrupted run's"
   [[ $(json "$work/ref.json" param_checksum) == $(json "$work/res.json" param_checksum) ]] ||
     fail "param_checksum differs"
-  GPURUN_STANDIN_DEVICES=1 "$gpurun" -n 1 -- "$lenet" --device cuda --data "$data" --epochs 1 \
+  GPURUN_STANDIN_DEVICES=1 CUDA_VISIBLE_DEVICES=0 "$gpurun" -n 1 -- "$lenet" --device cuda --data "$data" --epochs 1 \
     --report "$work/lenet.json" >"$work/lenet.log" 2>&1 || { cat "$work/lenet.log"; fail lenet; }
   "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)" \
     "$(json "$work/lenet.json" test_accuracy)" || fail "lenet did not learn on the GPU path"
