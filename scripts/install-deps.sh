@@ -8,7 +8,8 @@ set -euo pipefail
 
 core=(
   build-essential cmake ninja-build pkg-config git ca-certificates
-  libboost-program-options-dev libboost-dev libfmt-dev nlohmann-json3-dev
+  libboost-program-options-dev libboost-dev libboost-context-dev libfmt-dev nlohmann-json3-dev
+  ccache
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev libblis-dev zlib1g-dev libsqlite3-dev sqlite3

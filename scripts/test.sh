@@ -1,20 +1,74 @@
 #!/usr/bin/env bash
-# Installs dependencies, configures, builds and runs every test with CTest.
-#   ./scripts/test.sh            everything (CI runs this through .ci/run)
-#   BUILD_DIR=build-x ./scripts/test.sh -R hostlist   extra args go to ctest
+# Installs dependencies, configures, builds and runs every test with CTest, in three parts:
+#   main     build/: the normal build (CUDA compiled by nvcc where it is installed); every test,
+#            the GPU ones exit 77 (skipped) without a device
+#   standin  build-standin/ (-DGPURUN_CUDA_STANDIN=ON): the GPU path compiled as C++ against the
+#            CPU stand-in of CUDA, cuBLAS, cuDNN and NCCL (tests/standin): every GPU test, none
+#            skipped, in three block orders; the GPU path under gpurun; mutation checks
+#   asan     build-asan/: the stand-in's unit tests once more under AddressSanitizer and UBSan
+# With ccache (scripts/install-deps.sh installs it) the builds share what they compile alike.
+#   ./scripts/test.sh                                   everything (CI runs this through .ci/run)
+#   BUILD_DIR=build-x ./scripts/test.sh -R hostlist     extra args go to the main part's ctest
+#   GPURUN_TEST_PARTS=standin ./scripts/test.sh         only some parts (comma-separated)
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 cd "$root"
 build=${BUILD_DIR:-build}
+parts=${GPURUN_TEST_PARTS:-main,standin,asan}
 
 ./scripts/install-deps.sh
 if [[ -x scripts/fetch-data.sh ]]; then ./scripts/fetch-data.sh; fi
 
 gen=()
 if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
-if [[ ! -f $build/CMakeCache.txt ]]; then
-  cmake -S . -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPURUN_WERROR=ON
+launcher=()
+if command -v ccache >/dev/null 2>&1; then
+  # Paths below the checkout are hashed relative to it, so the build folders (and the mutation
+  # checks' copy) hit each other's objects.
+  export CCACHE_DIR=${CCACHE_DIR:-$root/.cache/ccache} CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
+  launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
+    -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
-cmake --build "$build" -j "$(nproc)"
-cd "$build"
-ctest --output-on-failure --timeout 900 "$@"
+
+# configure DIR ARGS...: once per build folder.
+configure() {
+  local dir=$1
+  shift
+  [[ -f $dir/CMakeCache.txt ]] && return 0
+  cmake -S . -B "$dir" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo -DGPURUN_WERROR=ON \
+    "${launcher[@]}" "$@"
+}
+part() { [[ ,$parts, == *,$1,* ]]; }
+say_time() { echo "test.sh: $1 took $((SECONDS - $2)) s"; }
+
+if part main; then
+  t=$SECONDS
+  configure "$build"
+  cmake --build "$build" -j "$(nproc)"
+  (cd "$build" && ctest --output-on-failure --timeout 900 "$@")
+  say_time "the main build and its tests" "$t"
+fi
+
+if part standin; then
+  t=$SECONDS
+  configure build-standin -DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF \
+    "-DGPURUN_STANDIN_GPURUN=$root/$build/launcher/gpurun"
+  cmake --build build-standin -j "$(nproc)"
+  (cd build-standin && ctest --output-on-failure --timeout 900 -j "$(nproc)")
+  say_time "the stand-in build and its tests" "$t"
+fi
+
+if part asan; then
+  t=$SECONDS
+  # -O1: ASan's usual level; the unit tests only (the programs' runs are the stand-in part's).
+  configure build-asan -DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF \
+    -DGPURUN_SANITIZE=address,undefined "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
+    "-DGPURUN_STANDIN_GPURUN=$root/$build/launcher/gpurun"
+  cmake --build build-asan -j "$(nproc)" --target kernels_cuda_test cuda_backend_test \
+    cuda_first_run_test cuda_watchdog_test nccl_allreduce_test cuda_collectives_test
+  # The stand-in and Open MPI keep some memory to the end on purpose: leaks are not the point.
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure --timeout 900 -j "$(nproc)" -L standin -R "_forward$" -E "e2e")
+  say_time "the stand-in unit tests under ASan and UBSan" "$t"
+fi
