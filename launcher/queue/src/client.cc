@@ -195,6 +195,29 @@ int wait_status(const nlohmann::json& j) {
   return j.value("exit_code", 0);
 }
 
+// The batch script: --wrap's command as a /bin/sh script, the file a[pos] (its arguments after
+// it), or standard input for none or "-".
+void read_script(const Args& a, size_t pos, const std::optional<std::string>& wrap,
+                 std::string* script, std::string* name, std::vector<std::string>* args) {
+  *name = "sbatch";
+  if (wrap) {  // sbatch's: the command as a /bin/sh script
+    if (pos < a.size())
+      throw std::invalid_argument(fmt::format(
+          "--wrap takes the place of a script, got '{}' as well: give one or the other", a[pos]));
+    *script = "#!/bin/sh\n" + *wrap + "\n";
+    *name = "wrap";
+  } else if (pos < a.size() && a[pos] != "-") {
+    std::ifstream in(a[pos], std::ios::binary);
+    if (!in) throw std::runtime_error(fmt::format("cannot read script '{}'", a[pos]));
+    *script = read_all(in);
+    *name = a[pos];
+    args->assign(a.begin() + pos + 1, a.end());
+  } else {
+    *script = read_all(std::cin);
+    if (pos < a.size()) args->assign(a.begin() + pos + 1, a.end());
+  }
+}
+
 int report_results(const nlohmann::json& reply, const char* what) {
   int rc = 0;
   for (const auto& r : reply["results"]) {
@@ -279,24 +302,9 @@ int cmd_submit(const Args& a) {
       options.push_back(a[i]);
     }
   }
-  std::string script, script_name = "sbatch";
+  std::string script, script_name;
   std::vector<std::string> args;
-  if (wrap) {  // sbatch's: the command as a /bin/sh script
-    if (pos < a.size())
-      throw std::invalid_argument(fmt::format(
-          "--wrap takes the place of a script, got '{}' as well: give one or the other", a[pos]));
-    script = "#!/bin/sh\n" + *wrap + "\n";
-    script_name = "wrap";
-  } else if (pos < a.size() && a[pos] != "-") {
-    std::ifstream in(a[pos], std::ios::binary);
-    if (!in) throw std::runtime_error(fmt::format("cannot read script '{}'", a[pos]));
-    script = read_all(in);
-    script_name = a[pos];
-    args.assign(a.begin() + pos + 1, a.end());
-  } else {
-    script = read_all(std::cin);
-    if (pos < a.size()) args.assign(a.begin() + pos + 1, a.end());
-  }
+  read_script(a, pos, wrap, &script, &script_name, &args);
   char cwd[4096];
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
   nlohmann::json env = queue_env().all;
