@@ -22,6 +22,7 @@ core=(
   procps psmisc util-linux iproute2 passwd
   python3
   help2man man-db groff-base lmod bash-completion file
+  clang libclang-rt-dev
 )
 bench=(python3-torch python3-numpy hyperfine)
 containers=(podman)

@@ -60,7 +60,10 @@ std::vector<std::string> parse_gpu_list(const std::string& value) {
 }
 
 Scheduler sniff_scheduler(const Env& env) {
-  // Slurm first: a gpuq or PBS job that calls salloc/srun is a Slurm job from then on.
+  // gpuq sets SLURM_JOB_ID to its own job id for cluster scripts: a job whose Slurm id is its
+  // gpuq id is gpuq's. Then Slurm: a gpuq or PBS job that calls salloc/srun is a Slurm job.
+  if (auto q = get(env, "GPUQ_JOB_ID"); q && get(env, "SLURM_JOB_ID").value_or(*q) == *q)
+    return Scheduler::gpuq;
   if (get(env, "SLURM_JOB_ID") || get(env, "SLURM_JOBID")) return Scheduler::slurm;
   if (get(env, "LSB_JOBID")) return Scheduler::lsf;
   if (get(env, "PBS_JOBID")) return Scheduler::pbs;

@@ -45,6 +45,7 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text, long clock_ticks,
   p.cpu_seconds = static_cast<double>(v[10] + v[11]) * tick;
   p.children_cpu_seconds = static_cast<double>(v[12] + v[13]) * tick;
   p.rss_bytes = v[20] * page_size;
+  p.start_ticks = static_cast<uint64_t>(v[19]);
   return p;
 }
 

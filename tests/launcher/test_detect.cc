@@ -251,6 +251,11 @@ TEST(DetectLocal, VisibleDevicesOrDeviceCount) {
 TEST(Detect, SniffOrderAndForcing) {
   EXPECT_EQ(sniff_scheduler({{"PBS_JOBID", "1"}, {"SLURM_JOB_ID", "2"}}), Scheduler::slurm);
   EXPECT_EQ(sniff_scheduler({{"GPUQ_JOB_ID", "1"}}), Scheduler::gpuq);
+  // A gpuq job sets Slurm's variables for cluster scripts (SLURM_JOB_ID is its gpuq id): gpuq
+  // still; salloc inside it gives another SLURM_JOB_ID: Slurm from then on.
+  EXPECT_EQ(sniff_scheduler({{"GPUQ_JOB_ID", "7"}, {"SLURM_JOB_ID", "7"}, {"SLURM_JOBID", "7"}}),
+            Scheduler::gpuq);
+  EXPECT_EQ(sniff_scheduler({{"GPUQ_JOB_ID", "7"}, {"SLURM_JOB_ID", "4012"}}), Scheduler::slurm);
   EXPECT_EQ(sniff_scheduler({}), Scheduler::local);
   EXPECT_NE(error_of(DetectInput{}, Scheduler::slurm).find("SLURM_JOB_ID is not set"),
             std::string::npos);

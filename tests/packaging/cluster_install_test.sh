@@ -28,6 +28,17 @@ grep -qx "ExecStart=$p/bin/gpuq daemon --state-dir /var/lib/gpuq --socket /run/g
   "$p/lib/systemd/system/gpuq.service" || fail "gpuq.service does not start $p/bin/gpuq"
 grep -q "^ExecStart=$p/bin/gpuq web " "$p/lib/systemd/system/gpuq-web.service" ||
   fail "gpuq-web.service does not start $p/bin/gpuq"
+# What the daemon creates is private (issue 26): the unit sets the umask too.
+grep -qx "UMask=0077" "$p/lib/systemd/system/gpuq.service" || fail "gpuq.service sets no UMask=0077"
+# One source of truth: the units the README tells admins to use are the ones the install writes.
+src=$(cd "$(dirname "$0")/../.." && pwd)
+[[ ! -e $src/scripts/gpuq.service && ! -e $src/scripts/gpuq-web.service ]] ||
+  fail "a second copy of the units in scripts/"
+grep -q "lib/systemd/system/gpuq.service" "$src/launcher/queue/README.md" ||
+  fail "the queue README does not point at the installed unit"
+if grep -n "scripts/gpuq[-a-z]*\.service" "$src/README.md" "$src/launcher/queue/README.md"; then
+  fail "a README names a unit file that the install does not write"
+fi
 
 # No LD_LIBRARY_PATH in the module because none is needed: every library resolves without it.
 for b in "$p"/bin/*; do

@@ -35,3 +35,36 @@ TEST(GpuqGpurun, OneRankPerAllocatedGpu) {
   EXPECT_EQ(out[1], fmt::format("rank=1 local=1 world=2 cvd=5 sched=gpuq job={}", job));
   d.gpuq(fmt::format("cancel {}", blocker));
 }
+
+// A cluster array script runs unchanged (issue 25): each task reads Slurm's variables, with the
+// task ids 0..N-1, and gpurun inside the task still finds gpuq (GPUQ_JOB_ID wins over the
+// SLURM_JOB_ID gpuq sets). gpuq stripped SLURM_* (empty ids), then gpurun said "scheduler slurm".
+TEST(GpuqGpurun, ArrayScriptReadsSlurmVariablesAndGpurunSaysGpuq) {
+  Daemon d;
+  d.script("array.sh",
+           "#!/bin/bash\n#SBATCH --array=0-3\n#SBATCH --gres=gpu:1\n#SBATCH -c 2\n#SBATCH -n 3\n"
+           "echo \"task=$SLURM_ARRAY_TASK_ID array=$SLURM_ARRAY_JOB_ID job=$SLURM_JOB_ID "
+           "jobid=$SLURM_JOBID min=$SLURM_ARRAY_TASK_MIN max=$SLURM_ARRAY_TASK_MAX "
+           "count=$SLURM_ARRAY_TASK_COUNT step=$SLURM_ARRAY_TASK_STEP name=$SLURM_JOB_NAME "
+           "dir=$SLURM_SUBMIT_DIR nodes=$SLURM_JOB_NUM_NODES ntasks=$SLURM_NTASKS "
+           "cpus=$SLURM_CPUS_PER_TASK gpus=$SLURM_JOB_GPUS on_node=$SLURM_GPUS_ON_NODE "
+           "restarts=$SLURM_RESTART_COUNT\"\n"
+           "\"$GPURUN\" info | head -1\n");
+  Result r = sh(fmt::format("cd {} && GPURUN={} SLURM_JOB_ID=99 {} submit --parsable array.sh",
+                            d.dir(), GPURUN_BIN, d.cli()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const int64_t first = std::stoll(r.out);
+  for (int task = 0; task < 4; ++task) {
+    const int64_t id = first + task;
+    auto j = d.wait_final(id, 60);
+    const std::string out = read_text(fmt::format("{}/slurm-{}_{}.out", d.dir(), first, task));
+    EXPECT_EQ(j["state"], "COMPLETED") << out;
+    const std::string gpu = j["gpus"].empty() ? "?" : std::to_string(j["gpus"][0].get<int>());
+    EXPECT_EQ(lines(out).at(0),
+              fmt::format("task={} array={} job={} jobid={} min=0 max=3 count=4 step=1 "
+                          "name=array.sh dir={} nodes=1 ntasks=3 cpus=2 gpus={} on_node=1 "
+                          "restarts=0",
+                          task, first, id, id, d.dir(), gpu));
+    EXPECT_EQ(lines(out).at(1), fmt::format("scheduler   gpuq (gpuq), job {}", id)) << out;
+  }
+}

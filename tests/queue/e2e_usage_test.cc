@@ -237,7 +237,7 @@ TEST(GpuqUsage, AStoreWrittenByMainOpensAndUpgrades) {
     EXPECT_NE(h.out.find(name), std::string::npos) << h.out;
   for (const auto& l : lines(h.out))  // old jobs: GPU-hours from their times, no utilisation
     if (l.find("old-train") != std::string::npos) {
-      EXPECT_EQ(l.substr(l.size() - 26), "     0,1     0.00        -") << l;
+      EXPECT_EQ(l.substr(l.size() - 26), "       2     0.00        -") << l;  // 2 GPUs
     }
   EXPECT_NE(d.gpuq("queue").out.find("(JobHeldUser)"), std::string::npos);
   auto rep = nlohmann::json::parse(d.gpuq("report --since all --json").out);
@@ -261,7 +261,7 @@ TEST(GpuqUsage, BadStatsRequestsAreRefusedNotFatal) {
   for (const char* bad : {"18446744073709551615", "-1", "1000001", "\"5\"", "2.5"}) {
     auto r = d.request(fmt::format(R"({{"op":"stats","ids":{},"max_points":{}}})", ids, bad));
     EXPECT_FALSE(r.value("ok", true)) << bad << ": " << r.dump();
-    EXPECT_NE(r.value("error", "").find("max_points must be an integer from 0 to 1000000"),
+    EXPECT_NE(r.value("error", "").find("'max_points': expected an integer from 0 to 1000000"),
               std::string::npos)
         << r.dump();
   }
@@ -272,4 +272,25 @@ TEST(GpuqUsage, BadStatsRequestsAreRefusedNotFatal) {
   ASSERT_TRUE(one.value("ok", false)) << one.dump();
   EXPECT_EQ(one["samples"].size(), 1u) << "one GPU, one point";
   EXPECT_EQ(d.gpuq("queue").rc, 0) << "the daemon did not survive the bad requests";
+}
+
+// The GPU pool comes from the sampler that samples it (issue 25): with GPURUN_NVIDIA_SMI naming a
+// 4-GPU nvidia-smi, `gpuq daemon` without --gpus schedules GPUs 0-3. It ran `nvidia-smi` from
+// PATH on its own and said "no GPUs found" where sampling worked.
+TEST(GpuqUsage, DaemonFindsItsGpusThroughTheSampler) {
+  FakeGpus gpus("nvidia-smi-4gpu");
+  Daemon d({}, "auto");
+  auto ping = d.request(R"({"op":"ping"})");
+  EXPECT_EQ(ping["gpus"], nlohmann::json({0, 1, 2, 3})) << ping.dump();
+}
+
+// Without any GPU reader the daemon says why and what to do, instead of starting a queue of none.
+TEST(GpuqUsage, DaemonWithoutGpusSaysWhy) {
+  FakeGpus gpus("nvidia-smi-broken");
+  TempDir dir;
+  Result r = sh(fmt::format("{} daemon --state-dir {}/s --socket {}/s.sock", gpuq_bin(), dir.path(),
+                            dir.path()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("no GPUs found"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("--gpus 0,1,... or --gpus none"), std::string::npos) << r.err;
 }

@@ -17,32 +17,6 @@
 
 using namespace gpuq_test;
 
-namespace {
-// Creates a throwaway user; deletes it (and anything it left in /tmp's test dirs) on scope exit.
-class TestUser {
- public:
-  explicit TestUser(const std::string& prefix) {
-    std::random_device rd;
-    name_ = fmt::format("{}{:x}", prefix, rd() & 0xffffff);
-    Result r = sh(fmt::format("useradd -M -d /nonexistent -s /bin/sh {}", name_));
-    if (r.rc != 0) throw std::runtime_error("useradd failed: " + r.err);
-    passwd* pw = getpwnam(name_.c_str());
-    uid_ = pw ? pw->pw_uid : 0;
-  }
-  ~TestUser() { sh(fmt::format("userdel {} 2>/dev/null", name_)); }
-  const std::string& name() const { return name_; }
-  uid_t uid() const { return uid_; }
-  // Runs a shell command as this user.
-  Result run(const std::string& cmd) const {
-    return sh(fmt::format("runuser -u {} -- /bin/sh -c '{}'", name_, cmd));
-  }
-
- private:
-  std::string name_;
-  uid_t uid_ = 0;
-};
-}  // namespace
-
 TEST(GpuqUsers, SecondUserCannotTouchFirstUsersJob) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
   Daemon d;
@@ -118,19 +92,6 @@ TEST(GpuqUsers, OnlyRootSetsAPriority) {
   int64_t id = d.submit("--priority=5 root.sh");
   EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
 }
-
-namespace {
-
-// The daemon's resident memory, from /proc.
-long rss_mib(pid_t pid) {
-  std::ifstream in(fmt::format("/proc/{}/status", pid));
-  std::string line;
-  while (std::getline(in, line))
-    if (line.rfind("VmRSS:", 0) == 0) return std::stol(line.substr(6)) / 1024;
-  return -1;
-}
-
-}  // namespace
 
 // One user's clients that ask for a big reply (the 7 MB queue of a 10,000-task array, 0.25 s to
 // build) and never read it cannot stall the daemon for another user, nor make it hold every

@@ -42,6 +42,31 @@ TEST(Format, QueueColumnsAndHistoryCells) {
   EXPECT_NE(h.find("0:15"), std::string::npos);
 }
 
+// history's GPUs column counts GPUs as queue's GPUS column and the page do (issue 25: it listed
+// ids, so "2" could be one GPU or two); show names the ids, and the account (it had none).
+TEST(Format, HistoryCountsGpusAndShowNamesThemWithTheAccount) {
+  Job j;
+  j.id = 9;
+  j.name = "train";
+  j.user = "alice";
+  j.account = "physics";
+  j.state = JobState::kCompleted;
+  j.gpus = {2, 5};
+  j.start_ms = 1000;
+  j.end_ms = 61000;
+  const std::string h =
+      format_history(nlohmann::json::array({job_to_json(j, JobView::kPublic)}), false);
+  EXPECT_EQ(
+      h.rfind("9                 train     alice  COMPLETED      0:0   00:01:00        2     0.03",
+              0),
+      0u)
+      << h;
+  const std::string show = format_show(job_to_json(j, JobView::kPublic), 0);
+  EXPECT_NE(show.find(" Account=physics\n"), std::string::npos) << show;
+  EXPECT_NE(show.find(" GPUs=2,5\n"), std::string::npos) << show;
+  EXPECT_EQ(show.find("WorkDir="), std::string::npos) << "a public view has no paths: " << show;
+}
+
 TEST(Protocol, FramesRoundTripInPieces) {
   std::string f = frame("{\"op\":\"ping\"}");
   FrameReader r(1024);

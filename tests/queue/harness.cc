@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/stat.h>
@@ -11,6 +12,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <random>
 #include <sstream>
 #include <stdexcept>
 #include <thread>
@@ -39,6 +41,46 @@ std::vector<std::string> lines(const std::string& text) {
   while (std::getline(in, l))
     if (!l.empty()) out.push_back(l);
   return out;
+}
+
+TestUser::TestUser(const std::string& prefix) {
+  std::random_device rd;
+  name_ = fmt::format("{}{:x}", prefix, rd() & 0xffffff);
+  Result r = sh(fmt::format("useradd -M -d /nonexistent -s /bin/sh {}", name_));
+  if (r.rc != 0) throw std::runtime_error("useradd failed: " + r.err);
+  passwd* pw = getpwnam(name_.c_str());
+  if (!pw) throw std::runtime_error("useradd made no passwd entry for " + name_);
+  uid_ = pw->pw_uid;
+  gid_ = pw->pw_gid;
+}
+
+TestUser::~TestUser() {
+  sh(fmt::format("pkill -KILL -u {} 2>/dev/null; userdel {} 2>/dev/null", uid_, name_));
+}
+
+Result TestUser::run(const std::string& cmd) const {
+  return sh(fmt::format("runuser -u {} -- /bin/sh -c '{}'", name_, cmd));
+}
+
+namespace {
+long status_kib(pid_t pid, const char* field) {
+  std::ifstream in(fmt::format("/proc/{}/status", pid));
+  std::string line;
+  const std::string prefix = std::string(field) + ":";
+  while (std::getline(in, line))
+    if (line.rfind(prefix, 0) == 0) return std::stol(line.substr(prefix.size()));
+  return -1;
+}
+}  // namespace
+
+long rss_mib(pid_t pid) {
+  const long k = status_kib(pid, "VmRSS");
+  return k < 0 ? -1 : k / 1024;
+}
+
+long peak_rss_mib(pid_t pid) {
+  const long k = status_kib(pid, "VmHWM");
+  return k < 0 ? -1 : k / 1024;
 }
 
 Result sh(const std::string& command) {
@@ -109,9 +151,9 @@ std::string Daemon::cli() const {
 }
 
 void Daemon::start() {
-  std::vector<std::string> args = {gpuq_bin(), "daemon",      "--gpus",
-                                   gpus_,      "--state-dir", dir_.path() + "/state",
+  std::vector<std::string> args = {gpuq_bin(), "daemon", "--state-dir", dir_.path() + "/state",
                                    "--socket", socket()};
+  if (gpus_ != "auto") args.insert(args.end(), {"--gpus", gpus_});
   args.insert(args.end(), extra_.begin(), extra_.end());
   std::vector<char*> argv;
   for (auto& a : args) argv.push_back(a.data());

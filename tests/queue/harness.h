@@ -22,6 +22,8 @@ struct Result {
 Result sh(const std::string& command);
 
 std::string gpuq_bin();  // the built gpuq executable
+std::string read_text(const std::string& path);
+std::vector<std::string> lines(const std::string& text);
 
 class TempDir {
  public:
@@ -35,7 +37,7 @@ class TempDir {
 
 class Daemon {
  public:
-  // extra: additional `gpuq daemon` options.
+  // extra: additional `gpuq daemon` options; gpus "auto": no --gpus (the daemon finds them).
   explicit Daemon(std::vector<std::string> extra = {}, std::string gpus = "0,1,2,3");
   ~Daemon();
   void start();  // waits until it answers
@@ -54,6 +56,7 @@ class Daemon {
   nlohmann::json request(const std::string& json) const;
   nlohmann::json wait_final(int64_t id, double timeout_s = 30) const;
   nlohmann::json wait_state(int64_t id, const std::string& state, double timeout_s = 30) const;
+  std::string log() const { return read_text(dir_.path() + "/daemon.log"); }
   pid_t pid() const { return pid_; }
 
  private:
@@ -63,7 +66,25 @@ class Daemon {
   pid_t pid_ = -1;
 };
 
-std::string read_text(const std::string& path);
-std::vector<std::string> lines(const std::string& text);
+// A throwaway Unix user (useradd; needs root), deleted when it goes out of scope.
+class TestUser {
+ public:
+  explicit TestUser(const std::string& prefix);
+  ~TestUser();
+  const std::string& name() const { return name_; }
+  uid_t uid() const { return uid_; }
+  gid_t gid() const { return gid_; }
+  // Runs `/bin/sh -c cmd` as this user (cmd must not hold a single quote).
+  Result run(const std::string& cmd) const;
+
+ private:
+  std::string name_;
+  uid_t uid_ = 0;
+  gid_t gid_ = 0;
+};
+
+// The resident memory of a process now (VmRSS) and at its peak (VmHWM), in MiB; -1 if unknown.
+long rss_mib(pid_t pid);
+long peak_rss_mib(pid_t pid);
 
 }  // namespace gpuq_test

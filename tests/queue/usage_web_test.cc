@@ -308,6 +308,36 @@ TEST(WebRender, MetricsEscapeLabelValues) {
   EXPECT_NE(m.find("gpuq_jobs{state=\"PENDING\"} 1\n"), std::string::npos);
 }
 
+// Prometheus sample values are the shortest text of the value (issue 25): 41% is 0.41, not the
+// 0.41000000000000003 that 41 * 0.01 printed, and a sum of GPU-seconds shows no float noise.
+TEST(WebRender, MetricsValuesHaveNoFloatNoise) {
+  nlohmann::json s = status_with("n", "u");
+  s["gpus"][0]["util_percent"] = 41.0;
+  s["user_gpu_seconds"] = {{"u", 0.1 + 0.2}};
+  std::string m = render_metrics(s);
+  EXPECT_NE(m.find("gpuq_gpu_utilization_ratio{gpu=\"0\"} 0.41\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpuq_user_gpu_seconds_total{user=\"u\"} 0.3\n"), std::string::npos) << m;
+  EXPECT_NE(m.find("gpuq_gpu_memory_total_bytes{gpu=\"0\"} 42949672960\n"), std::string::npos) << m;
+}
+
+// CPU efficiency from the exact run time (issue 25): a 0.8 s job is "of 0.80 s", not "of
+// 00:00:00"; a job that used more cores than -c gave is over 100% and told which -c fits.
+TEST(UsageFormat, CpuEfficiencyOfShortAndBusyJobs) {
+  Job j = finished("alice", "", {}, 1000, 1800, 0, 0);
+  j.usage.cpu_seconds = 0.5;
+  nlohmann::json reply = {{"job", job_brief(j, 0)}, {"samples", nlohmann::json::array()}};
+  EXPECT_NE(format_stats(reply).find("CPU Efficiency: 62.50% of 0.80 s core-walltime (1 core)\n"),
+            std::string::npos)
+      << format_stats(reply);
+  j = finished("alice", "", {}, 1000, 1000 + 100 * 1000, 0, 0);
+  j.usage.cpu_seconds = 155;
+  reply["job"] = job_brief(j, 0);
+  EXPECT_NE(format_stats(reply).find("CPU Efficiency: 155.00% of 00:01:40 core-walltime (1 core): "
+                                     "the job used about 1.6 cores; ask for them with -c 2\n"),
+            std::string::npos)
+      << format_stats(reply);
+}
+
 TEST(UsageFormat, GnuplotDrawsALinePerGpuFromItsOwnFile) {
   Job j = finished("o'neil", "", {0, 3}, 1000, 2000, 0, 0);
   j.id = 9;

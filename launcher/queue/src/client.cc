@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <iconv.h>
 #include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -22,6 +23,7 @@
 #include <thread>
 
 #include "env.h"
+#include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/sbatch.h"
@@ -163,6 +165,59 @@ void require_utf8(const std::string& script, const std::string& script_name,
   }
 }
 
+// The show reply of `id` (every task of an array), retried through a daemon restart of up to 60 s
+// (the job keeps running meanwhile); brief: without environments and scripts.
+nlohmann::json show_jobs(const std::string& socket, const std::string& id, bool brief) {
+  for (int tries = 0;; ++tries) {
+    try {
+      return call(socket, {{"op", "show"}, {"ids", {id}}, {"brief", brief}})["jobs"];
+    } catch (const std::invalid_argument&) {
+      throw;  // the daemon answered with an error
+    } catch (const std::exception&) {
+      if (tries >= 240) throw;
+      std::this_thread::sleep_for(std::chrono::milliseconds(250));
+    }
+  }
+}
+
+bool final_state(const nlohmann::json& j) {
+  const auto s = j["state"].get<std::string>();
+  return s != "PENDING" && s != "RUNNING";
+}
+
+// sbatch --wait's exit status for one ended job: its exit code, or 1 when a signal ended it or it
+// never ran to its end (NODE_FAIL, or cancelled before it started).
+int wait_status(const nlohmann::json& j) {
+  const std::string state = j["state"].get<std::string>();
+  if (j.value("exit_signal", 0) != 0) return 1;
+  if (state == "NODE_FAIL" || (state == "CANCELLED" && j.value("start_ms", int64_t{0}) == 0))
+    return 1;
+  return j.value("exit_code", 0);
+}
+
+// The batch script: --wrap's command as a /bin/sh script, the file a[pos] (its arguments after
+// it), or standard input for none or "-".
+void read_script(const Args& a, size_t pos, const std::optional<std::string>& wrap,
+                 std::string* script, std::string* name, std::vector<std::string>* args) {
+  *name = "sbatch";
+  if (wrap) {  // sbatch's: the command as a /bin/sh script
+    if (pos < a.size())
+      throw std::invalid_argument(fmt::format(
+          "--wrap takes the place of a script, got '{}' as well: give one or the other", a[pos]));
+    *script = "#!/bin/sh\n" + *wrap + "\n";
+    *name = "wrap";
+  } else if (pos < a.size() && a[pos] != "-") {
+    std::ifstream in(a[pos], std::ios::binary);
+    if (!in) throw std::runtime_error(fmt::format("cannot read script '{}'", a[pos]));
+    *script = read_all(in);
+    *name = a[pos];
+    args->assign(a.begin() + pos + 1, a.end());
+  } else {
+    *script = read_all(std::cin);
+    if (pos < a.size()) args->assign(a.begin() + pos + 1, a.end());
+  }
+}
+
 int report_results(const nlohmann::json& reply, const char* what) {
   int rc = 0;
   for (const auto& r : reply["results"]) {
@@ -176,6 +231,22 @@ int report_results(const nlohmann::json& reply, const char* what) {
 }
 
 }  // namespace
+
+int wait_for_job(const std::string& socket, int64_t id) {
+  int delay_ms = 100;
+  while (true) {
+    const nlohmann::json jobs = show_jobs(socket, std::to_string(id), true);
+    bool done = true;
+    int rc = 0;
+    for (const auto& j : jobs) {
+      done = done && final_state(j);
+      if (done) rc = std::max(rc, wait_status(j));
+    }
+    if (done) return rc;
+    std::this_thread::sleep_for(std::chrono::milliseconds(delay_ms));
+    delay_ms = std::min(delay_ms * 2, 2000);
+  }
+}
 
 std::string default_socket_path() {
   const QueueEnv& env = queue_env();
@@ -195,7 +266,9 @@ int cmd_submit(const Args& a) {
       "  -t/--time TIME (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S), -o/--output PATTERN,\n"
       "  -e/--error PATTERN (%j %x %u %A %a %%), -D/--chdir DIR,\n"
       "  -d/--dependency afterok|afterany|afternotok:ID[:ID][,...], -a/--array 0-15[:step][%N],\n"
-      "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N\n"
+      "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N, -A/--account NAME,\n"
+      "  -c/--cpus-per-task N, -n/--ntasks N (SLURM_NTASKS only),\n"
+      "  -W/--wait (return when the job ends, with its exit code, as sbatch --wait)\n"
       "  --wrap CMD (CMD as a /bin/sh script instead of SCRIPT)\n"
       "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
       "Other Slurm options (--mem, -p, --mail-type, ...) are accepted and ignored with a warning;\n"
@@ -229,24 +302,9 @@ int cmd_submit(const Args& a) {
       options.push_back(a[i]);
     }
   }
-  std::string script, script_name = "sbatch";
+  std::string script, script_name;
   std::vector<std::string> args;
-  if (wrap) {  // sbatch's: the command as a /bin/sh script
-    if (pos < a.size())
-      throw std::invalid_argument(fmt::format(
-          "--wrap takes the place of a script, got '{}' as well: give one or the other", a[pos]));
-    script = "#!/bin/sh\n" + *wrap + "\n";
-    script_name = "wrap";
-  } else if (pos < a.size() && a[pos] != "-") {
-    std::ifstream in(a[pos], std::ios::binary);
-    if (!in) throw std::runtime_error(fmt::format("cannot read script '{}'", a[pos]));
-    script = read_all(in);
-    script_name = a[pos];
-    args.assign(a.begin() + pos + 1, a.end());
-  } else {
-    script = read_all(std::cin);
-    if (pos < a.size()) args.assign(a.begin() + pos + 1, a.end());
-  }
+  read_script(a, pos, wrap, &script, &script_name, &args);
   char cwd[4096];
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
   nlohmann::json env = queue_env().all;
@@ -257,17 +315,23 @@ int cmd_submit(const Args& a) {
     throw std::invalid_argument(
         "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "
         "submit from another directory, or give -D/--chdir");
-  nlohmann::json req = {{"op", "submit"}, {"script", script},          {"script_name", script_name},
-                        {"args", args},   {"options", options},        {"cwd", cwd},
-                        {"env", env},     {"submit_key", random_key()}};
+  const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
+  ::umask(mask);
+  nlohmann::json req = {
+      {"op", "submit"}, {"script", script},           {"script_name", script_name},
+      {"args", args},   {"options", options},         {"cwd", cwd},
+      {"env", env},     {"submit_key", random_key()}, {"umask", mask}};
   auto reply = call(socket, req);
   for (const auto& w : reply["warnings"])
-    fmt::print(stderr, "gpuq: warning: {}\n", w.get<std::string>());
+    fmt::print(stderr, "gpuq: warning: {}\n", common::terminal_safe(w.get<std::string>()));
+  const int64_t id = reply["job_id"].get<int64_t>();
   if (parsable)
-    fmt::print("{}\n", reply["job_id"].get<int64_t>());
+    fmt::print("{}\n", id);
   else
-    fmt::print("Submitted batch job {}\n", reply["job_id"].get<int64_t>());
-  return 0;
+    fmt::print("Submitted batch job {}\n", id);
+  if (!reply.value("wait", false)) return 0;
+  std::fflush(stdout);
+  return wait_for_job(socket, id);
 }
 
 int cmd_queue(const Args& a) {
@@ -355,7 +419,7 @@ int cmd_drain(const Args& a, bool drain) {
 
 namespace {
 nlohmann::json show_one(const std::string& socket, const std::string& id) {
-  auto reply = call(socket, {{"op", "show"}, {"ids", {id}}});
+  auto reply = call(socket, {{"op", "show"}, {"ids", {id}}, {"brief", true}});
   if (reply["jobs"].empty()) throw std::invalid_argument(fmt::format("invalid job id '{}'", id));
   return reply["jobs"][0];
 }
@@ -402,10 +466,6 @@ int cmd_log(const Args& a) {
   const bool follow = p.vm.count("follow") > 0;
   Fd fd;
   char buf[65536];
-  auto final_state = [](const nlohmann::json& j) {
-    auto s = j["state"].get<std::string>();
-    return s != "PENDING" && s != "RUNNING";
-  };
   while (true) {
     if (!fd) fd = Fd(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
     if (!fd && !follow) {
@@ -443,13 +503,15 @@ int cmd_history(const Args& a) {
   po::options_description desc("gpuq history options");
   desc.add_options()("all-users,a", "every user's jobs (root sees all by default)")(
       "user,u", po::value<std::string>(), "only this user's jobs")(
-      "limit,n", po::value<long long>()->default_value(0), "only the newest N jobs (0 = all)")(
+      "limit,n", po::value<long long>()->default_value(0),
+      "only the newest N jobs (0 = as many as one reply holds, 10000)")(
       "noheader", "no header lines")("json", "the daemon's JSON documents");
   Parsed p;
   if (!parse(a, desc, nullptr,
              "usage: gpuq history [-a | -u USER] [-n N] [--noheader] [--json]\n"
-             "Finished jobs, sacct-style: JobID JobName User State ExitCode(code:signal) Elapsed "
-             "GPUs.",
+             "Finished jobs, sacct-style: JobID JobName User State ExitCode(code:signal) Elapsed\n"
+             "GPUs (how many the job held; gpuq show and gpuq stats name them) GPUHours MeanUtil.\n"
+             "At most the newest 10000 jobs at once (-n 0, the default, means that many).",
              &p))
     return 0;
   // As size_t, boost read -1 as 2^64-1: every job.
@@ -465,6 +527,10 @@ int cmd_history(const Args& a) {
   }
   std::string text = format_history(reply["jobs"], !p.vm.count("noheader"));
   std::fwrite(text.data(), 1, text.size(), stdout);
+  const int64_t total = reply.value("total", int64_t{0});
+  if (total > static_cast<int64_t>(reply["jobs"].size()) && limit == 0)
+    fmt::print(stderr, "gpuq: note: the newest {} of {} finished jobs (-u USER narrows them)\n",
+               reply["jobs"].size(), total);
   return 0;
 }
 

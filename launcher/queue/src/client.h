@@ -22,6 +22,11 @@ int cmd_hold(const Args& a, bool hold);
 int cmd_drain(const Args& a, bool drain);
 int cmd_daemon(const Args& a);
 
+// `gpuq submit --wait`: polls job `id` (every task of an array) until it has ended and returns
+// what sbatch --wait exits with: the job's exit code (the highest of an array's tasks), 1 for a
+// job ended by a signal or that never ran to its end.
+int wait_for_job(const std::string& socket, int64_t id);
+
 // GPUQ_SOCKET, else the system socket when it exists, else the per-user one.
 std::string default_socket_path();
 

@@ -26,10 +26,34 @@
 namespace gpurun::queue {
 namespace {
 
-void make_dir(const std::string& path, mode_t mode) {
+// The state directory holds every job's environment (API tokens) and script: it and each folder
+// in it must be the daemon's alone. One that another user owns or may write into is refused (they
+// could have planted files or links there); the daemon's own are set to `mode`.
+void secure_dir(const std::string& path, mode_t mode) {
   if (::mkdir(path.c_str(), mode) != 0 && errno != EEXIST)
     throw std::runtime_error(fmt::format("cannot create {}: {}", path, strerror(errno)));
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    throw std::runtime_error(fmt::format("state directory {} is not a directory", path));
+  if (st.st_uid != geteuid())
+    throw std::runtime_error(fmt::format(
+        "state directory {} belongs to uid {}, not to uid {} that runs the daemon: it must be "
+        "the daemon's alone (the job store holds every job's environment)",
+        path, st.st_uid, geteuid()));
+  if (st.st_mode & (S_IWGRP | S_IWOTH))
+    throw std::runtime_error(fmt::format(
+        "state directory {} is writable by {} (mode {:04o}): it must be the daemon's alone; "
+        "chmod go-w {} after checking what is in it",
+        path, st.st_mode & S_IWOTH ? "every user" : "its group", st.st_mode & 07777, path));
   ::chmod(path.c_str(), mode);
+}
+
+// Files of stores written before the daemon made them 0600 (jobs.db was 0644: anyone could read
+// every job's environment).
+void tighten(const std::string& path) {
+  struct stat st {};
+  if (::lstat(path.c_str(), &st) == 0 && S_ISREG(st.st_mode) && (st.st_mode & 077))
+    ::chmod(path.c_str(), st.st_mode & 0700);
 }
 
 constexpr int64_t kClientTimeoutMs = 10000;  // a client that sends or reads nothing is dropped
@@ -44,11 +68,16 @@ constexpr size_t kMaxPendingReplyBytes = size_t(64) << 20;
 
 Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
   as_root_ = geteuid() == 0;
-  make_dir(cfg_.state_dir, 0711);
+  // Everything the daemon and its supervisors create is theirs alone unless made otherwise on
+  // purpose (the socket, a job's script; a job's output follows the submitter's umask).
+  ::umask(077);
+  secure_dir(cfg_.state_dir, 0711);  // jobs reach their own script in spool/
   run_dir_ = cfg_.state_dir + "/run";
   spool_dir_ = cfg_.state_dir + "/spool";
-  make_dir(run_dir_, 0700);
-  make_dir(spool_dir_, 0711);  // jobs must reach their own script, but not list others'
+  secure_dir(run_dir_, 0700);
+  secure_dir(spool_dir_, 0711);  // jobs must reach their own script, but not list others'
+  for (const char* f : {"/jobs.db", "/jobs.db-wal", "/jobs.db-shm", "/daemon.lock"})
+    tighten(cfg_.state_dir + f);
   char host[256] = {0};
   gethostname(host, sizeof(host) - 1);
   host_ = host;
@@ -75,7 +104,7 @@ Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
     states_[row.id] = row.state;
     if (row.array_job_id) array_members_[row.array_job_id].push_back(row.id);
   }
-  for (auto& j : store_->load_active()) active_.emplace(j.id, std::move(j));
+  for (auto& j : store_->load_active()) admit(std::move(j));
   finished_gpu_seconds_ = store_->finished_gpu_seconds_by_user();
   // Supervisors are re-executions of this binary; SIG_IGN reaps them automatically, and their
   // exits are seen through pidfds, which work for adopted (non-child) supervisors too.
@@ -155,13 +184,34 @@ void Daemon::accept_clients() {
   }
 }
 
-void Daemon::reply(Conn& c, const nlohmann::json& r) {
-  // Replace invalid UTF-8 (job names, paths) instead of throwing inside dump().
-  c.out = frame(r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace));
+void Daemon::reply(Conn& c, nlohmann::json r) {
+  // Replace invalid UTF-8 (job names, paths) instead of throwing inside dump(). The document is
+  // freed before the frame is built, so a big reply is held once, not three times.
+  std::string text = r.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace);
+  r = nullptr;
+  if (text.size() > kMaxReplyBytes)
+    text = nlohmann::json({{"ok", false},
+                           {"error", fmt::format("the reply would be {:.0f} MiB, more than the {} "
+                                                 "MiB a reply may be: ask for fewer jobs at once",
+                                                 text.size() / 1048576.0, kMaxReplyBytes >> 20)}})
+               .dump();
+  c.out = frame(text);
   c.out_off = 0;
 }
 
-void Daemon::on_readable(Conn& c) {
+void Daemon::answer(Conn& c) {
+  nlohmann::json resp;
+  try {
+    Request req = decode_request(c.reader.payload());
+    c.reader = FrameReader(kMaxRequestBytes);  // the request's bytes are not kept for the reply
+    resp = handle(req, c.peer);
+  } catch (const std::exception& e) {
+    resp = {{"ok", false}, {"error", e.what()}};
+  }
+  reply(c, std::move(resp));
+}
+
+void Daemon::on_readable(Conn& c, size_t& inbound) {
   char buf[65536];
   while (c.out.empty()) {
     ssize_t n = ::read(c.fd.get(), buf, sizeof(buf));
@@ -175,6 +225,14 @@ void Daemon::on_readable(Conn& c) {
     }
     c.last_ms = now_ms();
     bool complete = false;
+    inbound += static_cast<size_t>(n);
+    if (inbound > kMaxInboundBytesPerUser) {
+      reply(c, {{"ok", false},
+                {"error", fmt::format("more than {} MiB of unfinished requests of user {} at "
+                                      "once: send one request at a time",
+                                      kMaxInboundBytesPerUser >> 20, c.peer.uid)}});
+      return;
+    }
     try {
       complete = c.reader.feed(buf, static_cast<size_t>(n));
     } catch (const std::exception& e) {
@@ -188,17 +246,7 @@ void Daemon::on_readable(Conn& c) {
       c.out_off = SIZE_MAX;
       return;
     }
-    nlohmann::json resp;
-    try {
-      auto req = nlohmann::json::parse(c.reader.payload());
-      if (!req.is_object()) throw std::invalid_argument("request is not a JSON object");
-      resp = handle(req, c.peer);
-    } catch (const nlohmann::json::parse_error& e) {
-      resp = {{"ok", false}, {"error", fmt::format("malformed request: {}", e.what())}};
-    } catch (const std::exception& e) {
-      resp = {{"ok", false}, {"error", e.what()}};
-    }
-    reply(c, resp);
+    answer(c);
   }
 }
 
@@ -238,8 +286,11 @@ int Daemon::run() {
       runner_ids.push_back(id);
     }
     std::map<uid_t, size_t> pending;  // reply bytes built and not yet read, per user
-    for (const auto& [fd, c] : conns_)
+    std::map<uid_t, size_t> inbound;  // bytes of unfinished requests, per user
+    for (const auto& [fd, c] : conns_) {
       if (c.out_off != SIZE_MAX) pending[c.peer.uid] += c.out.size() - c.out_off;
+      inbound[c.peer.uid] += c.reader.buffered();
+    }
     auto full = [&](const Conn& c) { return pending[c.peer.uid] > kMaxPendingReplyBytes; };
     const size_t conn_base = fds.size();
     for (auto& [fd, c] : conns_) {
@@ -289,7 +340,7 @@ int Daemon::run() {
       if (!(fds[i].revents & POLLIN) && !hup) continue;
       if (!hup && (full(c) || served.count(c.peer.uid))) continue;
       c.waiting = false;
-      on_readable(c);
+      on_readable(c, inbound[c.peer.uid]);
       if (!c.out.empty()) served.insert(c.peer.uid);
       pending[c.peer.uid] += c.out.size();
     }

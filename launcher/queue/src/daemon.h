@@ -19,11 +19,20 @@
 #include "gpurun/launcher/gpu_sampler.h"
 #include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
+#include "request.h"
 #include "usage_sampler.h"
 
 namespace gpurun::queue {
 
 class Store;
+
+// What one user may make the daemon hold (README "Security"), besides one request at a time
+// (kMaxRequestBytes in, kMaxReplyBytes out, kMaxIdsPerRequest jobs): pending and running jobs,
+// and their scripts, arguments and environments; bytes of unfinished requests; at most 64
+// connections and 64 MiB of unread replies (daemon.cc).
+constexpr size_t kMaxActiveJobsPerUser = 10000;
+constexpr size_t kMaxActiveBytesPerUser = size_t(64) << 20;
+constexpr size_t kMaxInboundBytesPerUser = size_t(16) << 20;
 
 // A job as the status page, /api/status and `gpuq stats` show it: no environment, script or
 // paths; with elapsed_s, gpu_hours, util_mean and its usage (daemon_usage.cc).
@@ -45,6 +54,8 @@ struct DaemonConfig {
   int64_t sample_retention_s = 7 * 24 * 3600;
   launcher::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
 };
+
+struct SupervisorStatus;
 
 struct Peer {
   uid_t uid = 0;
@@ -78,31 +89,38 @@ class Daemon {
   void open_socket();
   void remove_socket() const;
   void accept_clients();
-  void on_readable(Conn& c);  // reads; answers once a whole request is in (c.out)
-  bool flush(Conn& c);        // false when finished (close it)
-  void reply(Conn& c, const nlohmann::json& r);
+  // Reads; answers once a whole request is in (c.out). `inbound` is the bytes of its user's
+  // unfinished requests, which past kMaxInboundBytesPerUser get an error instead of more reading.
+  void on_readable(Conn& c, size_t& inbound);
+  void answer(Conn& c);  // a whole request is in: decode, handle, reply
+  bool flush(Conn& c);   // false when finished (close it)
+  void reply(Conn& c, nlohmann::json r);
 
   // daemon_ops.cc: requests
-  nlohmann::json handle(const nlohmann::json& req, const Peer& peer);
-  nlohmann::json op_submit(const nlohmann::json& req, const Peer& peer);
-  nlohmann::json op_queue(const nlohmann::json& req, const Peer& peer);
-  nlohmann::json op_show(const nlohmann::json& req, const Peer& peer);
-  nlohmann::json op_cancel(const nlohmann::json& req, const Peer& peer);
-  nlohmann::json op_hold(const nlohmann::json& req, const Peer& peer, bool hold);
-  nlohmann::json op_history(const nlohmann::json& req, const Peer& peer);
+  nlohmann::json handle(const Request& req, const Peer& peer);
+  nlohmann::json op_submit(const SubmitRequest& req, const Peer& peer);
+  Job job_from_request(const JobRequest& r, const SubmitRequest& req, const Peer& peer) const;
+  std::vector<Job> insert_jobs(const Job& base, const JobRequest& r, const std::string& key,
+                               const std::vector<int>& indices);  // one transaction
+  nlohmann::json op_queue(const Request& req, const Peer& peer);
+  nlohmann::json op_show(const Request& req, const Peer& peer);
+  nlohmann::json op_cancel(const Request& req, const Peer& peer);
+  nlohmann::json op_hold(const Request& req, const Peer& peer, bool hold);
+  nlohmann::json op_history(const Request& req, const Peer& peer);
   nlohmann::json op_drain(const Peer& peer, bool drain);
   // daemon_usage.cc: sampling and the usage requests (status, stats, report)
-  nlohmann::json op_status(const nlohmann::json& req);
+  nlohmann::json op_status(const Request& req);
   nlohmann::json status_gpus(const std::map<int, const Job*>& holder, int spark_points,
                              int64_t now);
-  nlohmann::json op_stats(const nlohmann::json& req);
-  nlohmann::json op_report(const nlohmann::json& req);
+  nlohmann::json op_stats(const Request& req);
+  nlohmann::json op_report(const Request& req);
   void start_sampling();   // in run(), once signals are blocked (the thread must not take them)
   void publish_targets();  // running jobs' sessions, to the sampling thread
   void on_usage_ticks();   // inside the batch
   void apply_tick(const UsageSampler::Tick& t);
-  // "12", "12_3" -> job ids; ids reached through a whole-array id also go into *via_array.
-  std::vector<int64_t> resolve_ids(const nlohmann::json& req,
+  // "12", "12_3" -> job ids; ids reached through a whole-array id also go into *via_array. At
+  // most kMaxIdsPerRequest, an array counting as its tasks.
+  std::vector<int64_t> resolve_ids(const std::vector<JobRef>& refs,
                                    std::set<int64_t>* via_array = nullptr);
   std::string pending_reason(const Job& j) const;  // squeue's (Reason)
   bool may_control(const Peer& peer, const Job& j) const;
@@ -113,15 +131,21 @@ class Daemon {
   void schedule_pass();
   void mark_running(Job& j, const std::vector<int>& gpus);  // durable with the batch commit
   void spawn_supervisor(Job& j);                            // only after that commit
+  ArrayShape shape_of(const Job& j);                        // its array's task ids
   void watch(int64_t job_id, pid_t pid, bool own_child);
   void on_supervisor_exit(int64_t job_id);
   void finish(Job& j, JobState state, int exit_code, int exit_signal, int64_t end_ms,
               const std::string& reason);
-  void reap_orphans(int sid, int pgid);
+  void reap_orphans(const SupervisorStatus& st);
   void remove_cleanup_files();
   void requeue_or_fail(Job& j, const std::string& why);
   void charge(const Job& j, int64_t end_ms);
   const char* dependency_reason(const Job& j) const;  // nullptr when satisfied
+  // The only ways into and out of active_: they keep each user's load (the submit bounds).
+  void admit(Job j);
+  void retire(int64_t id);
+  // One line of the audit trail in the daemon's log: "job 12 (train, alice): started on GPUs 0,1".
+  void log_event(const Job& j, const std::string& what) const;
   std::map<uint32_t, double> decayed_usage(int64_t now) const;
 
   DaemonConfig cfg_;
@@ -136,7 +160,11 @@ class Daemon {
   bool dirty_ = true;        // something changed: run the scheduler
   bool recovering_ = false;  // in recover(): what ended did so while no daemon watched
   std::map<int, Conn> conns_;
-  std::map<int64_t, Job> active_;       // pending + running, by id
+  std::map<int64_t, Job> active_;  // pending + running, by id
+  struct UserLoad {
+    size_t jobs = 0, bytes = 0;  // active jobs, and their scripts, arguments and environments
+  };
+  std::map<uint32_t, UserLoad> load_;
   std::map<int64_t, Runner> runners_;   // running job id -> its supervisor
   std::map<int64_t, JobState> states_;  // every job's state, for dependencies
   std::map<int64_t, std::vector<int64_t>> array_members_;

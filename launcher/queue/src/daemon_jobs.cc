@@ -27,6 +27,8 @@
 #include <thread>
 
 #include "daemon.h"
+#include "gpurun/common/terminal.h"
+#include "gpurun/queue/format.h"
 #include "gpurun/queue/scheduler.h"
 #include "runfiles.h"
 #include "store.h"
@@ -146,10 +148,52 @@ void Daemon::mark_running(Job& j, const std::vector<int>& gpus) {
   states_[j.id] = j.state;
 }
 
+namespace {
+
+// Slurm's variables that batch scripts read (sbatch.1 "OUTPUT ENVIRONMENT VARIABLES"), so a
+// cluster script runs here unchanged. gpurun still sees a gpuq job: GPUQ_JOB_ID, which equals
+// SLURM_JOB_ID here, wins over them (launcher/src/detect.cc).
+void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const ArrayShape& a) {
+  const std::string id = std::to_string(j.id);
+  env["SLURM_JOB_ID"] = id;
+  env["SLURM_JOBID"] = id;
+  env["SLURM_JOB_NAME"] = j.name;
+  env["SLURM_SUBMIT_DIR"] = j.cwd;
+  env["SLURM_JOB_NUM_NODES"] = "1";
+  env["SLURM_NTASKS"] = std::to_string(j.ntasks);
+  env["SLURM_CPUS_PER_TASK"] = std::to_string(j.cpus);
+  env["SLURM_RESTART_COUNT"] = std::to_string(j.restart_count);
+  if (!j.gpus.empty()) {
+    env["SLURM_JOB_GPUS"] = join_ids(j.gpus);
+    env["SLURM_GPUS_ON_NODE"] = std::to_string(j.gpus.size());
+  }
+  if (j.array_job_id) {
+    env["SLURM_ARRAY_JOB_ID"] = std::to_string(j.array_job_id);
+    env["SLURM_ARRAY_TASK_ID"] = std::to_string(j.array_task_id);
+    env["SLURM_ARRAY_TASK_MIN"] = std::to_string(a.min);
+    env["SLURM_ARRAY_TASK_MAX"] = std::to_string(a.max);
+    env["SLURM_ARRAY_TASK_COUNT"] = std::to_string(a.count);
+    env["SLURM_ARRAY_TASK_STEP"] = std::to_string(a.step);
+  }
+}
+
+}  // namespace
+
+ArrayShape Daemon::shape_of(const Job& j) {
+  if (!j.array_job_id || j.array.count > 0) return j.array;
+  // A task stored before gpuq kept its array's shape: from the array's task ids.
+  std::vector<int> ids;
+  array_task_member(j.array_job_id, j.array_task_id);  // loads the array's task map
+  for (const auto& [task, member] : array_tasks_[j.array_job_id])
+    ids.push_back(static_cast<int>(task));
+  return array_shape(ids);
+}
+
 void Daemon::spawn_supervisor(Job& j) {
   const std::vector<int>& gpus = j.gpus;
   std::map<std::string, std::string> env = j.env;
   std::string ids = join_ids(gpus);
+  set_slurm_env(env, j, shape_of(j));
   env["GPUQ_JOB_ID"] = std::to_string(j.id);
   env["GPUQ_GPUS"] = ids;
   env["GPUQ_NUM_GPUS"] = std::to_string(gpus.size());
@@ -168,6 +212,8 @@ void Daemon::spawn_supervisor(Job& j) {
                          {"uid", j.uid},
                          {"gid", j.gid},
                          {"user", j.user},
+                         {"host", host_},
+                         {"umask", j.umask},
                          {"cwd", j.cwd},
                          {"script_path", fmt::format("{}/{}.sh", spool_dir_, j.id)},
                          {"script", j.script},
@@ -217,6 +263,8 @@ void Daemon::spawn_supervisor(Job& j) {
   if (rc != 0)
     throw std::runtime_error(fmt::format("spawn {} __supervise: {}", cfg_.self_exe, strerror(rc)));
   watch(j.id, pid, true);
+  log_event(j, j.gpus.empty() ? std::string("started (no GPU)")
+                              : fmt::format("started on GPU(s) {}", ids));
 }
 
 void Daemon::watch(int64_t job_id, pid_t pid, bool) {
@@ -227,15 +275,16 @@ void Daemon::watch(int64_t job_id, pid_t pid, bool) {
   runners_[job_id] = std::move(r);
 }
 
-void Daemon::reap_orphans(int sid, int pgid) {
+void Daemon::reap_orphans(const SupervisorStatus& st) {
+  // By session and group, each checked against the start time recorded with it: a pid reused
+  // while the daemon was down belongs to a bystander, whom nothing here may signal.
+  const JobProcesses job{st.supervisor_pid, st.pgid, 0, st.supervisor_start, st.pgid_start};
   const int64_t give_up = now_ms() + 10000;
   while (now_ms() < give_up) {
-    auto pids = find_job_processes(sid, pgid, 0);
-    if (pids.empty()) return;
-    for (int p : pids) ::kill(p, SIGKILL);
+    if (kill_job_processes(job) == 0) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  fmt::print(stderr, "gpuq daemon: processes of session {} survive SIGKILL\n", sid);
+  fmt::print(stderr, "gpuq daemon: processes of session {} survive SIGKILL\n", st.supervisor_pid);
 }
 
 // A run of `j` that ended at `end_ms` held its GPUs: its GPU-seconds go to the user's fair-share
@@ -262,6 +311,7 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
     return;
   }
   charge(j, end);
+  log_event(j, fmt::format("requeued ({})", why));
   j.state = JobState::kPending;
   j.restart_count += 1;
   j.gpus.clear();
@@ -299,7 +349,7 @@ void Daemon::on_supervisor_exit(int64_t id) {
     return;
   }
   if (st) {  // died mid-job: nothing may survive it before its GPUs are free again
-    reap_orphans(st->supervisor_pid, st->pgid);
+    reap_orphans(*st);
     requeue_or_fail(j, fmt::format("the supervisor of job {} died", id));
     return;
   }
@@ -327,8 +377,10 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
   txn.commit();
   if (was_running) cleanup_.push_back(j.id);  // only once the state change is committed
   states_[j.id] = state;
-  int64_t id = j.id;
-  active_.erase(id);  // j is gone from here on
+  log_event(j, fmt::format("ended {}, exit code {}{}", state_name(state),
+                           exit_code_text(exit_code, exit_signal),
+                           reason.empty() ? "" : ", " + common::terminal_safe(reason)));
+  retire(j.id);  // j is gone from here on
   dirty_ = true;
 }
 

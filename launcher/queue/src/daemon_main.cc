@@ -1,6 +1,5 @@
 // `gpuq daemon`: option parsing, GPU pool detection and defaults for root and per-user daemons.
 #include <fmt/format.h>
-#include <glob.h>
 #include <unistd.h>
 
 #include <boost/program_options.hpp>
@@ -13,29 +12,31 @@
 #include "client.h"
 #include "daemon.h"
 #include "env.h"
+#include "gpurun/launcher/gpu_sampler.h"
 
 namespace gpurun::queue {
 namespace po = boost::program_options;
 
 namespace {
 
-// nvidia-smi's indices when it answers, else one id per /dev/nvidiaN.
-std::vector<int> detect_gpus() {
+// The GPUs the daemon's sampler sees (NVML, or the nvidia-smi that GPURUN_NVIDIA_SMI names): the
+// pool is found by the same reader that samples it, so the two never disagree.
+std::vector<int> detect_gpus(const launcher::SamplerConfig& cfg) {
+  launcher::GpuSnapshot snap;
+  try {
+    snap = launcher::GpuSampler(cfg).sample();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(
+        fmt::format("no GPUs found ({}): pass --gpus 0,1,... or --gpus none", e.what()));
+  }
   std::vector<int> ids;
-  if (FILE* f = popen("nvidia-smi --query-gpu=index --format=csv,noheader 2>/dev/null", "r")) {
-    char line[64];
-    while (fgets(line, sizeof(line), f)) {
-      int v = 0;
-      if (sscanf(line, "%d", &v) == 1) ids.push_back(v);
-    }
-    pclose(f);
-  }
-  if (!ids.empty()) return ids;
-  glob_t g{};
-  if (glob("/dev/nvidia[0-9]*", 0, nullptr, &g) == 0) {
-    for (size_t i = 0; i < g.gl_pathc; ++i) ids.push_back(std::atoi(g.gl_pathv[i] + 11));
-  }
-  globfree(&g);
+  for (const auto& g : snap.gpus)
+    if (g.mig < 0) ids.push_back(g.index);  // MIG devices are parts of their GPU
+  if (ids.empty())
+    throw std::runtime_error(
+        fmt::format("no GPUs found ({} lists none): pass --gpus 0,1,... or "
+                    "--gpus none",
+                    snap.source));
   return ids;
 }
 
@@ -60,7 +61,8 @@ int cmd_daemon(const Args& a) {
   po::options_description desc("gpuq daemon options");
   desc.add_options()("help,h", "show this help")(
       "gpus", po::value<std::string>(),
-      "GPU ids to schedule, e.g. 0,1,2,3, or none for CPU jobs only (default: nvidia-smi)")(
+      "GPU ids to schedule, e.g. 0,1,2,3, or none for CPU jobs only (default: every GPU the "
+      "sampler sees: NVML, or GPURUN_NVIDIA_SMI's nvidia-smi)")(
       "state-dir", po::value<std::string>(),
       "job store and run files (default: /var/lib/gpuq as "
       "root, ~/.local/state/gpuq otherwise)")("socket", po::value<std::string>(),
@@ -90,6 +92,7 @@ int cmd_daemon(const Args& a) {
   }
   po::notify(vm);
   DaemonConfig cfg;
+  if (queue_env().nvidia_smi) cfg.sampler.nvidia_smi = *queue_env().nvidia_smi;
   if (vm.count("gpus")) {
     const std::string ids = vm["gpus"].as<std::string>();
     if (ids.empty())  // an unset variable in a unit file, most likely
@@ -97,9 +100,7 @@ int cmd_daemon(const Args& a) {
           "--gpus '': expected GPU ids (0,1,...), or none for a queue of CPU jobs only");
     if (ids != "none") cfg.gpus = parse_id_list(ids);
   } else {
-    cfg.gpus = detect_gpus();
-    if (cfg.gpus.empty())
-      throw std::runtime_error("no GPUs found (nvidia-smi, /dev/nvidia*): pass --gpus 0,1,...");
+    cfg.gpus = detect_gpus(cfg.sampler);
   }
   std::set<int> uniq(cfg.gpus.begin(), cfg.gpus.end());
   if (uniq.size() != cfg.gpus.size())
@@ -126,7 +127,6 @@ int cmd_daemon(const Args& a) {
     throw std::invalid_argument(fmt::format(
         "--sample-retention {}: expected more than 0 and at most 3650 days", retention_days));
   cfg.sample_retention_s = static_cast<int64_t>(retention_days * 86400);
-  if (queue_env().nvidia_smi) cfg.sampler.nvidia_smi = *queue_env().nvidia_smi;
   Daemon d(cfg);
   return d.run();
 }

@@ -9,9 +9,11 @@
 #include <stdexcept>
 
 #include "daemon.h"
+#include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/job_json.h"
 #include "gpurun/queue/sbatch.h"
+#include "gpurun/queue/usage_format.h"
 #include "runfiles.h"
 #include "store.h"
 
@@ -47,60 +49,155 @@ std::string Daemon::output_path(const Job& j, bool error) const {
   return p[0] == '/' ? p : j.cwd + "/" + p;
 }
 
-nlohmann::json Daemon::handle(const nlohmann::json& req, const Peer& peer) {
+nlohmann::json Daemon::handle(const Request& req, const Peer& peer) {
   if (!as_root_ && peer.uid != geteuid())
     throw std::runtime_error(
         fmt::format("permission denied: this gpuq daemon serves uid {} only", geteuid()));
-  const std::string op = req.at("op").get<std::string>();
-  if (op == "ping")
-    return {{"ok", true},
-            {"gpus", cfg_.gpus},
-            {"draining", draining_},
-            {"host", host_},
-            {"pid", getpid()}};
-  if (op == "submit") return op_submit(req, peer);
-  if (op == "queue") return op_queue(req, peer);
-  if (op == "show") return op_show(req, peer);
-  if (op == "cancel") return op_cancel(req, peer);
-  if (op == "hold") return op_hold(req, peer, true);
-  if (op == "release") return op_hold(req, peer, false);
-  if (op == "history") return op_history(req, peer);
-  if (op == "drain") return op_drain(peer, true);
-  if (op == "resume") return op_drain(peer, false);
-  if (op == "status") return op_status(req);
-  if (op == "stats") return op_stats(req);
-  if (op == "report") return op_report(req);
-  throw std::invalid_argument(fmt::format("unknown request op '{}'", op));
+  switch (req.op) {
+    case Op::kPing:
+      return {{"ok", true},
+              {"gpus", cfg_.gpus},
+              {"draining", draining_},
+              {"host", host_},
+              {"pid", getpid()}};
+    case Op::kSubmit:
+      return op_submit(req.submit, peer);
+    case Op::kQueue:
+      return op_queue(req, peer);
+    case Op::kShow:
+      return op_show(req, peer);
+    case Op::kCancel:
+      return op_cancel(req, peer);
+    case Op::kHold:
+      return op_hold(req, peer, true);
+    case Op::kRelease:
+      return op_hold(req, peer, false);
+    case Op::kHistory:
+      return op_history(req, peer);
+    case Op::kDrain:
+      return op_drain(peer, true);
+    case Op::kResume:
+      return op_drain(peer, false);
+    case Op::kStatus:
+      return op_status(req);
+    case Op::kStats:
+      return op_stats(req);
+    case Op::kReport:
+      return op_report(req);
+  }
+  throw std::logic_error("unhandled request op");
 }
 
-nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
-  const std::string script = req.at("script").get<std::string>();
+namespace {
+
+// What a job keeps in the daemon's memory and store beyond its fixed fields.
+size_t spec_bytes(const Job& j) {
+  size_t n = j.script.size();
+  for (const auto& a : j.args) n += a.size();
+  for (const auto& [k, v] : j.env) n += k.size() + v.size();
+  return n;
+}
+
+// A submission that would take a user past their share of the daemon's memory is refused.
+void check_load(size_t jobs, size_t bytes, size_t new_jobs, size_t new_bytes) {
+  if (jobs + new_jobs > kMaxActiveJobsPerUser)
+    throw std::invalid_argument(fmt::format(
+        "this submission of {} job(s) would give you {} pending or running jobs, more than the "
+        "{} gpuq keeps per user: wait for some to end, or cancel some",
+        new_jobs, jobs + new_jobs, kMaxActiveJobsPerUser));
+  if (bytes + new_bytes > kMaxActiveBytesPerUser)
+    throw std::invalid_argument(fmt::format(
+        "this submission's script, arguments and environment ({:.1f} MiB for {} job(s)) would "
+        "give you more than the {} MiB gpuq keeps per user for pending and running jobs: trim "
+        "the environment (env | wc -c), or submit fewer array tasks at once",
+        new_bytes / 1048576.0, new_jobs, kMaxActiveBytesPerUser >> 20));
+}
+
+}  // namespace
+
+void Daemon::admit(Job j) {
+  auto& l = load_[j.uid];
+  l.jobs += 1;
+  l.bytes += spec_bytes(j);
+  const int64_t id = j.id;
+  active_.emplace(id, std::move(j));
+}
+
+void Daemon::retire(int64_t id) {
+  auto it = active_.find(id);
+  if (it == active_.end()) return;
+  auto& l = load_[it->second.uid];
+  l.jobs -= std::min<size_t>(l.jobs, 1);
+  l.bytes -= std::min(l.bytes, spec_bytes(it->second));
+  active_.erase(it);
+}
+
+void Daemon::log_event(const Job& j, const std::string& what) const {
+  const std::string id =
+      j.array_job_id ? fmt::format("{} (id {})", display_id(j), j.id) : display_id(j);
+  fmt::print(stderr, "gpuq daemon: {} job {} ({}, {}): {}\n", utc_time(now_ms()), id,
+             common::terminal_safe(j.name), common::terminal_safe(j.user), what);
+}
+
+nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
+  const std::string& script = req.script;
   if (script.rfind("#!", 0) != 0)
     throw std::invalid_argument(
         "this does not look like a batch script: the first line must start with #! followed by "
         "the path to an interpreter (e.g. #!/bin/bash)");
   JobRequest r = parse_sbatch_script(script);
-  auto options = req.value("options", std::vector<std::string>{});
   size_t pos = 0;
-  JobRequest cli = parse_sbatch_options(options, &pos);
-  if (pos != options.size())
+  JobRequest cli = parse_sbatch_options(req.options, &pos);
+  if (pos != req.options.size())
     throw std::invalid_argument(
-        fmt::format("unexpected argument '{}' among options", options[pos]));
+        fmt::format("unexpected argument '{}' among options", req.options[pos]));
   r.merge_from(cli);
 
-  const std::string key = req.value("submit_key", "");
+  const std::string& key = req.submit_key;
   if (!key.empty()) {
     // A client that lost the reply (daemon killed mid-request) retries with the same key.
     if (auto id = store_->find_submit_key(key + "#0")) {
       auto prior = store_->load_job(*id);
       if (!prior || prior->uid != peer.uid)
         throw std::invalid_argument("submit key already used by another user");
-      return {{"ok", true}, {"job_id", *id}, {"duplicate", true}, {"warnings", r.warnings}};
+      return {{"ok", true},
+              {"job_id", *id},
+              {"duplicate", true},
+              {"warnings", r.warnings},
+              {"wait", r.wait.value_or(false)}};
     }
   }
+  Job base = job_from_request(r, req, peer);
+  std::vector<int> indices = r.array ? r.array->indices : std::vector<int>{-1};
+  const UserLoad& load = load_[peer.uid];
+  check_load(load.jobs, load.bytes, indices.size(), indices.size() * spec_bytes(base));
+  std::vector<Job> jobs = insert_jobs(base, r, key, indices);
+  log_event(jobs.front(),
+            r.array ? fmt::format("submitted by uid {}: an array of {} tasks "
+                                  "(ids {} to {}), {} GPU(s) each",
+                                  peer.uid, jobs.size(), jobs.front().id, jobs.back().id,
+                                  base.gpus_requested)
+                    : fmt::format("submitted by uid {}, {} GPU(s)", peer.uid, base.gpus_requested));
+  const int64_t first = jobs.front().id;
+  for (auto& j : jobs) {
+    states_[j.id] = j.state;
+    if (j.array_job_id) array_members_[j.array_job_id].push_back(j.id);
+    if (j.array_job_id) array_tasks_[j.array_job_id][j.array_task_id] = j.id;
+    admit(std::move(j));
+  }
+  dirty_ = true;
+  return {{"ok", true},
+          {"job_id", first},
+          {"tasks", indices.size()},
+          {"warnings", r.warnings},
+          {"wait", r.wait.value_or(false)}};
+}
+
+Job Daemon::job_from_request(const JobRequest& r, const SubmitRequest& req,
+                             const Peer& peer) const {
   gid_t gid = 0;
   std::string user = user_name(peer.uid, &gid);
-  std::string cwd = req.at("cwd").get<std::string>();
+  std::string cwd = req.cwd;
   if (cwd.empty() || cwd[0] != '/') throw std::invalid_argument("cwd must be an absolute path");
   if (r.chdir) cwd = (*r.chdir)[0] == '/' ? *r.chdir : cwd + "/" + *r.chdir;
   int gpus = r.gpus.value_or(0);
@@ -120,7 +217,6 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
     if (!states_.count(d.job_id) && !array_members_.count(d.job_id))
       throw std::invalid_argument(
           fmt::format("job dependency problem: job {} does not exist", d.job_id));
-
   // As in Slurm, where only operators set --priority: else any user could jump the queue.
   if (r.priority.value_or(0) != 0 && peer.uid != 0 && peer.uid != geteuid())
     throw std::invalid_argument(fmt::format(
@@ -130,10 +226,11 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   base.uid = peer.uid;
   base.gid = gid;
   base.user = user;
-  base.name = r.job_name.value_or(basename_of(req.value("script_name", "sbatch")));
+  base.name = r.job_name.value_or(basename_of(req.script_name));
   base.priority = r.priority.value_or(0);
   base.account = r.account.value_or("");
   base.cpus = r.cpus_per_task.value_or(1);
+  base.ntasks = r.ntasks.value_or(1);
   base.gpus_requested = gpus;
   base.time_limit_s = r.time_limit_s.value_or(0);
   base.held = r.hold.value_or(false);
@@ -141,20 +238,23 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
   base.submit_ms = now_ms();
   base.dependencies = deps;
   base.signal = r.signal.value_or(SignalSpec{});
-  base.script = script;
-  base.args = req.value("args", std::vector<std::string>{});
+  base.script = req.script;
+  base.args = req.args;
   base.cwd = cwd;
+  base.umask = req.umask.value_or(022);
   base.output_pattern = r.output.value_or(r.array ? "slurm-%A_%a.out" : "slurm-%j.out");
   base.error_pattern = r.error.value_or("");
-  const nlohmann::json env = req.value("env", nlohmann::json::object());
-  if (!env.is_object()) throw std::invalid_argument("env must be an object");
-  for (auto& [k, v] : env.items()) {
-    // A submit from inside a Slurm job must not make gpurun believe this job runs under Slurm.
+  for (const auto& [k, v] : req.env) {
+    // The submitter's Slurm variables would describe another job (one they submitted from);
+    // the job gets gpuq's own (spawn_supervisor).
     if (k.rfind("SLURM_", 0) == 0) continue;
-    base.env[k] = v.get<std::string>();
+    base.env[k] = v;
   }
+  return base;
+}
 
-  std::vector<int> indices = r.array ? r.array->indices : std::vector<int>{-1};
+std::vector<Job> Daemon::insert_jobs(const Job& base, const JobRequest& r, const std::string& key,
+                                     const std::vector<int>& indices) {
   std::vector<Job> jobs;
   Store::Txn txn(*store_);
   for (size_t i = 0; i < indices.size(); ++i) {
@@ -164,6 +264,7 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
       j.array_task_id = indices[i];
       j.array_max_running = r.array->max_running;
       j.array_job_id = jobs.empty() ? 0 : jobs.front().id;
+      j.array = array_shape(indices);
     }
     store_->insert_job(j);
     if (r.array && jobs.empty()) {
@@ -173,15 +274,7 @@ nlohmann::json Daemon::op_submit(const nlohmann::json& req, const Peer& peer) {
     jobs.push_back(std::move(j));
   }
   txn.commit();
-  for (auto& j : jobs) {
-    states_[j.id] = j.state;
-    if (j.array_job_id) array_members_[j.array_job_id].push_back(j.id);
-    if (j.array_job_id) array_tasks_[j.array_job_id][j.array_task_id] = j.id;
-    active_.emplace(j.id, std::move(j));
-  }
-  dirty_ = true;
-  return {
-      {"ok", true}, {"job_id", jobs.front().id}, {"tasks", jobs.size()}, {"warnings", r.warnings}};
+  return jobs;
 }
 
 std::string Daemon::pending_reason(const Job& j) const {
@@ -190,10 +283,10 @@ std::string Daemon::pending_reason(const Job& j) const {
   return j.sched_reason ? j.sched_reason : "None";
 }
 
-nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
-  const std::string user = req.value("user", "");
+nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
+  const std::string user = req.user.value_or("");
   const int64_t now = now_ms();
-  if (req.value("text", false)) {
+  if (req.text) {
     std::vector<QueueRow> rows;
     rows.reserve(active_.size());
     for (const auto& [id, j] : active_) {
@@ -211,13 +304,13 @@ nlohmann::json Daemon::op_queue(const nlohmann::json& req, const Peer&) {
       r.gpus = j.gpus;
       rows.push_back(std::move(r));
     }
-    auto fmt_kind = req.value("long", false) ? QueueFormat::kLong : QueueFormat::kDefault;
-    return {{"ok", true}, {"text", format_queue(rows, fmt_kind, req.value("header", true))}};
+    auto fmt_kind = req.long_format ? QueueFormat::kLong : QueueFormat::kDefault;
+    return {{"ok", true}, {"text", format_queue(rows, fmt_kind, req.header)}};
   }
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& [id, j] : active_) {
     if (!user.empty() && j.user != user) continue;
-    auto o = job_to_json(j, JobView::kPublic);
+    auto o = job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic);
     if (j.state == JobState::kPending) o["reason"] = pending_reason(j);
     o["nodelist"] = host_;
     jobs.push_back(std::move(o));
@@ -244,41 +337,43 @@ std::optional<int64_t> Daemon::array_task_member(int64_t array_id, int64_t task)
   return it->second;
 }
 
-std::vector<int64_t> Daemon::resolve_ids(const nlohmann::json& req, std::set<int64_t>* via_array) {
+std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
+                                         std::set<int64_t>* via_array) {
   std::vector<int64_t> out;
-  for (const auto& item : req.at("ids")) {
-    std::string text = item.is_string() ? item.get<std::string>() : item.dump();
-    auto us = text.find('_');
-    auto number = [&](const std::string& s) {
-      if (s.empty() || s.size() > 15 || s.find_first_not_of("0123456789") != std::string::npos)
-        throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
-      return std::stoll(s);
-    };
-    int64_t id = number(text.substr(0, us));
-    auto members = array_members_.find(id);
-    if (us != std::string::npos) {
-      auto member = array_task_member(id, number(text.substr(us + 1)));
-      if (!member) throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+  for (const JobRef& ref : refs) {
+    auto members = array_members_.find(ref.id);
+    if (ref.task) {
+      auto member = array_task_member(ref.id, *ref.task);
+      if (!member) throw std::invalid_argument(fmt::format("invalid job id '{}'", ref.text));
       out.push_back(*member);
     } else if (members != array_members_.end()) {
       out.insert(out.end(), members->second.begin(), members->second.end());
       if (via_array) via_array->insert(members->second.begin(), members->second.end());
-    } else if (states_.count(id)) {
-      out.push_back(id);
+    } else if (states_.count(ref.id)) {
+      out.push_back(ref.id);
     } else {
-      throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+      throw std::invalid_argument(fmt::format("invalid job id '{}'", ref.text));
     }
+    if (out.size() > kMaxIdsPerRequest)
+      throw std::invalid_argument(
+          fmt::format("the request names more than {} jobs: one request may name at most {} "
+                      "jobs (an array counts as its tasks); ask for fewer at once",
+                      kMaxIdsPerRequest, kMaxIdsPerRequest));
   }
   return out;
 }
 
-nlohmann::json Daemon::op_show(const nlohmann::json& req, const Peer& peer) {
+nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
   nlohmann::json jobs = nlohmann::json::array();
-  for (int64_t id : resolve_ids(req)) {
+  const std::vector<int64_t> ids = resolve_ids(req.ids);
+  // Environment and script come with one job only (`gpuq show ID`): 10,000 of them would make
+  // a reply of hundreds of MB.
+  const JobView own = req.brief || ids.size() != 1 ? JobView::kOwner : JobView::kFull;
+  for (int64_t id : ids) {
     std::optional<Job> j = any_job(id);
     if (!j) continue;
     bool mine = may_control(peer, *j);
-    auto o = job_to_json(*j, mine ? JobView::kFull : JobView::kPublic);
+    auto o = job_to_json(*j, mine ? own : JobView::kPublic);
     if (j->state == JobState::kPending) o["reason"] = pending_reason(*j);
     o["nodelist"] = host_;
     o["may_read"] = mine;
@@ -292,13 +387,12 @@ nlohmann::json Daemon::op_show(const nlohmann::json& req, const Peer& peer) {
   return {{"ok", true}, {"jobs", std::move(jobs)}};
 }
 
-nlohmann::json Daemon::op_cancel(const nlohmann::json& req, const Peer& peer) {
-  int sig = req.value("signal", 0);
-  if (sig < 0 || sig >= 65) throw std::invalid_argument(fmt::format("invalid signal {}", sig));
+nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
+  const int sig = req.signal;  // 0-64, checked by the decoder
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   std::set<int64_t> via_array;
-  for (int64_t id : resolve_ids(req, &via_array)) {
+  for (int64_t id : resolve_ids(req.ids, &via_array)) {
     auto it = active_.find(id);
     std::string err;
     if (it == active_.end()) {
@@ -316,10 +410,13 @@ nlohmann::json Daemon::op_cancel(const nlohmann::json& req, const Peer& peer) {
           sigval v{};
           v.sival_int = sig;
           sigqueue(r->second.pid, SIGUSR1, v);
+          log_event(j, fmt::format("signal {} sent by uid {}", signal_name(sig), peer.uid));
         }
       } else if (j.state == JobState::kPending) {
+        log_event(j, fmt::format("cancelled by uid {} while pending", peer.uid));
         finish(j, JobState::kCancelled, 0, 0, now_ms(), fmt::format("CANCELLED by {}", peer.uid));
       } else {
+        log_event(j, fmt::format("cancel requested by uid {}", peer.uid));
         j.cancel_requested = true;
         j.reason = fmt::format("CANCELLED by {}", peer.uid);
         store_->update_job(j);  // durable first: a restarted daemon re-sends the cancel
@@ -333,11 +430,11 @@ nlohmann::json Daemon::op_cancel(const nlohmann::json& req, const Peer& peer) {
   return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
 }
 
-nlohmann::json Daemon::op_hold(const nlohmann::json& req, const Peer& peer, bool hold) {
+nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) {
   nlohmann::json results = nlohmann::json::array();
   bool all_ok = true;
   std::set<int64_t> via_array;
-  for (int64_t id : resolve_ids(req, &via_array)) {
+  for (int64_t id : resolve_ids(req.ids, &via_array)) {
     auto it = active_.find(id);
     std::string err;
     if ((it == active_.end() || it->second.state != JobState::kPending) && via_array.count(id))
@@ -357,20 +454,22 @@ nlohmann::json Daemon::op_hold(const nlohmann::json& req, const Peer& peer, bool
   return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
 }
 
-nlohmann::json Daemon::op_history(const nlohmann::json& req, const Peer& peer) {
+nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
   std::optional<uint32_t> uid = peer.uid;
-  if (req.value("all_users", false) || peer.uid == 0) uid.reset();
-  if (req.contains("user")) {
-    std::string want = req["user"].get<std::string>();
-    passwd* pw = getpwnam(want.c_str());
-    if (!pw) throw std::invalid_argument(fmt::format("unknown user '{}'", want));
+  if (req.all_users || peer.uid == 0) uid.reset();
+  if (req.user) {
+    passwd* pw = getpwnam(req.user->c_str());
+    if (!pw)
+      throw std::invalid_argument(
+          fmt::format("unknown user '{}'", common::terminal_safe(*req.user)));
     uid = pw->pw_uid;
   }
-  size_t limit = req.value("limit", size_t{0});
+  // A reply holds at most kMaxHistoryJobs documents (the newest); `total` says how many exist.
+  const size_t limit = req.limit == 0 ? kMaxHistoryJobs : std::min(req.limit, kMaxHistoryJobs);
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& j : store_->history(uid, limit))
-    jobs.push_back(job_to_json(j, JobView::kPublic));
-  return {{"ok", true}, {"jobs", std::move(jobs)}};
+    jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));
+  return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", store_->count_finished(uid)}};
 }
 
 nlohmann::json Daemon::op_drain(const Peer& peer, bool drain) {

@@ -18,6 +18,8 @@
 namespace gpurun::queue {
 namespace {
 
+constexpr size_t kMaxSamplesPerReply = 200000;
+
 nlohmann::json figure(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
 }
@@ -25,12 +27,6 @@ nlohmann::json figure(const std::optional<double>& v) {
 }  // namespace
 
 // What the page, /api/status and `gpuq stats` show of a job: no environment, script or paths.
-// A reason fit for the web page and /api/status, which serve no path: a failure to start names
-// the user's folders ("chdir /home/alice/x: ..."); those become Slurm's JobLaunchFailure.
-std::string public_reason(const std::string& reason) {
-  return reason.find('/') == std::string::npos ? reason : "JobLaunchFailure";
-}
-
 nlohmann::json job_brief(const Job& j, int64_t now) {
   int64_t end = j.end_ms ? j.end_ms : now;
   return {{"job_id", j.id},
@@ -61,22 +57,6 @@ namespace {
 nlohmann::json sample_json(const Store::Sample& s) {
   return nlohmann::json::array({s.time_ms, s.gpu, figure(s.util), figure(s.mem_used_mib),
                                 figure(s.mem_total_mib), figure(s.power_w), figure(s.temp_c)});
-}
-
-// A request's "max_points": absent or 0 for every sample, else 1..kMaxPointsLimit.
-size_t points_limit(const nlohmann::json& req) {
-  constexpr std::int64_t kMaxPointsLimit = 1000000;
-  auto it = req.find("max_points");
-  if (it == req.end()) return 0;
-  // Signed or unsigned as parsed: 2^64-1 must not read as -1, nor -1 as 2^64-1.
-  const bool ok = it->is_number_unsigned() ? it->get<std::uint64_t>() <= kMaxPointsLimit
-                  : it->is_number_integer()
-                      ? it->get<std::int64_t>() >= 0 && it->get<std::int64_t>() <= kMaxPointsLimit
-                      : false;
-  if (!ok)
-    throw std::invalid_argument(fmt::format(
-        "stats: max_points must be an integer from 0 to {}, got {}", kMaxPointsLimit, it->dump()));
-  return static_cast<size_t>(it->get<std::int64_t>());
 }
 
 // At most max_points samples per GPU: consecutive samples are averaged in equal buckets, so a
@@ -201,9 +181,9 @@ nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder, int 
   return gpus;
 }
 
-nlohmann::json Daemon::op_status(const nlohmann::json& req) {
+nlohmann::json Daemon::op_status(const Request& req) {
   const int64_t now = now_ms();
-  const size_t max_pending = req.value("max_pending", size_t{500});
+  const size_t max_pending = req.max_pending;
   std::map<int, const Job*> holder;
   nlohmann::json running = nlohmann::json::array(), pending = nlohmann::json::array();
   size_t pending_total = 0;
@@ -218,7 +198,7 @@ nlohmann::json Daemon::op_status(const nlohmann::json& req) {
     }
   }
   nlohmann::json history = nlohmann::json::array();
-  auto done = store_->history(std::nullopt, req.value("recent", size_t{20}));
+  auto done = store_->history(std::nullopt, req.recent);
   for (auto it = done.rbegin(); it != done.rend(); ++it) history.push_back(job_brief(*it, now));
   constexpr int kStates = static_cast<int>(JobState::kNodeFail) + 1;  // the enum's last
   int64_t counts[kStates] = {};
@@ -237,7 +217,7 @@ nlohmann::json Daemon::op_status(const nlohmann::json& req) {
           {"now_ms", now},
           {"draining", draining_},
           {"sampler", sampler},
-          {"gpus", status_gpus(holder, req.value("spark_points", 30), now)},
+          {"gpus", status_gpus(holder, static_cast<int>(req.spark_points), now)},
           {"running", running},
           {"pending", pending},
           {"pending_total", pending_total},
@@ -246,17 +226,22 @@ nlohmann::json Daemon::op_status(const nlohmann::json& req) {
           {"user_gpu_seconds", seconds}};
 }
 
-nlohmann::json Daemon::op_stats(const nlohmann::json& req) {
-  auto ids = resolve_ids(req);
+nlohmann::json Daemon::op_stats(const Request& req) {
+  auto ids = resolve_ids(req.ids);
   if (ids.empty()) throw std::invalid_argument("stats: no job id given");
   if (ids.size() != 1)
-    throw std::invalid_argument(
-        fmt::format("job {} is an array of {} tasks: ask for one task (ID_TASK)",
-                    req.at("ids")[0].dump(), ids.size()));
+    throw std::invalid_argument(fmt::format(
+        "job {} is an array of {} tasks: ask for one task (ID_TASK)", req.ids[0].text, ids.size()));
   std::optional<Job> j = any_job(ids[0]);
   if (!j) throw std::invalid_argument(fmt::format("invalid job id '{}'", ids[0]));
   auto samples = store_->job_samples(j->id);
-  const size_t max_points = points_limit(req);
+  // A reply carries at most kMaxSamplesPerReply samples (a week of 8 GPUs every 10 s is 480,000):
+  // past it they are averaged down, as max_points asks, and the reply says so.
+  size_t max_points = req.max_points;
+  const size_t per_gpu_cap = kMaxSamplesPerReply / std::max<size_t>(1, j->gpus.size());
+  const bool capped =
+      samples.size() > kMaxSamplesPerReply && (!max_points || max_points > per_gpu_cap);
+  if (capped) max_points = per_gpu_cap;
   if (max_points) samples = downsample(samples, max_points);
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& s : samples) rows.push_back(sample_json(s));
@@ -265,16 +250,15 @@ nlohmann::json Daemon::op_stats(const nlohmann::json& req) {
           {"job", job_brief(*j, now_ms())},
           {"sample_interval_s", cfg_.sample_interval_s},
           {"sample_retention_s", cfg_.sample_retention_s},
+          {"samples_averaged", capped},
           {"samples", rows}};
 }
 
-nlohmann::json Daemon::op_report(const nlohmann::json& req) {
+nlohmann::json Daemon::op_report(const Request& req) {
   const int64_t now = now_ms();
-  const int64_t since = req.value("since_ms", int64_t{0});
-  const std::string by = req.value("by", "user");
-  if (by != "user" && by != "account")
-    throw std::invalid_argument(fmt::format("report by '{}': expected user or account", by));
-  if (since < 0 || since > now)
+  const int64_t since = req.since_ms;
+  const std::string& by = req.by;
+  if (since > now)
     throw std::invalid_argument(fmt::format("report since {}: not a past time", since));
   nlohmann::json rows = nlohmann::json::array();
   for (const auto& r : store_->report(

@@ -5,11 +5,18 @@
 
 #include <algorithm>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/queue/job_json.h"
 #include "gpurun/queue/sbatch.h"
 
 namespace gpurun::queue {
 namespace {
+
+using common::terminal_safe;  // every user-controlled string, before it reaches a terminal
+
+std::string str(const nlohmann::json& j, const char* key) {
+  return terminal_safe(j.value(key, std::string()));
+}
 
 // squeue's "%.Nx": right-aligned in N columns, cut to N characters.
 std::string right(const std::string& s, size_t w) {
@@ -97,11 +104,11 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
   for (int pass = 0; pass < 2; ++pass) {
     for (const QueueRow& r : rows) {
       if (r.running != (pass == 0)) continue;
-      out += right(r.id, 18);
+      out += right(terminal_safe(r.id), 18);
       out += ' ';
-      out += right(r.name, 8);
+      out += right(terminal_safe(r.name), 8);
       out += ' ';
-      out += right(r.user, 8);
+      out += right(terminal_safe(r.user), 8);
       out += r.running ? "  R " : " PD ";
       out += right(squeue_time(r.elapsed_s), 10);
       out += ' ';
@@ -109,14 +116,14 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
       out += right(std::to_string(r.gpus_requested), 4);
       out += ' ';
       if (r.running) {
-        out += r.nodelist;
+        out += terminal_safe(r.nodelist);
         if (lng) {
           std::string ids;
           for (int g : r.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
           out += " gpu:" + ids;
         }
       } else {
-        out += "(" + r.reason + ")";
+        out += "(" + terminal_safe(r.reason) + ")";
       }
       out += '\n';
     }
@@ -140,14 +147,15 @@ std::string format_history(const nlohmann::json& jobs, bool header) {
     std::string state = j["state"].get<std::string>();
     std::string reason = j.value("reason", std::string());
     if (state == "CANCELLED" && reason.rfind("CANCELLED by", 0) == 0) state = reason;
+    // GPUs is how many the job held, as queue's GPUS column and the page count them (show and
+    // stats name them).
     out +=
-        sacct_cell(j["display_id"].get<std::string>(), 12, true) + " " +
-        sacct_cell(j["name"].get<std::string>(), 10, false) + " " +
-        sacct_cell(j["user"].get<std::string>(), 9, false) + " " + sacct_cell(state, 10, false) +
-        " " +
+        sacct_cell(str(j, "display_id"), 12, true) + " " + sacct_cell(str(j, "name"), 10, false) +
+        " " + sacct_cell(str(j, "user"), 9, false) + " " +
+        sacct_cell(terminal_safe(state), 10, false) + " " +
         sacct_cell(exit_code_text(j.value("exit_code", 0), j.value("exit_signal", 0)), 8, false) +
         " " + sacct_cell(sacct_elapsed(elapsed_s(j, 0)), 10, false) + " " +
-        sacct_cell(id_list(j["gpus"]), 8, false) + " " + usage_cells(j) + "\n";
+        sacct_cell(std::to_string(j["gpus"].size()), 8, false) + " " + usage_cells(j) + "\n";
   }
   return out;
 }
@@ -164,18 +172,18 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
   for (const auto& d : j["dependencies"])
     deps += (deps.empty() ? "" : ",") +
             fmt::format("{}:{}", d["type"].get<std::string>(), d["job_id"].get<int64_t>());
-  std::string out = fmt::format("JobId={} JobName={}\n", j["display_id"].get<std::string>(),
-                                j["name"].get<std::string>());
+  std::string out = fmt::format("JobId={} JobName={}\n", str(j, "display_id"), str(j, "name"));
   if (j["array_job_id"].get<int64_t>() != 0)
     out += fmt::format("   ArrayJobId={} ArrayTaskId={} ArrayTaskThrottle={}\n",
                        j["array_job_id"].get<int64_t>(), j["array_task_id"].get<int>(),
                        j["array_max_running"].get<int>());
-  out += fmt::format("   UserId={}({}) GroupId={} Priority={}\n", j["user"].get<std::string>(),
-                     j["uid"].get<uint32_t>(), j["gid"].get<uint32_t>(), j["priority"].get<int>());
-  out += fmt::format(
-      "   JobState={} Reason={} Dependency={}\n", j["state"].get<std::string>(),
-      j.value("reason", std::string()).empty() ? "None" : j["reason"].get<std::string>(),
-      deps.empty() ? "(null)" : deps);
+  const std::string account = str(j, "account");
+  out += fmt::format("   UserId={}({}) GroupId={} Priority={} Account={}\n", str(j, "user"),
+                     j["uid"].get<uint32_t>(), j["gid"].get<uint32_t>(), j["priority"].get<int>(),
+                     account.empty() ? "(null)" : account);
+  const std::string reason = str(j, "reason");
+  out += fmt::format("   JobState={} Reason={} Dependency={}\n", str(j, "state"),
+                     reason.empty() ? "None" : reason, deps.empty() ? "(null)" : deps);
   out += fmt::format("   Requeue={} Restarts={} ExitCode={}\n", j["requeue"].get<bool>() ? 1 : 0,
                      j["restart_count"].get<int>(),
                      exit_code_text(j["exit_code"].get<int>(), j["exit_signal"].get<int>()));
@@ -183,17 +191,18 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
                      time_limit_text(j["time_limit_s"].get<int64_t>()));
   out += fmt::format("   SubmitTime={} StartTime={} EndTime={}\n", ts(j["submit_ms"]),
                      ts(j["start_ms"]), ts(j["end_ms"]));
-  out += fmt::format("   NodeList={} NumGPUs={} GPUs={}\n", j.value("nodelist", std::string()),
+  out += fmt::format("   NodeList={} NumGPUs={} GPUs={}\n", str(j, "nodelist"),
                      j["gpus_requested"].get<int>(), id_list(j["gpus"]));
   int sig = j["signal"]["signal"].get<int>();
   if (sig)
     out +=
         fmt::format("   Signal={}@{}{}\n", signal_name(sig), j["signal"]["lead_seconds"].get<int>(),
                     j["signal"]["batch_only"].get<bool>() ? " (batch shell only)" : "");
-  out += fmt::format("   WorkDir={}\n", j.value("cwd", std::string()));
+  // Paths only reach their owner (and root): the daemon leaves them out for anyone else.
+  if (j.contains("cwd")) out += fmt::format("   WorkDir={}\n", str(j, "cwd"));
   if (j.contains("stdout_path")) {
-    out += fmt::format("   StdOut={}\n", j["stdout_path"].get<std::string>());
-    out += fmt::format("   StdErr={}\n", j["stderr_path"].get<std::string>());
+    out += fmt::format("   StdOut={}\n", str(j, "stdout_path"));
+    out += fmt::format("   StdErr={}\n", str(j, "stderr_path"));
   }
   return out;
 }

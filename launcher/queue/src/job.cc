@@ -71,7 +71,21 @@ void JobRequest::merge_from(const JobRequest& o) {
   if (o.priority) priority = o.priority;
   if (o.account) account = o.account;
   if (o.cpus_per_task) cpus_per_task = o.cpus_per_task;
+  if (o.ntasks) ntasks = o.ntasks;
+  if (o.wait) wait = o.wait;
   warnings.insert(warnings.end(), o.warnings.begin(), o.warnings.end());
+}
+
+ArrayShape array_shape(const std::vector<int>& task_ids) {
+  ArrayShape a;
+  if (task_ids.empty()) return a;
+  std::vector<int> ids = task_ids;
+  std::sort(ids.begin(), ids.end());
+  a = {ids.front(), ids.back(), static_cast<int>(ids.size()), 1};
+  if (ids.size() > 1) a.step = ids[1] - ids[0];
+  for (size_t i = 2; i < ids.size(); ++i)
+    if (ids[i] - ids[i - 1] != a.step) a.step = 1;
+  return a;
 }
 
 std::optional<double> util_mean(const JobUsage& u) {

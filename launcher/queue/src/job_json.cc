@@ -25,6 +25,16 @@ JobUsage usage_from_json(const nlohmann::json& o) {
   return u;
 }
 
+std::string public_reason(const std::string& reason) {
+  return reason.find('/') == std::string::npos ? reason : "JobLaunchFailure";
+}
+
+namespace {
+nlohmann::json array_to_json(const ArrayShape& a) {
+  return {{"min", a.min}, {"max", a.max}, {"count", a.count}, {"step", a.step}};
+}
+}  // namespace
+
 nlohmann::json job_to_json(const Job& j, JobView view) {
   nlohmann::json deps = nlohmann::json::array();
   for (const auto& d : j.dependencies)
@@ -42,7 +52,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"account", j.account},
       {"cpus", j.cpus},
       {"state", state_name(j.state)},
-      {"reason", j.reason},
+      {"reason", view == JobView::kPublic ? public_reason(j.reason) : j.reason},
       {"priority", j.priority},
       {"gpus_requested", j.gpus_requested},
       {"time_limit_s", j.time_limit_s},
@@ -61,12 +71,17 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
        {{"signal", j.signal.signal},
         {"lead_seconds", j.signal.lead_seconds},
         {"batch_only", j.signal.batch_only}}},
-      {"cwd", j.cwd},
-      {"output", j.output_pattern},
-      {"error", j.error_pattern},
+      {"ntasks", j.ntasks},
       {"boot_id", j.boot_id},
       {"usage", usage_to_json(j.usage)},
   };
+  if (j.array_job_id) o["array"] = array_to_json(j.array);
+  if (view != JobView::kPublic) {
+    o["cwd"] = j.cwd;
+    o["output"] = j.output_pattern;
+    o["error"] = j.error_pattern;
+    o["umask"] = j.umask;
+  }
   if (view == JobView::kFull) {
     o["script"] = j.script;
     o["args"] = j.args;
@@ -124,6 +139,12 @@ Job job_from_json(const nlohmann::json& o) {
   j.boot_id = o.value("boot_id", "");
   j.account = o.value("account", "");
   j.cpus = o.value("cpus", 1);
+  j.ntasks = o.value("ntasks", 1);
+  j.umask = o.value("umask", 022u);
+  if (o.contains("array")) {
+    const auto& a = o["array"];
+    j.array = {a.value("min", 0), a.value("max", 0), a.value("count", 0), a.value("step", 1)};
+  }
   if (o.contains("usage")) j.usage = usage_from_json(o["usage"]);
   return j;
 }

@@ -6,6 +6,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
@@ -35,7 +36,9 @@ bool FrameReader::feed(const char* data, size_t n) {
         throw std::runtime_error(
             fmt::format("request of {} bytes is larger than the limit of {} bytes", want_, max_));
       have_header_ = true;
-      payload_.reserve(want_);
+      // Grown as bytes arrive, not reserved from the header: 64 connections that each announce
+      // 8 MiB and send nothing must not make the daemon hold 512 MiB.
+      payload_.reserve(std::min<uint32_t>(want_, 65536));
     }
   }
   if (have_header_) {

@@ -3,6 +3,8 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -51,6 +53,8 @@ nlohmann::json status_to_json(const SupervisorStatus& s) {
   return {{"phase", s.phase},
           {"supervisor_pid", s.supervisor_pid},
           {"pgid", s.pgid},
+          {"supervisor_start", s.supervisor_start},
+          {"pgid_start", s.pgid_start},
           {"exit_code", s.exit_code},
           {"exit_signal", s.exit_signal},
           {"timed_out", s.timed_out},
@@ -70,6 +74,8 @@ std::optional<SupervisorStatus> read_status(const std::string& path) {
     s.phase = o.at("phase").get<std::string>();
     s.supervisor_pid = o.value("supervisor_pid", 0);
     s.pgid = o.value("pgid", 0);
+    s.supervisor_start = o.value("supervisor_start", uint64_t{0});
+    s.pgid_start = o.value("pgid_start", uint64_t{0});
     s.exit_code = o.value("exit_code", 0);
     s.exit_signal = o.value("exit_signal", 0);
     s.timed_out = o.value("timed_out", false);
@@ -89,16 +95,51 @@ int64_t now_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-std::vector<int> find_job_processes(int sid, int pgid, int ppid) {
-  std::vector<int> out;
+namespace {
+
+std::optional<launcher::ProcStat> proc_stat(int pid) {
+  auto text = read_file(fmt::format("/proc/{}/stat", pid));
+  if (!text) return std::nullopt;
+  return launcher::parse_proc_stat(*text, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
+}
+
+// `id` if it still names the job's session or group, else 0 (see JobProcesses).
+int still_ours(int id, uint64_t start) {
+  if (id <= 0) return 0;
+  auto holder = process_start(id);
+  if (!holder) return id;  // nobody has the pid: it is still the job's while any member lives
+  return start != 0 && *holder == start ? id : 0;
+}
+
+bool is_member(const launcher::ProcStat& p, const JobProcesses& job) {
+  const int sid = still_ours(job.sid, job.sid_start);
+  const int pgid = still_ours(job.pgid, job.pgid_start);
+  return (sid && p.sid == sid) || (pgid && p.pgid == pgid) || (job.ppid && p.ppid == job.ppid);
+}
+
+}  // namespace
+
+std::optional<uint64_t> process_start(int pid) {
+  auto st = proc_stat(pid);
+  if (!st) return std::nullopt;
+  return st->start_ticks;
+}
+
+size_t kill_job_processes(const JobProcesses& job) {
+  size_t found = 0;
   const int self = getpid();
   for (const auto& p : launcher::scan_processes()) {
-    if (p.pid == self || p.state == 'Z')
-      continue;  // a zombie holds nothing; its reaper may be slow
-    if ((sid && p.sid == sid) || (pgid && p.pgid == pgid) || (ppid && p.ppid == ppid))
-      out.push_back(p.pid);
+    if (p.pid == self || p.state == 'Z' || !is_member(p, job)) continue;
+    // The pidfd pins the process we check next: if the pid was reused in between, the fresh
+    // /proc read shows the new process (not a member) or the signal finds the old one gone.
+    Fd pidfd(static_cast<int>(syscall(SYS_pidfd_open, p.pid, 0)));
+    if (!pidfd) continue;
+    auto now = proc_stat(p.pid);
+    if (!now || now->start_ticks != p.start_ticks || !is_member(*now, job)) continue;
+    ++found;
+    syscall(SYS_pidfd_send_signal, pidfd.get(), SIGKILL, nullptr, 0);
   }
-  return out;
+  return found;
 }
 
 }  // namespace gpurun::queue

@@ -27,9 +27,12 @@ void write_file_atomic(const std::string& path, const std::string& content, bool
 using common::read_file;  // nullopt when missing
 
 struct SupervisorStatus {
-  std::string phase;  // "running" or "done"
-  int supervisor_pid = 0;
-  int pgid = 0;
+  std::string phase;       // "running" or "done"
+  int supervisor_pid = 0;  // the job's session id
+  int pgid = 0;            // the job's process group id (its batch shell's pid)
+  // Their start times (clock ticks since boot, /proc/PID/stat): with them a pid that the kernel
+  // has since given to another process is told apart from the job's (0: not recorded).
+  uint64_t supervisor_start = 0, pgid_start = 0;
   int exit_code = 0;
   int exit_signal = 0;
   bool timed_out = false;
@@ -50,7 +53,22 @@ int64_t now_ms();
 }  // namespace gpurun::queue
 
 namespace gpurun::queue {
-// Live (non-zombie) pids other than the caller's whose session is `sid`, process group is `pgid` or
-// parent is `ppid` (a 0 argument matches nothing), from /proc. Used to find every process of a job.
-std::vector<int> find_job_processes(int sid, int pgid, int ppid);
+
+// When process `pid` started (clock ticks since boot), or nullopt when no process has that pid.
+std::optional<uint64_t> process_start(int pid);
+
+// A job's processes: its session, its process group and (for the supervisor) its children. A
+// session or group id is used only while it is still the job's: the kernel does not hand out a
+// pid that a live process has as its session or group id, so a pid now held by a process that
+// started at another time than the one recorded means the job's session or group is gone and
+// the number names someone else's (the bystander a daemon restart must not kill).
+struct JobProcesses {
+  int sid = 0, pgid = 0, ppid = 0;         // 0 matches nothing
+  uint64_t sid_start = 0, pgid_start = 0;  // 0: unknown, the id is used only if no process has it
+};
+
+// SIGKILLs every live process of the job once, each through a pidfd opened before its /proc
+// entry is checked, so a pid reused meanwhile is never signalled. Returns how many it found.
+size_t kill_job_processes(const JobProcesses& job);
+
 }  // namespace gpurun::queue

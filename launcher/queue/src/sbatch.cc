@@ -56,8 +56,6 @@ const std::map<std::string, bool>& ignored_options() {
   static const std::map<std::string, bool> m = {
       {"-N", true},
       {"--nodes", true},
-      {"-n", true},
-      {"--ntasks", true},
       {"--mem", true},
       {"--mem-per-cpu", true},
       {"--mem-per-gpu", true},
@@ -140,8 +138,6 @@ const std::map<std::string, bool>& ignored_options() {
       {"--parsable", false},  // gpuq submit's own, like --socket and --wrap (client.cc)
       {"--socket", true},
       {"--wrap", true},
-      {"--wait", false},
-      {"-W", false},
       {"--get-user-env", false},
       {"--propagate", true},
   };
@@ -179,6 +175,10 @@ const std::map<std::string, std::pair<std::string, bool>>& known_options() {
       {"--account", {"--account", true}},
       {"-c", {"--cpus-per-task", true}},
       {"--cpus-per-task", {"--cpus-per-task", true}},
+      {"-n", {"--ntasks", true}},
+      {"--ntasks", {"--ntasks", true}},
+      {"-W", {"--wait", false}},
+      {"--wait", {"--wait", false}},
   };
   return m;
 }
@@ -222,6 +222,11 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
   } else if (opt == "--cpus-per-task") {
     r.cpus_per_task = static_cast<int>(to_int(v, "--cpus-per-task", 4096));
     if (*r.cpus_per_task < 1) bad("--cpus-per-task: must be at least 1");
+  } else if (opt == "--ntasks") {
+    r.ntasks = static_cast<int>(to_int(v, "--ntasks", 1000000));
+    if (*r.ntasks < 1) bad("--ntasks: must be at least 1");
+  } else if (opt == "--wait") {
+    r.wait = true;
   }
 }
 

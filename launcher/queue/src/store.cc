@@ -257,6 +257,16 @@ std::vector<Job> Store::history(std::optional<uint32_t> uid, size_t limit) {
   return query_jobs(st);
 }
 
+int64_t Store::count_finished(std::optional<uint32_t> uid) {
+  auto* st = prepare(uid ? "SELECT COUNT(*) FROM jobs WHERE state NOT IN ('PENDING','RUNNING')"
+                           " AND uid = ?1"
+                         : "SELECT COUNT(*) FROM jobs WHERE state NOT IN ('PENDING','RUNNING')");
+  Reset r{st};
+  if (uid) sqlite3_bind_int64(st, 1, *uid);
+  if (sqlite3_step(st) != SQLITE_ROW) fail("count finished jobs");
+  return sqlite3_column_int64(st, 0);
+}
+
 void Store::checkpoint() {
   int log = 0, done = 0;
   sqlite3_wal_checkpoint_v2(db_, nullptr, SQLITE_CHECKPOINT_PASSIVE, &log, &done);

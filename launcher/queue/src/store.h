@@ -61,6 +61,7 @@ class Store {
   std::optional<int64_t> find_submit_key(const std::string& key);
   // Finished jobs, newest last; uid filter when set; at most `limit` (0 = all).
   std::vector<Job> history(std::optional<uint32_t> uid, size_t limit);
+  int64_t count_finished(std::optional<uint32_t> uid);  // what history(uid, 0) would return
 
   struct StateRow {
     int64_t id;

@@ -8,10 +8,12 @@
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -19,6 +21,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "gpurun/common/posix.h"
 #include "gpurun/queue/protocol.h"
 #include "runfiles.h"
 
@@ -39,6 +42,8 @@ struct Spec {
   bool batch_only = false;
   int kill_wait_s = 30;
   bool drop_privileges = false;
+  mode_t umask = 022;  // the submitter's
+  std::string host;    // for Slurm's "*** JOB N ON host CANCELLED ***" line
 };
 
 Spec load_spec(const std::string& path) {
@@ -64,6 +69,8 @@ Spec load_spec(const std::string& path) {
   s.batch_only = o.at("batch_only");
   s.kill_wait_s = o.at("kill_wait_s");
   s.drop_privileges = o.at("drop_privileges");
+  s.umask = o.value("umask", 022u) & 0777;
+  s.host = o.value("host", common::hostname());
   return s;
 }
 
@@ -76,8 +83,71 @@ Spec load_spec(const std::string& path) {
   _exit(1);
 }
 
+// Created as the user with the user's umask (set before), as Slurm creates them.
 int open_output(const std::string& path) {
-  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+}
+
+// Hands the job's stderr to the supervisor (SCM_RIGHTS): it writes Slurm's reason line there
+// without opening the user's file as root.
+void send_fd(int sock, int fd) {
+  char byte = 0;
+  iovec iov{&byte, 1};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+  msghdr m{};
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = ctl;
+  m.msg_controllen = sizeof(ctl);
+  cmsghdr* c = CMSG_FIRSTHDR(&m);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
+  ssize_t ignored = ::sendmsg(sock, &m, MSG_NOSIGNAL);
+  (void)ignored;
+}
+
+// What the job's child said before exec: its stderr (send_fd), and why it failed, if it did.
+std::string read_setup(int sock, Fd* stderr_fd) {
+  std::string text;
+  while (true) {
+    char buf[1024];
+    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
+    iovec iov{buf, sizeof(buf)};
+    msghdr m{};
+    m.msg_iov = &iov;
+    m.msg_iovlen = 1;
+    m.msg_control = ctl;
+    m.msg_controllen = sizeof(ctl);
+    ssize_t n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
+      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
+        int fd = -1;
+        std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
+        *stderr_fd = Fd(fd);
+      }
+    text.append(buf, static_cast<size_t>(n));
+  }
+  text.erase(std::remove(text.begin(), text.end(), '\0'), text.end());
+  return text;
+}
+
+// Slurm's line in the job's output when it stops a job (slurmstepd's, word for word):
+// "slurmstepd: error: *** JOB 12 ON host CANCELLED AT 2026-11-25T10:00:00 DUE TO TIME LIMIT ***".
+void write_reason_line(int fd, const Spec& s, const char* due_to) {
+  if (fd < 0) return;
+  time_t now = time(nullptr);
+  tm local{};
+  localtime_r(&now, &local);
+  char when[32];
+  strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &local);
+  std::string line = fmt::format("slurmstepd: error: *** JOB {} ON {} CANCELLED AT {}{} ***\n",
+                                 s.job_id, s.host, when, due_to);
+  ssize_t ignored = ::write(fd, line.data(), line.size());
+  (void)ignored;
 }
 
 [[noreturn]] void exec_job(const Spec& s, int pipe_fd) {
@@ -91,6 +161,7 @@ int open_output(const std::string& path) {
     if (setgid(s.gid) != 0) child_fail(pipe_fd, "setgid", std::to_string(s.gid));
     if (setuid(s.uid) != 0) child_fail(pipe_fd, "setuid", std::to_string(s.uid));
   }
+  umask(s.umask);
   if (chdir(s.cwd.c_str()) != 0) child_fail(pipe_fd, "chdir", s.cwd);
   int in = ::open("/dev/null", O_RDONLY);
   if (in < 0 || dup2(in, 0) < 0) child_fail(pipe_fd, "open", "/dev/null");
@@ -98,6 +169,7 @@ int open_output(const std::string& path) {
   if (out < 0 || dup2(out, 1) < 0) child_fail(pipe_fd, "open output", s.output);
   int err = s.error.empty() ? out : open_output(s.error);
   if (err < 0 || dup2(err, 2) < 0) child_fail(pipe_fd, "open error", s.error);
+  send_fd(pipe_fd, 2);
   std::vector<char*> argv{const_cast<char*>(s.script_path.c_str())};
   for (const auto& a : s.args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
@@ -123,6 +195,105 @@ void write_script(const Spec& s) {
 
 }  // namespace
 
+namespace {
+
+// Forks the job (exec_job) and waits until it has exec'd or said why it could not. Returns its
+// pid (-1 when it did not start: st->reason says why) and its stderr in *job_stderr.
+pid_t start_job(const Spec& s, SupervisorStatus* st, Fd* job_stderr) {
+  try {
+    write_script(s);
+  } catch (const std::exception& e) {
+    st->reason = e.what();
+    return -1;
+  }
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
+    throw std::runtime_error(fmt::format("socketpair: {}", strerror(errno)));
+  pid_t child = fork();
+  if (child < 0) throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
+  if (child == 0) {
+    ::close(sv[0]);
+    exec_job(s, sv[1]);
+  }
+  setpgid(child, child);  // also from here, so signals never race the child's own setpgid
+  // Its start time, read while it cannot have been reaped: with it a later daemon tells the job's
+  // process group from another that got the same number.
+  st->pgid_start = process_start(child).value_or(0);
+  ::close(sv[1]);
+  Fd setup(sv[0]);
+  st->reason = read_setup(setup.get(), job_stderr);
+  return child;
+}
+
+// The job's lifetime: time limit (--signal lead, SIGTERM, SIGKILL after KillWait), cancel,
+// forwarded signals; returns the batch shell's wait status.
+int supervise(const Spec& s, pid_t child, const sigset_t& set, int job_stderr,
+              SupervisorStatus* st) {
+  const int64_t kNone = INT64_MAX;
+  int64_t signal_at = kNone, limit_at = kNone, kill_at = kNone;
+  if (s.time_limit_s > 0) {
+    limit_at = s.start_ms + s.time_limit_s * 1000;
+    if (s.signal > 0) signal_at = limit_at - int64_t{s.lead_s} * 1000;
+  }
+  auto stop = [&](const char* due_to) {  // Slurm's scancel and time limit
+    write_reason_line(job_stderr, s, due_to);
+    ::kill(-child, SIGTERM);
+    ::kill(-child, SIGCONT);
+    kill_at = now_ms() + int64_t{s.kill_wait_s} * 1000;
+  };
+  while (true) {
+    int64_t now = now_ms();
+    if (now >= signal_at) {
+      ::kill(s.batch_only ? child : -child, s.signal);
+      signal_at = kNone;
+    }
+    if (now >= limit_at) {
+      st->timed_out = true;
+      stop(" DUE TO TIME LIMIT");
+      limit_at = kNone;
+    }
+    if (now >= kill_at) {
+      ::kill(-child, SIGKILL);
+      kill_at = kNone;
+    }
+    int64_t next = std::min({signal_at, limit_at, kill_at});
+    int64_t wait_ms = next == kNone ? 60000 : std::max<int64_t>(0, next - now_ms());
+    timespec ts{static_cast<time_t>(wait_ms / 1000), static_cast<long>((wait_ms % 1000) * 1000000)};
+    siginfo_t info{};
+    int sig = sigtimedwait(&set, &info, &ts);
+    if (sig == SIGTERM && !st->cancelled && !st->timed_out) {
+      st->cancelled = true;
+      stop("");
+    } else if (sig == SIGUSR1 && info.si_code == SI_QUEUE) {
+      const int fwd = info.si_value.sival_int;  // the daemon sends 1-64 only
+      if (fwd > 0 && fwd < NSIG) ::kill(-child, fwd);
+    }
+    // Reap whatever exited: the job's batch shell, or orphans re-parented to us.
+    pid_t p;
+    int ws;
+    while ((p = waitpid(-1, &ws, WNOHANG)) > 0)
+      if (p == child) return ws;
+  }
+}
+
+// Like Slurm, processes the script left behind die with it: the GPUs must be free before the
+// daemon hands them to the next job. That is its process group, anything still in our session (a
+// process that left the group) and anything re-parented to us; bounded, since a process in
+// uninterruptible sleep cannot be waited out forever.
+void kill_leftovers(pid_t child, const SupervisorStatus& st) {
+  const JobProcesses job{getpid(), child, getpid(), st.supervisor_start, st.pgid_start};
+  int64_t give_up = now_ms() + 10000;
+  while (now_ms() < give_up) {
+    const size_t left = kill_job_processes(job);
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (left == 0) break;  // one /proc scan when the job left nothing behind
+    usleep(5000);
+  }
+}
+
+}  // namespace
+
 int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   fcntl(lock_fd, F_SETFD, FD_CLOEXEC);  // the lock must not leak into the job
   signal(SIGCHLD, SIG_DFL);             // the daemon ignores SIGCHLD; we need wait statuses
@@ -139,110 +310,20 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   SupervisorStatus st;
   st.phase = "running";
   st.supervisor_pid = getpid();
+  st.supervisor_start = process_start(getpid()).value_or(0);
   // Written before the job exists: a daemon that finds no status knows nothing of the job ran.
   write_file_atomic(paths.status, status_to_json(st).dump(), false);
 
-  int pipefd[2];
-  if (pipe2(pipefd, O_CLOEXEC) != 0) throw std::runtime_error("pipe2 failed");
-  try {
-    write_script(s);
-  } catch (const std::exception& e) {
-    st.reason = e.what();
-  }
-  pid_t child = -1;
-  if (st.reason.empty()) {
-    child = fork();
-    if (child < 0) throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
-    if (child == 0) {
-      ::close(pipefd[0]);
-      exec_job(s, pipefd[1]);
-    }
-    setpgid(child, child);  // also from here, so signals never race the child's own setpgid
-  }
-  ::close(pipefd[1]);
-  char buf[1024];
-  ssize_t n;
-  std::string setup_error;
-  while ((n = ::read(pipefd[0], buf, sizeof(buf))) > 0) setup_error.append(buf, n);
-  ::close(pipefd[0]);
-  if (!setup_error.empty()) st.reason = setup_error;
+  Fd job_stderr;
+  const pid_t child = start_job(s, &st, &job_stderr);
   st.pgid = child > 0 ? child : 0;
   if (child > 0) write_file_atomic(paths.status, status_to_json(st).dump(), false);
-
-  const int64_t kNone = INT64_MAX;
-  int64_t signal_at = kNone, limit_at = kNone, kill_at = kNone;
-  if (s.time_limit_s > 0) {
-    limit_at = s.start_ms + s.time_limit_s * 1000;
-    if (s.signal > 0) signal_at = limit_at - int64_t{s.lead_s} * 1000;
-  }
-  auto kill_group = [&](int sig) {
-    if (child > 0) ::kill(-child, sig);
-  };
-  int wstatus = 0;
-  bool exited = child <= 0;
-  if (child <= 0) st.exit_code = 1;
-  while (!exited) {
-    int64_t now = now_ms();
-    if (now >= signal_at) {
-      ::kill(s.batch_only ? child : -child, s.signal);
-      signal_at = kNone;
-    }
-    if (now >= limit_at) {
-      st.timed_out = true;
-      kill_group(SIGTERM);
-      kill_group(SIGCONT);
-      kill_at = now + int64_t{s.kill_wait_s} * 1000;
-      limit_at = kNone;
-    }
-    if (now >= kill_at) {
-      kill_group(SIGKILL);
-      kill_at = kNone;
-    }
-    int64_t next = std::min({signal_at, limit_at, kill_at});
-    int64_t wait_ms = next == kNone ? 60000 : std::max<int64_t>(0, next - now_ms());
-    timespec ts{static_cast<time_t>(wait_ms / 1000), static_cast<long>((wait_ms % 1000) * 1000000)};
-    siginfo_t info{};
-    int sig = sigtimedwait(&set, &info, &ts);
-    if (sig == SIGTERM && !st.cancelled && kill_at == kNone) {
-      st.cancelled = true;  // scancel: SIGTERM to the group, SIGKILL after KillWait
-      kill_group(SIGTERM);
-      kill_group(SIGCONT);
-      kill_at = now_ms() + int64_t{s.kill_wait_s} * 1000;
-    } else if (sig == SIGUSR1 && info.si_code == SI_QUEUE) {
-      int fwd = info.si_value.sival_int;
-      if (fwd > 0 && fwd < NSIG) kill_group(fwd);
-    }
-    // Reap whatever exited: the job's batch shell, or orphans re-parented to us.
-    pid_t p;
-    int ws;
-    while ((p = waitpid(-1, &ws, WNOHANG)) > 0) {
-      if (p == child) {
-        wstatus = ws;
-        exited = true;
-      }
-    }
-  }
+  st.exit_code = 1;  // a job that did not start
   if (child > 0) {
-    // Like Slurm, processes the script left behind die with it: the GPUs must be free before the
-    // daemon hands them to the next job.
-    // Also anything still in our session (a process that left the group) or re-parented to us;
-    // bounded, since a process in uninterruptible sleep cannot be waited out forever.
-    int64_t give_up = now_ms() + 10000;
-    while (now_ms() < give_up) {
-      kill_group(SIGKILL);
-      auto left = find_job_processes(getpid(), child, getpid());
-      for (int pid : left) ::kill(pid, SIGKILL);
-      while (waitpid(-1, nullptr, WNOHANG) > 0) {
-      }
-      if (left.empty()) break;  // one /proc scan when the job left nothing behind
-      usleep(5000);
-    }
-    if (WIFEXITED(wstatus)) {
-      st.exit_code = WEXITSTATUS(wstatus);
-    } else if (WIFSIGNALED(wstatus)) {
-      st.exit_code = 0;
-      st.exit_signal = WTERMSIG(wstatus);
-    }
+    const int wstatus = supervise(s, child, set, job_stderr.get(), &st);
+    kill_leftovers(child, st);
+    st.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 0;
+    st.exit_signal = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
   }
   ::unlink(s.script_path.c_str());
   rusage ru{};

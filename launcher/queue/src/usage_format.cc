@@ -4,11 +4,13 @@
 #include <fmt/format.h>
 
 #include <algorithm>
+#include <cmath>
 #include <ctime>
 #include <map>
 #include <optional>
 #include <stdexcept>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 
 namespace gpurun::queue {
@@ -74,6 +76,25 @@ std::string gpu_lines(const nlohmann::json& reply) {
   return out;
 }
 
+// seff's line, from the exact run time (whole seconds would overstate a short job's efficiency
+// and show it "of 00:00:00"). gpuq does not confine a job to its -c cores, so one that used more
+// is over 100%: said as such, with the -c that would have fit.
+std::string cpu_efficiency_line(const nlohmann::json& j, int64_t now_ms, double cpu_s, int cpus) {
+  const int64_t start = j.value("start_ms", int64_t{0}), end = j.value("end_ms", int64_t{0});
+  const double wall = start ? static_cast<double>((end ? end : now_ms) - start) / 1000.0 : 0;
+  if (wall <= 0) return "";
+  const double core_wall = wall * cpus;
+  const std::string of = core_wall < 60 ? fmt::format("{:.2f} s", core_wall)
+                                        : sacct_elapsed(static_cast<int64_t>(core_wall + 0.5));
+  const double pct = 100.0 * cpu_s / core_wall;
+  std::string out = fmt::format("CPU Efficiency: {:.2f}% of {} core-walltime ({} core{})", pct, of,
+                                cpus, cpus == 1 ? "" : "s");
+  if (pct > 100.5)
+    out += fmt::format(": the job used about {:.1f} cores; ask for them with -c {}", cpu_s / wall,
+                       static_cast<int>(std::ceil(cpu_s / wall - 0.05)));
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string utc_time(int64_t ms) {
@@ -92,9 +113,12 @@ std::string format_stats(const nlohmann::json& reply) {
   const int cpus = std::max(1, j.value("cpus", 1));
   const double cpu_s = u.value("cpu_seconds", 0.0);
   std::string account = j.value("account", std::string());
+  using common::terminal_safe;
   std::string out = fmt::format("Job ID: {}\nJob Name: {}\nUser: {}\nAccount: {}\n",
-                                j["display_id"].get<std::string>(), j["name"].get<std::string>(),
-                                j["user"].get<std::string>(), account.empty() ? "(none)" : account);
+                                terminal_safe(j["display_id"].get<std::string>()),
+                                terminal_safe(j["name"].get<std::string>()),
+                                terminal_safe(j["user"].get<std::string>()),
+                                account.empty() ? "(none)" : terminal_safe(account));
   std::string state = j["state"].get<std::string>();
   if (state != "PENDING" && state != "RUNNING")
     state += fmt::format(" (exit code {})",
@@ -108,13 +132,7 @@ std::string format_stats(const nlohmann::json& reply) {
                      j.value("gpu_hours", 0.0) * 3600);
   out += gpu_lines(reply);
   out += fmt::format("CPU Utilized: {}\n", sacct_elapsed(static_cast<int64_t>(cpu_s)));
-  // Efficiency from the exact run time: whole seconds would overstate short jobs.
-  const int64_t start = j.value("start_ms", int64_t{0}), end = j.value("end_ms", int64_t{0});
-  const double wall = start ? ((end ? end : reply.value("now_ms", start)) - start) / 1000.0 : 0;
-  if (wall > 0)
-    out += fmt::format("CPU Efficiency: {:.2f}% of {} core-walltime ({} core{})\n",
-                       100.0 * cpu_s / (wall * cpus),
-                       sacct_elapsed(elapsed * cpus), cpus, cpus == 1 ? "" : "s");
+  out += cpu_efficiency_line(j, reply.value("now_ms", int64_t{0}), cpu_s, cpus);
   out += fmt::format("Peak RSS: {}\n",
                      bytes_text(static_cast<double>(u.value("peak_rss_bytes", int64_t{0}))));
   return out;
@@ -145,9 +163,9 @@ std::string format_report(const nlohmann::json& reply) {
   for (const auto& r : reply["rows"]) {
     std::string key = r["key"].get<std::string>();
     if (key.empty()) key = "(none)";
-    out +=
-        fmt::format("{:<16} {:>6} {:>11.2f} {:>9}\n", key.substr(0, 16), r["jobs"].get<int64_t>(),
-                    r["gpu_hours"].get<double>(), percent(opt(r["util_mean"])));
+    out += fmt::format("{:<16} {:>6} {:>11.2f} {:>9}\n", common::terminal_safe(key).substr(0, 16),
+                       r["jobs"].get<int64_t>(), r["gpu_hours"].get<double>(),
+                       percent(opt(r["util_mean"])));
     hours += r["gpu_hours"].get<double>();
     jobs += r["jobs"].get<int64_t>();
   }
@@ -155,7 +173,8 @@ std::string format_report(const nlohmann::json& reply) {
   return out;
 }
 
-std::string gnuplot_script(const nlohmann::json& reply, const std::map<int, std::string>& data_by_gpu,
+std::string gnuplot_script(const nlohmann::json& reply,
+                           const std::map<int, std::string>& data_by_gpu,
                            const std::string& png_path, const std::string& terminal) {
   const auto& j = reply.at("job");
   auto quote = [](const std::string& s) {  // a gnuplot single-quoted string: '' is a quote
@@ -168,10 +187,11 @@ std::string gnuplot_script(const nlohmann::json& reply, const std::map<int, std:
     t0 = std::min(t0, s[0].get<int64_t>());
     t1 = std::max(t1, s[0].get<int64_t>());
   }
-  std::string title = fmt::format("gpuq job {} ({}, {})", j["display_id"].get<std::string>(),
-                                  j["name"].get<std::string>(), j["user"].get<std::string>());
-  std::string out = fmt::format("set terminal {} size 1000,700\nset output {}\n", terminal,
-                                quote(png_path));
+  std::string title = common::terminal_safe(
+      fmt::format("gpuq job {} ({}, {})", j["display_id"].get<std::string>(),
+                  j["name"].get<std::string>(), j["user"].get<std::string>()));
+  std::string out =
+      fmt::format("set terminal {} size 1000,700\nset output {}\n", terminal, quote(png_path));
   out += fmt::format(
       "set datafile separator ','\nset xdata time\nset timefmt '%Y-%m-%dT%H:%M:%SZ'\n"
       "set format x '{}'\nset xlabel 'time (UTC)'\nset key outside right\nset grid\n"

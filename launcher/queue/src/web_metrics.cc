@@ -23,6 +23,12 @@ std::string label(const std::string& v) {
   return out;
 }
 
+// A sample value as Prometheus reads it: the shortest text of the value to 15 significant digits,
+// so 41 * 0.01 is 0.41, not 0.41000000000000003, and a sum of GPU-seconds shows no float noise.
+std::string number(double v) {
+  return fmt::format("{}", std::stod(fmt::format("{:.15g}", v)));
+}
+
 void family(std::string& out, const char* name, const char* type, const char* help) {
   out += fmt::format("# HELP {} {}\n# TYPE {} {}\n", name, help, name, type);
 }
@@ -34,7 +40,7 @@ void per_gpu(std::string& out, const nlohmann::json& gpus, const char* name, con
   for (const auto& g : gpus)
     if (g[field].is_number())
       out += fmt::format("{}{{gpu=\"{}\"}} {}\n", name, g["id"].get<int>(),
-                         g[field].get<double>() * scale);
+                         number(g[field].get<double>() * scale));
 }
 
 }  // namespace
@@ -65,11 +71,11 @@ std::string render_metrics(const nlohmann::json& s) {
          "GPU-seconds held by each user's jobs, running ones up to now.");
   for (const auto& [user, secs] : s["user_gpu_seconds"].items())
     out += fmt::format("gpuq_user_gpu_seconds_total{{user=\"{}\"}} {}\n", label(user),
-                       secs.get<double>());
+                       number(secs.get<double>()));
   family(out, "gpuq_sample_timestamp_seconds", "gauge",
          "When the GPUs were last sampled (0: not yet, or sampling off).");
   out += fmt::format("gpuq_sample_timestamp_seconds {}\n",
-                     s["sampler"]["time_ms"].get<int64_t>() / 1000.0);
+                     number(s["sampler"]["time_ms"].get<int64_t>() / 1000.0));
   return out;
 }
 

@@ -20,6 +20,7 @@ struct ProcStat {
   double cpu_seconds = 0;           // utime + stime
   double children_cpu_seconds = 0;  // cutime + cstime: children it has waited for
   int64_t rss_bytes = 0;
+  uint64_t start_ticks = 0;  // field 22: when it started, in clock ticks since boot
 };
 
 // Parses /proc/PID/stat (comm may hold spaces and parentheses); nullopt when malformed.

@@ -55,6 +55,8 @@ struct JobRequest {
   std::optional<int> priority;
   std::optional<std::string> account;  // recorded for `gpuq report --by account`; no limits
   std::optional<int> cpus_per_task;    // recorded for CPU efficiency in `gpuq stats`; not enforced
+  std::optional<int> ntasks;           // -n: only SLURM_NTASKS, for scripts that read it
+  std::optional<bool> wait;            // -W/--wait: `gpuq submit` waits for the job's end
   std::vector<std::string> warnings;   // unsupported directives, ignored with a warning
 
   // Fields set in `over` replace ours (command line over #SBATCH).
@@ -73,6 +75,13 @@ struct JobUsage {
   int64_t last_sample_ms = 0;
 };
 
+// An array's task ids as Slurm describes them to each task (SLURM_ARRAY_TASK_MIN/MAX/COUNT/STEP):
+// step is the distance between consecutive ids when it is the same everywhere, else 1.
+struct ArrayShape {
+  int min = 0, max = 0, count = 0, step = 1;
+};
+ArrayShape array_shape(const std::vector<int>& task_ids);  // in any order
+
 // A job as the daemon stores it. Array tasks are separate jobs sharing array_job_id.
 struct Job {
   int64_t id = 0;
@@ -83,8 +92,11 @@ struct Job {
   uint32_t gid = 0;
   std::string user;
   std::string name;
-  std::string account;  // -A/--account, "" when not given
-  int cpus = 1;         // -c/--cpus-per-task: the cores CPU efficiency is measured against
+  std::string account;   // -A/--account, "" when not given
+  int cpus = 1;          // -c/--cpus-per-task: the cores CPU efficiency is measured against
+  int ntasks = 1;        // -n/--ntasks: recorded for SLURM_NTASKS only
+  uint32_t umask = 022;  // the submitter's: the job and its output files are created with it
+  ArrayShape array;      // of its array, for array tasks
   JobState state = JobState::kPending;
   std::string reason;  // squeue's (Reason) for pending jobs, or why a job failed
   int priority = 0;
@@ -104,10 +116,8 @@ struct Job {
   std::vector<Dependency> dependencies;
   SignalSpec signal;
   std::string submit_key;
-  std::string boot_id;
-  const char* sched_reason =
-      nullptr;  // daemon memory only: the last scheduling verdict  // the machine's boot while
-                // RUNNING: a different one means it rebooted
+  std::string boot_id;  // the machine's boot while RUNNING: a different one means it rebooted
+  const char* sched_reason = nullptr;  // daemon memory only: the last scheduling verdict
   // Spec fields that are only needed to start the job.
   std::string script;
   std::vector<std::string> args;

@@ -7,8 +7,15 @@
 
 namespace gpurun::queue {
 
-// kPublic drops what other users must not read (environment, script, arguments).
-enum class JobView { kFull, kPublic };
+// What a reader may see: kFull everything (the store, the job's owner in `show`); kOwner no
+// environment, script or arguments (listings); kPublic, for other users, not even the paths (work
+// dir, output patterns) nor a reason that names one.
+enum class JobView { kFull, kOwner, kPublic };
+
+// A reason fit for other users, the web page and /api/status, which see no path: a failure to
+// start names the user's folders ("chdir /home/alice/x: ..."); those become Slurm's
+// JobLaunchFailure.
+std::string public_reason(const std::string& reason);
 
 nlohmann::json job_to_json(const Job& j, JobView view);
 nlohmann::json usage_to_json(const JobUsage& u);

@@ -1,7 +1,8 @@
 // gpuq wire protocol: one request and one reply per connection on a Unix stream socket, each a
 // 4-byte big-endian length followed by that many bytes of JSON. Requests are bounded
 // (kMaxRequestBytes) so a client cannot make the daemon buffer without limit; replies (a queue of
-// 10,000 jobs) may be larger.
+// 10,000 jobs) may be larger, up to kMaxReplyBytes: the daemon answers a larger one with an error
+// that names the limit.
 #pragma once
 
 #include <cstddef>
@@ -13,7 +14,7 @@
 namespace gpurun::queue {
 
 constexpr uint32_t kMaxRequestBytes = 8u << 20;  // 8 MiB: a script plus its environment
-constexpr uint32_t kMaxReplyBytes = 512u << 20;
+constexpr uint32_t kMaxReplyBytes = 64u << 20;
 
 // The owned file descriptor gpuq uses everywhere (common/posix.h).
 using Fd = common::Fd;
@@ -29,6 +30,7 @@ class FrameReader {
   // Appends bytes; returns true once a whole frame has arrived (payload() then holds it).
   bool feed(const char* data, size_t n);
   const std::string& payload() const { return payload_; }
+  size_t buffered() const { return header_.size() + payload_.size(); }
 
  private:
   uint32_t max_;

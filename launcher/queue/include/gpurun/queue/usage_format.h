@@ -24,7 +24,8 @@ std::string format_report(const nlohmann::json& reply);
 // A gnuplot script that draws utilisation and memory over time, one line per GPU, each GPU's
 // samples in its own samples_csv() file (data_by_gpu), into a PNG at `png_path` (terminal:
 // pngcairo, or png).
-std::string gnuplot_script(const nlohmann::json& reply, const std::map<int, std::string>& data_by_gpu,
+std::string gnuplot_script(const nlohmann::json& reply,
+                           const std::map<int, std::string>& data_by_gpu,
                            const std::string& png_path, const std::string& terminal);
 
 // "7d", "12h", "30m", "2w", "all" (the epoch), "2026-11-01" or "2026-11-01T08:00:00" (local

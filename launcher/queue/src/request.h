@@ -1,0 +1,78 @@
+// request.h: the gpuq daemon's request decoder. One request's JSON text becomes a typed Request
+// whose every field has been checked (type, range, count) before the daemon acts on it, or a
+// std::invalid_argument that names the field and what was expected. Pure: no daemon state, no
+// system call, so it is the daemon's only reader of what clients send and the fuzz target's
+// subject (tests/queue/fuzz_request.cc).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace gpurun::queue {
+
+// Bounds on one request (README "Security"): a job list names at most this many jobs, after an
+// array id is counted as its tasks; history and the page list at most this many documents.
+constexpr size_t kMaxIdsPerRequest = 10000;
+constexpr size_t kMaxHistoryJobs = 10000;
+// A request's JSON: values (an id, a string, an environment entry...) and nesting.
+constexpr size_t kMaxRequestValues = 100000;
+constexpr int kMaxRequestDepth = 32;
+
+enum class Op {
+  kPing,
+  kSubmit,
+  kQueue,
+  kShow,
+  kCancel,
+  kHold,
+  kRelease,
+  kHistory,
+  kDrain,
+  kResume,
+  kStatus,
+  kStats,
+  kReport
+};
+
+// "12" (a job, or a whole array) or "12_3" (task 3 of array 12).
+struct JobRef {
+  int64_t id = 0;
+  std::optional<int64_t> task;
+  std::string text;  // as the client wrote it, for messages
+};
+
+struct SubmitRequest {
+  std::string script, script_name = "sbatch", cwd, submit_key;
+  std::vector<std::string> options, args;
+  std::map<std::string, std::string> env;
+  std::optional<uint32_t> umask;  // the submitter's (0-0777); older clients send none
+};
+
+struct Request {
+  Op op = Op::kPing;
+  SubmitRequest submit;
+  std::vector<JobRef> ids;          // show, cancel, hold, release, stats
+  bool brief = false;               // show: the owner too gets no environment or script
+  int signal = 0;                   // cancel: 0 cancels, 1-64 only signals
+  std::optional<std::string> user;  // queue, history
+  bool text = false, long_format = false, header = true;  // queue
+  bool all_users = false;                                 // history
+  size_t limit = 0;                                       // history: 0 = as many as a reply holds
+  size_t max_pending = 500, recent = 20, spark_points = 30;  // status
+  size_t max_points = 0;                                     // stats: 0 = every sample
+  int64_t since_ms = 0;                                      // report
+  std::string by = "user";                                   // report: user or account
+};
+
+// Throws std::invalid_argument ("malformed request: ..." for text that is not JSON).
+Request decode_request(std::string_view payload);
+
+// "12" or "12_3" -> JobRef; throws std::invalid_argument("invalid job id '...'").
+JobRef parse_job_ref(const std::string& text);
+
+}  // namespace gpurun::queue

@@ -1,0 +1,105 @@
+// End-to-end: gpuq behaves as a cluster user expects from Slurm (issue 25, "First contact"):
+// Slurm's reason line in the output file when a job is stopped, `submit --wait` returning the
+// job's exit code, and one line per job event in the daemon's log (the audit trail).
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <regex>
+#include <thread>
+
+#include "gpurun/common/posix.h"
+#include "harness.h"
+
+using namespace gpuq_test;
+
+namespace {
+
+std::string short_host() {
+  std::string h = gpurun::common::hostname();
+  return h.substr(0, h.find('.'));
+}
+
+// slurmstepd's words (src/slurmd/slurmstepd/req.c), with the job's id and this host.
+std::regex reason_line(int64_t id, const std::string& due_to) {
+  return std::regex(
+      fmt::format("(^|\n)slurmstepd: error: \\*\\*\\* JOB {} ON {} CANCELLED AT "
+                  "[0-9]{{4}}-[0-9]{{2}}-[0-9]{{2}}T[0-9]{{2}}:[0-9]{{2}}:[0-9]{{2}}{} \\*\\*\\*\n",
+                  id, short_host(), due_to));
+}
+
+}  // namespace
+
+// A job stopped at its time limit, or cancelled, has Slurm's line in its output file, where users
+// look for why it stopped (gpuq wrote nothing there).
+TEST(GpuqCompat, TimeoutAndCancelLeaveSlurmsReasonLine) {
+  Daemon d({"--kill-wait", "1"});
+  d.script("slow.sh", "#!/bin/sh\n#SBATCH -t 0:01\necho started\nsleep 30\n");
+  d.script("sleep.sh", "#!/bin/sh\necho started\nsleep 30\n");
+  const int64_t to = d.submit("slow.sh");
+  const int64_t ca = d.submit("sleep.sh");
+  d.wait_state(ca, "RUNNING");
+  for (int i = 0; i < 100 && read_text(fmt::format("{}/slurm-{}.out", d.dir(), ca)).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", ca)).rc, 0);
+  EXPECT_EQ(d.wait_final(to)["state"], "TIMEOUT");
+  EXPECT_EQ(d.wait_final(ca)["state"], "CANCELLED");
+  const std::string to_out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), to));
+  const std::string ca_out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), ca));
+  EXPECT_TRUE(std::regex_search(to_out, reason_line(to, " DUE TO TIME LIMIT"))) << to_out;
+  EXPECT_TRUE(std::regex_search(ca_out, reason_line(ca, ""))) << ca_out;
+  EXPECT_EQ(to_out.rfind("started\n", 0), 0u) << "the line follows the job's own output";
+}
+
+// sbatch --wait: `gpuq submit --wait` returns once the job has ended, with its exit code (the
+// highest of an array's tasks; 1 for a job a signal ended). gpuq accepted --wait and ignored it.
+TEST(GpuqCompat, SubmitWaitReturnsTheJobsExitCode) {
+  Daemon d;
+  d.script("three.sh", "#!/bin/sh\nsleep 0.5\nexit 3\n");
+  d.script("array.sh", "#!/bin/sh\n#SBATCH --array=1-4\nexit $SLURM_ARRAY_TASK_ID\n");
+  d.script("killed.sh", "#!/bin/sh\nkill -KILL $$\n");
+  Result r = sh(fmt::format("cd {} && {} submit --wait three.sh", d.dir(), d.cli()));
+  EXPECT_EQ(r.rc, 3) << r.err;
+  EXPECT_EQ(r.out.rfind("Submitted batch job ", 0), 0u) << r.out;
+  const int64_t id = std::stoll(r.out.substr(20));
+  EXPECT_EQ(d.show(id)["state"], "FAILED") << "--wait returned before the job ended";
+  EXPECT_EQ(sh(fmt::format("cd {} && {} submit -W array.sh", d.dir(), d.cli())).rc, 4);
+  EXPECT_EQ(sh(fmt::format("cd {} && {} submit --wait killed.sh", d.dir(), d.cli())).rc, 1);
+  d.script("ok.sh", "#!/bin/sh\n#SBATCH --wait\ntrue\n");  // as a directive too
+  Result ok = sh(fmt::format("cd {} && {} submit --parsable ok.sh", d.dir(), d.cli()));
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+  EXPECT_EQ(d.show(std::stoll(ok.out))["state"], "COMPLETED");
+}
+
+// One line per job event in the daemon's log, with the time, the job, its owner and who acted:
+// submit, start, cancel (by uid), end (state and exit code), requeue. The daemon logged nothing
+// per job.
+TEST(GpuqCompat, TheDaemonLogsEveryJobEvent) {
+  Daemon d({"--kill-wait", "1"});
+  d.script("ok.sh", "#!/bin/sh\n#SBATCH -J audited\nexit 0\n");
+  d.script("sleep.sh", "#!/bin/sh\n#SBATCH --requeue\nsleep 30\n");
+  const int64_t ok = d.submit("--gres=gpu:2 ok.sh");
+  EXPECT_EQ(d.wait_final(ok)["state"], "COMPLETED");
+  const int64_t rq = d.submit("sleep.sh");
+  d.wait_state(rq, "RUNNING");
+  // Its supervisor dies mid-job: NODE_FAIL, requeued (--requeue), started again, then cancelled.
+  auto st = nlohmann::json::parse(read_text(fmt::format("{}/state/run/{}.status", d.dir(), rq)));
+  ::kill(st["supervisor_pid"].get<int>(), SIGKILL);
+  for (int i = 0; i < 200 && d.show(rq)["restart_count"] == 0; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  d.wait_state(rq, "RUNNING");
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", rq)).rc, 0);
+  d.wait_final(rq);
+  const std::string log = d.log();
+  const std::string stamp = "gpuq daemon: [0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9:]{8}Z job ";
+  for (const std::string& want :
+       {fmt::format("{}{} \\(audited, root\\): submitted by uid 0, 2 GPU\\(s\\)", stamp, ok),
+        fmt::format("{}{} \\(audited, root\\): started on GPU\\(s\\) [0-9],[0-9]", stamp, ok),
+        fmt::format("{}{} \\(audited, root\\): ended COMPLETED, exit code 0:0", stamp, ok),
+        fmt::format("{}{} \\(sleep.sh, root\\): requeued \\(the supervisor of job {} died\\)",
+                    stamp, rq, rq),
+        fmt::format("{}{} \\(sleep.sh, root\\): cancel requested by uid 0", stamp, rq),
+        fmt::format("{}{} \\(sleep.sh, root\\): ended CANCELLED, exit code 0:15, CANCELLED by 0",
+                    stamp, rq)})
+    EXPECT_TRUE(std::regex_search(log, std::regex(want))) << want << "\n" << log;
+}

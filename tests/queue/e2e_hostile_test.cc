@@ -1,0 +1,306 @@
+// End-to-end: gpuq against hostile users and bad luck (issue 26, "Hostile contact"), each test
+// the probe's own command: another Unix user reading the store, a job's output or its paths; a
+// 200,000-id request; a pid reused while the daemon was down; control characters in a job name;
+// a signal number past 2^32. The users are real (useradd), so most tests need root.
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <grp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/file.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <thread>
+
+#include "gpurun/common/posix.h"
+#include "harness.h"
+
+using namespace gpuq_test;
+
+namespace {
+
+int mode_of(const std::string& path) {
+  struct stat st {};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<int>(st.st_mode & 07777) : -1;
+}
+
+// A directory `user` owns in the test's temp dir, readable by everyone (0755): what keeps a file
+// in it private is then the file's own mode.
+std::string work_dir(const Daemon& d, const TestUser& user) {
+  const std::string dir = d.dir() + "/" + user.name();
+  sh(fmt::format("mkdir -p {0} && chown {1} {0} && chmod 755 {0}", dir, user.name()));
+  return dir;
+}
+
+int64_t submit_as(const TestUser& u, const Daemon& d, const std::string& dir,
+                  const std::string& env_and_umask, const std::string& args) {
+  Result r =
+      u.run(fmt::format("cd {} && {} {} submit --parsable {}", dir, env_and_umask, d.cli(), args));
+  if (r.rc != 0) throw std::runtime_error("submit as " + u.name() + " failed: " + r.err);
+  return std::stoll(r.out);
+}
+
+}  // namespace
+
+// What one user owns, no other user reads (issue 26 items 1 and 4): the store (every job's
+// environment, where API tokens live) and its WAL are 0600; a job's output file gets its
+// submitter's umask (0600 under umask 077, as sbatch does; gpuq made it 0644); `show` gives the
+// work dir and output paths to the owner and root only. The store was 0644 and bob read alice's
+// token with `grep`.
+TEST(GpuqHostile, StoreOutputAndPathsArePrivate) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d;
+  TestUser alice("gha"), bob("ghb");
+  const std::string dir = work_dir(d, alice);
+  alice.run(fmt::format("printf \"#!/bin/sh\\necho token=\\$SECRET\\n\" > {}/job.sh", dir));
+  const int64_t priv = submit_as(alice, d, dir, "umask 077 && SECRET=tok3n", "job.sh");
+  const int64_t open = submit_as(alice, d, dir, "umask 022 && SECRET=tok3n", "job.sh");
+  EXPECT_EQ(d.wait_final(priv)["state"], "COMPLETED");
+  EXPECT_EQ(d.wait_final(open)["state"], "COMPLETED");
+  const std::string out = fmt::format("{}/slurm-{}.out", dir, priv);
+  EXPECT_EQ(mode_of(out), 0600);
+  EXPECT_EQ(mode_of(fmt::format("{}/slurm-{}.out", dir, open)), 0644);
+  EXPECT_EQ(read_text(out), "token=tok3n\n");
+  Result cat = bob.run("cat " + out);
+  EXPECT_NE(cat.rc, 0) << "bob read alice's output: " << cat.out;
+
+  const std::string state = d.dir() + "/state";
+  for (const char* f : {"jobs.db", "jobs.db-wal", "jobs.db-shm"}) {
+    EXPECT_EQ(mode_of(state + "/" + f), 0600) << f;
+    Result r = bob.run(fmt::format("grep -c tok3n {}/{}", state, f));
+    EXPECT_NE(r.rc, 0) << "bob read " << f << ": " << r.out;
+    EXPECT_NE(r.err.find("Permission denied"), std::string::npos) << f << ": " << r.err;
+  }
+  EXPECT_EQ(mode_of(state + "/run"), 0700);
+
+  Result js = bob.run(fmt::format("{} show --json {}", d.cli(), priv));
+  ASSERT_EQ(js.rc, 0) << js.err;
+  for (const char* key : {"cwd", "output", "stdout_path", "stderr_path", "env", "script"})
+    EXPECT_FALSE(nlohmann::json::parse(js.out).at(0).contains(key)) << key;
+  Result text = bob.run(fmt::format("{} show {}", d.cli(), priv));
+  EXPECT_EQ(text.out.find(dir), std::string::npos) << text.out;
+  EXPECT_EQ(text.out.find("WorkDir="), std::string::npos) << text.out;
+  Result hist = bob.run(fmt::format("{} history -a --json", d.cli()));
+  EXPECT_EQ(hist.out.find(dir), std::string::npos) << hist.out;
+  Result own = alice.run(fmt::format("{} show {}", d.cli(), priv));
+  EXPECT_NE(own.out.find(fmt::format("WorkDir={}", dir)), std::string::npos) << own.out;
+  EXPECT_NE(own.out.find(fmt::format("StdOut={}", out)), std::string::npos) << own.out;
+}
+
+// The daemon refuses a state directory another user owns or may write into (they could have
+// planted files or links there), and tightens a store an older gpuq left 0644.
+TEST(GpuqHostile, StateDirectoryMustBeTheDaemonsAlone) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users";
+  Daemon d;
+  d.stop();
+  const std::string state = d.dir() + "/state";
+  ::chmod((state + "/jobs.db").c_str(), 0644);
+  d.start();
+  EXPECT_EQ(mode_of(state + "/jobs.db"), 0600);
+  d.stop();
+  ::chmod(state.c_str(), 0777);
+  EXPECT_THROW(d.start(), std::runtime_error);
+  EXPECT_NE(
+      d.log().find(fmt::format("state directory {} is writable by every user (mode 0777)", state)),
+      std::string::npos)
+      << d.log();
+  TestUser bob("ghd");
+  ::chmod(state.c_str(), 0711);
+  ASSERT_EQ(::chown(state.c_str(), bob.uid(), bob.gid()), 0);
+  EXPECT_THROW(d.start(), std::runtime_error);
+  EXPECT_NE(d.log().find(fmt::format("state directory {} belongs to uid {}", state, bob.uid())),
+            std::string::npos)
+      << d.log();
+  ASSERT_EQ(::chown(state.c_str(), 0, 0), 0);
+  d.start();  // and it serves again once the directory is the daemon's
+}
+
+namespace {
+
+// A raw request from `user`: a `show` of `count` copies of job id `id` (the probe's request),
+// sent by python3 running as that user. Prints the reply's size, its first 300 bytes and its last
+// 100.
+Result big_show(const TestUser& user, const Daemon& d, size_t count, int64_t id) {
+  const std::string py = d.dir() + "/big_show.py";
+  std::ofstream(py)
+      << "import socket, struct, sys\n"
+         "path, n, job = sys.argv[1], int(sys.argv[2]), sys.argv[3]\n"
+         "body = ('{\"op\":\"show\",\"ids\":[' + ','.join([job] * n) + ']}').encode()\n"
+         "s = socket.socket(socket.AF_UNIX)\n"
+         "s.settimeout(20)\n"
+         "s.connect(path)\n"
+         "s.sendall(struct.pack('>I', len(body)) + body)\n"
+         "data = b''\n"
+         "while True:\n"
+         "    x = s.recv(1 << 20)\n"
+         "    if not x: break\n"
+         "    data += x\n"
+         "print(len(data))\n"
+         "print(data[4:300].decode('utf-8', 'replace'))\n"
+         "print(data[-100:].decode('utf-8', 'replace'))\n";
+  return user.run(fmt::format("python3 {} {} {} {}", py, d.socket(), count, id));
+}
+
+}  // namespace
+
+// No single client can grow the daemon past 256 MB or delay another user's request by more
+// than a second (issue 26 item 2): bob's show of 200,000 (then 1,000,000) ids is refused, naming
+// the limit, while carol's `gpuq queue` answers within 1 s; a show of 10,000 ids, the most a
+// request may name, is served. The daemon built a 159 MB reply, grew to 1.36 GB and made every
+// client wait 17 s.
+TEST(GpuqHostile, OneHugeRequestNeitherGrowsTheDaemonNorStallsOthers) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d;
+  TestUser bob("ghr"), carol("ghc");
+  const std::string dir = work_dir(d, bob);
+  bob.run(fmt::format("printf \"#!/bin/sh\\ntrue\\n\" > {}/job.sh", dir));
+  const int64_t held = submit_as(bob, d, dir, "true &&", "--hold job.sh");
+  for (size_t count : {size_t{200000}, size_t{1000000}}) {
+    Result big;
+    std::thread attack([&] { big = big_show(bob, d, count, held); });
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // the daemon has it by now
+    const auto t0 = std::chrono::steady_clock::now();
+    Result q = carol.run(d.cli() + " queue");
+    const double secs =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    attack.join();
+    EXPECT_EQ(q.rc, 0) << q.err;
+    EXPECT_LT(secs, 1.0) << "carol waited behind bob's " << count << "-id request";
+    EXPECT_NE(big.out.find("one request may name at most 10000 jobs"), std::string::npos)
+        << big.out.substr(0, 400) << big.err;
+  }
+  Result most = big_show(bob, d, 10000, held);
+  EXPECT_NE(most.out.find("\"ok\":true"), std::string::npos) << most.out.substr(0, 400);
+  const long peak = peak_rss_mib(d.pid());
+  EXPECT_GT(peak, 0);
+  EXPECT_LT(peak, 256) << "the daemon's peak resident memory, MiB";
+}
+
+namespace {
+
+// Starts `sleep 300` as `uid` in a session of its own with exactly pid `want` (the kernel hands
+// out ns_last_pid + 1 next; another process may take it first, so this retries).
+pid_t spawn_at_pid(pid_t want, uid_t uid, gid_t gid) {
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    gpurun::common::Fd fd(::open("/proc/sys/kernel/ns_last_pid", O_RDWR | O_CLOEXEC));
+    if (!fd || flock(fd.get(), LOCK_EX) != 0) return -1;
+    const std::string last = std::to_string(want - 1);
+    if (::write(fd.get(), last.data(), last.size()) != static_cast<ssize_t>(last.size())) return -1;
+    const pid_t p = fork();
+    if (p == 0) {
+      if (getpid() != want) _exit(0);
+      setsid();
+      if (setgroups(0, nullptr) != 0 || setgid(gid) != 0 || setuid(uid) != 0) _exit(126);
+      execl("/bin/sleep", "sleep", "300", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    if (p == want) return p;
+    if (p > 0) waitpid(p, nullptr, 0);
+  }
+  return -1;
+}
+
+bool alive(pid_t pid) {
+  return waitpid(pid, nullptr, WNOHANG) == 0 && ::kill(pid, 0) == 0;
+}
+
+// Waits until no process has pid `pid` (bounded), reaping what this process may have inherited.
+bool gone(pid_t pid) {
+  for (int i = 0; i < 500; ++i) {
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (::kill(pid, 0) != 0) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return false;
+}
+
+}  // namespace
+
+// Orphan reaping cannot hit a bystander (issue 26 item 3): a job's supervisor and job die while
+// the daemon is down, their pids go to another user's processes (each a session of its own), and
+// the restarted daemon, which finds the job's status "running", kills nothing of theirs. It
+// SIGKILLed every process whose session or group id was in the stale N.status.
+TEST(GpuqHostile, ReapingSparesAProcessThatReusedTheJobsPid) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to write ns_last_pid and create users";
+  prctl(PR_SET_CHILD_SUBREAPER, 1);  // the job's orphans come here, to be reaped
+  Daemon d;
+  TestUser bob("ghp");
+  d.script("sleep.sh", "#!/bin/sh\nsleep 300\n");
+  const int64_t id = d.submit("sleep.sh");
+  d.wait_state(id, "RUNNING");
+  const std::string status = fmt::format("{}/state/run/{}.status", d.dir(), id);
+  nlohmann::json st = nlohmann::json::object();
+  for (int i = 0; i < 200 && st.value("pgid", 0) == 0; ++i) {
+    st = nlohmann::json::parse(read_text(status));
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  const pid_t sup = st["supervisor_pid"].get<int>(), pgid = st["pgid"].get<int>();
+  ASSERT_GT(pgid, 0) << st.dump();
+  d.kill9();
+  ::kill(sup, SIGKILL);
+  ::kill(-pgid, SIGKILL);
+  ASSERT_TRUE(gone(sup) && gone(pgid)) << "the job's processes did not go away";
+  const pid_t by_sid = spawn_at_pid(sup, bob.uid(), bob.gid());
+  const pid_t by_pgid = spawn_at_pid(pgid, bob.uid(), bob.gid());
+  ASSERT_EQ(by_sid, sup) << "could not start a bystander with the supervisor's pid";
+  ASSERT_EQ(by_pgid, pgid) << "could not start a bystander with the job's pid";
+  d.start();
+  EXPECT_EQ(d.wait_final(id)["state"], "NODE_FAIL");
+  EXPECT_TRUE(alive(by_sid)) << "the restarted daemon killed bob's process " << by_sid;
+  EXPECT_TRUE(alive(by_pgid)) << "the restarted daemon killed bob's process " << by_pgid;
+  for (pid_t p : {by_sid, by_pgid}) {
+    ::kill(p, SIGKILL);
+    waitpid(p, nullptr, 0);
+  }
+  prctl(PR_SET_CHILD_SUBREAPER, 0);
+}
+
+// Control characters in a job name never reach the terminal raw (issue 26 item 6): ESC, CR and
+// the rest are shown escaped in queue, show and history. An ESC went to root's terminal as is.
+TEST(GpuqHostile, ControlCharactersInJobNamesAreEscaped) {
+  Daemon d;
+  d.script("sleep.sh", "#!/bin/sh\nsleep 30\n");
+  Result r =
+      sh(fmt::format("cd {} && {} submit --parsable -J \"$(printf 'a\\033]0;pwn\\007b\\rc')\" "
+                     "sleep.sh",
+                     d.dir(), d.cli()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const int64_t id = std::stoll(r.out);
+  d.wait_state(id, "RUNNING");
+  Result q = d.gpuq("queue");
+  EXPECT_NE(q.out.find(" a\\e]0;pw "), std::string::npos) << q.out;  // cut to 8 columns
+  Result show = d.gpuq(fmt::format("show {}", id));
+  EXPECT_NE(show.out.find("JobName=a\\e]0;pwn\\x07b\\rc\n"), std::string::npos) << show.out;
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", id)).rc, 0);
+  d.wait_final(id);
+  Result hist = d.gpuq("history");
+  for (const Result* out : {&q, &show, &hist})
+    EXPECT_EQ(out->out.find_first_of("\x1b\r\x07"), std::string::npos) << out->out;
+}
+
+// Every signal number is range-checked before any cast (issue 26 item 7): 4294967305 is 2^32 + 9
+// and was taken as SIGKILL by the 0-64 check of a 32-bit int.
+TEST(GpuqHostile, ASignalNumberPastTwoToThe32IsRefused) {
+  Daemon d;
+  d.script("sleep.sh", "#!/bin/sh\nsleep 30\n");
+  const int64_t id = d.submit("sleep.sh");
+  d.wait_state(id, "RUNNING");
+  auto reply = d.request(fmt::format(R"({{"op":"cancel","ids":["{}"],"signal":4294967305}})", id));
+  EXPECT_EQ(reply["ok"], false) << reply.dump();
+  EXPECT_NE(
+      reply.value("error", "").find("'signal': expected an integer from 0 to 64, got 4294967305"),
+      std::string::npos)
+      << reply.dump();
+  Result cli = d.gpuq(fmt::format("cancel --signal 4294967305 {}", id));
+  EXPECT_NE(cli.rc, 0);
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
+  EXPECT_EQ(d.show(id)["state"], "RUNNING");
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", id)).rc, 0);
+}

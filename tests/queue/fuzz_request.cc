@@ -1,0 +1,35 @@
+// Fuzz target for the gpuq daemon's request decoder (launcher/queue/src/request.cc): any bytes
+// must decode or throw std::invalid_argument (the daemon's error reply), never crash, hang, leak
+// or throw anything else; and what decodes must hold within the bounds the daemon relies on.
+// Coverage-guided with libFuzzer (clang++ -fsanitize=fuzzer,address,undefined; tests/queue's
+// CMakeLists builds it so whatever compiler builds the rest), or run by fuzz_driver.cc.
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <stdexcept>
+#include <string_view>
+
+#include "request.h"
+
+using namespace gpurun::queue;
+
+extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
+  Request r;
+  try {
+    r = decode_request(std::string_view(reinterpret_cast<const char*>(data), size));
+  } catch (const std::invalid_argument&) {
+    return 0;
+  }
+  // A decoded request is within the daemon's bounds.
+  if (r.ids.size() > kMaxIdsPerRequest || r.signal < 0 || r.signal > 64) std::abort();
+  if (r.submit.umask && *r.submit.umask > 0777) std::abort();
+  if (r.max_pending > kMaxIdsPerRequest || r.recent > 1000 || r.spark_points > 1000) std::abort();
+  if (r.since_ms < 0 || (r.by != "user" && r.by != "account")) std::abort();
+  for (const auto& id : r.ids)
+    if (id.id < 0 || (id.task && *id.task < 0)) std::abort();
+  return 0;
+}
+
+extern "C" const char* FuzzAlphabet() {
+  return "{}[]\",:0123456789_-.eE\\u opidsgnalubmtscrvh\xff";
+}
