@@ -4,6 +4,8 @@
 #include <stdexcept>
 
 #include "backends.h"
+#include "gpurun/runtime/process_group.h"
+#include "gpurun/runtime/trainer.h"
 
 namespace gpurun::runtime {
 
@@ -30,16 +32,25 @@ bool cuda_available() noexcept {
 std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
                                       const TrainConfig& cfg, const BackendOptions& options,
                                       std::ostream& log) {
-  validate(cfg);
+  // What every rank can check before the first collective, agreed on, so that a bad
+  // configuration is one error on every rank rather than an abort.
+  run_agreed(pg, [&] {
+    validate(cfg);
+#if !GPURUN_HAVE_CUDA
+    if (options.device == Device::kCuda) {
+      throw std::runtime_error(
+          "a CUDA backend was asked for, but this program was built without CUDA "
+          "(GPURUN_ENABLE_CUDA=OFF); the CPU backend (Device::kCpu) is what it has");
+    }
+#endif
+  });
   if (options.device == Device::kCpu) {
     return make_cpu_backend(pg, model, data, cfg, options.cpu, log);
   }
 #if GPURUN_HAVE_CUDA
   return make_cuda_backend(pg, model, data, cfg, options.cuda, log);
 #else
-  throw std::runtime_error(
-      "--device cuda: this program was built without CUDA (GPURUN_ENABLE_CUDA=OFF); use "
-      "--device cpu");
+  throw std::logic_error("unreachable: Device::kCuda without CUDA");
 #endif
 }
 

@@ -77,13 +77,16 @@ struct TrainResult {
   std::vector<double> step_losses;   // record_losses first steps: this rank's mean loss
 };
 
-// Throws std::invalid_argument on a bad configuration and std::runtime_error on failures (data,
-// checkpoints, devices); `log` receives rank 0's lines (pass a null stream on other ranks).
+// Collective: every rank calls it. A bad configuration, a checkpoint directory that cannot be
+// used and a checkpoint that cannot be resumed throw GroupError on every rank (process_group.h:
+// say it on rank 0, return from main); failures later in the run (a device, writing a
+// checkpoint) throw std::runtime_error on the rank that hit them, and the program must stop the
+// job (abort_job_if_parallel). `log` receives rank 0's lines (pass a null stream on other ranks).
 TrainResult train(ProcessGroup& pg, const Dataset& data, const ModelSpec& model, Backend& backend,
                   const TrainConfig& cfg, std::ostream& log);
 
 // Checks what train() and make_backend() need of cfg (epochs, batch sizes, resume needs a
-// checkpoint directory); throws std::invalid_argument naming the option.
+// checkpoint directory); throws std::invalid_argument naming the field of TrainConfig.
 void validate(const TrainConfig& cfg);
 
 // The learning rate at a global step (exposed for tests).
