@@ -269,7 +269,6 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
   o.backend.cpu.threads = threads;
   o.backend.cuda.nccl_multi_rank_gpu = env.nccl_multi_rank_gpu;
   o.backend.cuda.visible_devices = env.cuda_visible_devices;
-  o.train.heartbeat_path = env.heartbeat;
   o.train.progress = pg.rank() == 0 && stdout_is_terminal(env);
   rt::Dataset data;
   rt::run_agreed(pg, [&] { data = rt::load_mnist_dir(o.data); });  // a bad --data: one error

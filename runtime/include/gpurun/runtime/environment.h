@@ -33,5 +33,7 @@ struct RuntimeEnv {
 // From an explicit environment (tests), and from this process's (the edge).
 RuntimeEnv runtime_env(const std::map<std::string, std::string>& env);
 RuntimeEnv runtime_env_from_process();
+// This process's GPURUN_HEARTBEAT ("" when unset): TrainConfig's default heartbeat_path.
+std::string heartbeat_from_environment();
 
 }  // namespace gpurun::runtime

@@ -13,6 +13,7 @@
 
 #include "gpurun/runtime/backend.h"
 #include "gpurun/runtime/dataset.h"
+#include "gpurun/runtime/environment.h"
 #include "gpurun/runtime/model_spec.h"
 #include "gpurun/runtime/process_group.h"
 
@@ -40,9 +41,12 @@ struct TrainConfig {
   bool resume = false;          // continue from checkpoint_dir when it holds a checkpoint
   std::int64_t max_steps = -1;  // stop (and checkpoint) after this many global steps
   int eval_batch = 256;
-  bool progress = false;       // rank 0 draws a progress bar (stdout is a terminal)
-  std::string heartbeat_path;  // GPURUN_HEARTBEAT: write the global step there at every sync
-  int record_losses = 0;       // keep this rank's first N per-step losses (tests)
+  bool progress = false;  // rank 0 draws a progress bar (stdout is a terminal)
+  // Where the loop writes the global step at every sync, for gpurun --hang-timeout. The default
+  // is this process's GPURUN_HEARTBEAT (read at the edge, environment.h), so every program on the
+  // runtime beats under gpurun without a line of its own; "" writes none.
+  std::string heartbeat_path = heartbeat_from_environment();
+  int record_losses = 0;  // keep this rank's first N per-step losses (tests)
 };
 
 struct EpochStats {
