@@ -118,8 +118,20 @@ TrainResult Loop::run() {
   return res_;
 }
 
-// Rank 0's initial weights, or its checkpoint, become every rank's.
+// Rank 0's initial weights, or its checkpoint, become every rank's. Rank 0 alone touches the
+// checkpoint directory; what fails there becomes every rank's error (agree_on_errors), so that
+// the program can say it once and no rank waits for rank 0 in a collective forever.
 void Loop::start() {
+  if (!cfg_.checkpoint_dir.empty()) {
+    int removed = 0;
+    run_agreed(pg_, [&] {
+      if (rank_ == 0) removed = prepare_checkpoint_dir(cfg_.checkpoint_dir);
+    });
+    if (removed > 0) {
+      log_ << "removed " << removed << " temporary checkpoint file(s) of writers that died in "
+           << cfg_.checkpoint_dir << "\n";
+    }
+  }
   if (cfg_.resume && resume()) return;
   std::vector<float> params(rank_ == 0 ? model_.param_floats() : 0);
   if (rank_ == 0) model_.init_params(cfg_.seed, params.data());

@@ -1,13 +1,16 @@
 #!/usr/bin/env bash
 # custom_data_e2e.sh: examples/custom_data, a program of one's own on the runtime library, run
 # as a user runs it.
-#   custom_data_e2e.sh MODE CUSTOM_DATA GPURUN [MNIST_CNN]
+#   custom_data_e2e.sh MODE CUSTOM_DATA GPURUN [MNIST_CNN | CHECKPOINT_WRITER]
 #   heartbeat        under gpurun --hang-timeout, with nothing copied into the config by hand,
 #                    the rank's GPURUN_HEARTBEAT file advances and the job is not called hung;
 #                    alone with GPURUN_HEARTBEAT set, the file ends at the last global step
-#   errors           a bad --data and hostile IDX files under gpurun -n 2 give one line from
-#                    the program (no MPI_ABORT banner, no 'terminate called'), status 1; the
-#                    same for mnist_cnn's --data (MNIST_CNN)
+#   errors           a bad --data, hostile IDX files and an unusable checkpoint directory under
+#                    gpurun -n 2 give one line from the program (no MPI_ABORT banner, no
+#                    'terminate called'), status 1; the same for mnist_cnn's --data (MNIST_CNN)
+#   checkpoint_kill  checkpoint writes killed with SIGKILL leave temp files; the next start
+#                    removes them and resumes from the whole checkpoint (CHECKPOINT_WRITER
+#                    rewrites a first run's checkpoint until it is killed)
 set -euo pipefail
 mode=$1 prog=$2 gpurun=$3 extra=${4:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-custom-data.XXXXXX")
@@ -104,6 +107,42 @@ EOF
   run "$gpurun" -q -n 2 -- "$prog" --data "$work/bomb"
   expect_one_error_line "gz bomb" "$work/bomb/train-images-idx3-ubyte.gz" \
     "bytes after the data the header declares"
+  # A checkpoint directory that cannot be made: said before training, once.
+  touch "$work/file"
+  run "$gpurun" -q -n 2 -- "$prog" --checkpoint "$work/file/ckpt"
+  expect_one_error_line "unusable --checkpoint" "$work/file/ckpt"
+  ;;
+checkpoint_kill)
+  # A first epoch writes the checkpoint that the writer then rewrites until it is killed.
+  writer=$extra ck=$work/ck
+  "$prog" --checkpoint "$ck" --epochs 1 --images 256 >"$work/first.log" 2>&1 ||
+    fail "the first run failed: $(cat "$work/first.log")"
+  kills=0
+  while ((kills < 20)); do
+    "$writer" "$ck" >"$work/writer.out" 2>&1 &
+    pid=$!
+    for ((i = 0; i < 200; i++)); do
+      grep -q written "$work/writer.out" && break
+      sleep 0.05
+    done
+    grep -q written "$work/writer.out" || fail "the writer wrote nothing: $(cat "$work/writer.out")"
+    sleep "0.$((RANDOM % 3 + 1))"
+    kill -KILL "$pid"
+    wait "$pid" 2>/dev/null || true
+    ((++kills))
+    left=$(find "$ck" -name 'checkpoint.bin.tmp.*' | wc -l)
+    ((kills >= 5 && left >= 2)) && break
+  done
+  ((left >= 1)) || fail "$kills kills left no temp file: the test saw no write cut short"
+  run "$prog" --checkpoint "$ck" --epochs 2 --images 256
+  ((rc == 0)) || fail "the restart failed: $(cat "$work/out")"
+  grep -q "removed $left temporary checkpoint file" "$work/out" ||
+    fail "no word of the $left temp files removed: $(cat "$work/out")"
+  grep -q "resumed from $ck/checkpoint.bin at epoch 2, step 0" "$work/out" ||
+    fail "did not resume from the checkpoint the kills left: $(cat "$work/out")"
+  rest=$(find "$ck" -name 'checkpoint.bin.tmp.*')
+  [[ -z $rest ]] || fail "temp files left after the restart: $rest"
+  echo "ok: $kills kills mid-write left $left temp files; the restart removed them and resumed"
   ;;
 *)
   fail "unknown mode $mode"
