@@ -36,6 +36,17 @@ std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, 
   // configuration is one error on every rank rather than an abort.
   run_agreed(pg, [&] {
     validate(cfg);
+    // The data is one channel of rows x cols (dataset.h) in `classes` classes.
+    const Shape in{1, data.train.rows, data.train.cols};
+    if (!(model.input() == in) || model.output().size() != std::size_t(data.classes)) {
+      const Shape m = model.input();
+      throw std::invalid_argument("the model takes " + std::to_string(m.c) + "x" +
+                                  std::to_string(m.h) + "x" + std::to_string(m.w) + " inputs to " +
+                                  std::to_string(model.output().size()) + " outputs; the data " +
+                                  data.name + " has 1x" + std::to_string(in.h) + "x" +
+                                  std::to_string(in.w) + " images (one channel) in " +
+                                  std::to_string(data.classes) + " classes");
+    }
 #if !GPURUN_HAVE_CUDA
     if (options.device == Device::kCuda) {
       throw std::runtime_error(
