@@ -170,6 +170,11 @@ std::string interpret(Options& o, const po::variables_map& vm) {
   if (o.train.batch_per_rank < 1) return "--batch-size must be >= 1";
   if (o.train.eval_batch < 1) return "--eval-batch must be >= 1";
   if (o.train.resume && o.train.checkpoint_dir.empty()) return "--resume needs --checkpoint DIR";
+  const int micro = o.backend.cpu.micro_batch;
+  if (micro < 0 || (micro > 0 && o.train.batch_per_rank % micro != 0)) {
+    return "--micro-batch " + std::to_string(micro) + " must divide --batch-size " +
+           std::to_string(o.train.batch_per_rank);
+  }
   o.backend.cuda.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
   o.backend.cuda.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
   if (o.conv_algo != "benchmark" && o.conv_algo != "heuristic") {

@@ -106,11 +106,11 @@ class CpuBackend final : public Backend {
 // (Whether the model fits the data, make_backend checked for every backend.)
 void CpuBackend::check(const CpuOptions& opt) const {
   if (opt.micro_batch < 0 || (opt.micro_batch > 0 && batch_ % opt.micro_batch != 0)) {
-    throw std::invalid_argument("--micro-batch " + std::to_string(opt.micro_batch) +
-                                " must divide --batch-size " + std::to_string(batch_));
+    throw std::invalid_argument("CPU options: micro_batch " + std::to_string(opt.micro_batch) +
+                                " must divide the batch per rank, " + std::to_string(batch_));
   }
   if (opt.micro_batch > 0 && slice_ % opt.micro_batch != 0) {
-    throw std::invalid_argument("--micro-batch " + std::to_string(opt.micro_batch) +
+    throw std::invalid_argument("CPU options: micro_batch " + std::to_string(opt.micro_batch) +
                                 " must divide each thread's " + std::to_string(slice_) + " images");
   }
 }
