@@ -49,10 +49,12 @@ heartbeat)
   GPURUN_HEARTBEAT=$work/hb "$prog" --epochs 1 --images 256 >"$work/alone.log"
   [[ $(cat "$work/hb") == 000000000000000008 ]] ||
     fail "GPURUN_HEARTBEAT holds '$(cat "$work/hb" 2>/dev/null)', want step 8"
-  # Under gpurun: one silent epoch of 256 steps (seconds). The rank's folder, and so its
-  # heartbeat file, is made under TMPDIR; watch it while the job runs.
+  # Under gpurun: one silent epoch of 256 steps (3 s on an idle machine, 15 s at a load of 9 on
+  # two cores). The rank's folder, and so its heartbeat file, is made under TMPDIR; watch it while
+  # the job runs: the file advancing is what the old code failed. --hang-timeout 10, not 4: at
+  # that load beats came up to 1.3 s apart and twice no beat for 4 s.
   mkdir "$work/tmp"
-  TMPDIR=$work/tmp "$gpurun" -n 1 --hang-timeout 4 --output-dir "$work/ranks" -- \
+  TMPDIR=$work/tmp "$gpurun" -n 1 --hang-timeout 10 --output-dir "$work/ranks" -- \
     "$prog" --epochs 1 --images 8192 >"$work/out" 2>&1 &
   job=$!
   seen=()
@@ -66,13 +68,13 @@ heartbeat)
   done
   rc=0
   wait "$job" || rc=$?
-  ((rc == 0)) || fail "gpurun --hang-timeout 4: status $rc: $(cat "$work/out")"
+  ((rc == 0)) || fail "gpurun --hang-timeout 10: status $rc: $(cat "$work/out")"
   ! grep -q 'the job hangs' "$work/out" || fail "called hung: $(cat "$work/out")"
   ((${#seen[@]} >= 3)) || fail "the heartbeat file did not advance (values seen: ${seen[*]:-none})"
   for ((i = 1; i < ${#seen[@]}; i++)); do
     ((10#${seen[i]} > 10#${seen[i - 1]})) || fail "heartbeat went back: ${seen[*]}"
   done
-  echo "ok: heartbeat advanced through ${#seen[@]} values (${seen[0]#"${seen[0]%%[1-9]*}"} .. $((10#${seen[-1]}))) under gpurun --hang-timeout 4"
+  echo "ok: heartbeat advanced through ${#seen[@]} values ($((10#${seen[0]})) .. $((10#${seen[-1]}))) under gpurun --hang-timeout 10"
   ;;
 errors)
   run "$gpurun" -q -n 2 -- "$prog" --data "$work/nowhere"
@@ -119,13 +121,16 @@ checkpoint_kill)
     fail "the first run failed: $(cat "$work/first.log")"
   kills=0
   while ((kills < 20)); do
-    "$writer" "$ck" >"$work/writer.out" 2>&1 &
+    # A file per writer: the shell truncates a shared one only once the child runs, so the wait
+    # below could see the last writer's word and kill this one before it wrote anything.
+    out=$work/writer.$kills.out
+    "$writer" "$ck" >"$out" 2>&1 &
     pid=$!
-    for ((i = 0; i < 200; i++)); do
-      grep -q written "$work/writer.out" && break
+    for ((i = 0; i < 600; i++)); do
+      grep -q written "$out" 2>/dev/null && break
       sleep 0.05
     done
-    grep -q written "$work/writer.out" || fail "the writer wrote nothing: $(cat "$work/writer.out")"
+    grep -q written "$out" || fail "the writer wrote nothing in 30 s: $(cat "$out")"
     sleep "0.$((RANDOM % 3 + 1))"
     kill -KILL "$pid"
     wait "$pid" 2>/dev/null || true
