@@ -2,7 +2,8 @@
 """man_sections.py: the parts of a man page that help2man cannot take from `PROGRAM --help` alone,
 taken from the same places the program's own help comes from, so the page cannot drift from it:
 
-  SYNOPSIS     the usage lines of `PROGRAM --help` (help2man only reads GNU's "Usage:" form)
+  SYNOPSIS     the usage lines of `PROGRAM --help` (help2man only reads GNU's "Usage:" form),
+               and .nh: the page is never hyphenated
   COMMANDS     every subcommand that `PROGRAM --help` lists, with its own `PROGRAM CMD --help`
   ENVIRONMENT  every variable in the program's environment table (a C++ header of
                {"NAME", "use"} rows: launcher/src/env_table.h, launcher/queue/src/env.h)
@@ -75,7 +76,9 @@ def synopsis_section(program, help_text):
     for u in filter(None, usage):
         u = re.split(r"\s{2,}", u)[0]
         synopsis.append(u if u.startswith(name + " ") or u == name else f"{name} {u}")
-    return "[SYNOPSIS]\n.nf\n" + roff_text("\n".join(synopsis)) + "\n.fi\n"
+    # .nh: no hyphenation in the whole page (SYNOPSIS comes first): a variable name, an option or
+    # a value list broken with a hyphen at a line's end ("LO-CAL_RANK") reads as another word.
+    return "[SYNOPSIS]\n.nh\n.nf\n" + roff_text("\n".join(synopsis)) + "\n.fi\n"
 
 
 def commands_section(program):

@@ -91,7 +91,7 @@ report() {  # report TITLE: the tables for the runs in $work
   "$py" - "$work" "$repeats" "$peak" "$1" "$kernels" <<'PY'
 import glob, json, os, sys
 work, repeats, peak, title, kernels = sys.argv[1], int(sys.argv[2]), float(sys.argv[3]), sys.argv[4], sys.argv[5].split()
-MFLOP = 17.4  # per training image: forward 5.93 + backward 11.47 (shared/notes/runtime.md, section 0)
+MFLOP = 17.4  # per training image: forward 5.93 + backward 11.47 (ModelSpec::train_flops_per_example; bench/results/cpu_mnist.md)
 def runs(name):
     out = []
     for p in sorted(glob.glob(os.path.join(work, name + ".*.json"))):

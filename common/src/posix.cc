@@ -104,4 +104,26 @@ std::string hostname() {
   return buf.data();
 }
 
+std::optional<std::uint64_t> process_start_time(long pid) {
+  if (pid <= 0) return std::nullopt;
+  const auto stat = read_file("/proc/" + std::to_string(pid) + "/stat");
+  if (!stat) return std::nullopt;
+  // "pid (comm) state ppid ...": comm may hold blanks and parentheses, so count fields from the
+  // last ')'. The field after it is the 3rd (state); starttime is the 22nd.
+  const std::size_t close = stat->rfind(')');
+  if (close == std::string::npos) return std::nullopt;
+  std::istringstream in(stat->substr(close + 1));
+  std::string field;
+  for (int i = 3; i < 22 && (in >> field); ++i) {
+  }
+  std::uint64_t start = 0;
+  if (!(in >> start)) return std::nullopt;
+  return start;
+}
+
+std::string boot_id() {
+  const auto id = read_file("/proc/sys/kernel/random/boot_id");
+  return id ? id->substr(0, id->find('\n')) : "";
+}
+
 }  // namespace gpurun::common

@@ -9,6 +9,7 @@
 #include <boost/program_options.hpp>
 #include <exception>
 #include <iostream>
+#include <memory>
 #include <string>
 #include <thread>
 
@@ -169,6 +170,15 @@ std::string interpret(Options& o, const po::variables_map& vm) {
   }
   if (vm.count("threads") && o.threads < 1) return "--threads must be >= 1";
   if (o.train.record_losses < 0) return "--record-losses must be >= 0";
+  if (o.train.epochs < 1) return "--epochs must be >= 1";
+  if (o.train.batch_per_rank < 1) return "--batch-size must be >= 1";
+  if (o.train.eval_batch < 1) return "--eval-batch must be >= 1";
+  if (o.train.resume && o.train.checkpoint_dir.empty()) return "--resume needs --checkpoint DIR";
+  const int micro = o.backend.cpu.micro_batch;
+  if (micro < 0 || (micro > 0 && o.train.batch_per_rank % micro != 0)) {
+    return "--micro-batch " + std::to_string(micro) + " must divide --batch-size " +
+           std::to_string(o.train.batch_per_rank);
+  }
   o.backend.cuda.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
   o.backend.cuda.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
   if (o.conv_algo != "benchmark" && o.conv_algo != "heuristic") {
@@ -269,9 +279,9 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
   o.backend.cuda.nccl_multi_rank_gpu = env.nccl_multi_rank_gpu;
   o.backend.cuda.visible_devices = env.cuda_visible_devices;
   o.backend.cuda.gpus_from_launcher = env.under_gpurun;
-  o.train.heartbeat_path = env.heartbeat;
   o.train.progress = pg.rank() == 0 && stdout_is_terminal(env);
-  const rt::Dataset data = rt::load_mnist_dir(o.data);
+  rt::Dataset data;
+  rt::run_agreed(pg, [&] { data = rt::load_mnist_dir(o.data); });  // a bad --data: one error
   const rt::ModelSpec model = ex.model({1, data.train.rows, data.train.cols}, data.classes);
   log << ex.program << ": " << data.name << " (" << data.train.count << " train, "
       << data.test.count << " test), " << pg.size() << " rank(s) [" << pg.backend() << "], device "
@@ -280,6 +290,9 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
   notes(o, env, log);
   auto backend = rt::make_backend(pg, model, data, o.train, o.backend, log);
   const rt::TrainResult r = rt::train(pg, data, model, *backend, o.train, log);
+  if (r.stop == rt::StopReason::kSignal && !o.train.checkpoint_dir.empty() && !o.train.resume) {
+    log << ex.program << ": the same command with --resume continues from there" << std::endl;
+  }
   if (o.backend.cuda.breakdown && o.backend.device == rt::Device::kCuda) {
     log << "breakdown: kernels " << r.kernel_seconds << " s, allreduce " << r.exchange_seconds
         << " s, host " << r.host_seconds << " s" << std::endl;
@@ -300,17 +313,21 @@ int train_main(int argc, char** argv, const Example& example) {
   Options o;
   int code = 0;
   if (!parse(argc, argv, example, o, code)) return code;
-  int rank = -1;
+  std::unique_ptr<rt::ProcessGroup> pg;
   try {
     const rt::RuntimeEnv env = rt::runtime_env_from_process();
-    auto pg = rt::make_process_group({env.shm_dir});
-    rank = pg->rank();
+    pg = rt::make_process_group({env.shm_dir});
     std::ostream null_stream(nullptr);
-    run(example, o, env, *pg, rank == 0 ? std::cout : null_stream);
+    run(example, o, env, *pg, pg->rank() == 0 ? std::cout : null_stream);
     return 0;
+  } catch (const rt::GroupError& e) {
+    // Every rank holds it (a bad --data, a checkpoint directory that cannot be used): rank 0
+    // says it once, and every rank ends normally.
+    if (pg->rank() == 0) std::cerr << example.program << ": error: " << e.what() << std::endl;
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << example.program;
-    if (rank >= 0) std::cerr << " (rank " << rank << ")";
+    if (pg) std::cerr << " (rank " << pg->rank() << ")";
     std::cerr << ": error: " << e.what() << std::endl;
     rt::abort_job_if_parallel(1);  // the other ranks may wait for this one forever
     return 1;

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
 #include <cerrno>
 #include <cmath>
@@ -38,12 +39,49 @@ usage:
                                             show the allocation and the rank plan
   gpurun hostlist expand EXPR...            Slurm hostlist -> one host a line
   gpurun hostlist compress HOST...          hosts -> Slurm hostlist
+  gpurun hostlist tasks EXPR...             Slurm tasks per node -> one count a line
 
 The scheduler (Slurm, PBS Pro/Torque, LSF, gpuq, or none) is read from the environment; ranks
 start through its engine (srun, mpirun, mpirun+blaunch, jsrun, pbsdsh). Every rank gets RANK
 WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES
 CUDA_DEVICE_ORDER OMP_NUM_THREADS GPURUN_SCHEDULER GPURUN_JOB_ID. When one rank fails, all stop.
 )";
+
+// Prints options as Boost does ("  -n [ --ntasks ] arg   total ranks ..."), but with at least two
+// blanks before every description and lines broken only between words. help2man takes two
+// blanks as the end of an option, and the man page and the bash completion are read from this
+// help (packaging/): Boost left one blank after its longest option and broke a long word at the
+// line's end, which garbled gpurun(1)'s --monitor and --container-runtime entries.
+void print_options(std::ostream& os, const std::string& caption, const po::options_description& d) {
+  constexpr std::size_t kWidth = 80, kMaxColumn = 34;
+  const auto name_of = [](const po::option_description& o) {
+    const std::string p = o.format_parameter();
+    return "  " + o.format_name() + (p.empty() ? "" : " " + p);
+  };
+  std::size_t column = 0;
+  for (const auto& o : d.options()) column = std::max(column, name_of(*o).size() + 2);
+  column = std::min(column, kMaxColumn);
+  os << caption << ":\n";
+  for (const auto& o : d.options()) {
+    std::string line = name_of(*o);
+    if (line.size() + 2 > column) {  // too long: the description starts on the next line
+      os << line << "\n";
+      line.clear();
+    }
+    line.resize(column, ' ');
+    std::istringstream words(o->description());
+    bool first = true;
+    for (std::string w; words >> w; first = false) {
+      if (!first && line.size() + 1 + w.size() > kWidth) {
+        os << line << "\n";
+        line.assign(column, ' ');
+        first = true;
+      }
+      line += (first ? "" : " ") + w;
+    }
+    os << line << "\n";
+  }
+}
 
 struct Cli {
   po::options_description plan{"plan options"};
@@ -123,14 +161,15 @@ Setup setup(const po::variables_map& vm) {
 }
 
 int cmd_info(const std::vector<std::string>& args) {
-  po::options_description d("gpurun info [--json] [--env-file FILE] [PLAN OPTIONS]");
+  constexpr const char* kInfoUsage = "gpurun info [--json] [--env-file FILE] [PLAN OPTIONS]";
+  po::options_description d(kInfoUsage);
   add_plan_options(d);
   d.add_options()("json", "print JSON")("help,h", "this help");
   po::variables_map vm;
   po::store(po::command_line_parser(args).options(d).run(), vm);
   po::notify(vm);
   if (vm.count("help")) {
-    std::cout << d;
+    print_options(std::cout, kInfoUsage, d);
     return 0;
   }
   Setup s = setup(vm);
@@ -217,18 +256,21 @@ po::options_description launch_options() {
       "output-dir", po::value<std::string>(),
       "also write each rank's stdout/stderr to DIR/rank-N.out/.err (and a hang's stacks)")(
       "monitor", po::value<std::string>()->implicit_value("1")->value_name("SECONDS"),
-      "--monitor[=SECONDS] FILE.csv: every SECONDS (default 1) sample the job's GPUs on every "
-      "node into FILE.csv (time,node,rank,gpu,util,mem_used_mib,power_w,temp_c); at the end one "
-      "line per node, and GPUs under half the job's median utilisation named")(
+      "sample the job's GPUs on every node every SECONDS (default 1) into FILE.csv, the word "
+      "after the option (--monitor=0.5 gpus.csv), one row per GPU and sample with the columns "
+      "time, node, rank, gpu, util, mem_used_mib, power_w, temp_c; at the end one line per "
+      "node, and GPUs under half the job's median utilisation named")(
       "cpu-bind", po::value<std::string>()->default_value("none"),
-      "auto (CPUs next to each rank's GPU), none, or one CPU list per local rank: 0-3:4-7")(
+      "auto|none|LIST: auto puts each rank on the CPUs next to its GPU; LIST is one CPU list "
+      "per local rank, 0-3:4-7")(
       "container", po::value<std::string>(),
       "run each rank inside IMAGE: apptainer exec --nv, or podman run with only the rank's GPUs "
       "(CDI), the rank's variables and the working folder; under Slurm with pyxis, srun runs "
       "each task in IMAGE (gpurun must be in the image)")(
       "container-runtime", po::value<std::string>()->default_value("auto"),
-      "auto (pyxis when srun has it, else apptainer, else podman on PATH), apptainer, podman "
-      "or pyxis")("quiet,q", "no gpurun: status lines (failures are still reported)")(
+      "auto|apptainer|podman|pyxis: auto takes pyxis when srun has it, else apptainer, else "
+      "podman, whichever is on PATH")("quiet,q",
+                                      "no gpurun: status lines (failures are still reported)")(
       "version", "print the version")("help,h", "this help");
   return d;
 }
@@ -373,7 +415,8 @@ int cmd_launch(const std::vector<std::string>& args) {
   po::store(po::command_line_parser(opts).options(all).run(), vm);
   po::notify(vm);
   if (vm.count("help") || args.empty()) {
-    std::cout << kUsage << "\n" << d;
+    std::cout << kUsage << "\n";
+    print_options(std::cout, "options", d);
     return args.empty() ? 2 : 0;
   }
   if (vm.count("version")) {

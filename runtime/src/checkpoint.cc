@@ -1,15 +1,18 @@
 // checkpoint.cc: binary checkpoint format ("GPRNCKP1", little-endian fields, FNV-1a checksum at
-// the end) and its atomic write.
+// the end), its atomic write, and the removal of dead writers' temp files.
 #include "gpurun/runtime/checkpoint.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <memory>
 #include <stdexcept>
 
 #include "gpurun/common/posix.h"
@@ -68,6 +71,39 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
+// A temp file's name says whose it is: "checkpoint.bin.tmp.BOOT.PID.START" (boot id, pid, the
+// process's start time), so that a later run can tell a dead writer's leftover from a live
+// writer's file without trusting a bare pid, which the kernel reuses.
+constexpr const char* kTempMarker = ".tmp.";
+
+std::string temp_suffix() {
+  static const std::string suffix = [] {
+    const long pid = long(::getpid());
+    return kTempMarker + common::boot_id() + "." + std::to_string(pid) + "." +
+           std::to_string(common::process_start_time(pid).value_or(0));
+  }();
+  return suffix;
+}
+
+// Whether the writer that `owner` ("BOOT.PID.START") names is certainly dead. Only this boot's
+// files are judged: another boot id is an earlier boot or another machine sharing the file
+// system, which cannot be told apart. Dead: no process has the pid, or the one that has it
+// started at another time (the pid was reused). Anything unparsable is left alone.
+bool writer_is_dead(const std::string& owner) {
+  const std::size_t a = owner.find('.');
+  const std::size_t b = a == std::string::npos ? a : owner.find('.', a + 1);
+  const std::string boot = common::boot_id();
+  if (b == std::string::npos || boot.empty() || owner.compare(0, a, boot) != 0 || a != boot.size())
+    return false;
+  char* end = nullptr;
+  const long pid = std::strtol(owner.c_str() + a + 1, &end, 10);
+  if (end != owner.c_str() + b || pid <= 0) return false;
+  const std::uint64_t start = std::strtoull(owner.c_str() + b + 1, &end, 10);
+  if (end == owner.c_str() + b + 1 || *end != '\0') return false;
+  const auto now = common::process_start_time(pid);
+  return !now || *now != start;
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir) {
@@ -79,9 +115,34 @@ bool checkpoint_exists(const std::string& dir) {
   return ::stat(checkpoint_path(dir).c_str(), &st) == 0;
 }
 
+int prepare_checkpoint_dir(const std::string& dir) {
+  if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
+    throw std::runtime_error(dir +
+                             ": cannot create the checkpoint directory: " + std::strerror(errno));
+  }
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) {
+    throw std::runtime_error(dir +
+                             ": cannot read the checkpoint directory: " + std::strerror(errno));
+  }
+  if (::access(dir.c_str(), W_OK | X_OK) != 0) {
+    throw std::runtime_error(dir + ": cannot write checkpoints there: " + std::strerror(errno));
+  }
+  const std::string prefix = std::string("checkpoint.bin") + kTempMarker;
+  int removed = 0;
+  while (const dirent* e = ::readdir(d.get())) {
+    const std::string name = e->d_name;
+    if (name.compare(0, prefix.size(), prefix) != 0) continue;
+    if (!writer_is_dead(name.substr(prefix.size()))) continue;
+    if (::unlink((dir + "/" + name).c_str()) == 0) ++removed;
+  }
+  return removed;
+}
+
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   if (::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST) {
-    throw std::runtime_error(dir + ": cannot create checkpoint directory: " + std::strerror(errno));
+    throw std::runtime_error(dir +
+                             ": cannot create the checkpoint directory: " + std::strerror(errno));
   }
   std::string out(kMagic, sizeof kMagic);
   put(out, c.seed);
@@ -98,7 +159,7 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   put(out, fnv1a(out));
 
   const std::string final_path = checkpoint_path(dir);
-  const std::string tmp = final_path + ".tmp." + std::to_string(::getpid());
+  const std::string tmp = final_path + temp_suffix();
   const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) throw std::runtime_error(tmp + ": cannot create: " + std::strerror(errno));
   try {

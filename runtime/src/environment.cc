@@ -59,4 +59,8 @@ RuntimeEnv runtime_env_from_process() {
   return runtime_env(env);
 }
 
+std::string heartbeat_from_environment() {
+  return runtime_env_from_process().heartbeat;
+}
+
 }  // namespace gpurun::runtime

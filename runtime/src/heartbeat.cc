@@ -23,9 +23,9 @@ Heartbeat::Heartbeat(const std::string& path, std::ostream& log) : path_(path), 
 
 void Heartbeat::beat(std::int64_t step) {
   if (!fd_) return;
-  char field[22];
-  std::snprintf(field, sizeof field, "%020lld\n", static_cast<long long>(step));
-  if (::pwrite(fd_.get(), field, 21, 0) != 21) {
+  char field[kHeartbeatDigits + 2];
+  std::snprintf(field, sizeof field, "%0*lld\n", kHeartbeatDigits, static_cast<long long>(step));
+  if (::pwrite(fd_.get(), field, kHeartbeatDigits + 1, 0) != kHeartbeatDigits + 1) {
     log_ << "warning: writing the heartbeat file " << path_ << " failed: " << std::strerror(errno)
          << "; no more heartbeats\n";
     fd_.reset();

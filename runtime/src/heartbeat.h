@@ -2,8 +2,9 @@
 // file per rank and names it in GPURUN_HEARTBEAT; the rank writes its step number there, as
 // decimal ASCII at offset 0, whenever it makes progress, and the wrapper reads it about once a
 // second: a number that stops changing is a hang (gpurun --hang-timeout). One pwrite of a fixed
-// 20-digit, zero-padded field per beat, so a reader never sees a torn or shortened number. A
-// heartbeat that cannot be written is reported once and then left alone: training goes on.
+// 18-digit, zero-padded field and a newline per beat, so a reader never sees a torn or shortened
+// number. A heartbeat that cannot be written is reported once and then left alone: training
+// goes on.
 #pragma once
 
 #include <cstdint>
@@ -13,6 +14,10 @@
 #include "gpurun/common/posix.h"
 
 namespace gpurun::runtime {
+
+// gpurun's reader takes at most 18 digits (any int64 step without overflow): with the 20 this
+// field had before, every beat was unreadable and a silent epoch was called a hang.
+inline constexpr int kHeartbeatDigits = 18;
 
 class Heartbeat {
  public:

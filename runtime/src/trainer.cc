@@ -118,8 +118,20 @@ TrainResult Loop::run() {
   return res_;
 }
 
-// Rank 0's initial weights, or its checkpoint, become every rank's.
+// Rank 0's initial weights, or its checkpoint, become every rank's. Rank 0 alone touches the
+// checkpoint directory; what fails there becomes every rank's error (agree_on_errors), so that
+// the program can say it once and no rank waits for rank 0 in a collective forever.
 void Loop::start() {
+  if (!cfg_.checkpoint_dir.empty()) {
+    int removed = 0;
+    run_agreed(pg_, [&] {
+      if (rank_ == 0) removed = prepare_checkpoint_dir(cfg_.checkpoint_dir);
+    });
+    if (removed > 0) {
+      log_ << "removed " << removed << " temporary checkpoint file(s) of writers that died in "
+           << cfg_.checkpoint_dir << "\n";
+    }
+  }
   if (cfg_.resume && resume()) return;
   std::vector<float> params(rank_ == 0 ? model_.param_floats() : 0);
   if (rank_ == 0) model_.init_params(cfg_.seed, params.data());
@@ -127,24 +139,26 @@ void Loop::start() {
 }
 
 // Rank 0 reads the checkpoint and shares it (ranks need not share a filesystem). False: none.
+// A checkpoint rank 0 cannot use is every rank's error (agree_on_errors): no rank waits for it.
 bool Loop::resume() {
   const std::string path = checkpoint_path(cfg_.checkpoint_dir);
   std::int32_t have = 0;
   Checkpoint ck;
-  if (rank_ == 0 && checkpoint_exists(cfg_.checkpoint_dir)) {
+  run_agreed(pg_, [&] {
+    if (rank_ != 0 || !checkpoint_exists(cfg_.checkpoint_dir)) return;
     ck = load_checkpoint(path);
     if (ck.params.size() != model_.param_floats()) {
       throw std::runtime_error(path + ": holds " + std::to_string(ck.params.size()) +
                                " parameters, the model has " +
                                std::to_string(model_.param_floats()));
     }
-    if (ck.seed != cfg_.seed || ck.world_size != world_ ||
-        ck.batch_per_rank != cfg_.batch_per_rank) {
-      log_ << "warning: checkpoint was written with seed " << ck.seed << ", " << ck.world_size
-           << " ranks x " << ck.batch_per_rank << "; this run has seed " << cfg_.seed << ", "
-           << world_ << " x " << cfg_.batch_per_rank << ": the data order will differ\n";
-    }
     have = 1;
+  });
+  if (have && (ck.seed != cfg_.seed || ck.world_size != world_ ||
+               ck.batch_per_rank != cfg_.batch_per_rank)) {
+    log_ << "warning: checkpoint was written with seed " << ck.seed << ", " << ck.world_size
+         << " ranks x " << ck.batch_per_rank << "; this run has seed " << cfg_.seed << ", "
+         << world_ << " x " << cfg_.batch_per_rank << ": the data order will differ\n";
   }
   pg_.broadcast(&have, sizeof have, 0);
   if (!have) {
@@ -290,21 +304,30 @@ void Loop::say_stopped() {
        << ": stopped at a step boundary (global step " << global_step_ << ")";
   if (!cfg_.checkpoint_dir.empty()) {
     log_ << ", checkpoint written to " << checkpoint_path(cfg_.checkpoint_dir)
-         << "; continue with --resume";
+         << "; a run with resume on continues from it";
   } else {
-    log_ << "; no --checkpoint DIR was given, so nothing was saved";
+    log_ << "; no checkpoint directory was set, so nothing was saved";
   }
   log_ << std::endl;
 }
 
 }  // namespace
 
+// The messages name TrainConfig's fields: a program maps them to its own options.
 void validate(const TrainConfig& cfg) {
-  if (cfg.epochs < 1) throw std::invalid_argument("--epochs must be >= 1");
-  if (cfg.batch_per_rank < 1) throw std::invalid_argument("--batch-size must be >= 1");
-  if (cfg.eval_batch < 1) throw std::invalid_argument("--eval-batch must be >= 1");
+  const auto at_least_1 = [](const char* field, long long v) {
+    if (v < 1) {
+      throw std::invalid_argument(std::string("training configuration: ") + field +
+                                  " must be >= 1, got " + std::to_string(v));
+    }
+  };
+  at_least_1("epochs", cfg.epochs);
+  at_least_1("batch_per_rank (the batch size of each rank)", cfg.batch_per_rank);
+  at_least_1("eval_batch (the evaluation batch size)", cfg.eval_batch);
   if (cfg.resume && cfg.checkpoint_dir.empty()) {
-    throw std::invalid_argument("--resume needs --checkpoint DIR");
+    throw std::invalid_argument(
+        "training configuration: resume is set but checkpoint_dir is empty: there is nothing to "
+        "resume from");
   }
 }
 
@@ -324,7 +347,7 @@ float learning_rate(const TrainConfig& cfg, int world, std::int64_t t, std::int6
 
 TrainResult train(ProcessGroup& pg, const Dataset& data, const ModelSpec& model, Backend& backend,
                   const TrainConfig& cfg, std::ostream& log) {
-  validate(cfg);
+  run_agreed(pg, [&] { validate(cfg); });
   return Loop(pg, data, model, backend, cfg, log).run();
 }
 

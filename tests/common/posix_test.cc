@@ -1,10 +1,13 @@
 // Pins the shared POSIX helpers: signal names both ways, whole writes to pipes and sockets (and
-// the failure when the reader is gone), whole-file reads, the owning descriptor.
+// the failure when the reader is gone), whole-file reads, the owning descriptor, a process's
+// start time (whatever its name) and the boot id.
 #include "gpurun/common/posix.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -97,6 +100,45 @@ TEST(Fd, ClosesOnDestructionAndMovesOwnership) {
 
 TEST(Hostname, IsNeverEmpty) {
   EXPECT_FALSE(hostname().empty());
+}
+
+// The start time names one process: it does not change when the process renames itself, even to
+// a name with blanks and parentheses that a naive split of /proc/PID/stat would miscount; it is
+// gone once the process is reaped.
+TEST(ProcessStartTime, SurvivesAwkwardNamesAndEndsWithTheProcess) {
+  int go[2], done[2];
+  ASSERT_EQ(::pipe(go), 0);
+  ASSERT_EQ(::pipe(done), 0);
+  const pid_t child = ::fork();
+  if (child == 0) {
+    char c;
+    if (::read(go[0], &c, 1) != 1) ::_exit(1);
+    ::prctl(PR_SET_NAME, "x) 1 2 (y", 0, 0, 0);
+    if (::write(done[1], "r", 1) != 1) ::_exit(1);
+    ::pause();
+    ::_exit(0);
+  }
+  ASSERT_GT(child, 0);
+  const auto before = process_start_time(child);
+  ASSERT_TRUE(before);
+  EXPECT_TRUE(write_all(go[1], "g"));
+  char c;
+  ASSERT_EQ(::read(done[0], &c, 1), 1);
+  EXPECT_EQ(process_start_time(child), before);
+  EXPECT_GE(*before, process_start_time(::getpid()).value());  // started after this process
+  ::kill(child, SIGKILL);
+  ::waitpid(child, nullptr, 0);
+  EXPECT_FALSE(process_start_time(child));
+  EXPECT_FALSE(process_start_time(0));
+  EXPECT_FALSE(process_start_time(-1));
+  for (int fd : {go[0], go[1], done[0], done[1]}) ::close(fd);
+}
+
+TEST(BootId, IsTheKernelsOne) {
+  const auto id = read_file("/proc/sys/kernel/random/boot_id");
+  ASSERT_TRUE(id);
+  EXPECT_EQ(boot_id() + "\n", *id);
+  EXPECT_EQ(boot_id().size(), 36u);
 }
 
 }  // namespace

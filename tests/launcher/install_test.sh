@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # `cmake --install` places gpurun, gpuq and the libraries with a CMake package config that an
-# outside project can find_package() and link: a launcher consumer, and a runtime consumer that
-# declares LeNet and trains it through the installed runtime.
+# outside project can find_package() and link: a launcher consumer, and examples/custom_data,
+# which declares LeNet and trains it through the installed runtime.
 set -euo pipefail
 build=$1; here=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -16,8 +16,19 @@ cmake -S "$here/install_consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/p
 cmake --build "$tmp/consumer" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; echo "FAIL: consumer build"; exit 1; }
 out=$("$tmp/consumer/consumer")
 [[ $out == "16 node[01-16]" ]] || { echo "FAIL: consumer printed '$out'"; exit 1; }
-rt=$("$tmp/consumer/consumer_runtime") || { echo "FAIL: consumer_runtime: $rt"; exit 1; }
-[[ $rt =~ ^lenet\ 431080\ parameters ]] || { echo "FAIL: consumer_runtime printed '$rt'"; exit 1; }
+# examples/custom_data as its own project, against the installed runtime, as runtime/README.md
+# tells a user to build it: it trains LeNet on its in-memory squares and learns them.
+cmake -S "$here/../../examples/custom_data" -B "$tmp/custom" -DCMAKE_PREFIX_PATH="$tmp/prefix" \
+  >"$tmp/cfg.log" 2>&1 || { cat "$tmp/cfg.log"; echo "FAIL: examples/custom_data: find_package"; exit 1; }
+cmake --build "$tmp/custom" >"$tmp/build.log" 2>&1 || { cat "$tmp/build.log"; echo "FAIL: custom_data build"; exit 1; }
+rt=$("$tmp/custom/custom_data" --epochs 2 | tail -n 1) || { echo "FAIL: custom_data: $rt"; exit 1; }
+[[ $rt =~ ^lenet\ 431080\ parameters,\ test\ accuracy\ (1|0\.9[0-9]*)$ ]] ||
+  { echo "FAIL: custom_data printed '$rt' (want LeNet's 431080 parameters, accuracy >= 0.9)"; exit 1; }
+# --device cuda trains where a GPU can, and is otherwise one clear error with status 1.
+if ! cuda=$("$tmp/custom/custom_data" --device cuda --epochs 1 2>&1); then
+  [[ $cuda == "custom_data"*"error: "*[Cc][Uu][Dd][Aa]* && $(wc -l <<<"$cuda") == 1 ]] ||
+    { echo "FAIL: --device cuda without a usable device said: $cuda"; exit 1; }
+fi
 "$tmp/prefix/bin/mnist_cnn" --help >/dev/null || { echo "FAIL: installed mnist_cnn --help"; exit 1; }
 "$tmp/prefix/bin/lenet" --help >/dev/null || { echo "FAIL: installed lenet --help"; exit 1; }
 echo "ok: installed gpurun, gpuq, mnist_cnn, lenet, and find_package(gpurun) consumers of the launcher and the runtime work ($out; $rt)"

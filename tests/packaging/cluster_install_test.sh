@@ -129,5 +129,12 @@ expect_completion "gpurun info --js" --json
 expect_completion "gpuq s" submit show stats
 expect_completion "gpuq " queue cancel hold release drain resume daemon web --version
 expect_completion "gpuq submit --ti" --time
+# Values named only under a long option's line, or in a subcommand's usage line.
+expect_completion "gpurun --cpu-bind " auto none
+expect_completion "gpurun --container-runtime " auto apptainer podman pyxis
+expect_completion "gpurun --container-runtime p" podman pyxis
+expect_completion "gpurun info --scheduler " slurm gpuq
+expect_completion "gpuq report --by " user account
+expect_completion "gpuq report --since 7d --by a" account
 [[ -z $(complete_words "gpurun -n 2 -- --sch") ]] || fail "options offered after '--' (the program's)"
 echo "ok: bash completion of gpurun and gpuq"

@@ -198,6 +198,10 @@ bad_data)
   "$bin" --lr-scaling sideways >"$work/out" 2>&1 || rc=$?
   ((rc == 2)) || fail "bad option: exit code $rc, want 2"
   rc=0
+  "$bin" --micro-batch 48 >"$work/out" 2>&1 || rc=$?
+  ((rc == 2)) || fail "--micro-batch 48 of 64: exit code $rc, want 2"
+  grep -q -- "--micro-batch 48 must divide --batch-size 64" "$work/out" || fail "$(cat "$work/out")"
+  rc=0
   "$bin" --exchange carrier-pigeon >"$work/out" 2>&1 || rc=$?
   ((rc == 2)) || fail "bad --exchange: exit code $rc, want 2"
   grep -q "auto, allreduce or shared" "$work/out" || fail "bad --exchange: $(cat "$work/out")"

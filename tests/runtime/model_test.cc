@@ -128,8 +128,8 @@ TEST(ModelSpec, WorksOutShapesAndTheFlatLayout) {
   EXPECT_EQ(mnist_cnn_spec().param_count(), 2770634u);
 }
 
-// The step's FLOP as the benchmarks quote them (shared/notes/runtime.md: 17.4 MFLOP per MNIST CNN
-// image, forward 5.93 and backward 11.47), worked out from the layer list.
+// The step's FLOP as the benchmarks quote them (bench/results/cpu_mnist.md: 17.4 MFLOP per MNIST
+// CNN image, forward 5.93 and backward 11.47), worked out from the layer list.
 TEST(ModelSpec, CountsTheTrainingStepsFlop) {
   // conv 32x(1x3x3) at 26x26, dense 21632 -> 128 -> 10: forward 2 x 2,964,864 multiply-adds;
   // backward the same for the weights plus both dense layers' input gradients.

@@ -38,7 +38,7 @@ class CpuBackend final : public Backend {
         pool_(workers_),
         x_(std::size_t(batch_) * data.train.image_floats()),
         y_(std::size_t(batch_)) {
-    check(model, data, opt);
+    check(opt);
     kernels::cpu::set_cpu_kernels(opt.kernels);
     kernels::cpu::set_num_threads(workers_ > 1 ? 1 : std::max(1, opt.threads));
     for (int w = 0; w < workers_; ++w) {
@@ -88,7 +88,7 @@ class CpuBackend final : public Backend {
   std::string epoch_note() const override { return exchange_->note(); }
 
  private:
-  void check(const ModelSpec& model, const Dataset& data, const CpuOptions& opt) const;
+  void check(const CpuOptions& opt) const;
   void add_worker_gradients();
 
   ProcessGroup& pg_;
@@ -103,21 +103,15 @@ class CpuBackend final : public Backend {
   Progress pending_;
 };
 
-void CpuBackend::check(const ModelSpec& model, const Dataset& data, const CpuOptions& opt) const {
+// (Whether the model fits the data, make_backend checked for every backend.)
+void CpuBackend::check(const CpuOptions& opt) const {
   if (opt.micro_batch < 0 || (opt.micro_batch > 0 && batch_ % opt.micro_batch != 0)) {
-    throw std::invalid_argument("--micro-batch " + std::to_string(opt.micro_batch) +
-                                " must divide --batch-size " + std::to_string(batch_));
+    throw std::invalid_argument("CPU options: micro_batch " + std::to_string(opt.micro_batch) +
+                                " must divide the batch per rank, " + std::to_string(batch_));
   }
   if (opt.micro_batch > 0 && slice_ % opt.micro_batch != 0) {
-    throw std::invalid_argument("--micro-batch " + std::to_string(opt.micro_batch) +
+    throw std::invalid_argument("CPU options: micro_batch " + std::to_string(opt.micro_batch) +
                                 " must divide each thread's " + std::to_string(slice_) + " images");
-  }
-  const Shape in{1, data.train.rows, data.train.cols};
-  if (!(model.input() == in) || model.output().size() != std::size_t(data.classes)) {
-    throw std::invalid_argument("the model takes " + std::to_string(model.input().size()) +
-                                " inputs to " + std::to_string(model.output().size()) +
-                                " classes; the data has " + std::to_string(in.size()) +
-                                "-pixel images in " + std::to_string(data.classes) + " classes");
   }
 }
 

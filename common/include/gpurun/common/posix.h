@@ -1,8 +1,9 @@
 // posix.h: POSIX helpers shared by the launcher, the queue and the runtime. Each exists once,
 // here: an owning file descriptor, signal names both ways, writes that finish or say why, a
-// whole-file read and the host name.
+// whole-file read, the host name, and what names a process for a whole boot.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <string_view>
@@ -46,5 +47,12 @@ std::optional<std::string> read_file(const std::string& path);
 
 // This machine's host name ("localhost" if gethostname fails).
 std::string hostname();
+
+// When process `pid` started (field 22 of /proc/PID/stat: clock ticks after boot), or nullopt when
+// there is no such process. A pid is reused; the pair (pid, start time) names one process for the
+// whole boot, so a file that records both can tell whether its owner still lives.
+std::optional<std::uint64_t> process_start_time(long pid);
+// This boot's id (/proc/sys/kernel/random/boot_id, without the newline), "" when unreadable.
+std::string boot_id();
 
 }  // namespace gpurun::common

@@ -163,8 +163,10 @@ struct BackendOptions {
 // Never throws.
 bool cuda_available() noexcept;
 
-// The backend for `options.device`. Throws std::invalid_argument on a bad configuration and
-// std::runtime_error when the device cannot be used ("built without CUDA", no device).
+// The backend for `options.device`. Collective: every rank calls it. A configuration every rank
+// can check first (validate(cfg), a CUDA backend in a build without CUDA) throws GroupError on
+// every rank (process_group.h); later failures throw std::invalid_argument (bad options) or
+// std::runtime_error (the device cannot be used, no device) on the ranks that hit them.
 // `log` gets rank 0's notes (which exchange was chosen and why).
 std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
                                       const TrainConfig& cfg, const BackendOptions& options,

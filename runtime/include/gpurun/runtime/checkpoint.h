@@ -2,6 +2,8 @@
 // the position (epoch, step within it, global step), the seed (the sampler's shuffle is a pure
 // function of (seed, epoch), so seed + position is the whole RNG state) and the partial sums of
 // the interrupted epoch. Written atomically: temp file, fsync, rename, fsync of the directory.
+// The temp file's name carries its writer (boot id, pid, start time), so a dead writer's leftover
+// can be told from a live one's (prepare_checkpoint_dir).
 #pragma once
 
 #include <cstdint>
@@ -24,6 +26,12 @@ struct Checkpoint {
 
 // DIR/checkpoint.bin
 std::string checkpoint_path(const std::string& dir);
+// Creates DIR if needed and checks that checkpoints can be written there; removes the temp files
+// (DIR/checkpoint.bin.tmp.BOOT.PID.START) of writers that died mid-write (kill -9, a node
+// crash), judged by boot id, pid and the process's start time, never by a bare pid: a live
+// writer's file stays, and so does one of another machine or boot. Returns how many it removed.
+// Throws std::runtime_error naming DIR when it cannot be created, read or written.
+int prepare_checkpoint_dir(const std::string& dir);
 // Creates DIR if needed. Throws std::runtime_error naming the path on any failure.
 void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // Throws std::runtime_error naming the file when it is missing, truncated or corrupt.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -60,6 +61,24 @@ class ProcessGroup {
 // other ranks may be waiting in a collective this rank will never join, and MPI_Finalize would
 // wait for them); otherwise returns.
 void abort_job_if_parallel(int code);
+
+// An error every rank of the group holds, with the same message (agree_on_errors threw it on each):
+// rank 0 says it once and every rank returns from main, without MPI_Abort (no rank waits for
+// another) and without one copy of the message per rank.
+class GroupError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// Collective: every rank calls it, with what it caught ("" for nothing), after a part of the
+// program that may fail on some ranks only and that holds no collective itself (reading data,
+// checking a configuration, rank 0 reading a checkpoint). Returns when no rank failed; otherwise
+// throws GroupError on every rank: the message of the lowest failed rank, prefixed with "rank R
+// of N on HOST: " (and how many others failed) unless every rank failed.
+void agree_on_errors(ProcessGroup& pg, const std::string& error);
+// Runs `part` on this rank and agrees on its outcome as agree_on_errors does: what it throws
+// (any std::exception) becomes a GroupError on every rank.
+void run_agreed(ProcessGroup& pg, const std::function<void()>& part);
 
 struct ProcessGroupOptions {
   // Where Open MPI backs shared-memory windows (OMPI_MCA_osc_sm_backing_directory, read at the

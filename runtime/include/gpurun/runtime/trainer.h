@@ -13,6 +13,7 @@
 
 #include "gpurun/runtime/backend.h"
 #include "gpurun/runtime/dataset.h"
+#include "gpurun/runtime/environment.h"
 #include "gpurun/runtime/model_spec.h"
 #include "gpurun/runtime/process_group.h"
 
@@ -40,9 +41,12 @@ struct TrainConfig {
   bool resume = false;          // continue from checkpoint_dir when it holds a checkpoint
   std::int64_t max_steps = -1;  // stop (and checkpoint) after this many global steps
   int eval_batch = 256;
-  bool progress = false;       // rank 0 draws a progress bar (stdout is a terminal)
-  std::string heartbeat_path;  // GPURUN_HEARTBEAT: write the global step there at every sync
-  int record_losses = 0;       // keep this rank's first N per-step losses (tests)
+  bool progress = false;  // rank 0 draws a progress bar (stdout is a terminal)
+  // Where the loop writes the global step at every sync, for gpurun --hang-timeout. The default
+  // is this process's GPURUN_HEARTBEAT (read at the edge, environment.h), so every program on the
+  // runtime beats under gpurun without a line of its own; "" writes none.
+  std::string heartbeat_path = heartbeat_from_environment();
+  int record_losses = 0;  // keep this rank's first N per-step losses (tests)
 };
 
 struct EpochStats {
@@ -77,13 +81,16 @@ struct TrainResult {
   std::vector<double> step_losses;   // record_losses first steps: this rank's mean loss
 };
 
-// Throws std::invalid_argument on a bad configuration and std::runtime_error on failures (data,
-// checkpoints, devices); `log` receives rank 0's lines (pass a null stream on other ranks).
+// Collective: every rank calls it. A bad configuration, a checkpoint directory that cannot be
+// used and a checkpoint that cannot be resumed throw GroupError on every rank (process_group.h:
+// say it on rank 0, return from main); failures later in the run (a device, writing a
+// checkpoint) throw std::runtime_error on the rank that hit them, and the program must stop the
+// job (abort_job_if_parallel). `log` receives rank 0's lines (pass a null stream on other ranks).
 TrainResult train(ProcessGroup& pg, const Dataset& data, const ModelSpec& model, Backend& backend,
                   const TrainConfig& cfg, std::ostream& log);
 
 // Checks what train() and make_backend() need of cfg (epochs, batch sizes, resume needs a
-// checkpoint directory); throws std::invalid_argument naming the option.
+// checkpoint directory); throws std::invalid_argument naming the field of TrainConfig.
 void validate(const TrainConfig& cfg);
 
 // The learning rate at a global step (exposed for tests).
