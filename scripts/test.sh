@@ -60,12 +60,13 @@ fi
 
 if part asan; then
   t=$SECONDS
-  # -O1: ASan's usual level; the unit tests only (the programs' runs are the stand-in part's).
+  # Only the GPU path is instrumented (GPURUN_SANITIZE): the rest is the stand-in build's objects.
+  # The unit tests only: the programs' runs are the stand-in part's.
   configure build-asan -DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF \
-    -DGPURUN_SANITIZE=address,undefined "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g" \
-    "-DGPURUN_STANDIN_GPURUN=$root/$build/launcher/gpurun"
+    -DGPURUN_SANITIZE=address,undefined "-DGPURUN_STANDIN_GPURUN=$root/$build/launcher/gpurun"
   cmake --build build-asan -j "$(nproc)" --target kernels_cuda_test cuda_backend_test \
-    cuda_first_run_test cuda_watchdog_test nccl_allreduce_test cuda_collectives_test
+    cuda_first_run_test cuda_watchdog_test nccl_allreduce_test cuda_collectives_test \
+    standin_rules_test
   # The stand-in and Open MPI keep some memory to the end on purpose: leaks are not the point.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \

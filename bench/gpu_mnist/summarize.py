@@ -6,7 +6,9 @@ torch.compile, the ratios, images/s, test accuracy, the --breakdown split, and h
 from the GPU's arithmetic limit: the step's FLOP (the report's train_flops_per_example: 17.4
 MFLOP per image, 1.04 TFLOP per 60k epoch) over its seconds, against the round peaks issue 10
 names for an H100 or H200 (about 60 TFLOP/s FP32, 400 TF32; a spec, not a measurement). Works on
-a partial raw/ folder (a run cut short): what is missing says so.
+a partial raw/ folder (a run cut short): what is missing says so. A report of a run on the CUDA
+stand-in (tests/standin: its device is named "... (gpurun CUDA stand-in)") is never a GPU
+measurement: with one in RAW_DIR nothing is written and the exit status is 2.
 
   python3 bench/gpu_mnist/summarize.py RAW_DIR OUT_DIR
 """
@@ -129,7 +131,23 @@ def row_for(raw, b, peaks):
                                  "breakdown_2_epochs": bd}
 
 
+def standin_runs(raw):
+    """The reports in raw whose device is the CUDA stand-in's."""
+    found = []
+    for name in sorted(os.listdir(raw)):
+        if name.endswith(".json"):
+            dev = load(raw, name).get("device", "")
+            if isinstance(dev, str) and "stand-in" in dev:
+                found.append("%s (%s)" % (name, dev))
+    return found
+
+
 def main(raw, out):
+    standin = standin_runs(raw)
+    if standin:
+        print("summarize.py: %s ran on the CUDA stand-in, which is not a GPU: no figure of it is a "
+              "measurement; nothing written" % ", ".join(standin))
+        return 2
     vers = {}
     try:
         with open(os.path.join(raw, "versions.txt")) as f:

@@ -10,6 +10,7 @@
 # images/s and its TFLOP/s worked out here from the report's fields, with the share of the
 # 60 TFLOP/s FP32 peak named for an H100; with nothing asked missing, summarize.py exits 0. When
 # the FP32 run died before its report, it must exit 1, name the run and show its log's last line.
+# A report of a run on the CUDA stand-in is refused (exit 2, nothing written).
 set -euo pipefail
 bin=$1 data=$2 summarize=$3
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-summarize.XXXXXX")
@@ -49,3 +50,15 @@ grep -q "no figure for gpurun at 128" "$work/sum2.log" || { cat "$work/sum2.log"
 grep -q "gpurun: mnist_cnn: cuDNN error CUDNN_STATUS_EXECUTION_FAILED" "$work/out2/gpu_mnist.md" ||
   { cat "$work/out2/gpu_mnist.md"; fail "the failed run's last log line is not in the table"; }
 echo "gpu_summarize: ok: $want"
+
+# A run on the CUDA stand-in is never a GPU measurement: refused, nothing written.
+python3 - "$raw/gpurun-b128.json" <<'PY'
+import json, sys
+json.dump({"device": "cuda:NVIDIA H100 80GB HBM3 (gpurun CUDA stand-in)", "seconds_per_epoch": [1, 1]},
+          open(sys.argv[1], "w"))
+PY
+rc=0
+python3 "$summarize" "$raw" "$work/out3" >"$work/sum3.log" 2>&1 || rc=$?
+((rc == 2)) || { cat "$work/sum3.log"; fail "summarize.py exited $rc on a stand-in report, expected 2"; }
+grep -q "ran on the CUDA stand-in, which is not a GPU" "$work/sum3.log" || fail "the refusal does not say why"
+[[ ! -e $work/out3/gpu_mnist.md ]] || fail "a table was written from a stand-in run"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # gpurun_cuda.sh: the GPU path as a user runs it, `gpurun -- mnist_cnn --device cuda`, on the
 # CUDA stand-in (tests/standin: a stand-in run is never a GPU measurement). One mode per test:
-#   gpurun_cuda.sh MODE GPURUN MNIST_CNN LENET DATA_DIR
+#   gpurun_cuda.sh MODE GPURUN MNIST_CNN DATA_DIR
 # ranks     1 rank, then 2 ranks through NCCL (two stand-in GPUs) and through the host-staged MPI
 #           sum (two ranks on one GPU), whose losses follow the CPU backend's at the same settings
 #           (OpenBLAS, one thread, the allreduce exchange): the first 25 steps within 1e-4 x
@@ -10,8 +10,9 @@
 #           (Measured: 2e-5 over the first 25 steps, then 0.7% mean and 4.4% at most; two CPU runs
 #           that differ only in their thread count drift apart exactly as much.) The report says
 #           device cuda and names the stand-in.
-# resume    a checkpoint on SIGUSR1, then --resume: the same weights, bit for bit, as one
-#           uninterrupted run (2 ranks, NCCL); LeNet trains on the GPU path too
+# resume    a checkpoint on SIGUSR1 mid-epoch, then --resume: the same weights, bit for bit, as
+#           one uninterrupted run (2 ranks, NCCL, momentum). (LeNet's checkpoints resume across
+#           backends in runtime_cuda_backend; it learns on the GPU path in runtime_cuda_e2e.)
 # hang      rank 1 never arrives at an allreduce (GPURUN_STANDIN_NCCL_HANG): the job ends within
 #           --comm-timeout + 5 s of the hang, the ranks name themselves and the collective, and no
 #           kernel runs on the aborted communicator (the stand-in would abort the process)
@@ -19,7 +20,7 @@
 # stuck     host-staged path: rank 1 is stopped (SIGSTOP) mid-epoch; rank 0's bounded MPI sum
 #           ends the job within --comm-timeout + 5 s, naming itself and the collective
 set -euo pipefail
-mode=$1 gpurun=$2 mnist=$3 lenet=$4 data=$5
+mode=$1 gpurun=$2 mnist=$3 data=$4
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-standin.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 py=/usr/bin/python3
@@ -122,15 +123,15 @@ ranks)
     "test accuracy $(json "$work/gpu2_nccl.json" test_accuracy) (NCCL)"
   ;;
 resume)
-  # Two epochs, losses read back (and stop signals agreed on) every 10 steps: the signal lands
-  # mid-run.
-  args=(--batch-size 32 --momentum 0.5 --lr 0.1 --epochs 2 --loss-every 10)
+  # Losses read back (and stop signals agreed on) every 10 of the 125 steps: the signal lands
+  # mid-epoch.
+  args=(--batch-size 32 --momentum 0.5 --lr 0.1 --epochs 1 --loss-every 10)
   run ref 2 cuda 2 "${args[@]}" --checkpoint "$work/ref"
   GPURUN_STANDIN_DEVICES=2 CUDA_VISIBLE_DEVICES=0,1 "$gpurun" -n 2 -- "$mnist" --device cuda \
     "${common[@]}" "${args[@]}" --checkpoint "$work/int" >"$work/int.log" 2>&1 &
   pid=$!
   for ((i = 0; i < 600; i++)); do grep -q "^training:" "$work/int.log" && break; sleep 0.1; done
-  sleep 2
+  sleep 1
   kill -USR1 "$pid"
   rc=0
   wait "$pid" || rc=$?
@@ -138,18 +139,14 @@ resume)
   ((rc == 0)) || fail "the interrupted run exited $rc"
   grep -q "checkpoint written" "$work/int.log" || fail "no checkpoint on SIGUSR1"
   at=$(grep -o "global step [0-9]*" "$work/int.log" | grep -o "[0-9]*$")
-  ((at > 0 && at < 250)) || fail "the run stopped at step '$at', not mid-run (of 250)"
+  ((at > 0 && at < 125)) || fail "the run stopped at step '$at', not mid-epoch (of 125)"
   run res 2 cuda 2 "${args[@]}" --checkpoint "$work/int" --resume
   grep -q "resumed from" "$work/res.log" || fail "the resumed run did not load the checkpoint"
   cmp "$work/ref/checkpoint.bin" "$work/int/checkpoint.bin" ||
     fail "interrupted + resumed weights differ from the uninterrupted run's"
   [[ $(json "$work/ref.json" param_checksum) == $(json "$work/res.json" param_checksum) ]] ||
     fail "param_checksum differs"
-  GPURUN_STANDIN_DEVICES=1 CUDA_VISIBLE_DEVICES=0 "$gpurun" -n 1 -- "$lenet" --device cuda --data "$data" --epochs 1 \
-    --report "$work/lenet.json" >"$work/lenet.log" 2>&1 || { cat "$work/lenet.log"; fail lenet; }
-  "$py" -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 0.8 else 1)" \
-    "$(json "$work/lenet.json" test_accuracy)" || fail "lenet did not learn on the GPU path"
-  echo "PASS: SIGUSR1 + --resume == uninterrupted, bit for bit; lenet $(json "$work/lenet.json" test_accuracy)"
+  echo "PASS: stopped at step $at by SIGUSR1, resumed: the uninterrupted run's weights, bit for bit"
   ;;
 hang | async)
   var=GPURUN_STANDIN_NCCL_HANG

@@ -3,13 +3,14 @@
 # bug applied to a scratch copy of the sources; the copy is built against the CUDA stand-in and the
 # named test must then FAIL. A mutation that no longer applies (its text is gone) or that does not
 # compile is an error of this script, never a pass.
-#   mutations.sh SOURCE_DIR SCRATCH_DIR DATA_DIR [NAME...]   (default: every mutation)
+#   mutations.sh SOURCE_DIR SCRATCH_DIR DATA_DIR GPURUN [NAME...]   (default: every mutation)
+# GPURUN: the gpurun the stand-in build is configured with (its checks are not run here).
 # The copy sits at SCRATCH_DIR/src with its build in SCRATCH_DIR/src/build-standin, the same
 # relative layout as SOURCE_DIR/build-standin, so with ccache (scripts/test.sh sets it up) only
 # the mutated file is compiled again.
 set -euo pipefail
-src=$(cd "$1" && pwd) scratch=$2 data=$(cd "$3" && pwd)
-shift 3
+src=$(cd "$1" && pwd) scratch=$2 data=$(cd "$3" && pwd) gpurun=$4
+shift 4
 mpirun_=(mpirun --allow-run-as-root --oversubscribe --bind-to none -n 2)
 
 # name|file|text to find (exactly once)|replacement|target|test command (run in the build dir)
@@ -34,7 +35,8 @@ command -v ccache >/dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache -
 gen=()
 command -v ninja >/dev/null && gen=(-G Ninja)
 cmake -S "$scratch/src" -B "$build" "${gen[@]}" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
-  -DGPURUN_WERROR=ON -DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF "${launcher[@]}" >/dev/null
+  -DGPURUN_WERROR=ON -DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF \
+  "-DGPURUN_STANDIN_GPURUN=$gpurun" "${launcher[@]}" >/dev/null
 
 # mutate FILE FIND REPLACE: the replacement of FIND, which must occur exactly once.
 mutate() {

@@ -2,7 +2,7 @@
 // leading dimensions: CUBLAS_STATUS_INVALID_VALUE), the handle's stream (so it can be captured),
 // its math mode (TF32 rounds the inputs as tensor cores do) and its workspace, which is
 // scribbled over after every call so no code can rely on what it held. C is not read when beta
-// is zero, as cuBLAS promises. The product itself is OpenBLAS's sgemm.
+// is zero, as cuBLAS promises (nor by BLAS). The product itself is OpenBLAS's sgemm.
 #include <cblas.h>
 
 #include <cstring>
@@ -151,8 +151,6 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
       throw std::runtime_error("cublasSgemm reads B out of bounds: " + why);
     if (!device_range(C, footprint(m, n, ldc), d.ordinal, &why))
       throw std::runtime_error("cublasSgemm writes C out of bounds: " + why);
-    if (be == 0.0f)  // not read: NaN left there by cudaMalloc must not leak through 0 * NaN
-      for (int c = 0; c < n; ++c) std::memset(C + std::size_t(c) * ldc, 0, sizeof(float) * m);
     std::vector<float> a32, b32;
     const float* a = A;
     const float* b = B;
@@ -161,10 +159,17 @@ cublasStatus_t cublasSgemm(cublasHandle_t h, cublasOperation_t ta, cublasOperati
       b32 = tf32_copy(B, b_rows, b_cols, ldb), b = b32.data();
     }
     auto t = [](cublasOperation_t o) { return o == CUBLAS_OP_N ? CblasNoTrans : CblasTrans; };
-    if (k > 0) cblas_sgemm(CblasColMajor, t(ta), t(tb), m, n, k, al, a, lda, b, ldb, be, C, ldc);
-    else if (be != 1.0f)
+    // BLAS does not read C when beta is zero (OpenBLAS writes zeros), as cuBLAS promises: the NaN
+    // cudaMalloc left there cannot leak through 0 * NaN (rules_test pins it).
+    if (k > 0) {
+      cblas_sgemm(CblasColMajor, t(ta), t(tb), m, n, k, al, a, lda, b, ldb, be, C, ldc);
+    } else {
       for (int c = 0; c < n; ++c)
-        for (int r = 0; r < m; ++r) C[std::size_t(c) * ldc + r] *= be;
+        for (int r = 0; r < m; ++r) {
+          float& x = C[std::size_t(c) * ldc + r];
+          x = be == 0.0f ? 0.0f : be * x;
+        }
+    }
     // The product needs no workspace here; a prefix scribbled is enough to break any code that
     // expects the workspace to keep what it held (all 32 MiB every call cost a third of a step).
     if (ws != nullptr) std::memset(ws, kFillByte, std::min<std::size_t>(ws_bytes, 64 << 10));

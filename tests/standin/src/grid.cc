@@ -36,7 +36,7 @@ namespace {
 #ifdef GPURUN_STANDIN_ASAN
 constexpr std::size_t kStackBytes = 512 << 10;
 #else
-constexpr std::size_t kStackBytes = 64 << 10;
+constexpr std::size_t kStackBytes = 32 << 10;  // kernel frames are shallow; 1,024 may be live
 #endif
 constexpr std::size_t kGuardPage = 4096;
 
@@ -72,8 +72,19 @@ class StackPool {
 };
 thread_local StackPool t_stacks;
 
+// A fiber's stack, as AddressSanitizer's fiber annotations want it (the lowest address, size).
+struct StackBounds {
+  const void* bottom = nullptr;
+  std::size_t size = 0;
+};
+thread_local StackBounds t_new_stack;  // the stack the pool handed out last
+
 struct PoolAllocator {
-  ctx::stack_context allocate() { return t_stacks.allocate(); }
+  ctx::stack_context allocate() {
+    ctx::stack_context sc = t_stacks.allocate();
+    t_new_stack = {static_cast<char*>(sc.sp) - sc.size, sc.size};
+    return sc;
+  }
   void deallocate(ctx::stack_context& sc) noexcept { t_stacks.deallocate(sc); }
 };
 
@@ -135,6 +146,7 @@ class Block {
     coords_.grid_dim = l.grid;
     state_.resize(n_);
     fibers_.resize(n_);
+    stacks_.resize(n_);
     warps_.resize((n_ + 31) / 32);
   }
 
@@ -156,7 +168,7 @@ class Block {
   friend struct Worker;
   unsigned take_unstarted() { return next_ < n_ ? order_[next_++] : n_; }
   void start_worker();
-  void resume(ctx::fiber&& f);
+  void resume(ctx::fiber&& f, StackBounds to);
   void yield(unsigned tid);
   bool release_ready();
   void finish_warp(WarpCall& w, unsigned warp);
@@ -172,6 +184,8 @@ class Block {
   BlockCoords coords_;
   std::vector<State> state_;
   std::vector<ctx::fiber> fibers_;  // the fiber each waiting thread holds
+  std::vector<StackBounds> stacks_;  // and its stack (for ASan's fiber annotations)
+  StackBounds running_stack_;       // the running worker's stack
   std::vector<WarpCall> warps_;
   unsigned at_barrier_ = 0;
   unsigned released_ = 0;  // threads in kReleased: the scheduler scans only when there are some
@@ -192,9 +206,11 @@ class Block {
 struct Worker {
   Block* b;
   ctx::fiber operator()(ctx::fiber&& sink) {
+    const StackBounds mine = t_new_stack;  // allocated for this fiber just before its first run
 #ifdef GPURUN_STANDIN_ASAN
     __sanitizer_finish_switch_fiber(nullptr, &b->sched_bottom_, &b->sched_size_);
 #endif
+    b->running_stack_ = mine;
     b->sink_ = &sink;
     for (unsigned t = b->take_unstarted(); t < b->n_ && b->error_.empty();
          t = b->take_unstarted()) {
@@ -221,16 +237,19 @@ void Block::fault(const std::string& what) {
 }
 
 void Block::start_worker() {
-  resume(ctx::fiber(std::allocator_arg, PoolAllocator{}, Worker{this}));
+  ctx::fiber f(std::allocator_arg, PoolAllocator{}, Worker{this});  // sets t_new_stack
+  resume(std::move(f), t_new_stack);
 }
 
-void Block::resume(ctx::fiber&& f) {
+void Block::resume(ctx::fiber&& f, StackBounds to) {
   Block* outer = t_block;
   t_block = this;
   t_block_coords = &coords_;
 #ifdef GPURUN_STANDIN_ASAN
   void* fake = nullptr;
-  __sanitizer_start_switch_fiber(&fake, nullptr, 0);  // the fiber records its own stack bounds
+  __sanitizer_start_switch_fiber(&fake, to.bottom, to.size);
+#else
+  (void)to;
 #endif
   ctx::fiber back = std::move(f).resume();
 #ifdef GPURUN_STANDIN_ASAN
@@ -243,6 +262,8 @@ void Block::resume(ctx::fiber&& f) {
 // From a fiber: hand the CPU back to the scheduler until the thread is released.
 void Block::yield(unsigned tid) {
   yielded_ = tid;
+  stacks_[tid] = running_stack_;
+  const StackBounds mine = running_stack_;
   ctx::fiber* sink = sink_;
 #ifdef GPURUN_STANDIN_ASAN
   void* fake = nullptr;
@@ -253,6 +274,7 @@ void Block::yield(unsigned tid) {
   __sanitizer_finish_switch_fiber(fake, &sched_bottom_, &sched_size_);
 #endif
   sink_ = sink;
+  running_stack_ = mine;
   running_ = tid;
   t_thread = &tidx_[tid];
   state_[tid] = State::kRunning;
@@ -389,7 +411,7 @@ void Block::run() {
       if (state_[t] != State::kReleased) continue;
       --released_;
       state_[t] = State::kRunning;
-      resume(std::move(fibers_[t]));
+      resume(std::move(fibers_[t]), stacks_[t]);
       ran = true;
       if (!error_.empty()) break;
     }

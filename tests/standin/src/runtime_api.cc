@@ -70,10 +70,12 @@ cudaError_t check_copy(const char* call, void* dst, const void* src, std::size_t
   return cudaSuccess;
 }
 
-// "Not ready" takes a little while, as a read over the bus does: a host thread polling in a
-// tight loop would otherwise take the CPU from the executor whose work it waits for.
-cudaError_t not_ready() {
-  std::this_thread::sleep_for(std::chrono::microseconds(100));
+// A query waits up to a millisecond for the work before answering "not ready": a host thread
+// polling in a tight loop would otherwise take the CPU (and, sleeping, a system call a poll)
+// from the executor whose work it waits for.
+cudaError_t query(Device& d, const std::function<bool()>& done) {
+  std::unique_lock<std::mutex> lock(d.mu);
+  if (d.cv.wait_for(lock, std::chrono::milliseconds(1), done)) return cudaSuccess;
   return remember(cudaErrorNotReady);
 }
 
@@ -387,11 +389,7 @@ cudaError_t cudaStreamQuery(cudaStream_t stream) {
   if (cudaError_t e = begin(d)) return e;
   StreamImpl* s = resolve(stream, *d);
   if (capturing(s)) return fail(cudaErrorStreamCaptureUnsupported, "cudaStreamQuery in capture");
-  {
-    std::lock_guard<std::mutex> lock(d->mu);
-    if (s->completed >= s->enqueued) return cudaSuccess;
-  }
-  return not_ready();
+  return query(*d, [s] { return s->completed >= s->enqueued; });
 }
 
 cudaError_t cudaStreamWaitEvent(cudaStream_t stream, cudaEvent_t ev, unsigned int flags) {
@@ -461,7 +459,10 @@ cudaError_t cudaEventQuery(cudaEvent_t ev) {
   if (ev == nullptr) return remember(cudaErrorInvalidResourceHandle);
   if (captured_event(ev))
     return fail(cudaErrorCapturedEvent, "cudaEventQuery of an event recorded in a capture");
-  if (ev->last && !ev->last->done.load()) return not_ready();
+  if (ev->last) {
+    const std::shared_ptr<Completion> c = ev->last;
+    if (cudaError_t e = query(*d, [&c] { return c->done.load(); })) return e;
+  }
   return remember(sticky(*d));
 }
 
