@@ -7,7 +7,9 @@
 #include <cctype>
 #include <cstring>
 #include <sstream>
+#include <unordered_map>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 
 namespace gpurun::launcher::detail {
@@ -171,7 +173,7 @@ Env parse_env_text(const std::string& text, const std::string& origin) {
         env[last] += "\n" + line;
         continue;
       }
-      throw Error(fmt::format("{}:{}: expected NAME=VALUE, got '{}'", origin, n, line));
+      throw Error(fmt::format("{}:{}: expected NAME=VALUE, got '{}'", origin, n, shown(line, 60)));
     }
     last = t.substr(0, eq - 1);
     if (!shell) {
@@ -187,6 +189,33 @@ Env parse_env_text(const std::string& text, const std::string& origin) {
   return env;
 }
 
+int slot_count(const std::string& origin, long slots, const std::string& host) {
+  if (slots < 1 || slots > kMaxNodeSlots)
+    throw Error(fmt::format("{}: node {} has {} task slots; expected 1 to {} per node", origin,
+                            shown(host), slots, kMaxNodeSlots));
+  return static_cast<int>(slots);
+}
+
+bool is_host_name(std::string_view host) {
+  return !host.empty() && host.size() <= kMaxHostName &&
+         std::all_of(host.begin(), host.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+         });
+}
+
+void check_host(const std::string& var, const std::string& host) {
+  if (!is_host_name(host))
+    throw Error(
+        fmt::format("{}: '{}' is not a host name: expected 1 to {} letters, digits, '-', "
+                    "'.' or '_'",
+                    var, shown(host, 40), kMaxHostName));
+}
+
+std::string shown(std::string_view text, std::size_t max) {
+  if (text.size() <= max) return common::escape_control(text);
+  return common::escape_control(text.substr(0, max)) + fmt::format("... ({} bytes)", text.size());
+}
+
 void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots) {
   auto it =
       std::find_if(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; });
@@ -196,24 +225,62 @@ void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots
     it->slots += slots;
 }
 
+namespace {
+
+// One line of a host file: its first word must be a host name and the rest printable (Torque
+// may append ":ppn" or columns). Throws Error naming `where` (VAR=PATH:LINE).
+std::string host_of_line(const std::string& line, const std::string& where) {
+  for (char c : line)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == '\x7f')
+      throw Error(
+          fmt::format("{}: '{}' holds a control character: a host file has printable "
+                      "lines, one host name each (a binary file?)",
+                      where, shown(line, 40)));
+  const std::string host = split_ws(line)[0];
+  const std::string name = host.substr(0, host.find(':'));  // Torque's "host:ppn=4"
+  check_host(where, name);
+  return name;
+}
+
+}  // namespace
+
+std::string read_bounded(const DetectInput& in, const std::string& var, const std::string& path) {
+  std::optional<std::string> text;
+  try {
+    text = in.read_file ? in.read_file(path) : std::nullopt;
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}={}: {}", var, shown(path), e.what()));
+  }
+  if (!text)
+    throw Error(fmt::format("{}={}: cannot be read (missing or not readable)", var, shown(path)));
+  return *text;
+}
+
 std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var,
                                       bool* interleaved) {
   auto path = get(in.env, var);
   if (!path || trim(*path).empty()) throw Error(fmt::format("{} is not set", var));
-  auto text = in.read_file ? in.read_file(*path) : std::nullopt;
-  if (!text)
-    throw Error(
-        fmt::format("{}={}: the host file cannot be read (missing or not readable)", var, *path));
+  const std::string text = read_bounded(in, var, *path);
   std::vector<NodeAlloc> nodes;
-  for (const auto& line : split_lines(*text)) {
-    // Torque/PBS may append ":ppn" or extra columns; the host is the first word.
-    const std::string host = split_ws(line)[0];
-    if (interleaved && !nodes.empty() && nodes.back().host != host &&
-        std::any_of(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; }))
+  std::unordered_map<std::string, std::size_t> index;  // host -> its node: linear in the lines
+  std::istringstream is(text);
+  std::string raw;
+  for (int n = 1; std::getline(is, raw); ++n) {
+    const std::string line = trim(raw);
+    if (line.empty()) continue;
+    const std::string host = host_of_line(line, fmt::format("{}={}:{}", var, shown(*path), n));
+    auto [it, fresh] = index.emplace(host, nodes.size());
+    if (fresh) {
+      nodes.push_back(NodeAlloc{host, 0, 0});
+    } else if (interleaved && it->second + 1 != nodes.size()) {
       *interleaved = true;
-    add_slots(nodes, host, 1);
+    }
+    NodeAlloc& node = nodes[it->second];
+    if (++node.slots > kMaxNodeSlots || nodes.size() > static_cast<std::size_t>(kMaxRanks))
+      throw Error(fmt::format("{}={}:{}: more than {} lines for host {} or {} hosts", var,
+                              shown(*path), n, kMaxNodeSlots, host, kMaxRanks));
   }
-  if (nodes.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, *path));
+  if (nodes.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, shown(*path)));
   return nodes;
 }
 

@@ -9,6 +9,7 @@
 
 #include <sstream>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/hostlist.h"
 
@@ -38,6 +39,13 @@ std::string shell_quote(const std::string& w) {
   if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                         "0123456789_-+=./:,@%^") == std::string::npos)
     return w;
+  if (common::escape_control(w) != w) {
+    // Control characters: bash's $'...' spells them as escapes, so the word is both safe on a
+    // terminal and the same word when pasted.
+    std::string t;
+    for (char c : w) t += c == '\\' ? "\\\\" : c == '\'' ? "\\'" : std::string(1, c);
+    return "$'" + common::escape_control(t) + "'";
+  }
   std::string q = "'";
   for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";

@@ -12,6 +12,7 @@
 
 #include "cpubind.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/hostlist.h"
 #include "gpurun/launcher/launch.h"
@@ -28,6 +29,16 @@ using namespace gpurun::launcher;
 namespace proc = gpurun::launcher::proc;
 
 namespace {
+
+// An error as one line (and an Error's detail lines under it), control characters escaped: its
+// text holds host names, paths and values from the environment, and goes to a terminal.
+void print_error(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  const std::string detail = err && !err->detail().empty()
+                                 ? "\n" + gpurun::common::escape_control_keep_lines(err->detail())
+                                 : "";
+  fmt::print(stderr, "gpurun: {}{}\n", gpurun::common::escape_control(e.what()), detail);
+}
 
 constexpr const char* kUsage =
     R"(gpurun: launch data-parallel programs on the GPUs and nodes of a job
@@ -135,7 +146,10 @@ int cmd_info(const std::vector<std::string>& args) {
   }
   Setup s = setup(vm);
   if (vm.count("json"))
-    std::cout << info_json(s.alloc, s.plan).dump(2) << "\n";
+    // JSON escapes control characters; bytes that are no UTF-8 become U+FFFD.
+    std::cout
+        << info_json(s.alloc, s.plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
   else
     std::cout << info_text(s.alloc, s.plan);
   return 0;
@@ -158,14 +172,14 @@ int cmd_hostlist(const std::vector<std::string>& args) {
         if (e.find_first_not_of(" \t\n,") == std::string::npos)
           throw Error(
               fmt::format("hostlist '{}' is empty: expected something like node[01-04]", e));
-        for (const auto& h : expand_hostlist(e)) out += h + "\n";
+        for (const auto& h : expand_hostlist(e)) out += gpurun::common::escape_control(h) + "\n";
       }
       std::cout << out;
     } else if (args[0] == "compress") {
       std::vector<std::string> hosts;
       for (const auto& a : rest)
         for (const auto& h : expand_hostlist(a)) hosts.push_back(h);
-      std::cout << compress_hostlist(hosts) << "\n";
+      std::cout << gpurun::common::escape_control(compress_hostlist(hosts)) << "\n";
     } else if (args[0] == "tasks") {
       for (const auto& e : rest)
         for (int n : expand_tasks_per_node(e)) std::cout << n << "\n";
@@ -173,7 +187,7 @@ int cmd_hostlist(const std::vector<std::string>& args) {
       throw Error(fmt::format("gpurun hostlist '{}': expected expand, compress or tasks", args[0]));
     }
   } catch (const HostlistError& e) {
-    fmt::print(stderr, "gpurun: {}\n{}\n", e.what(), e.pointer());
+    print_error(e);
     return 2;
   }
   return 0;
@@ -423,16 +437,14 @@ int main(int argc, char** argv) {
     }
     return cmd_launch(args);
   } catch (const po::error& e) {
-    fmt::print(stderr, "gpurun: {} (see gpurun --help)\n", e.what());
-    return 2;
-  } catch (const HostlistError& e) {
-    fmt::print(stderr, "gpurun: {}\n{}\n", e.what(), e.pointer());
+    fmt::print(stderr, "gpurun: {} (see gpurun --help)\n",
+               gpurun::common::escape_control(e.what()));
     return 2;
   } catch (const proc::ExecError& e) {
-    fmt::print(stderr, "gpurun: {}\n", e.what());
+    print_error(e);
     return e.err == ENOENT ? 127 : 126;  // what a shell would say
   } catch (const std::exception& e) {
-    fmt::print(stderr, "gpurun: {}\n", e.what());
+    print_error(e);
     return 2;
   }
 }

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 
 namespace gpurun::launcher {
@@ -66,7 +67,7 @@ void OutputSink::write_file(File& f, int rank, std::string_view text) {
   fmt::print(stderr,
              "gpurun: --output-dir: writing {} failed: {}; rank {}'s output goes on only "
              "to the terminal\n",
-             f.path, f.error, rank);
+             common::escape_control(f.path), f.error, rank);
 }
 
 std::string OutputSink::failed_files() const {

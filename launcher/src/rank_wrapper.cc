@@ -11,6 +11,7 @@
 #include <algorithm>
 
 #include "env_util.h"
+#include "gpurun/common/terminal.h"
 #include "net.h"
 #include "run.h"
 #include "system.h"
@@ -228,7 +229,8 @@ int RankWrapper::finish() {
   // gpurun has the status: end quietly, so the engine adds no banner of its own.
   if (await_bye(proc::now_seconds() + kByeWait)) return 0;
   if (exec_failure_)
-    fmt::print(stderr, "gpurun: rank {} on {} {}\n", me_.rank, me_.host, e.what.value);
+    fmt::print(stderr, "gpurun: rank {} on {} {}\n", me_.rank, common::escape_control(me_.host),
+               common::escape_control(e.what.value));
   control_.reset();
   signals_.reset();
   dir_.reset();  // before a signal to ourselves ends the process without destructors

@@ -5,13 +5,30 @@
 
 #include <ctime>
 
+#include "gpurun/common/terminal.h"
+
 namespace gpurun::launcher {
 namespace {
+
+using common::escape_control;
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
   return s;
+}
+
+// A list of names from the environment, each made safe for a terminal, joined.
+std::string join_shown(const std::vector<std::string>& v, const char* sep) {
+  std::vector<std::string> e;
+  for (const auto& x : v) e.push_back(escape_control(x));
+  return join(e, sep);
+}
+
+// A variable's value as the dry run prints it: as it is, or $'...' with escapes when it holds a
+// control character.
+std::string value_shown(const std::string& v) {
+  return escape_control(v) == v ? v : shell_quote(v);
 }
 
 std::string utc(std::int64_t t) {
@@ -65,13 +82,13 @@ nlohmann::json info_json(const Allocation& a, const RankPlan& p) {
 std::string info_text(const Allocation& a, const RankPlan& p) {
   std::string s;
   s += fmt::format("scheduler   {} ({}){}\n", to_string(a.scheduler), a.flavor,
-                   a.job_id ? ", job " + *a.job_id : "");
+                   a.job_id ? ", job " + escape_control(*a.job_id) : "");
   s += fmt::format("nodes       {}\n", a.nodes.size());
   for (const auto& n : a.nodes)
-    s += fmt::format("            {:<20} {} slot{}, {} GPU{}\n", n.host, n.slots,
+    s += fmt::format("            {:<20} {} slot{}, {} GPU{}\n", escape_control(n.host), n.slots,
                      n.slots == 1 ? "" : "s", n.gpus, n.gpus == 1 ? "" : "s");
-  s += fmt::format("this node   {}, visible GPUs: {}\n", a.this_host.value_or("?"),
-                   a.local_gpu_ids.empty() ? "none" : join(a.local_gpu_ids, ","));
+  s += fmt::format("this node   {}, visible GPUs: {}\n", escape_control(a.this_host.value_or("?")),
+                   a.local_gpu_ids.empty() ? "none" : join_shown(a.local_gpu_ids, ","));
   if (a.end_time) s += fmt::format("ends        {}\n", utc(*a.end_time));
   if (a.step_task)
     s += fmt::format(
@@ -80,16 +97,16 @@ std::string info_text(const Allocation& a, const RankPlan& p) {
   s += fmt::format("plan        {} rank{} on {} node{}, {} CPU{} per rank\n", p.world_size,
                    p.world_size == 1 ? "" : "s", p.nodes.size(), p.nodes.size() == 1 ? "" : "s",
                    p.cpus_per_rank, p.cpus_per_rank == 1 ? "" : "s");
-  s += fmt::format("master      {}:{}\n", p.master_addr, p.master_port);
+  s += fmt::format("master      {}:{}\n", escape_control(p.master_addr), p.master_port);
   s += fmt::format("from        {}\n", join(a.sources, ", "));
-  for (const auto& n : a.notes) s += fmt::format("note        {}\n", n);
-  for (const auto& n : p.notes) s += fmt::format("note        {}\n", n);
+  for (const auto& n : a.notes) s += fmt::format("note        {}\n", escape_control(n));
+  for (const auto& n : p.notes) s += fmt::format("note        {}\n", escape_control(n));
   s += fmt::format("\n{:>6}  {:<20} {:>4} {:>5}  {}\n", "RANK", "HOST", "NODE", "LOCAL", "GPUS");
   for (const auto& r : p.ranks) {
     std::vector<std::string> g;
     for (int x : r.gpus) g.push_back(std::to_string(x));
-    s += fmt::format("{:>6}  {:<20} {:>4} {:>5}  {}\n", r.rank, r.host, r.node_rank, r.local_rank,
-                     g.empty() ? "-" : join(g, ","));
+    s += fmt::format("{:>6}  {:<20} {:>4} {:>5}  {}\n", r.rank, escape_control(r.host), r.node_rank,
+                     r.local_rank, g.empty() ? "-" : join(g, ","));
   }
   return s;
 }
@@ -114,10 +131,9 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
                          const std::vector<std::string>& program, const std::string& workdir) {
   std::string s;
   s += fmt::format("# scheduler {}{}, engine {}\n", to_string(a.scheduler),
-                   a.job_id ? " job " + *a.job_id : "", to_string(c.engine));
-  for (const auto& n : a.notes) s += "# note: " + n + "\n";
-  for (const auto& n : p.notes) s += "# note: " + n + "\n";
-  for (const auto& n : c.notes) s += "# note: " + n + "\n";
+                   a.job_id ? " job " + escape_control(*a.job_id) : "", to_string(c.engine));
+  for (const auto* notes : {&a.notes, &p.notes, &c.notes})
+    for (const auto& n : *notes) s += "# note: " + escape_control(n) + "\n";
   std::vector<std::string> words;
   if (c.engine == Engine::step) {
     s +=
@@ -151,9 +167,9 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
     else if (const auto& ids = p.nodes.at(static_cast<std::size_t>(r.node_rank)).gpu_ids;
              !ids.empty())
       vis = ids;  // the scheduler named that node's GPUs, as its wrapper will take them
-    s += fmt::format("\n# rank {} on {}\n", r.rank, r.host);
+    s += fmt::format("\n# rank {} on {}\n", r.rank, escape_control(r.host));
     auto env = rank_environment(p, r, a.scheduler, a.job_id, vis);
-    for (const auto& [k, v] : env) s += fmt::format("{}={}\n", k, v);
+    for (const auto& [k, v] : env) s += fmt::format("{}={}\n", k, value_shown(v));
     s += container_line(c, env, program, workdir);
   }
   return s;

@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "gpurun/common/terminal.h"
+
 namespace gpurun::launcher {
 namespace {
 
@@ -413,8 +415,11 @@ void Supervisor::say(const std::string& msg) const {
   if (!cfg_.quiet) tell(msg);
 }
 
+// Every status line holds names from the environment or the ranks (hosts, paths, what a rank
+// said about its failure): control characters are escaped, so none moves the cursor or forges a
+// line.
 void Supervisor::tell(const std::string& msg) const {
-  fmt::print(stderr, "gpurun: {}\n", msg);
+  fmt::print(stderr, "gpurun: {}\n", common::escape_control(msg));
 }
 
 int run_supervisor(RunConfig& cfg) {

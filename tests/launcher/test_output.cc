@@ -11,6 +11,8 @@
 #include <filesystem>
 
 #include "gpurun/common/posix.h"
+#include "gpurun/common/terminal.h"
+#include "gpurun/launcher/launch.h"
 #include "heartbeat.h"
 #include "output.h"
 
@@ -89,6 +91,23 @@ TEST(OutputSink, FilesGetTheExactBytes) {
   EXPECT_EQ(common::read_file(dir + "/rank-0.err").value_or("?"), "err\n");
   EXPECT_EQ(common::read_file(dir + "/rank-0.out").value_or("?"), "") << "made for every rank";
   std::filesystem::remove_all(tmpl);
+}
+
+// Issue 26, item 6: names from the environment reach the terminal with control characters
+// escaped; readable UTF-8 passes, C1 controls and bytes that are no UTF-8 do not.
+TEST(TerminalSafe, EscapesControlCharacters) {
+  using common::escape_control;
+  EXPECT_EQ(escape_control("node\x1b[31m1\r\n\t"), "node\\e[31m1\\r\\n\\t");
+  EXPECT_EQ(escape_control(std::string("a\0b\x7f", 4)), "a\\0b\\x7f");
+  EXPECT_EQ(escape_control("n\xc3\xa9ud"), "n\xc3\xa9ud");
+  EXPECT_EQ(escape_control("\xc2\x9b"
+                           "31m"),
+            "\\xc2\\x9b31m");  // C1 CSI
+  EXPECT_EQ(escape_control("\xff\xc3"), "\\xff\\xc3");
+  EXPECT_EQ(common::escape_control_keep_lines("a\nb\x1b"), "a\nb\\e");
+  // A word the dry run prints: still the same word when pasted into bash.
+  EXPECT_EQ(shell_quote("it's\x1b"), "$'it\\'s\\e'");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
 }
 
 }  // namespace

@@ -1,0 +1,20 @@
+// terminal.h: text that came from a user or the environment (host names, job ids, program names,
+// variables' values), made safe to print on a terminal: a control character in it could move the
+// cursor, rewrite a line or forge one of gpurun's own ("\e[2K\rgpurun: all ranks finished").
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace gpurun::common {
+
+// `s` with every ASCII control character (0x00-0x1f, 0x7f) written as an escape: \e \n \r \t \0
+// and \xNN for the others. Well-formed UTF-8 passes (names stay readable) except C1 controls
+// (U+0080-U+009F); any other byte from 0x80 up is written \xNN.
+std::string escape_control(std::string_view s);
+
+// The same, but '\n' is kept: for text whose lines are gpurun's own (a multi-line error's
+// detail, a table), where the fields that a user controls were escaped when put in.
+std::string escape_control_keep_lines(std::string_view s);
+
+}  // namespace gpurun::common

@@ -1,0 +1,82 @@
+// terminal.cc: see terminal.h.
+#include "gpurun/common/terminal.h"
+
+#include <cstdio>
+
+namespace gpurun::common {
+namespace {
+
+void put_hex(std::string& out, unsigned char u) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\x%02x", u);
+  out += buf;
+}
+
+void put_control(std::string& out, char c) {
+  switch (c) {
+    case '\x1b':
+      out += "\\e";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\0':
+      out += "\\0";
+      break;
+    default:
+      put_hex(out, static_cast<unsigned char>(c));
+  }
+}
+
+// The length of the well-formed UTF-8 sequence at s[i] that encodes no C1 control (U+0080 to
+// U+009F, which 8-bit terminals obey as ESC sequences), or 0.
+std::size_t printable_utf8(std::string_view s, std::size_t i) {
+  const auto u = static_cast<unsigned char>(s[i]);
+  const std::size_t n = u >= 0xf0 && u <= 0xf4 ? 4 : u >= 0xe0 ? 3 : u >= 0xc2 && u < 0xe0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  if (u == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) return 0;  // C1
+  return n;
+}
+
+std::string escape(std::string_view s, bool keep_newlines) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= 0x20 && u < 0x7f) || (keep_newlines && c == '\n')) {
+      out += c;
+      ++i;
+    } else if (u < 0x80) {
+      put_control(out, c);
+      ++i;
+    } else if (std::size_t n = printable_utf8(s, i)) {
+      out.append(s.substr(i, n));
+      i += n;
+    } else {
+      put_hex(out, u);  // not UTF-8, or a C1 control
+      ++i;
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string escape_control(std::string_view s) {
+  return escape(s, false);
+}
+
+std::string escape_control_keep_lines(std::string_view s) {
+  return escape(s, true);
+}
+
+}  // namespace gpurun::common
