@@ -12,6 +12,7 @@
 
 #include "env_util.h"
 #include "gpurun/common/terminal.h"
+#include "gpurun/launcher/proc_usage.h"
 #include "net.h"
 #include "run.h"
 #include "system.h"
@@ -132,6 +133,9 @@ void RankWrapper::connect() {
 }
 
 int RankWrapper::run() {
+  // Orphans of the program's processes come to the wrapper (not to init), so end_orphans() finds
+  // them; set before anything is started.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   locate();
   signals_.emplace(std::vector<int>{SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGCHLD});
   connect();
@@ -202,19 +206,40 @@ void RankWrapper::end_leftovers() {
   ::killpg(group, SIGKILL);
 }
 
+// What the program left outside its group (`setsid cmd &`, daemons): the subreaper wrapper is
+// their parent once theirs ended. Each is killed and reaped, and whatever it had started comes to
+// the wrapper in turn; bounded at 2 s. A child's pid cannot be reused before the wrapper reaps
+// it, so the kill by pid hits no bystander.
+void RankWrapper::end_orphans() {
+  const double deadline = proc::now_seconds() + 2;
+  const int self = static_cast<int>(getpid());
+  while (proc::now_seconds() < deadline) {
+    int st = 0;
+    while (waitpid(-1, &st, WNOHANG) > 0) {
+    }
+    bool any = false;
+    for (const auto& p : scan_processes())
+      if (p.ppid == self) any = kill(p.pid, SIGKILL) == 0 || any;
+    if (!any) return;
+    poll(nullptr, 0, 10);
+  }
+}
+
 int RankWrapper::finish() {
   double secs = started_program_ ? proc::now_seconds() - started_ : 0;
   int status = child_.status().value_or(0);
-  if (started_program_) {
-    // Read what is there, then end what the program left behind in its group, then the rest.
-    drain_output(proc::now_seconds() + 0.05);
-    end_leftovers();
-    drain_output(proc::now_seconds() + kOutputDrain);
-  }
   if (monitor_) {  // the sample under way, and what waits, go before the EXIT
     monitor_->stop();
     report_monitor();
     monitor_.reset();
+  }
+  if (started_program_) {
+    // Read what is there, then end what the program left behind in its group and outside it
+    // (which may hold its output pipes open), then read the rest.
+    drain_output(proc::now_seconds() + 0.05);
+    end_leftovers();
+    end_orphans();
+    drain_output(proc::now_seconds() + kOutputDrain);
   }
   control::Exit e = exec_failure_ ? *exec_failure_ : control::Exit{};
   if (started_program_) {

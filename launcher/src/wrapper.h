@@ -9,7 +9,10 @@
 // checks it reaches rank 0's host and picks the interface that routes there (RENDEZVOUS/REACH);
 // once all did, GO starts the program in its own process group, its output forwarded as whole
 // lines, its heartbeat watched; EXIT at the end. If gpurun goes away, the program is stopped
-// too: no orphan keeps a GPU. Private to the gpurun binary.
+// too: no orphan keeps a GPU. The wrapper is a child subreaper: what the program leaves running
+// outside its group (a `setsid` daemon, a double fork) becomes the wrapper's child and is killed
+// when the program ends, as Slurm's process tracking ends a task's leftovers. Private to the
+// gpurun binary.
 #pragma once
 
 #include <array>
@@ -62,6 +65,7 @@ class RankWrapper {
   void wait_and_dispatch();
   void drain_output(double deadline);
   void end_leftovers();
+  void end_orphans();
   bool await_bye(double deadline);
   int finish();
 
