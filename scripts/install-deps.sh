@@ -19,7 +19,7 @@ core=(
   chromium python3-prometheus-client
   nodejs npm
   procps psmisc util-linux iproute2 passwd
-  python3
+  python3 python3-venv
   help2man man-db groff-base lmod bash-completion file
 )
 bench=(python3-torch python3-numpy hyperfine)

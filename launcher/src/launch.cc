@@ -103,12 +103,18 @@ Engine parse_engine(const std::string& name) {
       "--launcher '{}': expected auto, srun, mpirun, blaunch, jsrun, pbsdsh or local", name));
 }
 
-std::vector<std::string> wrapper(const LaunchOptions& o, const std::string& plan,
+std::vector<std::string> wrapper(const LaunchOptions& o, Engine e, const std::string& plan,
                                  const std::optional<ContainerSpec>& ctr) {
   // Under pyxis the wrapper runs inside the image: the image's gpurun, found on its PATH.
   bool pyxis = ctr && ctr->runtime == ContainerRuntime::pyxis;
   std::vector<std::string> w{
       pyxis ? "gpurun" : o.self_exe, "_rank", "--plan", plan, "--control", o.control};
+  // The user's PATH reaches the program whatever the engine did to it (gpurun's own fork changes
+  // nothing; inside pyxis the image's PATH holds). Only mpirun changes LD_LIBRARY_PATH: it is
+  // handed on for mpirun, "" meaning unset.
+  if (e != Engine::fork && !pyxis && o.user_path) w.insert(w.end(), {"--path", *o.user_path});
+  if ((e == Engine::mpirun || e == Engine::blaunch) && !pyxis)
+    w.insert(w.end(), {"--ld-library-path", o.user_ld_library_path.value_or("")});
   if (ctr && !pyxis)
     w.insert(w.end(), {"--container-runtime", to_string(ctr->runtime), "--container", ctr->image});
   w.push_back("--");
@@ -182,7 +188,7 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
   }
   c.engine = o.launcher == "auto" ? auto_engine(a, o, c.notes) : parse_engine(o.launcher);
   c.container = container_for(a, c.engine, o, c.notes);
-  c.wrapper = wrapper(o, o.plan_text, c.container);
+  c.wrapper = wrapper(o, c.engine, o.plan_text, c.container);
   switch (c.engine) {
     case Engine::fork:
       // gpurun's own fork starts every rank on this host.

@@ -328,6 +328,8 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   lo.cpu_bind = vm["cpu-bind"].as<std::string>();
   cpubind::check_spec(lo.cpu_bind);
   lo.program = program;
+  if (auto p = s.env.find("PATH"); p != s.env.end()) lo.user_path = p->second;
+  if (auto l = s.env.find("LD_LIBRARY_PATH"); l != s.env.end()) lo.user_ld_library_path = l->second;
   lo.as_root = geteuid() == 0 && !s.from_file;  // an --env-file job is not ours to run
   Env tool_env = s.env;
   lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };

@@ -34,6 +34,10 @@ WrapperArgs parse_wrapper_args(const std::vector<std::string>& args) {
       w.plan_text = args[++i];
     } else if (args[i] == "--control" && i + 1 < args.size()) {
       w.control = args[++i];
+    } else if (args[i] == "--path" && i + 1 < args.size()) {
+      w.path = args[++i];
+    } else if (args[i] == "--ld-library-path" && i + 1 < args.size()) {
+      w.ld_library_path = args[++i];
     } else if (args[i] == "--container-runtime" && i + 1 < args.size()) {
       const std::string& r = args[++i];
       if (r != "apptainer" && r != "podman")
@@ -115,6 +119,11 @@ void RankWrapper::locate() {
     rank_keys_.push_back(k);
   }
   env_.erase("GPURUN_RANK");
+  // The user's PATH and LD_LIBRARY_PATH, as gpurun had them, not as the engine left them.
+  if (args_.path) env_["PATH"] = *args_.path;
+  if (args_.ld_library_path && args_.ld_library_path->empty()) env_.erase("LD_LIBRARY_PATH");
+  if (args_.ld_library_path && !args_.ld_library_path->empty())
+    env_["LD_LIBRARY_PATH"] = *args_.ld_library_path;
   master_port_ = plan_.plan.master_port;
 }
 

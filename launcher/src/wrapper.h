@@ -31,10 +31,12 @@
 
 namespace gpurun::launcher {
 
-// `gpurun _rank --plan P --control C -- PROGRAM ARGS`
+// `gpurun _rank --plan P --control C [--path P] [--ld-library-path L] -- PROGRAM ARGS`
 struct WrapperArgs {
   std::string plan_text;
   std::string control = "none";  // host:port:token, or none
+  // --path, --ld-library-path: gpurun's values, the program's ("" for the latter: unset).
+  std::optional<std::string> path, ld_library_path;
   std::vector<std::string> program;
   std::optional<ContainerSpec> container;  // --container-runtime R --container IMAGE
 };

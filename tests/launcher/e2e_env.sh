@@ -34,3 +34,31 @@ for engine in mpirun local; do
   [[ $got == "0:2 1:3 " ]] || { echo "FAIL($engine): PBS_GPUFILE gave '$got', want '0:2 1:3 '"; exit 1; }
 done
 echo "ok: PBS_GPUFILE's GPUs reach the ranks without CUDA_VISIBLE_DEVICES (mpirun and fork)"
+
+# Issue 25, item 1: with a Python venv active, every rank runs the venv's python with the user's
+# PATH first, through mpirun (run by its full path it acts as --prefix /usr and put /usr/bin
+# before the venv: every rank printed /usr) and through the fork.
+python3 -m venv --without-pip "$out/venv"
+for engine in mpirun local; do
+  got=$(
+    # shellcheck disable=SC1091
+    source "$out/venv/bin/activate"
+    "$gpurun" -q --scheduler local --launcher $engine -n 2 -- \
+      python3 -c 'import os, sys; print(sys.prefix, os.environ["PATH"].split(":")[0], os.environ.get("LD_LIBRARY_PATH", "-"))'
+  )
+  want="$out/venv $out/venv/bin -"
+  [[ $got == "$want"$'\n'"$want" ]] || { echo "FAIL($engine): with the venv active the ranks said:"; echo "$got"; echo "(want twice: $want)"; exit 1; }
+done
+echo "ok: a venv's python and PATH reach both ranks (mpirun and fork)"
+# The engines that cannot run here hand the user's PATH to each rank's wrapper on its command.
+printf 'h1\nh1\nh2\nh2\n' >"$out/lsfhosts"
+mkdir "$out/fakebin"  # stand-ins, only looked up
+for t in blaunch jsrun pbsdsh; do printf '#!/bin/sh\nexit 1\n' >"$out/fakebin/$t"; chmod +x "$out/fakebin/$t"; done
+for case in "LSB_JOBID=5 LSB_DJOB_HOSTFILE=$out/lsfhosts|blaunch" \
+            "LSB_JOBID=5 LSB_DJOB_HOSTFILE=$out/lsfhosts|jsrun" "PBS_JOBID=9.pbs PBS_NODEFILE=$out/nodefile|pbsdsh"; do
+  IFS='|' read -r vars engine <<<"$case"
+  # shellcheck disable=SC2086
+  cmd=$(env -u CUDA_VISIBLE_DEVICES $vars PATH="$out/venv/bin:$out/fakebin:$PATH" "$gpurun" --dry-run --launcher $engine -- python3 x.py | sed -n 's/.* _rank //p')
+  grep -qF -- "--path $out/venv/bin:" <<<"$cmd" || { echo "FAIL($engine): the wrapper gets no --path: $cmd"; exit 1; }
+done
+echo "ok: blaunch, jsrun and pbsdsh hand the user's PATH to every rank (dry run)"

@@ -27,6 +27,10 @@ struct LaunchOptions {
   bool as_root = false;                     // mpirun refuses root without --allow-run-as-root
   std::string control = "<set-at-launch>";  // host:port:token of gpurun's control socket
   std::string plan_text;                    // encode_plan() of the plan, handed to each wrapper
+  // gpurun's PATH and LD_LIBRARY_PATH (nullopt: unset), handed to each wrapper, which gives them
+  // to the program: engines change them (an mpirun run by its full path acts as --prefix and puts
+  // its bin/ and lib/ first; pbsdsh gives the job's login environment).
+  std::optional<std::string> user_path, user_ld_library_path;
   // Where a tool lives, or nullopt when it is not installed.
   std::function<std::optional<std::string>(const std::string&)> find_tool;
   // `srun --mpi=list` output split into plugin names; empty when unknown.
@@ -42,7 +46,8 @@ struct LaunchOptions {
 struct LaunchCommand {
   Engine engine = Engine::fork;
   std::vector<std::string> argv;  // empty for Engine::fork and Engine::step
-  // What each rank runs: `gpurun _rank --plan P --control C [--container...] -- PROGRAM ARGS`
+  // What each rank runs: `gpurun _rank --plan P --control C [--path P] [--ld-library-path L]
+  // [--container...] -- PROGRAM ARGS`
   // (the end of argv; Engine::fork starts it once per rank; empty for Engine::step).
   std::vector<std::string> wrapper;
   std::vector<std::pair<std::string, std::string>> engine_env;  // set for the engine process
