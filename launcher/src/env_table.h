@@ -80,6 +80,7 @@ inline constexpr EnvVar kEnvRead[] = {
     {"NCCL_SOCKET_IFNAME", "the user's choice, kept; else set to the interface to MASTER_ADDR"},
     {"GLOO_SOCKET_IFNAME", "the same for Gloo"},
     {"PYTHONPATH", "kept after the wrapper's sitecustomize folder (--hang-timeout)"},
+    {"PYTHONUNBUFFERED", "the user's value is kept (else 1 in every rank)"},
     {"PWD", "--dry-run --env-file --container: the job's working folder (else getcwd)"},
 };
 
@@ -106,6 +107,7 @@ inline constexpr EnvVar kEnvSet[] = {
     {"GLOO_SOCKET_IFNAME", "the same, for Gloo"},
     {"GPURUN_PYSTACK_DIR", "with --hang-timeout: where Python ranks write tracebacks"},
     {"PYTHONPATH", "with --hang-timeout: the sitecustomize folder first"},
+    {"PYTHONUNBUFFERED", "1 unless the user set it: Python's output line by line"},
     {"SLURM_HOSTFILE", "for srun's arbitrary distribution (the engine's, not a rank's)"},
 };
 

@@ -406,8 +406,9 @@ int cmd_launch(const std::vector<std::string>& args) {
     RunConfig cfg = run_settings(vm, s, lo);
     if (cfg.monitor_file) monitor::MonitorLog::check(*cfg.monitor_file);
     lo.plan_text = encode_plan(s.alloc, s.plan, s.popts, WrapperSettings{cfg.kill_grace});
+    lo.control = "none";  // the printed command runs as it is
     LaunchCommand c = build_launch(s.alloc, s.plan, lo);
-    std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir);
+    std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir, s.env, cfg.hang_timeout > 0);
     return 0;
   }
   if (s.alloc.step_task) {

@@ -289,7 +289,9 @@ int exec_in_step(const Allocation& a, const RankPlan& plan, const Env& env_in,
   RankPlan p = plan;
   p.stdout_tty = isatty(STDOUT_FILENO) == 1;
   ContainerRank inside;
-  for (auto& [k, v] : rank_environment(p, me, a.scheduler, a.job_id, visible)) {
+  auto vars = rank_environment(p, me, a.scheduler, a.job_id, visible);
+  for (auto& kv : start_environment(env, StartValues{})) vars.push_back(kv);
+  for (auto& [k, v] : vars) {
     env[k] = v;
     inside.env.emplace_back(k, v);
   }

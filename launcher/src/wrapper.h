@@ -104,7 +104,7 @@ class RankWrapper {
   DecodedPlan plan_;
   RankEntry me_;
   std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
-  std::vector<std::string> rank_keys_;  // the variables rank_environment() set
+  std::vector<std::string> rank_keys_;  // rank_environment()'s and start_environment()'s
   common::Fd control_;
   proc::LineReader control_in_;
   std::string token_;

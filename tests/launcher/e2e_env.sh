@@ -62,3 +62,32 @@ for case in "LSB_JOBID=5 LSB_DJOB_HOSTFILE=$out/lsfhosts|blaunch" \
   grep -qF -- "--path $out/venv/bin:" <<<"$cmd" || { echo "FAIL($engine): the wrapper gets no --path: $cmd"; exit 1; }
 done
 echo "ok: blaunch, jsrun and pbsdsh hand the user's PATH to every rank (dry run)"
+
+# Issue 25, item 2: --dry-run lists every variable a rank gets (those added at the start too:
+# GPURUN_HEARTBEAT, GPURUN_RESTART_COUNT, PYTHONUNBUFFERED, NCCL/GLOO_SOCKET_IFNAME, PYTHONPATH,
+# GPURUN_PYSTACK_DIR), and its command runs as printed.
+for engine in mpirun local; do
+  rm -f "$out"/env.*
+  args=(--scheduler local --launcher $engine -n 2 --hang-timeout 600)
+  env -u PYTHONUNBUFFERED -u NCCL_SOCKET_IFNAME -u GLOO_SOCKET_IFNAME "$gpurun" --dry-run "${args[@]}" -- true >"$out/dry"
+  OUT=$out env -u PYTHONUNBUFFERED -u NCCL_SOCKET_IFNAME -u GLOO_SOCKET_IFNAME -u PYTHONPATH \
+    "$gpurun" -q "${args[@]}" -- sh -c 'env >"$OUT/env.$RANK"'
+  env -u PYTHONUNBUFFERED -u PYTHONPATH | cut -d= -f1 | sort >"$out/ours"
+  for r in 0 1; do
+    # What gpurun added to the rank (engines add their own: OMPI_*, PMIX_*, ...).
+    cut -d= -f1 "$out/env.$r" | grep -Ev '^(OMPI_|PMIX_|OPAL_|ORTE_|HFI_|IPATH_|PSM2?_|OUT$|SHLVL$|PWD$|_$|LD_LIBRARY_PATH$)' |
+      sort | comm -23 - "$out/ours" >"$out/added"
+    awk -v r="$r" '/^# rank / { on = ($3 == r) } on && /^[A-Z_]+=/' "$out/dry" | cut -d= -f1 | sort >"$out/listed"
+    missing=$(comm -23 "$out/added" "$out/listed")
+    [[ -z $missing ]] || { echo "FAIL($engine): rank $r got variables --dry-run does not list: $missing"; exit 1; }
+    for v in GPURUN_HEARTBEAT GPURUN_RESTART_COUNT PYTHONUNBUFFERED NCCL_SOCKET_IFNAME PYTHONPATH GPURUN_PYSTACK_DIR; do
+      grep -qx "$v" "$out/listed" || { echo "FAIL($engine): --dry-run does not list $v"; exit 1; }
+    done
+  done
+  ! grep -q '<set-at-launch>' "$out/dry" || { echo "FAIL($engine): a placeholder in the command"; exit 1; }
+  # shellcheck disable=SC2016
+  cmd=$("$gpurun" --dry-run "${args[@]}" -- sh -c 'echo rank $RANK' | sed -n '/^# runnable as printed/{n;p}')
+  got=$(cd "$out" && PATH="$(dirname "$gpurun"):$PATH" && eval "$cmd" | sort | tr '\n' ' ')
+  [[ $got == "rank 0 rank 1 " ]] || { echo "FAIL($engine): the printed command ran as '$got'"; echo "$cmd"; exit 1; }
+done
+echo "ok: --dry-run lists every variable the ranks got, and its command runs as printed (mpirun and fork)"

@@ -86,6 +86,22 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
     const RankPlan& plan, const RankEntry& r, Scheduler s, const std::optional<std::string>& job_id,
     const std::optional<std::vector<std::string>>& visible);
 
+// What each rank's wrapper adds when it starts the program, beyond rank_environment(). The wrapper
+// passes the real values; --dry-run passes what they will be ("<...>" where only the start knows).
+struct StartValues {
+  int restart = 0;                         // GPURUN_RESTART_COUNT
+  std::optional<std::string> heartbeat;    // GPURUN_HEARTBEAT: the rank folder's file
+  std::optional<std::string> iface;        // NCCL/GLOO_SOCKET_IFNAME: the route to MASTER_ADDR
+  std::optional<std::string> python_dir;   // --hang-timeout: sitecustomize's folder, and
+  std::optional<std::string> pystack_dir;  // where Python tracebacks are written
+};
+// In order: GPURUN_RESTART_COUNT, GPURUN_HEARTBEAT, PYTHONUNBUFFERED=1 (Python's output reaches
+// gpurun line by line, not in 8 KiB blocks that look like a hang; unless `env` sets it), then
+// NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (unless set), PYTHONPATH (the folder first, `env`'s
+// after it) and GPURUN_PYSTACK_DIR. `env` is the environment the rank inherits.
+std::vector<std::pair<std::string, std::string>> start_environment(const Env& env,
+                                                                   const StartValues& v);
+
 // Inside a scheduler's step (a.step_task set): this task's rank entry, numbered as the step
 // numbers it, with its GPU positions (the whole visible list when the step bound the task to its
 // own GPUs, as --gpus-per-task does).
