@@ -61,6 +61,7 @@ OutputSink::OutputSink(bool tag, const std::optional<std::string>& dir, int worl
 }
 
 void OutputSink::write_file(File& f, int rank, std::string_view text) {
+  if (!text.empty()) f.line_start = text.back() == '\n';
   if (!f.fd || common::write_all(f.fd.get(), text)) return;
   f.error = strerror(errno);
   f.fd.reset();
@@ -68,6 +69,15 @@ void OutputSink::write_file(File& f, int rank, std::string_view text) {
              "gpurun: --output-dir: writing {} failed: {}; rank {}'s output goes on only "
              "to the terminal\n",
              common::escape_control(f.path), f.error, rank);
+}
+
+void OutputSink::mark_attempt(int attempt) {
+  for (auto* files : {&out_, &err_})
+    for (std::size_t r = 0; r < files->size(); ++r) {
+      File& f = (*files)[r];
+      write_file(f, static_cast<int>(r),
+                 fmt::format("{}==> attempt {} <==\n", f.line_start ? "" : "\n", attempt));
+    }
 }
 
 std::string OutputSink::failed_files() const {

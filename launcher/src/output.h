@@ -50,12 +50,17 @@ class OutputSink {
   void write(int rank, int stream, bool partial, std::string_view text);
   // "rank-1.out (No space left on device), ..." for the files writing stopped, or "".
   std::string failed_files() const;
+  // Starts attempt `attempt` (1, 2, ...) in every file with a line "==> attempt K <==" (on a line
+  // of its own, after an unfinished last line), as tail(1) marks files: --max-restarts appends
+  // the attempts to the same files.
+  void mark_attempt(int attempt);
 
  private:
   struct File {
     std::string path;
     common::Fd fd;
     std::string error;  // why writing it stopped
+    bool line_start = true;  // its last byte was a newline, or it is empty
   };
   void write_file(File& f, int rank, std::string_view text);
   bool tag_;

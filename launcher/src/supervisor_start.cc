@@ -54,6 +54,7 @@ void Supervisor::begin_attempt() {
   stopping_ = go_sent_ = false;
   hang_.reset();
   if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
+  if (cfg_.max_restarts > 0) output_->mark_attempt(restarts_ + 1);
   start_engine();
 }
 

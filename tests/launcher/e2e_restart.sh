@@ -4,7 +4,8 @@
 #   tests/launcher/e2e_restart.sh GPURUN BEAT_MPI
 #
 # 1. Rank 1 fails on the first attempt only: gpurun restarts all ranks once, with
-#    GPURUN_RESTART_COUNT=1, and the job succeeds; each rank's --output-dir file shows both.
+#    GPURUN_RESTART_COUNT=1, and the job succeeds; each rank's --output-dir file shows both, each
+#    after a line "==> attempt K <==".
 # 2. A rank that fails every time: restarts are counted for the whole job (2 of 2), then gpurun
 #    exits with the rank's status.
 # 3. A failure before every rank started (the program cannot be executed) is not retried, and is
@@ -23,9 +24,11 @@ prog=(sh -c 'echo "attempt $GPURUN_RESTART_COUNT"; exec "$0" "$@"' "$beat_mpi" -
 run --max-restarts 1 --output-dir "$work/out" -- "${prog[@]}" >/dev/null || fail "not cured: exit $?"
 grep -q "rank 1 on .* exited with code 3 after .* s: restarting all 2 ranks (restart 1 of 1)" \
   "$work/log" || fail "no restart line"
+# Each attempt is marked in every file (issue 25, item 2: they were appended with no separator).
 for r in 0 1; do
-  [[ $(tr '\n' ' ' <"$work/out/rank-$r.out") == "attempt 0 attempt 1 " ]] ||
-    fail "rank $r saw '$(tr '\n' ' ' <"$work/out/rank-$r.out")', want both attempts"
+  [[ $(tr '\n' ' ' <"$work/out/rank-$r.out") == "==> attempt 1 <== attempt 0 ==> attempt 2 <== attempt 1 " ]] ||
+    fail "rank $r saw '$(tr '\n' ' ' <"$work/out/rank-$r.out")', want both attempts, each marked"
+  [[ $(grep -c '^==> attempt [12] <==$' "$work/out/rank-$r.err") == 2 ]] || fail "rank-$r.err: attempts not marked"
 done
 echo "ok: $(grep restarting "$work/log" | sed 's/^gpurun: //'); then exit 0"
 

@@ -93,6 +93,25 @@ TEST(OutputSink, FilesGetTheExactBytes) {
   std::filesystem::remove_all(tmpl);
 }
 
+// --max-restarts appends attempts to the same files: each starts on a line of its own.
+TEST(OutputSink, AttemptsAreMarked) {
+  char tmpl[] = "/tmp/gpurun-output-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = std::string(tmpl) + "/out";
+  {
+    OutputSink s(false, dir, 1);
+    s.mark_attempt(1);
+    s.write(0, 1, true, "cut");
+    s.mark_attempt(2);
+    s.write(0, 1, false, "x\n");
+  }
+  EXPECT_EQ(common::read_file(dir + "/rank-0.out").value_or("?"),
+            "==> attempt 1 <==\ncut\n==> attempt 2 <==\nx\n");
+  EXPECT_EQ(common::read_file(dir + "/rank-0.err").value_or("?"),
+            "==> attempt 1 <==\n==> attempt 2 <==\n");
+  std::filesystem::remove_all(tmpl);
+}
+
 // Issue 26, item 6: names from the environment reach the terminal with control characters
 // escaped; readable UTF-8 passes, C1 controls and bytes that are no UTF-8 do not.
 TEST(TerminalSafe, EscapesControlCharacters) {
