@@ -18,7 +18,7 @@ core=(
   gnuplot-nox
   chromium python3-prometheus-client
   nodejs npm
-  procps psmisc util-linux iproute2 passwd
+  procps psmisc util-linux iproute2 passwd tmux
   python3 python3-venv
   help2man man-db groff-base lmod bash-completion file
 )

@@ -254,11 +254,29 @@ void Supervisor::on_message(Conn& c, const control::Stacks& m) {
   finish_hang();
 }
 
+// A rank that ended after the user asked the job to stop, or of a SIGINT (Ctrl-C: a terminal
+// sends it to a whole process group) is part of that stop, not a failure; a SIGINT that reached
+// a rank alone is passed on to the others as if gpurun had got it. True when `m` was such an end.
+bool Supervisor::user_stop(int r, const control::Exit& m) {
+  if (failure_ || !m.what.value.empty() || (m.signal != SIGINT && !forwarded_stop_signal_))
+    return false;
+  if (!forwarded_stop_signal_) on_signal(SIGINT);
+  if (m.signal == forwarded_stop_signal_ || m.signal == SIGINT)
+    ++ended_by_stop_;
+  else if (m.code != 0 || m.signal != 0)
+    ended_otherwise_.push_back(
+        fmt::format("rank {} {}", r,
+                    m.signal ? fmt::format("was killed by {}", common::signal_name(m.signal))
+                             : fmt::format("exited with code {}", m.code)));
+  return true;
+}
+
 void Supervisor::on_message(Conn& c, const control::Exit& m) {
   send(c, control::Bye{});
   RankState& r = rank(c.rank);
   if (r.exited) return;
   r.exited = true;
+  if (user_stop(c.rank, m)) return;
   if (!m.what.value.empty()) {
     record_failure(c.rank, m.what.value, m.signal ? 128 + m.signal : m.code, -1);
   } else if (m.code != 0 || m.signal != 0) {

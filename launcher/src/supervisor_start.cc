@@ -3,6 +3,7 @@
 // restart; at the end gpurun's exit status and --requeue.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -183,6 +184,7 @@ int Supervisor::result() {
     return failure_->status;
   }
   if (failure_) return failure_->status;
+  if (ended_by_stop_ > 0 || !ended_otherwise_.empty()) return user_stop_result();
   // No rank failed. The engine's own status still counts (it may have failed to start ranks).
   for (const auto& c : children_) {
     int st = c.status().value_or(0);
@@ -199,6 +201,20 @@ int Supervisor::result() {
   }
   if (cfg_.requeue && checkpoint_signal_sent_) return requeue_after_checkpoint();
   return 0;
+}
+
+// The job was stopped as its user asked (Ctrl-C, a signal to gpurun) and ranks ended by it: one
+// line that says so, and 128 + the signal, as a shell reports a job its user interrupted.
+int Supervisor::user_stop_result() {
+  const int sig = forwarded_stop_signal_;
+  std::string others;
+  for (const auto& o : ended_otherwise_) others += "; " + o;
+  tell(fmt::format("stopped {}: {} of {} rank{} ended by it{}",
+                   sig == SIGINT
+                       ? "as the user asked (SIGINT, Ctrl-C)"
+                       : fmt::format("by the {} sent to gpurun", common::signal_name(sig)),
+                   ended_by_stop_, world_, world_ == 1 ? "" : "s", others));
+  return 128 + sig;
 }
 
 int Supervisor::requeue_after_checkpoint() {
