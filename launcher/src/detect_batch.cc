@@ -117,6 +117,8 @@ Allocation detect_lsf(const DetectInput& in) {
   a.flavor = "LSF";
   a.job_id = get(env, "LSB_JOBID");
   if (!a.job_id) throw Error("--scheduler lsf: LSB_JOBID is not set (not inside an LSF job?)");
+  if (auto index = get_count(env, "LSB_JOBINDEX"); index && *index > 0)  // 0: not an array
+    a.array_task = fmt::format("{}[{}]", *a.job_id, *index);
 
   std::vector<NodeAlloc> mcpu;
   if (auto m = get(env, "LSB_MCPU_HOSTS")) {

@@ -188,6 +188,13 @@ Allocation detect_slurm(const DetectInput& in) {
   auto job = first_of(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
   if (!job) throw Error("--scheduler slurm: SLURM_JOB_ID is not set (not inside a Slurm job?)");
   a.job_id = job->second;
+  // An array task has its own SLURM_JOB_ID, but the first task's equals SLURM_ARRAY_JOB_ID, which
+  // scontrol takes for the whole array: <array>_<task> names this task alone.
+  auto array = first_of(env, {"SLURM_ARRAY_JOB_ID"});
+  auto task = first_of(env, {"SLURM_ARRAY_TASK_ID"});
+  if (array && task)
+    a.array_task = fmt::format("{}_{}", parse_count(array->first, array->second),
+                               parse_count(task->first, task->second));
 
   auto step = first_of(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
   bool in_step = false;

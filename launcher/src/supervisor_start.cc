@@ -150,15 +150,17 @@ std::string describe_wait_status(int st) {
 }
 
 // The scheduler's own requeue command for a job, or empty when it has none we know.
+// In a job array, only this task (PBS_JOBID names the subjob already: 123[4].server).
 std::vector<std::string> requeue_command(const Allocation& a) {
   if (!a.job_id) return {};
+  const std::string& id = a.array_task ? *a.array_task : *a.job_id;
   switch (a.scheduler) {
     case Scheduler::slurm:
-      return {"scontrol", "requeue", *a.job_id};
+      return {"scontrol", "requeue", id};
     case Scheduler::pbs:
-      return {"qrerun", *a.job_id};
+      return {"qrerun", id};
     case Scheduler::lsf:
-      return {"brequeue", *a.job_id};
+      return {"brequeue", id};
     default:
       return {};
   }
@@ -226,8 +228,10 @@ int Supervisor::requeue_after_checkpoint() {
   }
   std::string shown;
   for (const auto& w : rq) shown += (shown.empty() ? "" : " ") + w;
-  say(fmt::format("all ranks exited 0 after {} (checkpointed): requeueing job {} ({})",
-                  common::signal_name(checkpoint_signal_sent_), *cfg_.alloc.job_id, shown));
+  say(fmt::format("all ranks exited 0 after {} (checkpointed): requeueing {} {} ({})",
+                  common::signal_name(checkpoint_signal_sent_),
+                  cfg_.alloc.array_task ? "array task" : "job",
+                  cfg_.alloc.array_task.value_or(*cfg_.alloc.job_id), shown));
   int rc = 0;
   try {
     rc = proc::exit_code(proc::Child::spawn(rq, cfg_.env).wait());

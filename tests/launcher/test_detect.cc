@@ -379,3 +379,21 @@ TEST(DetectBounds, RefusedFileNamesTheVariable) {
   EXPECT_NE(error_of(in).find("LSB_DJOB_HOSTFILE="), std::string::npos) << error_of(in);
   EXPECT_NE(error_of(in).find(": is a device or a socket, not a file"), std::string::npos);
 }
+
+// Issue 25, item 3: --requeue in an array task names the task (the first task's SLURM_JOB_ID is
+// the array's, which scontrol takes for all of it).
+TEST(DetectSlurm, ArrayTaskIsNamedForRequeue) {
+  DetectInput in;
+  in.env = {{"SLURM_JOB_ID", "41"}, {"SLURM_JOB_NODELIST", "n1"}, {"SLURM_TASKS_PER_NODE", "1"}};
+  EXPECT_FALSE(detect_allocation(in).array_task);
+  in.env["SLURM_ARRAY_JOB_ID"] = "41";
+  in.env["SLURM_ARRAY_TASK_ID"] = "3";
+  EXPECT_EQ(detect_allocation(in).array_task, "41_3");
+  in.env["SLURM_ARRAY_TASK_ID"] = "3;rm";
+  EXPECT_NE(error_of(in).find("SLURM_ARRAY_TASK_ID='3;rm'"), std::string::npos) << error_of(in);
+  DetectInput lsf;
+  lsf.env = {{"LSB_JOBID", "77"}, {"LSB_HOSTS", "h1"}, {"LSB_JOBINDEX", "0"}};
+  EXPECT_FALSE(detect_allocation(lsf).array_task);
+  lsf.env["LSB_JOBINDEX"] = "5";
+  EXPECT_EQ(detect_allocation(lsf).array_task, "77[5]");
+}

@@ -53,6 +53,9 @@ struct Allocation {
   Scheduler scheduler = Scheduler::local;
   std::string flavor;  // "Slurm", "PBS Pro", "Torque", "LSF", "gpuq", "local"
   std::optional<std::string> job_id;
+  // A job array's task as the scheduler's commands name it (Slurm 123_4, LSF 123[4]): what
+  // --requeue requeues, so that the array's other tasks keep running. Unset outside an array.
+  std::optional<std::string> array_task;
   std::vector<NodeAlloc> nodes;  // in the scheduler's order; rank 0's node first
   // The visible GPU list of the node gpurun runs on, as CUDA_VISIBLE_DEVICES spells it
   // (indices, GPU-/MIG- UUIDs); positions in a rank plan index into each node's own such list.
