@@ -96,6 +96,7 @@ class Supervisor {
   void on_message(Conn& c, const control::Running& m);
   void on_message(Conn& c, const control::Progress& m);
   void on_message(Conn& c, const control::Output& m);
+  void on_abort(int rank, int errorcode);
   void on_message(Conn& c, const control::Stacks& m);
   void on_message(Conn& c, const control::GpuSamples& m);
   void on_message(Conn& c, const control::GpuSamplesFailed& m);

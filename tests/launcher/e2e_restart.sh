@@ -11,6 +11,7 @@
 # 3. A failure before every rank started (the program cannot be executed) is not retried, and is
 #    reported in one line without the engine's banners.
 # 4. A signal from the user, and a checkpoint stop (USR1, then exit 0), are not failures.
+# 5. MPI_Abort in every rank is said in one line, without Open MPI's frame.
 set -euo pipefail
 gpurun=$1 beat_mpi=$2
 work=$(mktemp -d /tmp/gpurun-restart.XXXXXX)
@@ -81,3 +82,13 @@ for sig in TERM USR1; do
   [[ ! -e $work/ready.0.1 ]] || fail "$sig: a second attempt ran"
   echo "ok: SIG$sig from the user: no restart (exit $rc)"
 done
+
+# 5. A configuration error every rank sees (each calls MPI_Abort): one gpurun line names the rank
+# and the abort, no Open MPI MPI_ABORT frame (issue 25, item 5); a lost wrapper was named before.
+rc=0
+run -- "$beat_mpi" --steps 15 --interval-ms 20 --hang-rank all --hang-step 3 --hang abort || rc=$?
+[[ $rc == 5 ]] || fail "MPI_Abort in every rank: exit $rc, want 5"
+[[ $(grep -c "^gpurun: rank [0-1] on .* called MPI_Abort (errorcode 5) after .* s; stopped 1 other rank$" "$work/log") == 1 ]] ||
+  fail "MPI_Abort in every rank: not one line naming the abort"
+! grep -q "MPI_ABORT was invoked\|more process.* sent help message" "$work/log" || fail "MPI_Abort: Open MPI's frame reached the terminal"
+echo "ok: MPI_Abort in every rank: $(grep 'MPI_Abort' "$work/log" | sed 's/^gpurun: //')"
