@@ -21,6 +21,7 @@ core=(
   procps psmisc util-linux iproute2 passwd tmux
   python3 python3-venv
   help2man man-db groff-base lmod bash-completion file
+  clang libclang-rt-14-dev
 )
 bench=(python3-torch python3-numpy hyperfine)
 containers=(podman)
