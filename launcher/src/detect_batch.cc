@@ -53,6 +53,22 @@ std::map<std::string, std::vector<std::string>> read_gpu_file(const DetectInput&
   return per_host;
 }
 
+// LSB_MCPU_HOSTS' "host slots" pairs, in order; empty when it is not set.
+std::vector<NodeAlloc> mcpu_hosts(const Env& env) {
+  auto m = get(env, "LSB_MCPU_HOSTS");
+  if (!m) return {};
+  auto w = split_ws(*m);
+  if (w.size() % 2 != 0)
+    throw Error(fmt::format("LSB_MCPU_HOSTS='{}': expected 'host slots' pairs", shown(*m)));
+  NodesInOrder mcpu;
+  for (std::size_t i = 0; i < w.size(); i += 2) {
+    check_host("LSB_MCPU_HOSTS", w[i]);
+    mcpu.add(w[i], slot_count("LSB_MCPU_HOSTS", parse_count("LSB_MCPU_HOSTS", w[i + 1]), w[i]),
+             "LSB_MCPU_HOSTS");
+  }
+  return mcpu.take();
+}
+
 }  // namespace
 
 Allocation detect_pbs(const DetectInput& in) {
@@ -120,17 +136,7 @@ Allocation detect_lsf(const DetectInput& in) {
   if (auto index = get_count(env, "LSB_JOBINDEX"); index && *index > 0)  // 0: not an array
     a.array_task = fmt::format("{}[{}]", *a.job_id, *index);
 
-  std::vector<NodeAlloc> mcpu;
-  if (auto m = get(env, "LSB_MCPU_HOSTS")) {
-    auto w = split_ws(*m);
-    if (w.size() % 2 != 0)
-      throw Error(fmt::format("LSB_MCPU_HOSTS='{}': expected 'host slots' pairs", *m));
-    for (std::size_t i = 0; i < w.size(); i += 2) {
-      check_host("LSB_MCPU_HOSTS", w[i]);
-      add_slots(mcpu, w[i],
-                slot_count("LSB_MCPU_HOSTS", parse_count("LSB_MCPU_HOSTS", w[i + 1]), w[i]));
-    }
-  }
+  std::vector<NodeAlloc> mcpu = mcpu_hosts(env);
   if (get(env, "LSB_DJOB_HOSTFILE")) {
     a.nodes = read_host_file(in, "LSB_DJOB_HOSTFILE");
     a.sources.push_back("LSB_DJOB_HOSTFILE");
@@ -149,10 +155,12 @@ Allocation detect_lsf(const DetectInput& in) {
     a.nodes = mcpu;
     a.sources.push_back("LSB_MCPU_HOSTS");
   } else if (auto h = get(env, "LSB_HOSTS")) {
+    NodesInOrder hosts;
     for (const auto& host : split_ws(*h)) {
       check_host("LSB_HOSTS", host);
-      add_slots(a.nodes, host, 1);
+      hosts.add(host, 1, "LSB_HOSTS");
     }
+    a.nodes = hosts.take();
     a.sources.push_back("LSB_HOSTS");
   }
   if (a.nodes.empty())

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <sstream>
-#include <unordered_map>
 
 #include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
@@ -216,29 +216,32 @@ std::string shown(std::string_view text, std::size_t max) {
   return common::escape_control(text.substr(0, max)) + fmt::format("... ({} bytes)", text.size());
 }
 
-void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots) {
-  auto it =
-      std::find_if(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; });
-  if (it == nodes.end())
-    nodes.push_back(NodeAlloc{host, slots, 0});
-  else
-    it->slots += slots;
+void NodesInOrder::add(const std::string& host, int slots, const std::string& origin) {
+  auto [it, fresh] = index_.emplace(host, nodes_.size());
+  if (fresh)
+    nodes_.push_back(NodeAlloc{host, 0, 0});
+  else if (it->second + 1 != nodes_.size())
+    interleaved_ = true;
+  NodeAlloc& node = nodes_[it->second];
+  if (slots > kMaxNodeSlots - node.slots || nodes_.size() > static_cast<std::size_t>(kMaxRanks))
+    throw Error(fmt::format("{}: more than {} task slots for host {}, or more than {} hosts",
+                            origin, kMaxNodeSlots, shown(host), kMaxRanks));
+  node.slots += slots;
 }
 
 namespace {
 
 // One line of a host file: its first word must be a host name and the rest printable (Torque
-// may append ":ppn" or columns). Throws Error naming `where` (VAR=PATH:LINE).
-std::string host_of_line(const std::string& line, const std::string& where) {
+// may append ":ppn" or columns). Throws Error naming where() (VAR=PATH:LINE).
+std::string host_of_line(const std::string& line, const std::function<std::string()>& where) {
   for (char c : line)
     if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == '\x7f')
       throw Error(
           fmt::format("{}: '{}' holds a control character: a host file has printable "
                       "lines, one host name each (a binary file?)",
-                      where, shown(line, 40)));
-  const std::string host = split_ws(line)[0];
-  const std::string name = host.substr(0, host.find(':'));  // Torque's "host:ppn=4"
-  check_host(where, name);
+                      where(), shown(line, 40)));
+  const std::string name = line.substr(0, line.find_first_of(" \t:"));  // Torque's "host:ppn=4"
+  if (!is_host_name(name)) check_host(where(), name);
   return name;
 }
 
@@ -261,27 +264,22 @@ std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& 
   auto path = get(in.env, var);
   if (!path || trim(*path).empty()) throw Error(fmt::format("{} is not set", var));
   const std::string text = read_bounded(in, var, *path);
-  std::vector<NodeAlloc> nodes;
-  std::unordered_map<std::string, std::size_t> index;  // host -> its node: linear in the lines
+  NodesInOrder nodes;
   std::istringstream is(text);
   std::string raw;
+  long lines = 0;
   for (int n = 1; std::getline(is, raw); ++n) {
     const std::string line = trim(raw);
     if (line.empty()) continue;
-    const std::string host = host_of_line(line, fmt::format("{}={}:{}", var, shown(*path), n));
-    auto [it, fresh] = index.emplace(host, nodes.size());
-    if (fresh) {
-      nodes.push_back(NodeAlloc{host, 0, 0});
-    } else if (interleaved && it->second + 1 != nodes.size()) {
-      *interleaved = true;
-    }
-    NodeAlloc& node = nodes[it->second];
-    if (++node.slots > kMaxNodeSlots || nodes.size() > static_cast<std::size_t>(kMaxRanks))
-      throw Error(fmt::format("{}={}:{}: more than {} lines for host {} or {} hosts", var,
-                              shown(*path), n, kMaxNodeSlots, host, kMaxRanks));
+    auto where = [&] { return fmt::format("{}={}:{}", var, shown(*path), n); };
+    if (++lines > kMaxRanks)  // a line per task slot: more lines than a plan's ranks is no job
+      throw Error(fmt::format("{}: more than {} lines (one per task slot)", where(), kMaxRanks));
+    nodes.add(host_of_line(line, where), 1, var);
   }
-  if (nodes.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, shown(*path)));
-  return nodes;
+  if (interleaved) *interleaved = nodes.interleaved();
+  std::vector<NodeAlloc> out = nodes.take();
+  if (out.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, shown(*path)));
+  return out;
 }
 
 }  // namespace gpurun::launcher::detail

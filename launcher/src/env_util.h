@@ -5,6 +5,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "gpurun/launcher/allocation.h"
@@ -43,9 +44,22 @@ void check_host(const std::string& var, const std::string& host);
 // `text` for an error message: control characters escaped, cut to `max` bytes with "...".
 std::string shown(std::string_view text, std::size_t max = 80);
 
-// Adds `slots` to `host`'s node, appending the node on its first appearance (host files and
-// LSF's lists name a host once per slot, or once with a count; order is first appearance).
-void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots);
+// Nodes in order of first appearance, with their slots added up (host files and LSF's lists name
+// a host once per slot, or once with a count), in time linear in the entries.
+class NodesInOrder {
+ public:
+  // Adds `slots` to `host`'s node; throws Error naming `origin` past kMaxNodeSlots on one node
+  // or kMaxRanks nodes.
+  void add(const std::string& host, int slots, const std::string& origin);
+  // Whether a host came back after another (a b a): entry order is not node order.
+  bool interleaved() const { return interleaved_; }
+  std::vector<NodeAlloc> take() { return std::move(nodes_); }
+
+ private:
+  std::vector<NodeAlloc> nodes_;
+  std::unordered_map<std::string, std::size_t> index_;
+  bool interleaved_ = false;
+};
 
 // The contents of file `path` named by variable `var` (in.read_file, bounded); throws Error naming
 // both when it cannot be had or is refused.

@@ -205,8 +205,10 @@ po::options_description launch_options() {
   d.add_options()("launcher", po::value<std::string>()->default_value("auto"),
                   "auto|srun|mpirun|blaunch|jsrun|pbsdsh|local")(
       "launcher-args", po::value<std::string>(), "extra arguments for the engine, split on blanks")(
-      "dry-run", "print the exact command and every rank's environment; run nothing")(
-      "tag-output", "prefix every output line with its rank")(
+      "dry-run",
+      "print the engine command (runnable as printed: --control none, the ranks then unwatched) "
+      "and every variable each rank gets; run nothing")("tag-output",
+                                                        "prefix every output line with its rank")(
       "start-timeout", po::value<double>()->default_value(300), "seconds for all ranks to start")(
       "kill-grace", po::value<double>()->default_value(5),
       "seconds from TERM to KILL when stopping after a failure")(
@@ -229,7 +231,8 @@ po::options_description launch_options() {
       "max-restarts", po::value<int>()->default_value(0),
       "restart all ranks this many times in all when one fails after every rank started")(
       "output-dir", po::value<std::string>(),
-      "also write each rank's stdout/stderr to DIR/rank-N.out/.err (and a hang's stacks)")(
+      "also write each rank's stdout/stderr to DIR/rank-N.out/.err (and a hang's stacks); with "
+      "--max-restarts each attempt starts with a line '==> attempt K <=='")(
       "monitor", po::value<std::string>()->implicit_value("1")->value_name("SECONDS"),
       "--monitor[=SECONDS] FILE.csv: every SECONDS (default 1) sample the job's GPUs on every "
       "node into FILE.csv (time,node,rank,gpu,util,mem_used_mib,power_w,temp_c); at the end one "

@@ -46,10 +46,12 @@ constexpr int kPipeReadMs = 10000;  // a pipe that stays silent this long is giv
 // Reads all of `fd` (a regular file or a pipe) up to kMaxInputFileBytes; throws Error saying why.
 std::string read_all_bounded(int fd, bool pipe) {
   std::string out;
-  char buf[65536];
+  std::vector<char> buf(1 << 20);
+  // A larger pipe: fewer wake-ups for a writer that sends much (up to the bound).
+  if (pipe) fcntl(fd, F_SETPIPE_SZ, 1 << 20);
   const double deadline = proc::now_seconds() + kPipeReadMs / 1000.0;
   while (true) {
-    ssize_t n = read(fd, buf, sizeof buf);
+    ssize_t n = read(fd, buf.data(), buf.size());
     if (n == 0) return out;
     if (n < 0 && errno == EINTR) continue;
     if (n < 0 && errno == EAGAIN && pipe) {
@@ -60,7 +62,7 @@ std::string read_all_bounded(int fd, bool pipe) {
       continue;
     }
     if (n < 0) throw Error(fmt::format("cannot be read: {}", strerror(errno)));
-    out.append(buf, static_cast<std::size_t>(n));
+    out.append(buf.data(), static_cast<std::size_t>(n));
     if (out.size() > kMaxInputFileBytes)
       throw Error(fmt::format("holds more than {} MiB: not a host or environment file",
                               kMaxInputFileBytes >> 20));
