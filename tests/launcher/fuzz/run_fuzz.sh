@@ -10,7 +10,7 @@
 # missing; 1 with the crashing input saved in WORK_DIR when the fuzzer finds something.
 set -euo pipefail
 src=$(cd "$1" && pwd); work=$2; secs=${3:-25}
-mkdir -p "$work"; export W=$work
+mkdir -p "$work"; work=$(cd "$work" && pwd); export W=$work
 cxx=$(command -v clang++-14 || command -v clang++ || true)
 [[ -n $cxx ]] || { echo "run_fuzz: SKIP: no clang++ (apt-get install clang)"; exit 77; }
 srcs=("$src/tests/launcher/fuzz/fuzz_allocation.cc")
