@@ -19,10 +19,10 @@ core=(
   gnuplot-nox
   chromium python3-prometheus-client
   nodejs npm
-  procps psmisc util-linux iproute2 passwd
-  python3
+  procps psmisc util-linux iproute2 passwd tmux
+  python3 python3-venv
   help2man man-db groff-base lmod bash-completion file
-  clang libclang-rt-dev
+  clang libclang-rt-14-dev
 )
 bench=(python3-torch python3-numpy hyperfine)
 containers=(podman)

@@ -52,12 +52,16 @@ std::string signal_name(int sig) {
   return "SIG" + std::to_string(sig);
 }
 
+bool is_signal_number(long long n) {
+  return n >= 1 && n <= kMaxSignal;
+}
+
 std::optional<int> parse_signal(std::string_view text) {
   if (text.empty()) return std::nullopt;
   if (text.find_first_not_of("0123456789") == std::string_view::npos) {
     if (text.size() > 2) return std::nullopt;
     const int n = std::stoi(std::string(text));
-    if (n < 1 || n > kMaxSignal) return std::nullopt;
+    if (!is_signal_number(n)) return std::nullopt;
     return n;
   }
   std::string upper(text);

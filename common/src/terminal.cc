@@ -1,51 +1,85 @@
-// Terminal-safe text (terminal.h).
+// terminal.cc: see terminal.h.
 #include "gpurun/common/terminal.h"
 
 #include <cstdio>
 
 namespace gpurun::common {
+namespace {
 
-std::string terminal_safe(std::string_view text) {
+void put_hex(std::string& out, unsigned char u) {
+  char buf[8];
+  std::snprintf(buf, sizeof buf, "\\x%02x", u);
+  out += buf;
+}
+
+void put_control(std::string& out, char c) {
+  switch (c) {
+    case '\x1b':
+      out += "\\e";
+      break;
+    case '\n':
+      out += "\\n";
+      break;
+    case '\r':
+      out += "\\r";
+      break;
+    case '\t':
+      out += "\\t";
+      break;
+    case '\0':
+      out += "\\0";
+      break;
+    case '\\':
+      out += "\\\\";
+      break;
+    default:
+      put_hex(out, static_cast<unsigned char>(c));
+  }
+}
+
+// The length of the well-formed UTF-8 sequence at s[i] that encodes no C1 control (U+0080 to
+// U+009F, which 8-bit terminals obey as ESC sequences), or 0.
+std::size_t printable_utf8(std::string_view s, std::size_t i) {
+  const auto u = static_cast<unsigned char>(s[i]);
+  const std::size_t n = u >= 0xf0 && u <= 0xf4 ? 4 : u >= 0xe0 ? 3 : u >= 0xc2 && u < 0xe0 ? 2 : 0;
+  if (n == 0 || i + n > s.size()) return 0;
+  for (std::size_t k = 1; k < n; ++k)
+    if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
+  if (u == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) return 0;  // C1
+  return n;
+}
+
+std::string escape(std::string_view s, bool keep_newlines) {
   std::string out;
-  out.reserve(text.size());
-  for (size_t i = 0; i < text.size(); ++i) {
-    const auto c = static_cast<unsigned char>(text[i]);
-    char buf[8];
-    switch (c) {
-      case 0x1b:
-        out += "\\e";
-        continue;
-      case '\r':
-        out += "\\r";
-        continue;
-      case '\n':
-        out += "\\n";
-        continue;
-      case '\t':
-        out += "\\t";
-        continue;
-      case '\0':
-        out += "\\0";
-        continue;
-      case '\\':
-        out += "\\\\";
-        continue;
-      default:
-        break;
-    }
-    if (c < 0x20 || c == 0x7f) {
-      std::snprintf(buf, sizeof(buf), "\\x%02x", c);
-      out += buf;
-    } else if (c == 0xc2 && i + 1 < text.size() &&
-               static_cast<unsigned char>(text[i + 1]) >= 0x80 &&
-               static_cast<unsigned char>(text[i + 1]) <= 0x9f) {
-      std::snprintf(buf, sizeof(buf), "\\u%04x", static_cast<unsigned char>(text[++i]));
-      out += buf;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size();) {
+    const char c = s[i];
+    const auto u = static_cast<unsigned char>(c);
+    if ((u >= 0x20 && u < 0x7f && c != '\\') || (keep_newlines && c == '\n')) {
+      out += c;
+      ++i;
+    } else if (u < 0x80) {
+      put_control(out, c);
+      ++i;
+    } else if (std::size_t n = printable_utf8(s, i)) {
+      out.append(s.substr(i, n));
+      i += n;
     } else {
-      out += static_cast<char>(c);
+      put_hex(out, u);  // not UTF-8, or a C1 control
+      ++i;
     }
   }
   return out;
+}
+
+}  // namespace
+
+std::string escape_control(std::string_view s) {
+  return escape(s, false);
+}
+
+std::string escape_control_keep_lines(std::string_view s) {
+  return escape(s, true);
 }
 
 }  // namespace gpurun::common

@@ -7,6 +7,8 @@
 #include <charconv>
 #include <type_traits>
 
+#include "gpurun/common/posix.h"
+
 namespace gpurun::launcher::control {
 namespace {
 
@@ -95,13 +97,26 @@ std::string encode_one(const M& m) {
   return out;
 }
 
+// A message whose fields parse may still be impossible: a signal number outside 1-64 (it would
+// reach kill() or 128 + signal), an exit code outside 0-255. Such a line is not one of ours.
+template <class M>
+bool valid(const M&) {
+  return true;
+}
+bool valid(const Signal& m) {
+  return common::is_signal_number(m.signal);
+}
+bool valid(const Exit& m) {
+  return (m.signal == 0 || common::is_signal_number(m.signal)) && m.code >= 0 && m.code <= 255;
+}
+
 template <class M, class Variant>
 bool parse_one(std::string_view tag, std::string_view rest, std::optional<Variant>& out) {
   if (tag != M::kTag) return false;
   M m;
   bool ok = true;
   std::apply([&](auto&... f) { ((ok = ok && take(rest, f)), ...); }, M::fields(m));
-  if (ok) out = std::move(m);
+  if (ok && valid(m)) out = std::move(m);
   return true;  // the tag matched: no other alternative can
 }
 

@@ -71,8 +71,9 @@ Scheduler sniff_scheduler(const Env& env) {
   return Scheduler::local;
 }
 
-Allocation detect_allocation(const DetectInput& in, std::optional<Scheduler> forced) {
-  Scheduler s = forced ? *forced : sniff_scheduler(in.env);
+namespace {
+
+Allocation read_allocation(const DetectInput& in, Scheduler s) {
   switch (s) {
     case Scheduler::slurm:
       return detail::detect_slurm(in);
@@ -86,6 +87,24 @@ Allocation detect_allocation(const DetectInput& in, std::optional<Scheduler> for
       return detail::detect_local(in);
   }
   throw Error("unknown scheduler");
+}
+
+}  // namespace
+
+Allocation detect_allocation(const DetectInput& in, std::optional<Scheduler> forced) {
+  Allocation a = read_allocation(in, forced ? *forced : sniff_scheduler(in.env));
+  // Each reader names the variable at fault; this holds for all of them (a plan of no rank, or a
+  // sum past an int, would be undefined further on).
+  long total = 0;
+  for (const auto& n : a.nodes) {
+    if (n.slots < 1) throw Error(fmt::format("node {} has no task slot", detail::shown(n.host)));
+    total += n.slots;
+  }
+  if (total > kMaxRanks)
+    throw Error(fmt::format("{}: {} task slots in all; at most {} are planned",
+                            a.sources.empty() ? "the allocation" : a.sources.front(), total,
+                            kMaxRanks));
+  return a;
 }
 
 namespace detail {

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <map>
+#include <sstream>
 
 #include "detect_internal.h"
 #include "env_util.h"
@@ -29,6 +30,43 @@ void apply_gpu_count(Allocation& a, int gpus, const char* scheduler) {
     a.notes.push_back(fmt::format(
         "{} shows only this node's GPUs ({}); the other nodes are taken to have as many", scheduler,
         gpus));
+}
+
+// Torque's PBS_GPUFILE: "<host>-gpu<index>" lines, grouped by host in order.
+std::map<std::string, std::vector<std::string>> read_gpu_file(const DetectInput& in,
+                                                              const std::string& path) {
+  const std::string text = read_bounded(in, "PBS_GPUFILE", path);
+  std::map<std::string, std::vector<std::string>> per_host;
+  std::istringstream is(text);
+  std::string raw;
+  for (int n = 1; std::getline(is, raw); ++n) {
+    const std::string line = trim(raw);
+    if (line.empty()) continue;
+    auto dash = line.rfind("-gpu");
+    if (dash == std::string::npos || dash + 4 >= line.size() || dash + 4 + 9 < line.size() ||
+        line.find_first_not_of("0123456789", dash + 4) != std::string::npos ||
+        !is_host_name(line.substr(0, dash)))
+      throw Error(fmt::format("PBS_GPUFILE={}:{}: '{}' is not '<host>-gpu<index>'", shown(path), n,
+                              shown(line, 40)));
+    per_host[line.substr(0, dash)].push_back(line.substr(dash + 4));
+  }
+  return per_host;
+}
+
+// LSB_MCPU_HOSTS' "host slots" pairs, in order; empty when it is not set.
+std::vector<NodeAlloc> mcpu_hosts(const Env& env) {
+  auto m = get(env, "LSB_MCPU_HOSTS");
+  if (!m) return {};
+  auto w = split_ws(*m);
+  if (w.size() % 2 != 0)
+    throw Error(fmt::format("LSB_MCPU_HOSTS='{}': expected 'host slots' pairs", shown(*m)));
+  NodesInOrder mcpu;
+  for (std::size_t i = 0; i < w.size(); i += 2) {
+    check_host("LSB_MCPU_HOSTS", w[i]);
+    mcpu.add(w[i], slot_count("LSB_MCPU_HOSTS", parse_count("LSB_MCPU_HOSTS", w[i + 1]), w[i]),
+             "LSB_MCPU_HOSTS");
+  }
+  return mcpu.take();
 }
 
 }  // namespace
@@ -63,16 +101,7 @@ Allocation detect_pbs(const DetectInput& in) {
   a.this_host = a.nodes.front().host;
 
   if (auto gf = get(env, "PBS_GPUFILE")) {
-    auto text = in.read_file ? in.read_file(*gf) : std::nullopt;
-    if (!text) throw Error(fmt::format("PBS_GPUFILE={}: cannot be read", *gf));
-    std::map<std::string, std::vector<std::string>> per_host;
-    for (const auto& line : split_lines(*text)) {
-      auto dash = line.rfind("-gpu");
-      if (dash == std::string::npos || dash + 4 >= line.size() ||
-          line.find_first_not_of("0123456789", dash + 4) != std::string::npos)
-        throw Error(fmt::format("PBS_GPUFILE={}: line '{}' is not '<host>-gpu<index>'", *gf, line));
-      per_host[line.substr(0, dash)].push_back(line.substr(dash + 4));
-    }
+    std::map<std::string, std::vector<std::string>> per_host = read_gpu_file(in, *gf);
     for (auto& n : a.nodes) {
       auto it = per_host.find(n.host);
       n.gpus = it == per_host.end() ? 0 : static_cast<int>(it->second.size());
@@ -104,16 +133,10 @@ Allocation detect_lsf(const DetectInput& in) {
   a.flavor = "LSF";
   a.job_id = get(env, "LSB_JOBID");
   if (!a.job_id) throw Error("--scheduler lsf: LSB_JOBID is not set (not inside an LSF job?)");
+  if (auto index = get_count(env, "LSB_JOBINDEX"); index && *index > 0)  // 0: not an array
+    a.array_task = fmt::format("{}[{}]", *a.job_id, *index);
 
-  std::vector<NodeAlloc> mcpu;
-  if (auto m = get(env, "LSB_MCPU_HOSTS")) {
-    auto w = split_ws(*m);
-    if (w.size() % 2 != 0)
-      throw Error(fmt::format("LSB_MCPU_HOSTS='{}': expected 'host slots' pairs", *m));
-    for (std::size_t i = 0; i < w.size(); i += 2) {
-      add_slots(mcpu, w[i], static_cast<int>(parse_count("LSB_MCPU_HOSTS", w[i + 1])));
-    }
-  }
+  std::vector<NodeAlloc> mcpu = mcpu_hosts(env);
   if (get(env, "LSB_DJOB_HOSTFILE")) {
     a.nodes = read_host_file(in, "LSB_DJOB_HOSTFILE");
     a.sources.push_back("LSB_DJOB_HOSTFILE");
@@ -132,7 +155,12 @@ Allocation detect_lsf(const DetectInput& in) {
     a.nodes = mcpu;
     a.sources.push_back("LSB_MCPU_HOSTS");
   } else if (auto h = get(env, "LSB_HOSTS")) {
-    for (const auto& host : split_ws(*h)) add_slots(a.nodes, host, 1);
+    NodesInOrder hosts;
+    for (const auto& host : split_ws(*h)) {
+      check_host("LSB_HOSTS", host);
+      hosts.add(host, 1, "LSB_HOSTS");
+    }
+    a.nodes = hosts.take();
     a.sources.push_back("LSB_HOSTS");
   }
   if (a.nodes.empty())

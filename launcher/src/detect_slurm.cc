@@ -25,8 +25,9 @@ std::vector<std::string> expand_var(const std::string& name, const std::string& 
   try {
     return expand_hostlist(value);
   } catch (const HostlistError& e) {
-    throw Error(fmt::format("{}={}: {} (at character {})\n{}", name, value, e.reason(),
-                            e.position() + 1, e.pointer()));
+    throw Error(fmt::format("{}={}: {} (at character {})", name, shown(value, 120), e.reason(),
+                            e.position() + 1),
+                e.pointer());
   }
 }
 
@@ -34,8 +35,9 @@ std::vector<int> expand_tpn(const std::string& name, const std::string& value) {
   try {
     return expand_tasks_per_node(value);
   } catch (const HostlistError& e) {
-    throw Error(fmt::format("{}={}: {} (at character {})\n{}", name, value, e.reason(),
-                            e.position() + 1, e.pointer()));
+    throw Error(fmt::format("{}={}: {} (at character {})", name, shown(value, 120), e.reason(),
+                            e.position() + 1),
+                e.pointer());
   }
 }
 
@@ -55,6 +57,7 @@ SlurmNodes slurm_nodes(const Env& env, bool step_vars, Allocation& a) {
     throw Error(fmt::format("SLURM_JOB_ID={} is set but SLURM_JOB_NODELIST is not", *a.job_id));
   n.hosts = expand_var(nl->first, nl->second);
   if (n.hosts.empty()) throw Error(fmt::format("{} is empty", nl->first));
+  for (const auto& h : n.hosts) check_host(nl->first, h);
   a.sources.push_back(nl->first);
 
   auto tpn = step_vars ? first_of(env, {"SLURM_STEP_TASKS_PER_NODE"})
@@ -64,7 +67,10 @@ SlurmNodes slurm_nodes(const Env& env, bool step_vars, Allocation& a) {
     a.sources.push_back(tpn->first);
     if (n.counts.size() != n.hosts.size())
       throw Error(fmt::format("{}={} describes {} nodes but {}={} names {}", tpn->first,
-                              tpn->second, n.counts.size(), nl->first, nl->second, n.hosts.size()));
+                              shown(tpn->second), n.counts.size(), nl->first, shown(nl->second),
+                              n.hosts.size()));
+    for (std::size_t i = 0; i < n.counts.size(); ++i)
+      slot_count(fmt::format("{}={}", tpn->first, shown(tpn->second)), n.counts[i], n.hosts[i]);
   } else {
     n.counts.assign(n.hosts.size(), 1);
     a.notes.push_back("SLURM_TASKS_PER_NODE is not set: one task slot per node");
@@ -75,7 +81,11 @@ SlurmNodes slurm_nodes(const Env& env, bool step_vars, Allocation& a) {
   if (nn && parse_count(nn->first, nn->second) != static_cast<long>(n.hosts.size()))
     throw Error(fmt::format("{}={} but {}={} names {} nodes", nn->first, nn->second, nl->first,
                             nl->second, n.hosts.size()));
-  n.tasks = std::accumulate(n.counts.begin(), n.counts.end(), 0);
+  const long tasks = std::accumulate(n.counts.begin(), n.counts.end(), 0L);
+  if (tasks > kMaxRanks)
+    throw Error(fmt::format("{} adds up to {} task slots; at most {} are planned",
+                            tpn ? tpn->first : "SLURM_TASKS_PER_NODE", tasks, kMaxRanks));
+  n.tasks = static_cast<int>(tasks);
   auto nt = step_vars ? first_of(env, {"SLURM_STEP_NUM_TASKS"})
                       : first_of(env, {"SLURM_NTASKS", "SLURM_NPROCS"});
   if (nt && parse_count(nt->first, nt->second) != n.tasks)
@@ -178,6 +188,13 @@ Allocation detect_slurm(const DetectInput& in) {
   auto job = first_of(env, {"SLURM_JOB_ID", "SLURM_JOBID"});
   if (!job) throw Error("--scheduler slurm: SLURM_JOB_ID is not set (not inside a Slurm job?)");
   a.job_id = job->second;
+  // An array task has its own SLURM_JOB_ID, but the first task's equals SLURM_ARRAY_JOB_ID, which
+  // scontrol takes for the whole array: <array>_<task> names this task alone.
+  auto array = first_of(env, {"SLURM_ARRAY_JOB_ID"});
+  auto task = first_of(env, {"SLURM_ARRAY_TASK_ID"});
+  if (array && task)
+    a.array_task = fmt::format("{}_{}", parse_count(array->first, array->second),
+                               parse_count(task->first, task->second));
 
   auto step = first_of(env, {"SLURM_STEP_ID", "SLURM_STEPID"});
   bool in_step = false;

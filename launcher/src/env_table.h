@@ -40,6 +40,8 @@ inline constexpr EnvVar kEnvRead[] = {
     {"SLURM_CPUS_PER_TASK", "CPUs per rank"},
     {"SLURM_CPUS_ON_NODE", "CPUs on this node"},
     {"SLURM_JOB_END_TIME", "when the job's time runs out (--checkpoint-before)"},
+    {"SLURM_ARRAY_JOB_ID", "a job array's id: --requeue requeues <array>_<task>"},
+    {"SLURM_ARRAY_TASK_ID", "this array task's index"},
     {"SLURM_PROCID", "a task's global rank (srun)"},
     {"SLURM_LOCALID", "a task's local rank (srun)"},
     {"SLURM_NODEID", "a task's node rank (srun)"},
@@ -58,6 +60,7 @@ inline constexpr EnvVar kEnvRead[] = {
     {"LSB_DJOB_HOSTFILE", "one line per slot"},
     {"LSB_MCPU_HOSTS", "host slot pairs"},
     {"LSB_HOSTS", "one word per slot, when nothing better is set"},
+    {"LSB_JOBINDEX", "an array element's index (0: no array): --requeue requeues JOB[INDEX]"},
     {"LSF_BINDIR", "where blaunch and jsrun live"},
     {"JSM_NAMESPACE_RANK", "a task's rank (jsrun)"},
     {"JSM_NAMESPACE_SIZE", "jsrun's task count"},
@@ -80,6 +83,7 @@ inline constexpr EnvVar kEnvRead[] = {
     {"NCCL_SOCKET_IFNAME", "the user's choice, kept; else set to the interface to MASTER_ADDR"},
     {"GLOO_SOCKET_IFNAME", "the same for Gloo"},
     {"PYTHONPATH", "kept after the wrapper's sitecustomize folder (--hang-timeout)"},
+    {"PYTHONUNBUFFERED", "the user's value is kept (else 1 in every rank)"},
     {"PWD", "--dry-run --env-file --container: the job's working folder (else getcwd)"},
 };
 
@@ -106,6 +110,7 @@ inline constexpr EnvVar kEnvSet[] = {
     {"GLOO_SOCKET_IFNAME", "the same, for Gloo"},
     {"GPURUN_PYSTACK_DIR", "with --hang-timeout: where Python ranks write tracebacks"},
     {"PYTHONPATH", "with --hang-timeout: the sitecustomize folder first"},
+    {"PYTHONUNBUFFERED", "1 unless the user set it: Python's output line by line"},
     {"SLURM_HOSTFILE", "for srun's arbitrary distribution (the engine's, not a rank's)"},
 };
 

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cctype>
 #include <cstring>
+#include <functional>
 #include <sstream>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 
 namespace gpurun::launcher::detail {
@@ -171,7 +173,7 @@ Env parse_env_text(const std::string& text, const std::string& origin) {
         env[last] += "\n" + line;
         continue;
       }
-      throw Error(fmt::format("{}:{}: expected NAME=VALUE, got '{}'", origin, n, line));
+      throw Error(fmt::format("{}:{}: expected NAME=VALUE, got '{}'", origin, n, shown(line, 60)));
     }
     last = t.substr(0, eq - 1);
     if (!shell) {
@@ -187,34 +189,97 @@ Env parse_env_text(const std::string& text, const std::string& origin) {
   return env;
 }
 
-void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots) {
-  auto it =
-      std::find_if(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; });
-  if (it == nodes.end())
-    nodes.push_back(NodeAlloc{host, slots, 0});
-  else
-    it->slots += slots;
+int slot_count(const std::string& origin, long slots, const std::string& host) {
+  if (slots < 1 || slots > kMaxNodeSlots)
+    throw Error(fmt::format("{}: node {} has {} task slots; expected 1 to {} per node", origin,
+                            shown(host), slots, kMaxNodeSlots));
+  return static_cast<int>(slots);
+}
+
+bool is_host_name(std::string_view host) {
+  return !host.empty() && host.size() <= kMaxHostName &&
+         std::all_of(host.begin(), host.end(), [](char c) {
+           return std::isalnum(static_cast<unsigned char>(c)) || c == '-' || c == '.' || c == '_';
+         });
+}
+
+void check_host(const std::string& var, const std::string& host) {
+  if (!is_host_name(host))
+    throw Error(
+        fmt::format("{}: '{}' is not a host name: expected 1 to {} letters, digits, '-', "
+                    "'.' or '_'",
+                    var, shown(host, 40), kMaxHostName));
+}
+
+std::string shown(std::string_view text, std::size_t max) {
+  if (text.size() <= max) return common::escape_control(text);
+  return common::escape_control(text.substr(0, max)) + fmt::format("... ({} bytes)", text.size());
+}
+
+void NodesInOrder::add(const std::string& host, int slots, const std::string& origin) {
+  auto [it, fresh] = index_.emplace(host, nodes_.size());
+  if (fresh)
+    nodes_.push_back(NodeAlloc{host, 0, 0});
+  else if (it->second + 1 != nodes_.size())
+    interleaved_ = true;
+  NodeAlloc& node = nodes_[it->second];
+  if (slots > kMaxNodeSlots - node.slots || nodes_.size() > static_cast<std::size_t>(kMaxRanks))
+    throw Error(fmt::format("{}: more than {} task slots for host {}, or more than {} hosts",
+                            origin, kMaxNodeSlots, shown(host), kMaxRanks));
+  node.slots += slots;
+}
+
+namespace {
+
+// One line of a host file: its first word must be a host name and the rest printable (Torque
+// may append ":ppn" or columns). Throws Error naming where() (VAR=PATH:LINE).
+std::string host_of_line(const std::string& line, const std::function<std::string()>& where) {
+  for (char c : line)
+    if ((static_cast<unsigned char>(c) < 0x20 && c != '\t') || c == '\x7f')
+      throw Error(
+          fmt::format("{}: '{}' holds a control character: a host file has printable "
+                      "lines, one host name each (a binary file?)",
+                      where(), shown(line, 40)));
+  const std::string name = line.substr(0, line.find_first_of(" \t:"));  // Torque's "host:ppn=4"
+  if (!is_host_name(name)) check_host(where(), name);
+  return name;
+}
+
+}  // namespace
+
+std::string read_bounded(const DetectInput& in, const std::string& var, const std::string& path) {
+  std::optional<std::string> text;
+  try {
+    text = in.read_file ? in.read_file(path) : std::nullopt;
+  } catch (const Error& e) {
+    throw Error(fmt::format("{}={}: {}", var, shown(path), e.what()));
+  }
+  if (!text)
+    throw Error(fmt::format("{}={}: cannot be read (missing or not readable)", var, shown(path)));
+  return *text;
 }
 
 std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var,
                                       bool* interleaved) {
   auto path = get(in.env, var);
   if (!path || trim(*path).empty()) throw Error(fmt::format("{} is not set", var));
-  auto text = in.read_file ? in.read_file(*path) : std::nullopt;
-  if (!text)
-    throw Error(
-        fmt::format("{}={}: the host file cannot be read (missing or not readable)", var, *path));
-  std::vector<NodeAlloc> nodes;
-  for (const auto& line : split_lines(*text)) {
-    // Torque/PBS may append ":ppn" or extra columns; the host is the first word.
-    const std::string host = split_ws(line)[0];
-    if (interleaved && !nodes.empty() && nodes.back().host != host &&
-        std::any_of(nodes.begin(), nodes.end(), [&](const NodeAlloc& n) { return n.host == host; }))
-      *interleaved = true;
-    add_slots(nodes, host, 1);
+  const std::string text = read_bounded(in, var, *path);
+  NodesInOrder nodes;
+  std::istringstream is(text);
+  std::string raw;
+  long lines = 0;
+  for (int n = 1; std::getline(is, raw); ++n) {
+    const std::string line = trim(raw);
+    if (line.empty()) continue;
+    auto where = [&] { return fmt::format("{}={}:{}", var, shown(*path), n); };
+    if (++lines > kMaxRanks)  // a line per task slot: more lines than a plan's ranks is no job
+      throw Error(fmt::format("{}: more than {} lines (one per task slot)", where(), kMaxRanks));
+    nodes.add(host_of_line(line, where), 1, var);
   }
-  if (nodes.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, *path));
-  return nodes;
+  if (interleaved) *interleaved = nodes.interleaved();
+  std::vector<NodeAlloc> out = nodes.take();
+  if (out.empty()) throw Error(fmt::format("{}={}: the host file is empty", var, shown(*path)));
+  return out;
 }
 
 }  // namespace gpurun::launcher::detail

@@ -4,6 +4,8 @@
 
 #include <optional>
 #include <string>
+#include <string_view>
+#include <unordered_map>
 #include <vector>
 
 #include "gpurun/launcher/allocation.h"
@@ -30,14 +32,45 @@ std::string format_ranges(const std::vector<int>& sorted);
 // lines and # comments are skipped. Throws Error naming `origin` and the line otherwise.
 Env parse_env_text(const std::string& text, const std::string& origin);
 
-// Adds `slots` to `host`'s node, appending the node on its first appearance (host files and
-// LSF's lists name a host once per slot, or once with a count; order is first appearance).
-void add_slots(std::vector<NodeAlloc>& nodes, const std::string& host, int slots);
+// A node's task slots as `origin` (a variable) gives them: 1 to kMaxNodeSlots, else Error naming
+// `origin`, the host and the bounds (0 slots would plan a node with no rank).
+int slot_count(const std::string& origin, long slots, const std::string& host);
+
+// Whether `host` can be a host name: 1 to kMaxHostName bytes of letters, digits, '-', '.' and '_'
+// (RFC 1123's characters, and '_', which some sites use).
+bool is_host_name(std::string_view host);
+// Throws Error naming variable `var` when `host` is not a host name.
+void check_host(const std::string& var, const std::string& host);
+// `text` for an error message: control characters escaped, cut to `max` bytes with "...".
+std::string shown(std::string_view text, std::size_t max = 80);
+
+// Nodes in order of first appearance, with their slots added up (host files and LSF's lists name
+// a host once per slot, or once with a count), in time linear in the entries.
+class NodesInOrder {
+ public:
+  // Adds `slots` to `host`'s node; throws Error naming `origin` past kMaxNodeSlots on one node
+  // or kMaxRanks nodes.
+  void add(const std::string& host, int slots, const std::string& origin);
+  // Whether a host came back after another (a b a): entry order is not node order.
+  bool interleaved() const { return interleaved_; }
+  std::vector<NodeAlloc> take() { return std::move(nodes_); }
+
+ private:
+  std::vector<NodeAlloc> nodes_;
+  std::unordered_map<std::string, std::size_t> index_;
+  bool interleaved_ = false;
+};
+
+// The contents of file `path` named by variable `var` (in.read_file, bounded); throws Error naming
+// both when it cannot be had or is refused.
+std::string read_bounded(const DetectInput& in, const std::string& var, const std::string& path);
 
 // Reads a host file (one host per slot, as PBS_NODEFILE/LSB_DJOB_HOSTFILE) named by variable
 // `var`; groups lines into nodes by host in order of first appearance. Throws Error naming the
-// variable when the file is missing or empty. *interleaved (when given): a host's lines are not
-// all together (a b a), so line order is not the nodes' order.
+// variable when the file is missing, empty, not a regular file or pipe, larger than
+// kMaxInputFileBytes, or when a line holds anything but a host name (and, after it, printable
+// columns): the error names the file and the line. *interleaved (when given): a host's lines are
+// not all together (a b a), so line order is not the nodes' order.
 std::vector<NodeAlloc> read_host_file(const DetectInput& in, const std::string& var,
                                       bool* interleaved = nullptr);
 

@@ -24,8 +24,9 @@ namespace gpurun::launcher {
 // a concurrent truncate-and-write) or something else.
 std::optional<std::int64_t> parse_heartbeat(std::string_view contents);
 
-// A rank's private folder under `tmpdir` (gpurun-HOST-pPID-rankN-XXXXXX), removed with its
-// owner, or by the next wrapper on the host if its owner was killed: the heartbeat file, the
+// A rank's private folder under `tmpdir` (gpurun-HOST-pPID.START-rankN-XXXXXX, START the
+// wrapper's start time in clock ticks), removed with its owner, or by the next wrapper on the host
+// once its owner is gone (no process with that pid and start time): the heartbeat file, the
 // sitecustomize.py that registers faulthandler (stacks.h), and where Python tracebacks land.
 class RankDir {
  public:

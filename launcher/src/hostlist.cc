@@ -3,22 +3,47 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <cstdint>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 
 namespace gpurun::launcher {
 
+namespace {
+
+// What an error shows of `input`: at most 60 bytes either side of `pos`, control characters
+// escaped (a hostlist may come from a 64 MiB --env-file); `caret` is where `pos` lands in it.
+std::string window(const std::string& input, std::size_t pos, std::size_t* caret = nullptr) {
+  constexpr std::size_t kSide = 60;
+  const std::size_t b = pos > kSide ? pos - kSide : 0;
+  const std::size_t e = std::min(input.size(), pos + kSide);
+  std::string head = (b > 0 ? "..." : "") + common::escape_control(input.substr(b, pos - b));
+  if (caret) *caret = head.size();
+  return head + common::escape_control(input.substr(std::min(pos, e), e - std::min(pos, e))) +
+         (e < input.size() ? "..." : "");
+}
+
+std::string pointer_lines(const std::string& input, std::size_t pos) {
+  std::size_t caret = 0;
+  std::string text = window(input, pos, &caret);
+  return fmt::format("  {}\n  {}^", text, std::string(caret, ' '));
+}
+
+}  // namespace
+
 HostlistError::HostlistError(std::string input, std::size_t position, const std::string& reason)
-    : Error(
-          fmt::format("malformed hostlist '{}' at character {}: {}", input, position + 1, reason)),
+    : Error(fmt::format("malformed hostlist '{}' at character {}: {}", window(input, position),
+                        position + 1, reason),
+            pointer_lines(input, position)),
       input_(std::move(input)),
       position_(position),
       reason_(reason) {}
 
 std::string HostlistError::pointer() const {
-  return fmt::format("  {}\n  {}^", input_, std::string(position_, ' '));
+  return detail();
 }
 
 namespace {

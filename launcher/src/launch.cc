@@ -9,6 +9,7 @@
 
 #include <sstream>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/hostlist.h"
 
@@ -38,6 +39,13 @@ std::string shell_quote(const std::string& w) {
   if (!w.empty() && w.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ"
                                         "0123456789_-+=./:,@%^") == std::string::npos)
     return w;
+  if (common::escape_control(w) != w) {
+    // Control characters: bash's $'...' spells them as escapes, so the word is both safe on a
+    // terminal and the same word when pasted.
+    std::string t;
+    for (char c : w) t += c == '\\' ? "\\\\" : c == '\'' ? "\\'" : std::string(1, c);
+    return "$'" + common::escape_control(t) + "'";
+  }
   std::string q = "'";
   for (char c : w) q += c == '\'' ? std::string("'\\''") : std::string(1, c);
   return q + "'";
@@ -95,12 +103,18 @@ Engine parse_engine(const std::string& name) {
       "--launcher '{}': expected auto, srun, mpirun, blaunch, jsrun, pbsdsh or local", name));
 }
 
-std::vector<std::string> wrapper(const LaunchOptions& o, const std::string& plan,
+std::vector<std::string> wrapper(const LaunchOptions& o, Engine e, const std::string& plan,
                                  const std::optional<ContainerSpec>& ctr) {
   // Under pyxis the wrapper runs inside the image: the image's gpurun, found on its PATH.
   bool pyxis = ctr && ctr->runtime == ContainerRuntime::pyxis;
   std::vector<std::string> w{
       pyxis ? "gpurun" : o.self_exe, "_rank", "--plan", plan, "--control", o.control};
+  // The user's PATH reaches the program whatever the engine did to it (gpurun's own fork changes
+  // nothing; inside pyxis the image's PATH holds). Only mpirun changes LD_LIBRARY_PATH: it is
+  // handed on for mpirun, "" meaning unset.
+  if (e != Engine::fork && !pyxis && o.user_path) w.insert(w.end(), {"--path", *o.user_path});
+  if ((e == Engine::mpirun || e == Engine::blaunch) && !pyxis)
+    w.insert(w.end(), {"--ld-library-path", o.user_ld_library_path.value_or("")});
   if (ctr && !pyxis)
     w.insert(w.end(), {"--container-runtime", to_string(ctr->runtime), "--container", ctr->image});
   w.push_back("--");
@@ -174,7 +188,7 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
   }
   c.engine = o.launcher == "auto" ? auto_engine(a, o, c.notes) : parse_engine(o.launcher);
   c.container = container_for(a, c.engine, o, c.notes);
-  c.wrapper = wrapper(o, o.plan_text, c.container);
+  c.wrapper = wrapper(o, c.engine, o.plan_text, c.container);
   switch (c.engine) {
     case Engine::fork:
       // gpurun's own fork starts every rank on this host.

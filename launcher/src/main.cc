@@ -13,6 +13,7 @@
 
 #include "cpubind.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/hostlist.h"
 #include "gpurun/launcher/launch.h"
@@ -29,6 +30,16 @@ using namespace gpurun::launcher;
 namespace proc = gpurun::launcher::proc;
 
 namespace {
+
+// An error as one line (and an Error's detail lines under it), control characters escaped: its
+// text holds host names, paths and values from the environment, and goes to a terminal.
+void print_error(const std::exception& e) {
+  const auto* err = dynamic_cast<const Error*>(&e);
+  const std::string detail = err && !err->detail().empty()
+                                 ? "\n" + gpurun::common::escape_control_keep_lines(err->detail())
+                                 : "";
+  fmt::print(stderr, "gpurun: {}{}\n", gpurun::common::escape_control(e.what()), detail);
+}
 
 constexpr const char* kUsage =
     R"(gpurun: launch data-parallel programs on the GPUs and nodes of a job
@@ -174,7 +185,10 @@ int cmd_info(const std::vector<std::string>& args) {
   }
   Setup s = setup(vm);
   if (vm.count("json"))
-    std::cout << info_json(s.alloc, s.plan).dump(2) << "\n";
+    // JSON escapes control characters; bytes that are no UTF-8 become U+FFFD.
+    std::cout
+        << info_json(s.alloc, s.plan).dump(2, ' ', false, nlohmann::json::error_handler_t::replace)
+        << "\n";
   else
     std::cout << info_text(s.alloc, s.plan);
   return 0;
@@ -197,14 +211,14 @@ int cmd_hostlist(const std::vector<std::string>& args) {
         if (e.find_first_not_of(" \t\n,") == std::string::npos)
           throw Error(
               fmt::format("hostlist '{}' is empty: expected something like node[01-04]", e));
-        for (const auto& h : expand_hostlist(e)) out += h + "\n";
+        for (const auto& h : expand_hostlist(e)) out += gpurun::common::escape_control(h) + "\n";
       }
       std::cout << out;
     } else if (args[0] == "compress") {
       std::vector<std::string> hosts;
       for (const auto& a : rest)
         for (const auto& h : expand_hostlist(a)) hosts.push_back(h);
-      std::cout << compress_hostlist(hosts) << "\n";
+      std::cout << gpurun::common::escape_control(compress_hostlist(hosts)) << "\n";
     } else if (args[0] == "tasks") {
       for (const auto& e : rest)
         for (int n : expand_tasks_per_node(e)) std::cout << n << "\n";
@@ -212,7 +226,7 @@ int cmd_hostlist(const std::vector<std::string>& args) {
       throw Error(fmt::format("gpurun hostlist '{}': expected expand, compress or tasks", args[0]));
     }
   } catch (const HostlistError& e) {
-    fmt::print(stderr, "gpurun: {}\n{}\n", e.what(), e.pointer());
+    print_error(e);
     return 2;
   }
   return 0;
@@ -230,8 +244,10 @@ po::options_description launch_options() {
   d.add_options()("launcher", po::value<std::string>()->default_value("auto"),
                   "auto|srun|mpirun|blaunch|jsrun|pbsdsh|local")(
       "launcher-args", po::value<std::string>(), "extra arguments for the engine, split on blanks")(
-      "dry-run", "print the exact command and every rank's environment; run nothing")(
-      "tag-output", "prefix every output line with its rank")(
+      "dry-run",
+      "print the engine command (runnable as printed: --control none, the ranks then unwatched) "
+      "and every variable each rank gets; run nothing")("tag-output",
+                                                        "prefix every output line with its rank")(
       "start-timeout", po::value<double>()->default_value(300), "seconds for all ranks to start")(
       "kill-grace", po::value<double>()->default_value(5),
       "seconds from TERM to KILL when stopping after a failure")(
@@ -254,7 +270,8 @@ po::options_description launch_options() {
       "max-restarts", po::value<int>()->default_value(0),
       "restart all ranks this many times in all when one fails after every rank started")(
       "output-dir", po::value<std::string>(),
-      "also write each rank's stdout/stderr to DIR/rank-N.out/.err (and a hang's stacks)")(
+      "also write each rank's stdout/stderr to DIR/rank-N.out/.err (and a hang's stacks); with "
+      "--max-restarts each attempt starts with a line '==> attempt K <=='")(
       "monitor", po::value<std::string>()->implicit_value("1")->value_name("SECONDS"),
       "sample the job's GPUs on every node every SECONDS (default 1) into FILE.csv, the word "
       "after the option (--monitor=0.5 gpus.csv), one row per GPU and sample with the columns "
@@ -356,6 +373,8 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   lo.cpu_bind = vm["cpu-bind"].as<std::string>();
   cpubind::check_spec(lo.cpu_bind);
   lo.program = program;
+  if (auto p = s.env.find("PATH"); p != s.env.end()) lo.user_path = p->second;
+  if (auto l = s.env.find("LD_LIBRARY_PATH"); l != s.env.end()) lo.user_ld_library_path = l->second;
   lo.as_root = geteuid() == 0 && !s.from_file;  // an --env-file job is not ours to run
   Env tool_env = s.env;
   lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };
@@ -433,8 +452,9 @@ int cmd_launch(const std::vector<std::string>& args) {
     RunConfig cfg = run_settings(vm, s, lo);
     if (cfg.monitor_file) monitor::MonitorLog::check(*cfg.monitor_file);
     lo.plan_text = encode_plan(s.alloc, s.plan, s.popts, WrapperSettings{cfg.kill_grace});
+    lo.control = "none";  // the printed command runs as it is
     LaunchCommand c = build_launch(s.alloc, s.plan, lo);
-    std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir);
+    std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir, s.env, cfg.hang_timeout > 0);
     return 0;
   }
   if (s.alloc.step_task) {
@@ -466,16 +486,14 @@ int main(int argc, char** argv) {
     }
     return cmd_launch(args);
   } catch (const po::error& e) {
-    fmt::print(stderr, "gpurun: {} (see gpurun --help)\n", e.what());
-    return 2;
-  } catch (const HostlistError& e) {
-    fmt::print(stderr, "gpurun: {}\n{}\n", e.what(), e.pointer());
+    fmt::print(stderr, "gpurun: {} (see gpurun --help)\n",
+               gpurun::common::escape_control(e.what()));
     return 2;
   } catch (const proc::ExecError& e) {
-    fmt::print(stderr, "gpurun: {}\n", e.what());
+    print_error(e);
     return e.err == ENOENT ? 127 : 126;  // what a shell would say
   } catch (const std::exception& e) {
-    fmt::print(stderr, "gpurun: {}\n", e.what());
+    print_error(e);
     return 2;
   }
 }

@@ -38,6 +38,23 @@ class LineForwarder {
   std::size_t max_line_;
 };
 
+// Open MPI's MPI_ABORT report: a frame of dashes around "MPI_ABORT was invoked on rank R in
+// communicator C / with errorcode E." and a note, printed by every rank that aborts where no mpirun
+// gathers them (srun, gpurun's own fork), else once by mpirun followed by "[host:pid] N more
+// processes have sent help message ... mpi-abort" and "Set MCA parameter ...". gpurun names the
+// abort itself, in one line, so these are taken out of what reaches the terminal.
+struct AbortBanner {
+  int rank;  // as the banner says (the MPI world rank; a fork's rank is a world of one)
+  int errorcode;
+};
+// `lines` (whole lines) without the MPI_ABORT frames and the help-aggregation lines about them;
+// each frame's rank and code appended to `found`.
+std::string take_abort_banners(std::string_view lines, std::vector<AbortBanner>& found);
+// Whether an engine's line only repeats the end of a job gpurun has already named: srun's report
+// of the step it was told to end ("srun: error: node1: tasks 0-1: Killed", "*** STEP 7.0 ON
+// node1 CANCELLED AT ...", "srun: Job step aborted: ..."), also after srun's "N: " label.
+bool is_engine_echo(std::string_view line);
+
 // gpurun's side: the terminal (its own stdout/stderr) and the --output-dir files.
 class OutputSink {
  public:
@@ -47,15 +64,22 @@ class OutputSink {
   // (so the next rank's line starts on its own) but goes to the rank's file as it is. A rank file
   // that cannot be written (a full disk) is said at once and then left: its output goes on only
   // to the terminal.
-  void write(int rank, int stream, bool partial, std::string_view text);
+  // `shown`, when given, goes to the terminal instead of `text` (the files keep every byte).
+  void write(int rank, int stream, bool partial, std::string_view text,
+             std::optional<std::string_view> shown = std::nullopt);
   // "rank-1.out (No space left on device), ..." for the files writing stopped, or "".
   std::string failed_files() const;
+  // Starts attempt `attempt` (1, 2, ...) in every file with a line "==> attempt K <==" (on a line
+  // of its own, after an unfinished last line), as tail(1) marks files: --max-restarts appends
+  // the attempts to the same files.
+  void mark_attempt(int attempt);
 
  private:
   struct File {
     std::string path;
     common::Fd fd;
-    std::string error;  // why writing it stopped
+    std::string error;       // why writing it stopped
+    bool line_start = true;  // its last byte was a newline, or it is empty
   };
   void write_file(File& f, int rank, std::string_view text);
   bool tag_;

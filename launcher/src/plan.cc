@@ -37,10 +37,12 @@ int derive_master_port(const std::string& job_key) {
 
 namespace {
 
+// "n1: 4, n2: 4" (the first 8 nodes, then how many more).
 std::string slots_summary(const Allocation& a) {
   std::string s;
-  for (const auto& n : a.nodes)
-    s += fmt::format("{}{}: {}", s.empty() ? "" : ", ", n.host, n.slots);
+  for (std::size_t i = 0; i < a.nodes.size() && i < 8; ++i)
+    s += fmt::format("{}{}: {}", i ? ", " : "", a.nodes[i].host, a.nodes[i].slots);
+  if (a.nodes.size() > 8) s += fmt::format(", ... ({} nodes)", a.nodes.size());
   return s;
 }
 
@@ -110,7 +112,12 @@ std::vector<int> ranks_per_node(const Allocation& a, const PlanOptions& o) {
   std::vector<int> cap = capacities(a, o);
   long total_cap = 0;
   for (int c : cap) total_cap += c;
-  int want = o.ntasks ? *o.ntasks : static_cast<int>(total_cap);
+  const long want_l = o.ntasks ? *o.ntasks : total_cap;
+  if (want_l > kMaxRanks)
+    throw Error(
+        fmt::format("{} ranks asked for (the allocation's slots: {}); at most {} are planned",
+                    want_l, slots_summary(a), kMaxRanks));
+  const int want = static_cast<int>(want_l);
   if (want > total_cap)
     throw Error(fmt::format("-n {} asks for more ranks than the allocation's {} slots ({})", want,
                             total_cap, slots_summary(a)));
@@ -170,6 +177,7 @@ RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
   for (std::size_t i = 0; i < a.nodes.size(); ++i)
     if (per_node[i] > 0) plan_node(a.nodes[i], per_node[i], o, p);
   p.world_size = static_cast<int>(p.ranks.size());
+  if (p.nodes.empty()) throw Error(fmt::format("the plan has no rank ({})", slots_summary(a)));
 
   bool single_machine = a.scheduler == Scheduler::local || a.scheduler == Scheduler::gpuq;
   p.master_addr = single_machine ? "127.0.0.1" : p.nodes.front().host;

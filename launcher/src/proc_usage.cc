@@ -45,8 +45,14 @@ std::optional<ProcStat> parse_proc_stat(std::string_view text, long clock_ticks,
   p.cpu_seconds = static_cast<double>(v[10] + v[11]) * tick;
   p.children_cpu_seconds = static_cast<double>(v[12] + v[13]) * tick;
   p.rss_bytes = v[20] * page_size;
-  p.start_ticks = static_cast<uint64_t>(v[19]);
+  p.start_ticks = v[18];
   return p;
+}
+
+std::optional<ProcStat> read_proc_stat(int pid) {
+  auto text = common::read_file(fmt::format("/proc/{}/stat", pid));
+  if (!text) return std::nullopt;
+  return parse_proc_stat(*text, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
 }
 
 std::vector<ProcStat> scan_processes(const std::string& proc_root) {

@@ -174,4 +174,22 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
   };
 }
 
+std::vector<std::pair<std::string, std::string>> start_environment(const Env& env,
+                                                                   const StartValues& v) {
+  std::vector<std::pair<std::string, std::string>> out{
+      {"GPURUN_RESTART_COUNT", std::to_string(v.restart)}};
+  if (v.heartbeat) out.emplace_back("GPURUN_HEARTBEAT", *v.heartbeat);
+  if (!env.count("PYTHONUNBUFFERED")) out.emplace_back("PYTHONUNBUFFERED", "1");
+  if (v.iface)
+    for (const char* var : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"})
+      if (!env.count(var)) out.emplace_back(var, *v.iface);
+  if (v.python_dir) {
+    auto old = env.find("PYTHONPATH");
+    const bool more = old != env.end() && !old->second.empty();
+    out.emplace_back("PYTHONPATH", *v.python_dir + (more ? ":" + old->second : ""));
+    if (v.pystack_dir) out.emplace_back("GPURUN_PYSTACK_DIR", *v.pystack_dir);
+  }
+  return out;
+}
+
 }  // namespace gpurun::launcher

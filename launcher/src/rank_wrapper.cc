@@ -11,6 +11,8 @@
 #include <algorithm>
 
 #include "env_util.h"
+#include "gpurun/common/terminal.h"
+#include "gpurun/launcher/proc_usage.h"
 #include "net.h"
 #include "run.h"
 #include "system.h"
@@ -32,6 +34,10 @@ WrapperArgs parse_wrapper_args(const std::vector<std::string>& args) {
       w.plan_text = args[++i];
     } else if (args[i] == "--control" && i + 1 < args.size()) {
       w.control = args[++i];
+    } else if (args[i] == "--path" && i + 1 < args.size()) {
+      w.path = args[++i];
+    } else if (args[i] == "--ld-library-path" && i + 1 < args.size()) {
+      w.ld_library_path = args[++i];
     } else if (args[i] == "--container-runtime" && i + 1 < args.size()) {
       const std::string& r = args[++i];
       if (r != "apptainer" && r != "podman")
@@ -113,6 +119,11 @@ void RankWrapper::locate() {
     rank_keys_.push_back(k);
   }
   env_.erase("GPURUN_RANK");
+  // The user's PATH and LD_LIBRARY_PATH, as gpurun had them, not as the engine left them.
+  if (args_.path) env_["PATH"] = *args_.path;
+  if (args_.ld_library_path && args_.ld_library_path->empty()) env_.erase("LD_LIBRARY_PATH");
+  if (args_.ld_library_path && !args_.ld_library_path->empty())
+    env_["LD_LIBRARY_PATH"] = *args_.ld_library_path;
   master_port_ = plan_.plan.master_port;
 }
 
@@ -131,6 +142,9 @@ void RankWrapper::connect() {
 }
 
 int RankWrapper::run() {
+  // Orphans of the program's processes come to the wrapper (not to init), so end_orphans() finds
+  // them; set before anything is started.
+  prctl(PR_SET_CHILD_SUBREAPER, 1);
   locate();
   signals_.emplace(std::vector<int>{SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGCHLD});
   connect();
@@ -201,19 +215,40 @@ void RankWrapper::end_leftovers() {
   ::killpg(group, SIGKILL);
 }
 
+// What the program left outside its group (`setsid cmd &`, daemons): the subreaper wrapper is
+// their parent once theirs ended. Each is killed and reaped, and whatever it had started comes to
+// the wrapper in turn; bounded at 2 s. A child's pid cannot be reused before the wrapper reaps
+// it, so the kill by pid hits no bystander.
+void RankWrapper::end_orphans() {
+  const double deadline = proc::now_seconds() + 2;
+  const int self = static_cast<int>(getpid());
+  while (proc::now_seconds() < deadline) {
+    int st = 0;
+    while (waitpid(-1, &st, WNOHANG) > 0) {
+    }
+    bool any = false;
+    for (const auto& p : scan_processes())
+      if (p.ppid == self) any = kill(p.pid, SIGKILL) == 0 || any;
+    if (!any) return;
+    poll(nullptr, 0, 10);
+  }
+}
+
 int RankWrapper::finish() {
   double secs = started_program_ ? proc::now_seconds() - started_ : 0;
   int status = child_.status().value_or(0);
-  if (started_program_) {
-    // Read what is there, then end what the program left behind in its group, then the rest.
-    drain_output(proc::now_seconds() + 0.05);
-    end_leftovers();
-    drain_output(proc::now_seconds() + kOutputDrain);
-  }
   if (monitor_) {  // the sample under way, and what waits, go before the EXIT
     monitor_->stop();
     report_monitor();
     monitor_.reset();
+  }
+  if (started_program_) {
+    // Read what is there, then end what the program left behind in its group and outside it
+    // (which may hold its output pipes open), then read the rest.
+    drain_output(proc::now_seconds() + 0.05);
+    end_leftovers();
+    end_orphans();
+    drain_output(proc::now_seconds() + kOutputDrain);
   }
   control::Exit e = exec_failure_ ? *exec_failure_ : control::Exit{};
   if (started_program_) {
@@ -228,7 +263,8 @@ int RankWrapper::finish() {
   // gpurun has the status: end quietly, so the engine adds no banner of its own.
   if (await_bye(proc::now_seconds() + kByeWait)) return 0;
   if (exec_failure_)
-    fmt::print(stderr, "gpurun: rank {} on {} {}\n", me_.rank, me_.host, e.what.value);
+    fmt::print(stderr, "gpurun: rank {} on {} {}\n", me_.rank, common::escape_control(me_.host),
+               common::escape_control(e.what.value));
   control_.reset();
   signals_.reset();
   dir_.reset();  // before a signal to ourselves ends the process without destructors
@@ -253,7 +289,9 @@ int exec_in_step(const Allocation& a, const RankPlan& plan, const Env& env_in,
   RankPlan p = plan;
   p.stdout_tty = isatty(STDOUT_FILENO) == 1;
   ContainerRank inside;
-  for (auto& [k, v] : rank_environment(p, me, a.scheduler, a.job_id, visible)) {
+  auto vars = rank_environment(p, me, a.scheduler, a.job_id, visible);
+  for (auto& kv : start_environment(env, StartValues{})) vars.push_back(kv);
+  for (auto& [k, v] : vars) {
     env[k] = v;
     inside.env.emplace_back(k, v);
   }

@@ -5,13 +5,30 @@
 
 #include <ctime>
 
+#include "gpurun/common/terminal.h"
+
 namespace gpurun::launcher {
 namespace {
+
+using common::escape_control;
 
 std::string join(const std::vector<std::string>& v, const char* sep) {
   std::string s;
   for (const auto& x : v) s += (s.empty() ? "" : sep) + x;
   return s;
+}
+
+// A list of names from the environment, each made safe for a terminal, joined.
+std::string join_shown(const std::vector<std::string>& v, const char* sep) {
+  std::vector<std::string> e;
+  for (const auto& x : v) e.push_back(escape_control(x));
+  return join(e, sep);
+}
+
+// A variable's value as the dry run prints it: as it is, or $'...' with escapes when it holds a
+// control character.
+std::string value_shown(const std::string& v) {
+  return escape_control(v) == v ? v : shell_quote(v);
 }
 
 std::string utc(std::int64_t t) {
@@ -65,13 +82,13 @@ nlohmann::json info_json(const Allocation& a, const RankPlan& p) {
 std::string info_text(const Allocation& a, const RankPlan& p) {
   std::string s;
   s += fmt::format("scheduler   {} ({}){}\n", to_string(a.scheduler), a.flavor,
-                   a.job_id ? ", job " + *a.job_id : "");
+                   a.job_id ? ", job " + escape_control(*a.job_id) : "");
   s += fmt::format("nodes       {}\n", a.nodes.size());
   for (const auto& n : a.nodes)
-    s += fmt::format("            {:<20} {} slot{}, {} GPU{}\n", n.host, n.slots,
+    s += fmt::format("            {:<20} {} slot{}, {} GPU{}\n", escape_control(n.host), n.slots,
                      n.slots == 1 ? "" : "s", n.gpus, n.gpus == 1 ? "" : "s");
-  s += fmt::format("this node   {}, visible GPUs: {}\n", a.this_host.value_or("?"),
-                   a.local_gpu_ids.empty() ? "none" : join(a.local_gpu_ids, ","));
+  s += fmt::format("this node   {}, visible GPUs: {}\n", escape_control(a.this_host.value_or("?")),
+                   a.local_gpu_ids.empty() ? "none" : join_shown(a.local_gpu_ids, ","));
   if (a.end_time) s += fmt::format("ends        {}\n", utc(*a.end_time));
   if (a.step_task)
     s += fmt::format(
@@ -80,60 +97,90 @@ std::string info_text(const Allocation& a, const RankPlan& p) {
   s += fmt::format("plan        {} rank{} on {} node{}, {} CPU{} per rank\n", p.world_size,
                    p.world_size == 1 ? "" : "s", p.nodes.size(), p.nodes.size() == 1 ? "" : "s",
                    p.cpus_per_rank, p.cpus_per_rank == 1 ? "" : "s");
-  s += fmt::format("master      {}:{}\n", p.master_addr, p.master_port);
+  s += fmt::format("master      {}:{}\n", escape_control(p.master_addr), p.master_port);
   s += fmt::format("from        {}\n", join(a.sources, ", "));
-  for (const auto& n : a.notes) s += fmt::format("note        {}\n", n);
-  for (const auto& n : p.notes) s += fmt::format("note        {}\n", n);
+  for (const auto& n : a.notes) s += fmt::format("note        {}\n", escape_control(n));
+  for (const auto& n : p.notes) s += fmt::format("note        {}\n", escape_control(n));
   s += fmt::format("\n{:>6}  {:<20} {:>4} {:>5}  {}\n", "RANK", "HOST", "NODE", "LOCAL", "GPUS");
   for (const auto& r : p.ranks) {
     std::vector<std::string> g;
     for (int x : r.gpus) g.push_back(std::to_string(x));
-    s += fmt::format("{:>6}  {:<20} {:>4} {:>5}  {}\n", r.rank, r.host, r.node_rank, r.local_rank,
-                     g.empty() ? "-" : join(g, ","));
+    s += fmt::format("{:>6}  {:<20} {:>4} {:>5}  {}\n", r.rank, escape_control(r.host), r.node_rank,
+                     r.local_rank, g.empty() ? "-" : join(g, ","));
   }
   return s;
 }
 
 namespace {
 
-// One rank's program as the wrapper starts it in the image (the wrapper also binds its rank
-// folder and passes GPURUN_HEARTBEAT and GPURUN_RESTART_COUNT, made at start).
+// One rank's program as the wrapper starts it in the image (it also binds its rank folder).
 std::string container_line(const LaunchCommand& c,
                            const std::vector<std::pair<std::string, std::string>>& env,
                            const std::vector<std::string>& program, const std::string& workdir) {
   if (!c.container || c.container->runtime == ContainerRuntime::pyxis) return "";
+  std::vector<std::pair<std::string, std::string>> inside;
+  for (const auto& kv : env)
+    if (kv.first != "PYTHONPATH") inside.push_back(kv);  // only the mounted folder goes in
   std::vector<std::string> words;
-  for (const auto& w : container_argv(*c.container, ContainerRank{env, {}, workdir}, program))
+  for (const auto& w : container_argv(*c.container, ContainerRank{inside, {}, workdir}, program))
     words.push_back(shell_quote(w));
   return "# in the image: " + join(words, " ") + "\n";
+}
+
+std::string quoted(const std::vector<std::string>& words) {
+  std::vector<std::string> q;
+  for (const auto& w : words) q.push_back(shell_quote(w));
+  return join(q, " ");
+}
+
+// The engine's command as a user can paste it (gpurun itself passes --control HOST:PORT:TOKEN of
+// its control socket where this says none).
+std::string command_text(const Allocation& a, const RankPlan& p, const LaunchCommand& c,
+                         const std::vector<std::string>& program) {
+  std::string s;
+  if (c.engine == Engine::step)
+    return fmt::format(
+        "# inside a {} task: gpurun sets rank {}'s environment and execs the program\n{}\n",
+        a.step_task->engine, a.step_task->rank, quoted(program));
+  s += "# runnable as printed: with --control none the ranks run without gpurun watching them "
+       "(no fail-fast, hang detection, restarts or signal forwarding); gpurun passes its control "
+       "socket's HOST:PORT:TOKEN there\n";
+  if (c.engine == Engine::fork)
+    return s + fmt::format("for r in $(seq 0 {}); do GPURUN_RANK=$r {} & done; wait\n",
+                           p.world_size - 1, quoted(c.wrapper));
+  for (const auto& [k, v] : c.engine_env) s += fmt::format("{}={} \\\n  ", k, shell_quote(v));
+  if (!c.slurm_hostfile.empty())
+    s += fmt::format("SLURM_HOSTFILE=<a file: {}> \\\n  ", join_shown(c.slurm_hostfile, " "));
+  return s + quoted(c.argv) + "\n";
+}
+
+// What only the start can tell, as it will be: the rank's folder, the interface.
+StartValues start_placeholders(const Env& env, const RankEntry& r, bool watch) {
+  auto tmp = env.find("TMPDIR");
+  const std::string dir =
+      fmt::format("{}/gpurun-<host>-p<pid>.<start>-rank{}-<random>",
+                  tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp", r.rank);
+  StartValues v;
+  v.heartbeat = dir + "/heartbeat";
+  v.iface = "<the interface that routes to MASTER_ADDR, found at start>";
+  if (watch) {
+    v.python_dir = dir + "/python";
+    v.pystack_dir = dir + "/pystacks";
+  }
+  return v;
 }
 
 }  // namespace
 
 std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCommand& c,
-                         const std::vector<std::string>& program, const std::string& workdir) {
+                         const std::vector<std::string>& program, const std::string& workdir,
+                         const Env& env, bool watch) {
   std::string s;
   s += fmt::format("# scheduler {}{}, engine {}\n", to_string(a.scheduler),
-                   a.job_id ? " job " + *a.job_id : "", to_string(c.engine));
-  for (const auto& n : a.notes) s += "# note: " + n + "\n";
-  for (const auto& n : p.notes) s += "# note: " + n + "\n";
-  for (const auto& n : c.notes) s += "# note: " + n + "\n";
-  std::vector<std::string> words;
-  if (c.engine == Engine::step) {
-    s +=
-        fmt::format("# inside a {} task: gpurun sets rank {}'s environment and execs the program\n",
-                    a.step_task->engine, a.step_task->rank);
-    for (const auto& w : program) words.push_back(shell_quote(w));
-  } else if (c.engine == Engine::fork) {
-    s += fmt::format("# gpurun starts {} rank wrapper{} itself, rank given in GPURUN_RANK\n",
-                     p.world_size, p.world_size == 1 ? "" : "s");
-    for (const auto& w : program) words.push_back(shell_quote(w));
-  } else {
-    for (const auto& w : c.argv) words.push_back(shell_quote(w));
-  }
-  for (const auto& [k, v] : c.engine_env) s += fmt::format("{}={} \\\n  ", k, shell_quote(v));
-  if (!c.slurm_hostfile.empty()) s += "SLURM_HOSTFILE=<one host per rank> \\\n  ";
-  s += join(words, " ") + "\n";
+                   a.job_id ? " job " + escape_control(*a.job_id) : "", to_string(c.engine));
+  for (const auto* notes : {&a.notes, &p.notes, &c.notes})
+    for (const auto& n : *notes) s += "# note: " + escape_control(n) + "\n";
+  s += command_text(a, p, c, program);
   // In a step, this task is shown as it will run; where the step bound each task to its own GPUs
   // (--gpus-per-task), the node's other tasks see others, unknown here.
   const std::optional<RankEntry> task =
@@ -151,10 +198,14 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
     else if (const auto& ids = p.nodes.at(static_cast<std::size_t>(r.node_rank)).gpu_ids;
              !ids.empty())
       vis = ids;  // the scheduler named that node's GPUs, as its wrapper will take them
-    s += fmt::format("\n# rank {} on {}\n", r.rank, r.host);
-    auto env = rank_environment(p, r, a.scheduler, a.job_id, vis);
-    for (const auto& [k, v] : env) s += fmt::format("{}={}\n", k, v);
-    s += container_line(c, env, program, workdir);
+    s += fmt::format("\n# rank {} on {}\n", r.rank, escape_control(r.host));
+    auto vars = rank_environment(p, r, a.scheduler, a.job_id, vis);
+    // Inside a step gpurun execs the program itself: no folder, no interface check.
+    for (auto& kv :
+         start_environment(env, task ? StartValues{} : start_placeholders(env, r, watch)))
+      vars.push_back(kv);
+    for (const auto& [k, v] : vars) s += fmt::format("{}={}\n", k, value_shown(v));
+    s += container_line(c, vars, program, workdir);
   }
   return s;
 }

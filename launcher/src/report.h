@@ -12,9 +12,12 @@ namespace gpurun::launcher {
 
 nlohmann::json info_json(const Allocation& a, const RankPlan& p);
 std::string info_text(const Allocation& a, const RankPlan& p);
-// The exact command, then every rank's environment (and, under --container, the command that
-// runs its program in the image from `workdir`).
+// The exact command, runnable as printed (with --control none), then every variable each rank
+// gets: rank_environment() and start_environment(), `env` being what the ranks inherit and
+// `watch` whether --hang-timeout is on (and, under --container, the command that runs its
+// program in the image from `workdir`).
 std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCommand& c,
-                         const std::vector<std::string>& program, const std::string& workdir);
+                         const std::vector<std::string>& program, const std::string& workdir,
+                         const Env& env, bool watch);
 
 }  // namespace gpurun::launcher

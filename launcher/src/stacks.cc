@@ -98,28 +98,48 @@ std::string innermost(const std::vector<std::string>& fs) {
   return "";
 }
 
-// The innermost frame of the main Python thread (the one that runs <module>), as
-// "file.py:LINE in func"; else the first frame of any thread.
+// Whether a traceback's file is library code rather than the user's: a package under
+// site-packages or dist-packages, the standard library (.../lib/pythonX.Y/, lib-dynload), or a
+// frozen module. "<string>" (python -c) and "<stdin>" are the user's.
+bool library_file(const std::string& path) {
+  static const std::regex stdlib(R"(/lib/python\d+(\.\d+)?/)");
+  return path.find("/site-packages/") != std::string::npos ||
+         path.find("/dist-packages/") != std::string::npos || std::regex_search(path, stdlib) ||
+         path.rfind("<frozen ", 0) == 0;
+}
+
+// The frame to name for a Python process, as "file.py:LINE in func": in the main thread (the one
+// that runs <module>, else the first thread), the innermost frame in the user's own files, else
+// its innermost frame.
 std::string python_frame(const std::vector<std::string>& lines) {
   static const std::regex file(R"re(^\s+File "([^"]*)", line (\d+) in (.*)$)re");
-  std::string first_any, block_first, module_block;
+  struct Block {
+    std::string innermost, user;
+    bool main = false;
+  };
+  std::vector<Block> blocks;
   std::smatch m;
   for (const auto& l : lines) {
-    if (l.find("(most recent call first):") != std::string::npos) {
-      block_first.clear();  // a new thread
-      continue;
-    }
+    if (l.find("(most recent call first):") != std::string::npos || blocks.empty())
+      blocks.emplace_back();  // a new thread
     if (!std::regex_match(l, m, file)) continue;
-    std::string path = m[1];
-    std::size_t slash = path.find_last_of('/');
-    std::string here =
+    const std::string path = m[1];
+    const std::size_t slash = path.find_last_of('/');
+    const std::string here =
         fmt::format("{}:{} in {}", slash == std::string::npos ? path : path.substr(slash + 1),
                     m[2].str(), m[3].str());
-    if (block_first.empty()) block_first = here;
-    if (first_any.empty()) first_any = here;
-    if (m[3] == "<module>" && module_block.empty()) module_block = block_first;
+    Block& b = blocks.back();
+    if (b.innermost.empty()) b.innermost = here;
+    if (b.user.empty() && !library_file(path)) b.user = here;
+    b.main = b.main || m[3] == "<module>";
   }
-  return module_block.empty() ? first_any : module_block;
+  const Block* pick = nullptr;
+  for (const auto& b : blocks)
+    if (!pick && b.main) pick = &b;
+  for (const auto& b : blocks)
+    if (!pick && !b.innermost.empty()) pick = &b;
+  if (!pick) return "";
+  return pick->user.empty() ? pick->innermost : pick->user;
 }
 
 struct Section {

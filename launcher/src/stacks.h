@@ -35,7 +35,9 @@ std::string collect_stacks(const Env& env, pid_t pgid, const std::string& pystac
                            double timeout_s);
 
 // Where a rank is, from collect_stacks' text: the outermost MPI/NCCL/CUDA call of the main
-// thread if any ("MPI_Allreduce"), else the innermost Python frame ("train.py:42 in step"),
+// thread if any ("MPI_Allreduce"), else the main Python thread's innermost frame in the user's
+// own files (not site-packages, dist-packages or the standard library: "train.py:42 in step",
+// not torch's autograd), or its innermost frame when it has none of the user's,
 // else the innermost named native frame ("clock_nanosleep"); "unknown" when nothing parses.
 std::string where(std::string_view stacks_text);
 

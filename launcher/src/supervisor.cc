@@ -11,6 +11,8 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "gpurun/common/terminal.h"
+
 namespace gpurun::launcher {
 namespace {
 
@@ -240,7 +242,20 @@ void Supervisor::send_pending_signals() {
 }
 
 void Supervisor::on_message(Conn& c, const control::Output& m) {
-  output_->write(c.rank, m.stream, m.partial != 0, m.text.value);
+  // Without mpirun (srun, the fork) each aborting rank prints Open MPI's MPI_ABORT frame itself:
+  // gpurun says it once, in its own line, with this rank as the one that failed.
+  std::vector<AbortBanner> aborts;
+  std::string shown = m.stream == 2 ? take_abort_banners(m.text.value, aborts) : m.text.value;
+  output_->write(c.rank, m.stream, m.partial != 0, m.text.value, shown);
+  if (!aborts.empty()) on_abort(c.rank, aborts.front().errorcode);
+}
+
+// A rank's program called MPI_Abort: the failure is that (the engine then kills every rank,
+// wrappers included, and they would only be 'lost').
+void Supervisor::on_abort(int r, int errorcode) {
+  if (r < 0 || r >= world_) return;
+  record_failure(r, fmt::format("called MPI_Abort (errorcode {})", errorcode),
+                 errorcode > 0 && errorcode < 256 ? errorcode : 1, proc::now_seconds() - t0_);
 }
 
 void Supervisor::on_message(Conn& c, const control::Stacks& m) {
@@ -252,11 +267,29 @@ void Supervisor::on_message(Conn& c, const control::Stacks& m) {
   finish_hang();
 }
 
+// A rank that ended after the user asked the job to stop, or of a SIGINT (Ctrl-C: a terminal
+// sends it to a whole process group) is part of that stop, not a failure; a SIGINT that reached
+// a rank alone is passed on to the others as if gpurun had got it. True when `m` was such an end.
+bool Supervisor::user_stop(int r, const control::Exit& m) {
+  if (failure_ || !m.what.value.empty() || (m.signal != SIGINT && !forwarded_stop_signal_))
+    return false;
+  if (!forwarded_stop_signal_) on_signal(SIGINT);
+  if (m.signal == forwarded_stop_signal_ || m.signal == SIGINT)
+    ++ended_by_stop_;
+  else if (m.code != 0 || m.signal != 0)
+    ended_otherwise_.push_back(
+        fmt::format("rank {} {}", r,
+                    m.signal ? fmt::format("was killed by {}", common::signal_name(m.signal))
+                             : fmt::format("exited with code {}", m.code)));
+  return true;
+}
+
 void Supervisor::on_message(Conn& c, const control::Exit& m) {
   send(c, control::Bye{});
   RankState& r = rank(c.rank);
   if (r.exited) return;
   r.exited = true;
+  if (user_stop(c.rank, m)) return;
   if (!m.what.value.empty()) {
     record_failure(c.rank, m.what.value, m.signal ? 128 + m.signal : m.code, -1);
   } else if (m.code != 0 || m.signal != 0) {
@@ -342,13 +375,18 @@ void Supervisor::on_start_timeout() {
 }
 
 // A line of the engine's own output. Engines print a framed banner ("-----" lines) when their
-// tasks end in a way they dislike; after gpurun has named the failure or begun stopping the
-// ranks, such a banner only repeats it, so it is dropped. Everything else passes.
+// tasks end in a way they dislike, and srun reports the step it was made to end; after gpurun has
+// named the failure or begun stopping the ranks, these only repeat it, so they are dropped.
+// Everything else passes.
 void Supervisor::on_engine_output(int stream) {
   std::size_t i = static_cast<std::size_t>(stream - 1);
   auto bytes = proc::read_some(engine_out_[i]);
   if (!bytes || bytes->empty()) return;
-  std::string text = engine_lines_[i].take_lines(*bytes, 0);
+  // mpirun prints an aborting rank's MPI_ABORT frame once (gathering the others' into "N more
+  // processes have sent help message"): named in gpurun's own line instead.
+  std::vector<AbortBanner> aborts;
+  std::string text = take_abort_banners(engine_lines_[i].take_lines(*bytes, 0), aborts);
+  for (const auto& a : aborts) on_abort(a.rank, a.errorcode);
   std::string kept;
   std::size_t b = 0;
   while (b < text.size()) {
@@ -356,7 +394,8 @@ void Supervisor::on_engine_output(int stream) {
     std::string_view line(text.data() + b, e - b);
     bool rule = line.size() > 20 && line.find_first_not_of("-\n") == std::string_view::npos;
     if (rule && !in_banner_[i]) drop_banner_[i] = stopping_;
-    if (!(drop_banner_[i] && (in_banner_[i] || rule))) kept.append(line);
+    if (!(drop_banner_[i] && (in_banner_[i] || rule)) && !(stopping_ && is_engine_echo(line)))
+      kept.append(line);
     if (rule) in_banner_[i] = !in_banner_[i];
     b = e;
   }
@@ -413,8 +452,11 @@ void Supervisor::say(const std::string& msg) const {
   if (!cfg_.quiet) tell(msg);
 }
 
+// Every status line holds names from the environment or the ranks (hosts, paths, what a rank
+// said about its failure): control characters are escaped, so none moves the cursor or forges a
+// line.
 void Supervisor::tell(const std::string& msg) const {
-  fmt::print(stderr, "gpurun: {}\n", msg);
+  fmt::print(stderr, "gpurun: {}\n", common::escape_control(msg));
 }
 
 int run_supervisor(RunConfig& cfg) {

@@ -96,10 +96,13 @@ class Supervisor {
   void on_message(Conn& c, const control::Running& m);
   void on_message(Conn& c, const control::Progress& m);
   void on_message(Conn& c, const control::Output& m);
+  void on_abort(int rank, int errorcode);
   void on_message(Conn& c, const control::Stacks& m);
   void on_message(Conn& c, const control::GpuSamples& m);
   void on_message(Conn& c, const control::GpuSamplesFailed& m);
   void on_message(Conn& c, const control::Exit& m);
+  bool user_stop(int rank, const control::Exit& m);
+  int user_stop_result();
   void on_disconnect(Conn& c);
   void on_timer(Timer t);
   void on_start_timeout();
@@ -147,6 +150,10 @@ class Supervisor {
   std::vector<std::string> monitor_silent_;            // nodes that could not be sampled
   int restarts_ = 0;
   int forwarded_stop_signal_ = 0;
+  // Ranks that ended after the user's stop (INT/TERM/HUP to gpurun, or a rank's own SIGINT from
+  // the terminal): by the signal, and otherwise ("rank 1 exited with code 1"). Not failures.
+  int ended_by_stop_ = 0;
+  std::vector<std::string> ended_otherwise_;
   int checkpoint_signal_sent_ = 0;    // USR1/USR2 forwarded, or the --checkpoint-before signal
   std::vector<int> pending_signals_;  // USR1/USR2 that came before every rank's program ran
   double checkpoint_at_ = 0;          // when --checkpoint-before signals the ranks (0: never)

@@ -3,6 +3,7 @@
 // restart; at the end gpurun's exit status and --requeue.
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -54,6 +55,7 @@ void Supervisor::begin_attempt() {
   stopping_ = go_sent_ = false;
   hang_.reset();
   if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
+  if (cfg_.max_restarts > 0) output_->mark_attempt(restarts_ + 1);
   start_engine();
 }
 
@@ -148,15 +150,17 @@ std::string describe_wait_status(int st) {
 }
 
 // The scheduler's own requeue command for a job, or empty when it has none we know.
+// In a job array, only this task (PBS_JOBID names the subjob already: 123[4].server).
 std::vector<std::string> requeue_command(const Allocation& a) {
   if (!a.job_id) return {};
+  const std::string& id = a.array_task ? *a.array_task : *a.job_id;
   switch (a.scheduler) {
     case Scheduler::slurm:
-      return {"scontrol", "requeue", *a.job_id};
+      return {"scontrol", "requeue", id};
     case Scheduler::pbs:
-      return {"qrerun", *a.job_id};
+      return {"qrerun", id};
     case Scheduler::lsf:
-      return {"brequeue", *a.job_id};
+      return {"brequeue", id};
     default:
       return {};
   }
@@ -182,6 +186,7 @@ int Supervisor::result() {
     return failure_->status;
   }
   if (failure_) return failure_->status;
+  if (ended_by_stop_ > 0 || !ended_otherwise_.empty()) return user_stop_result();
   // No rank failed. The engine's own status still counts (it may have failed to start ranks).
   for (const auto& c : children_) {
     int st = c.status().value_or(0);
@@ -200,6 +205,20 @@ int Supervisor::result() {
   return 0;
 }
 
+// The job was stopped as its user asked (Ctrl-C, a signal to gpurun) and ranks ended by it: one
+// line that says so, and 128 + the signal, as a shell reports a job its user interrupted.
+int Supervisor::user_stop_result() {
+  const int sig = forwarded_stop_signal_;
+  std::string others;
+  for (const auto& o : ended_otherwise_) others += "; " + o;
+  tell(fmt::format("stopped {}: {} of {} rank{} ended by it{}",
+                   sig == SIGINT
+                       ? "as the user asked (SIGINT, Ctrl-C)"
+                       : fmt::format("by the {} sent to gpurun", common::signal_name(sig)),
+                   ended_by_stop_, world_, world_ == 1 ? "" : "s", others));
+  return 128 + sig;
+}
+
 int Supervisor::requeue_after_checkpoint() {
   std::vector<std::string> rq = requeue_command(cfg_.alloc);
   if (rq.empty()) {
@@ -209,8 +228,10 @@ int Supervisor::requeue_after_checkpoint() {
   }
   std::string shown;
   for (const auto& w : rq) shown += (shown.empty() ? "" : " ") + w;
-  say(fmt::format("all ranks exited 0 after {} (checkpointed): requeueing job {} ({})",
-                  common::signal_name(checkpoint_signal_sent_), *cfg_.alloc.job_id, shown));
+  say(fmt::format("all ranks exited 0 after {} (checkpointed): requeueing {} {} ({})",
+                  common::signal_name(checkpoint_signal_sent_),
+                  cfg_.alloc.array_task ? "array task" : "job",
+                  cfg_.alloc.array_task.value_or(*cfg_.alloc.job_id), shown));
   int rc = 0;
   try {
     rc = proc::exit_code(proc::Child::spawn(rq, cfg_.env).wait());

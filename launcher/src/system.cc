@@ -3,7 +3,9 @@
 
 #include <dirent.h>
 #include <dlfcn.h>
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <poll.h>
 #include <sched.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -37,10 +39,67 @@ Env process_env() {
   return env;
 }
 
+namespace {
+
+constexpr int kPipeReadMs = 10000;  // a pipe that stays silent this long is given up
+
+// Reads all of `fd` (a regular file or a pipe) up to kMaxInputFileBytes; throws Error saying why.
+std::string read_all_bounded(int fd, bool pipe) {
+  std::string out;
+  std::vector<char> buf(1 << 20);
+  // A larger pipe: fewer wake-ups for a writer that sends much (up to the bound).
+  if (pipe) fcntl(fd, F_SETPIPE_SZ, 1 << 20);
+  const double deadline = proc::now_seconds() + kPipeReadMs / 1000.0;
+  while (true) {
+    ssize_t n = read(fd, buf.data(), buf.size());
+    if (n == 0) return out;
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0 && errno == EAGAIN && pipe) {
+      const int left = static_cast<int>((deadline - proc::now_seconds()) * 1000);
+      pollfd p{fd, POLLIN, 0};
+      if (left <= 0 || poll(&p, 1, left) == 0)
+        throw Error(fmt::format("the pipe sent nothing for {} s", kPipeReadMs / 1000));
+      continue;
+    }
+    if (n < 0) throw Error(fmt::format("cannot be read: {}", strerror(errno)));
+    out.append(buf.data(), static_cast<std::size_t>(n));
+    if (out.size() > kMaxInputFileBytes)
+      throw Error(fmt::format("holds more than {} MiB: not a host or environment file",
+                              kMaxInputFileBytes >> 20));
+  }
+}
+
+}  // namespace
+
+std::optional<std::string> read_input_file(const std::string& path) {
+  // O_NONBLOCK: opening a FIFO with no writer must not wait forever.
+  common::Fd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK | O_NOCTTY));
+  if (!fd) return std::nullopt;
+  struct stat st {};
+  if (fstat(fd.get(), &st) != 0) return std::nullopt;
+  if (S_ISDIR(st.st_mode)) throw Error("is a folder, not a file");
+  if (!S_ISREG(st.st_mode) && !S_ISFIFO(st.st_mode))
+    throw Error("is a device or a socket, not a file");
+  if (S_ISREG(st.st_mode) && static_cast<std::uint64_t>(st.st_size) > kMaxInputFileBytes)
+    throw Error(fmt::format("is {} bytes: at most {} MiB are read from a host or environment file",
+                            st.st_size, kMaxInputFileBytes >> 20));
+  return read_all_bounded(fd.get(), S_ISFIFO(st.st_mode));
+}
+
 Env read_env_file(const std::string& path) {
-  auto text = common::read_file(path);
-  if (!text) throw Error(fmt::format("--env-file {}: cannot be read", path));
-  return detail::parse_env_text(*text, "--env-file " + path);
+  std::optional<std::string> text;
+  try {
+    text = read_input_file(path);
+  } catch (const Error& e) {
+    throw Error(fmt::format("--env-file {}: {}", detail::shown(path), e.what()));
+  }
+  if (!text) throw Error(fmt::format("--env-file {}: cannot be read", detail::shown(path)));
+  if (auto nul = text->find('\0'); nul != std::string::npos)
+    throw Error(
+        fmt::format("--env-file {}: a NUL byte at offset {}: not an environment dump (a "
+                    "binary file?)",
+                    detail::shown(path), nul));
+  return detail::parse_env_text(*text, "--env-file " + detail::shown(path));
 }
 
 int cpu_count() {
@@ -162,7 +221,7 @@ std::optional<int> program_error(const Env& env, const std::string& program) {
 DetectInput detect_input(const Env& env) {
   DetectInput in;
   in.env = env;
-  in.read_file = [](const std::string& p) { return common::read_file(p); };
+  in.read_file = [](const std::string& p) { return read_input_file(p); };
   in.hostname = common::hostname();
   in.cpu_count = cpu_count();
   // Only the bare machine without CUDA_VISIBLE_DEVICES needs the device count.

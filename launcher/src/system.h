@@ -12,7 +12,12 @@
 namespace gpurun::launcher::sys {
 
 Env process_env();
-// Reads an environment dump (env_util.h's parse_env_text: env, export -p, declare -px).
+// A host file's or environment file's contents: a regular file or a pipe, at most
+// kMaxInputFileBytes (a pipe silent for 10 s is given up); nullopt when it cannot be opened.
+// Throws Error saying why a file that opens is refused: a folder, a device, too large.
+std::optional<std::string> read_input_file(const std::string& path);
+// Reads an environment dump (env_util.h's parse_env_text: env, export -p, declare -px) through
+// read_input_file; a NUL byte refuses it.
 Env read_env_file(const std::string& path);
 int cpu_count();
 // CUDA devices through the driver API, loaded with dlopen so gpurun needs no CUDA at build or

@@ -9,7 +9,10 @@
 // checks it reaches rank 0's host and picks the interface that routes there (RENDEZVOUS/REACH);
 // once all did, GO starts the program in its own process group, its output forwarded as whole
 // lines, its heartbeat watched; EXIT at the end. If gpurun goes away, the program is stopped
-// too: no orphan keeps a GPU. Private to the gpurun binary.
+// too: no orphan keeps a GPU. The wrapper is a child subreaper: what the program leaves running
+// outside its group (a `setsid` daemon, a double fork) becomes the wrapper's child and is killed
+// when the program ends, as Slurm's process tracking ends a task's leftovers. Private to the
+// gpurun binary.
 #pragma once
 
 #include <array>
@@ -28,10 +31,12 @@
 
 namespace gpurun::launcher {
 
-// `gpurun _rank --plan P --control C -- PROGRAM ARGS`
+// `gpurun _rank --plan P --control C [--path P] [--ld-library-path L] -- PROGRAM ARGS`
 struct WrapperArgs {
   std::string plan_text;
   std::string control = "none";  // host:port:token, or none
+  // --path, --ld-library-path: gpurun's values, the program's ("" for the latter: unset).
+  std::optional<std::string> path, ld_library_path;
   std::vector<std::string> program;
   std::optional<ContainerSpec> container;  // --container-runtime R --container IMAGE
 };
@@ -62,6 +67,7 @@ class RankWrapper {
   void wait_and_dispatch();
   void drain_output(double deadline);
   void end_leftovers();
+  void end_orphans();
   bool await_bye(double deadline);
   int finish();
 
@@ -98,7 +104,7 @@ class RankWrapper {
   DecodedPlan plan_;
   RankEntry me_;
   std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
-  std::vector<std::string> rank_keys_;  // the variables rank_environment() set
+  std::vector<std::string> rank_keys_;  // rank_environment()'s and start_environment()'s
   common::Fd control_;
   proc::LineReader control_in_;
   std::string token_;

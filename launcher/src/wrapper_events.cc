@@ -133,9 +133,7 @@ void RankWrapper::check_reach() {
   std::string why;
   try {
     net::Route r = net::route_to(master);
-    iface_ = r.iface;
-    for (const char* var : {"NCCL_SOCKET_IFNAME", "GLOO_SOCKET_IFNAME"})
-      if (!env_.count(var)) env_[var] = iface_;
+    iface_ = r.iface;  // NCCL/GLOO_SOCKET_IFNAME at the start (start_environment)
     if (check_reachable_) why = net::try_connect(master, master_port_, kReachAttempt);
   } catch (const Error& e) {
     why = e.what();

@@ -39,15 +39,21 @@ std::pair<common::Fd, common::Fd> output_pipe() {
 }  // namespace
 
 void RankWrapper::program_environment(const control::Go& go) {
-  env_["GPURUN_RESTART_COUNT"] = std::to_string(go.restart);
-  if (!dir_) return;
-  env_["GPURUN_HEARTBEAT"] = dir_->heartbeat();
-  if (go.watch) {
-    // Python ranks load the sitecustomize that prints their tracebacks when gpurun asks.
-    auto old = env_.find("PYTHONPATH");
-    std::string rest = old != env_.end() && !old->second.empty() ? ":" + old->second : "";
-    env_["PYTHONPATH"] = dir_->python_dir() + rest;
-    env_["GPURUN_PYSTACK_DIR"] = dir_->pystack_dir();
+  StartValues v;
+  v.restart = go.restart;
+  if (!iface_.empty()) v.iface = iface_;
+  if (dir_) {
+    v.heartbeat = dir_->heartbeat();
+    if (go.watch) {  // Python ranks load the sitecustomize that prints their tracebacks
+      v.python_dir = dir_->python_dir();
+      v.pystack_dir = dir_->pystack_dir();
+    }
+  }
+  for (auto& [k, val] : start_environment(env_, v)) {
+    env_[k] = val;
+    // Into a container too, but PYTHONPATH (program_argv: only the folder, which is mounted).
+    if (k != "PYTHONPATH" && std::find(rank_keys_.begin(), rank_keys_.end(), k) == rank_keys_.end())
+      rank_keys_.push_back(k);
   }
 }
 
@@ -87,7 +93,7 @@ void RankWrapper::start_program(const control::Go& go) {
   std::vector<int> cpus;
   std::vector<std::string> argv;
   try {
-    if (control_) {
+    {  // also under --control none (the --dry-run command as printed): the same environment
       auto tmp = env_.find("TMPDIR");
       dir_ = RankDir::create(tmp != env_.end() && !tmp->second.empty() ? tmp->second : "/tmp",
                              me_.rank);

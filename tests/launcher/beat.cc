@@ -1,14 +1,16 @@
 // beat.cc: a stand-in rank for gpurun's hang, restart and output tests (built as `beat`, and as
 // `beat_mpi` with an MPI_Allreduce every step).
 //
-//   beat [--steps N] [--interval-ms MS] [--hang-rank R --hang-step S --hang stop|sleep|exit
+//   beat [--steps N] [--interval-ms MS] [--hang-rank R --hang-step S --hang stop|sleep|exit|abort
 //        [--on-attempt K]] [--lines N --line-bytes B]
 //
 // Each step it writes the step number to $GPURUN_HEARTBEAT (the contract of
 // launcher/src/heartbeat.h: decimal at offset 0, fixed width), then (beat_mpi) joins an
 // MPI_Allreduce, then sleeps MS. Rank R, on reaching step S, hangs before beating it: `stop`
 // sends itself SIGSTOP, `sleep` sleeps in nanosleep forever, `exit` exits 3 (a failure). So the
-// other ranks of beat_mpi wait in MPI_Allreduce one step ahead of it. --on-attempt K: only when
+// other ranks of beat_mpi wait in MPI_Allreduce one step ahead of it; `abort` (beat_mpi) calls
+// MPI_Abort with errorcode 5, as a program does on a configuration error (--hang-rank all: every
+// rank does). --on-attempt K: only when
 // GPURUN_RESTART_COUNT is K (a failure that a restart cures).
 // --lines: instead, each rank prints N lines of B bytes as fast as it can, each line in three
 // write() calls (so an engine that forwards chunks would cut them), the odd ones to stderr,
@@ -29,6 +31,8 @@
 
 namespace {
 
+constexpr long kEveryRank = -2;  // --hang-rank all
+
 struct Args {
   long steps = 1000000, interval_ms = 100, hang_rank = -1, hang_step = -1, on_attempt = -1;
   std::string hang = "stop";
@@ -45,7 +49,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--interval-ms")
       a.interval_ms = std::atol(v);
     else if (k == "--hang-rank")
-      a.hang_rank = std::atol(v);
+      a.hang_rank = std::string(v) == "all" ? kEveryRank : std::atol(v);
     else if (k == "--hang-step")
       a.hang_step = std::atol(v);
     else if (k == "--hang")
@@ -89,6 +93,9 @@ void print_lines(const Args& a, long rank) {
 
 void hang(const std::string& how) {
   if (how == "exit") std::exit(3);
+#ifdef BEAT_MPI
+  if (how == "abort") MPI_Abort(MPI_COMM_WORLD, 5);
+#endif
   if (how == "stop") raise(SIGSTOP);
   for (;;) {
     timespec t{3600, 0};
@@ -113,7 +120,7 @@ int main(int argc, char** argv) {
   const char* hb = std::getenv("GPURUN_HEARTBEAT");
   int fd = hb ? open(hb, O_WRONLY | O_CLOEXEC) : -1;
   for (long step = 0; step < a.steps; ++step) {
-    if (rank == a.hang_rank && step == a.hang_step) hang(a.hang);
+    if ((rank == a.hang_rank || a.hang_rank == kEveryRank) && step == a.hang_step) hang(a.hang);
     if (fd >= 0) {
       char field[24];
       int n = std::snprintf(field, sizeof field, "%-20ld\n", step);

@@ -41,6 +41,62 @@ expect_fail "--launcher local starts every rank on this host, but the plan sprea
   env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x2)' "$gpurun" --launcher local --dry-run -- true
 expect_fail "the plan puts 2 ranks on h1 but 4 on h2" \
   env LSB_JOBID=5 LSB_MCPU_HOSTS='h1 2 h2 4' "$gpurun" --launcher jsrun --dry-run -- true
+# Issue 26, item 5: hostile allocations get an error naming the input, status 2, in under 2 s,
+# with bounded memory (they crashed gpurun with SIGSEGV, grew it to 22 GB, or were taken as hosts).
+expect_refused() {  # expect_refused WANT_TEXT CMD...: status 2 within 2 s, WANT_TEXT said
+  local want=$1; shift
+  local out rc=0 t0 secs
+  t0=$(date +%s.%N)
+  out=$("$@" 2>&1) || rc=$?
+  secs=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
+  [[ $rc == 2 ]] || { echo "FAIL: '$*' exited $rc, want 2:"; echo "$out"; exit 1; }
+  grep -qF -- "$want" <<<"$out" || { echo "FAIL: '$*' said:"; echo "$out"; echo "(wanted: $want)"; exit 1; }
+  awk -v s="$secs" 'BEGIN { exit !(s < 2) }' || { echo "FAIL: '$*' took $secs s"; exit 1; }
+  echo "ok: $* -> 2 in $secs s"
+}
+for form in "info" "--dry-run -- true" "-- true"; do
+  # shellcheck disable=SC2086
+  expect_refused "SLURM_TASKS_PER_NODE=0: node n1 has 0 task slots" \
+    env SLURM_JOB_ID=1 SLURM_JOB_NODELIST=n1 SLURM_TASKS_PER_NODE=0 "$gpurun" $form
+  # shellcheck disable=SC2086
+  expect_refused "SLURM_TASKS_PER_NODE=0(x2): node n1 has 0 task slots" \
+    env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='0(x2)' "$gpurun" $form
+  # shellcheck disable=SC2086
+  expect_refused "LSB_MCPU_HOSTS: node h1 has 0 task slots" env LSB_JOBID=1 LSB_MCPU_HOSTS='h1 0' "$gpurun" $form
+done
+expect_refused "LSB_DJOB_HOSTFILE=/dev/zero: is a device" \
+  bash -c 'ulimit -v 2000000; LSB_JOBID=1 LSB_DJOB_HOSTFILE=/dev/zero exec "$0" info' "$gpurun"
+# An endless pipe of zeros: read up to the 64 MiB bound, under the same memory limit.
+expect_refused "holds more than 64 MiB" \
+  bash -c 'ulimit -v 2000000; LSB_JOBID=1 LSB_DJOB_HOSTFILE=<(cat /dev/zero 2>/dev/null) exec "$0" info' "$gpurun"
+head -c 4096 "$gpurun" >"$tmp/binary.nodefile"
+expect_refused "PBS_NODEFILE=$tmp/binary.nodefile:1: '\x7fELF" env PBS_JOBID=1 PBS_NODEFILE="$tmp/binary.nodefile" "$gpurun" info
+# A 300 MB host name, streamed, and a 1000-byte one in a file.
+expect_refused "holds more than 64 MiB" \
+  bash -c 'PBS_JOBID=1 PBS_NODEFILE=<(head -c 300000000 /dev/zero 2>/dev/null | tr "\0" a 2>/dev/null) exec "$0" info' "$gpurun"
+{ echo n1; head -c 1000 /dev/zero | tr '\0' a; echo; } >"$tmp/long.nodefile"
+expect_refused "PBS_NODEFILE=$tmp/long.nodefile:2: 'aaaa" env PBS_JOBID=1 PBS_NODEFILE="$tmp/long.nodefile" "$gpurun" info
+expect_refused "--env-file $tmp: is a folder, not a file" "$gpurun" info --env-file "$tmp"
+expect_refused "--env-file /dev/zero: is a device" "$gpurun" --dry-run --env-file /dev/zero -- true
+# ...and an env dump through a pipe still works.
+"$gpurun" info --env-file <(printf 'SLURM_JOB_ID=5\nSLURM_JOB_NODELIST=n[1-2]\nSLURM_TASKS_PER_NODE=2(x2)\n') |
+  grep -q 'job 5' || { echo "FAIL: --env-file through a pipe"; exit 1; }
+
+# Issue 26, item 6: control characters from the environment reach the terminal escaped.
+out=$(env SLURM_JOB_ID=$'7\e[2K\rforged' SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='1(x2)' \
+  "$gpurun" info 2>&1)
+grep -qF 'job 7\e[2K\rforged' <<<"$out" || { echo "FAIL: job id not escaped in info:"; echo "$out" | od -c | head; exit 1; }
+out=$(env SLURM_JOB_ID=7 SLURM_JOB_NODELIST=n1 SLURMD_NODENAME=n1 SLURM_TASKS_PER_NODE=1 \
+  CUDA_VISIBLE_DEVICES=$'0\e[2J' "$gpurun" --dry-run -- prog $'\e]0;x\a' 2>&1)
+grep -qF "CUDA_VISIBLE_DEVICES=\$'0\\e[2J'" <<<"$out" && ! grep -q $'\e' <<<"$out" &&
+  grep -qF "\$'\\e]0;x\\x07'" <<<"$out" ||
+  { echo "FAIL: --dry-run printed a control character:"; echo "$out" | od -c | head -40; exit 1; }
+out=$(env LSB_JOBID=1 LSB_HOSTS=$'h1 h\e[31m2' "$gpurun" info 2>&1 || true)
+grep -qF "LSB_HOSTS: 'h\e[31m2' is not a host name" <<<"$out" || { echo "FAIL: LSB_HOSTS host not refused/escaped: $out"; exit 1; }
+out=$("$gpurun" hostlist expand $'a\eMb' 2>&1)
+[[ $out == 'a\eMb' ]] || { echo "FAIL: hostlist expand printed '$out'"; exit 1; }
+echo "ok: control characters from the environment are escaped"
+
 rc=0; "$gpurun" -q --scheduler local -n 1 -- '' 2>/dev/null || rc=$?
 [[ $rc == 127 ]] || { echo "FAIL: an empty program name exited $rc, want 127"; exit 1; }
 # A program that cannot start is reported with its exit status 127.

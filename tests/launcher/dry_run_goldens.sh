@@ -37,7 +37,9 @@ fail=0
 for c in "${cases[@]}"; do
   IFS='|' read -r name env args <<<"$c"
   eval "extra=($args)"
-  "$gpurun" --dry-run --env-file "$tmp/$env" "${extra[@]}" -- python3 train.py --epochs 8 > "$tmp/$name.out"
+  # This run's folder (PATH=$tmp/bin in the --container cases) is written @TMP@.
+  "$gpurun" --dry-run --env-file "$tmp/$env" "${extra[@]}" -- python3 train.py --epochs 8 |
+    sed "s#$tmp#@TMP@#g" > "$tmp/$name.out"
   if [[ ${GPURUN_UPDATE_GOLDENS:-0} == 1 ]]; then
     cp "$tmp/$name.out" "$golden/$name.txt"; echo "updated $name"
   elif ! diff -u "$golden/$name.txt" "$tmp/$name.out"; then

@@ -12,6 +12,8 @@
 # 3. A Python rank stuck in a function: its traceback (faulthandler) names the function.
 # 4. No false alarm: ranks that beat, or only print, or beat slower than the others but advance,
 #    run to the end; a silent one is a hang.
+# 5. A Python script that prints every second without flush is no hang (PYTHONUNBUFFERED=1).
+# 6. A Python rank waiting inside a library is named by the user's frame that called it.
 set -euo pipefail
 gpurun=$1 beat=$2 beat_mpi=$3
 work=$(mktemp -d /tmp/gpurun-hang.XXXXXX)
@@ -97,3 +99,51 @@ timeout 60 "$gpurun" --scheduler local --launcher local -n 2 --hang-timeout 2 --
   2>"$work/log" || rc=$?
 [[ $rc == 124 ]] && grep -q "no rank made progress for 2 s" "$work/log" || fail "silent ranks: exit $rc"
 echo "ok: beating or printing ranks run to the end; silent ones are a hang"
+
+# 5. Issue 25, item 2: a Python script that prints every second without flush survives
+# --hang-timeout 4: gpurun sets PYTHONUNBUFFERED=1 (its output came in 8 KiB blocks into the pipe,
+# nothing for 4 s: stopped with 124), through mpirun and the fork. A user's own value is kept.
+cat >"$work/tick.py" <<'PY'
+import os, time
+for i in range(7):
+    print(f"rank {os.environ['RANK']} tick {i} {os.environ.get('PYTHONUNBUFFERED')}")
+    time.sleep(1)
+PY
+for engine in mpirun local; do
+  rc=0
+  env -u PYTHONUNBUFFERED timeout 60 "$gpurun" -q --scheduler local --launcher $engine -n 2 \
+    --hang-timeout 4 -- python3 "$work/tick.py" >"$work/out.txt" 2>"$work/log" || rc=$?
+  [[ $rc == 0 && $(grep -c ' tick .* 1$' "$work/out.txt") == 14 ]] ||
+    fail "$engine: a printing Python script under --hang-timeout 4: exit $rc, $(wc -l <"$work/out.txt") lines"
+done
+PYTHONUNBUFFERED=x timeout 60 "$gpurun" -q --scheduler local -n 1 -- python3 -c \
+  'import os; print(os.environ["PYTHONUNBUFFERED"])' | grep -qx x || fail "the user's PYTHONUNBUFFERED was replaced"
+echo "ok: a Python script printing without flush runs to the end under --hang-timeout 4"
+
+# 6. A Python rank waiting inside a library (torch laid out in a venv's site-packages) is named by
+# the user's frame that called it, not the library's.
+python3 -m venv --without-pip "$work/venv"
+sp=$(echo "$work"/venv/lib/python3*/site-packages)
+mkdir -p "$sp/torch/autograd"
+printf 'from . import autograd\n' >"$sp/torch/__init__.py"
+printf 'import time\ndef backward(t):\n    _run_backward(t)\ndef _run_backward(t):\n    time.sleep(3600)\n' \
+  >"$sp/torch/autograd/__init__.py"
+cat >"$work/train.py" <<'PY'
+import os, time, torch
+def step(i):
+    if os.environ["RANK"] == "1" and i == 5:
+        torch.autograd.backward(None)
+    with open(os.environ["GPURUN_HEARTBEAT"], "w") as f:
+        f.write(str(i))
+for i in range(100000):
+    step(i)
+    time.sleep(0.1)
+PY
+rc=0
+PATH="$work/venv/bin:$PATH" timeout 60 \
+  "$gpurun" --scheduler local --launcher local -n 2 --hang-timeout 4 -- python3 "$work/train.py" \
+  2>"$work/log" || rc=$?
+[[ $rc == 124 ]] || fail "python in a library: exit $rc, want 124"
+grep -qF "rank 1 in train.py:4 in step: it is behind" "$work/log" ||
+  fail "python in a library: the summary does not name the user's frame"
+echo "ok: a Python rank stuck in a library: $(grep 'train.py:4' "$work/log" | sed 's/^gpurun: //')"

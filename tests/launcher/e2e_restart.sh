@@ -4,12 +4,14 @@
 #   tests/launcher/e2e_restart.sh GPURUN BEAT_MPI
 #
 # 1. Rank 1 fails on the first attempt only: gpurun restarts all ranks once, with
-#    GPURUN_RESTART_COUNT=1, and the job succeeds; each rank's --output-dir file shows both.
+#    GPURUN_RESTART_COUNT=1, and the job succeeds; each rank's --output-dir file shows both, each
+#    after a line "==> attempt K <==".
 # 2. A rank that fails every time: restarts are counted for the whole job (2 of 2), then gpurun
 #    exits with the rank's status.
 # 3. A failure before every rank started (the program cannot be executed) is not retried, and is
 #    reported in one line without the engine's banners.
 # 4. A signal from the user, and a checkpoint stop (USR1, then exit 0), are not failures.
+# 5. MPI_Abort in every rank is said in one line, without Open MPI's frame.
 set -euo pipefail
 gpurun=$1 beat_mpi=$2
 work=$(mktemp -d /tmp/gpurun-restart.XXXXXX)
@@ -23,9 +25,11 @@ prog=(sh -c 'echo "attempt $GPURUN_RESTART_COUNT"; exec "$0" "$@"' "$beat_mpi" -
 run --max-restarts 1 --output-dir "$work/out" -- "${prog[@]}" >/dev/null || fail "not cured: exit $?"
 grep -q "rank 1 on .* exited with code 3 after .* s: restarting all 2 ranks (restart 1 of 1)" \
   "$work/log" || fail "no restart line"
+# Each attempt is marked in every file (issue 25, item 2: they were appended with no separator).
 for r in 0 1; do
-  [[ $(tr '\n' ' ' <"$work/out/rank-$r.out") == "attempt 0 attempt 1 " ]] ||
-    fail "rank $r saw '$(tr '\n' ' ' <"$work/out/rank-$r.out")', want both attempts"
+  [[ $(tr '\n' ' ' <"$work/out/rank-$r.out") == "==> attempt 1 <== attempt 0 ==> attempt 2 <== attempt 1 " ]] ||
+    fail "rank $r saw '$(tr '\n' ' ' <"$work/out/rank-$r.out")', want both attempts, each marked"
+  [[ $(grep -c '^==> attempt [12] <==$' "$work/out/rank-$r.err") == 2 ]] || fail "rank-$r.err: attempts not marked"
 done
 echo "ok: $(grep restarting "$work/log" | sed 's/^gpurun: //'); then exit 0"
 
@@ -78,3 +82,13 @@ for sig in TERM USR1; do
   [[ ! -e $work/ready.0.1 ]] || fail "$sig: a second attempt ran"
   echo "ok: SIG$sig from the user: no restart (exit $rc)"
 done
+
+# 5. A configuration error every rank sees (each calls MPI_Abort): one gpurun line names the rank
+# and the abort, no Open MPI MPI_ABORT frame (issue 25, item 5); a lost wrapper was named before.
+rc=0
+run -- "$beat_mpi" --steps 15 --interval-ms 20 --hang-rank all --hang-step 3 --hang abort || rc=$?
+[[ $rc == 5 ]] || fail "MPI_Abort in every rank: exit $rc, want 5"
+[[ $(grep -c "^gpurun: rank [0-1] on .* called MPI_Abort (errorcode 5) after .* s; stopped 1 other rank$" "$work/log") == 1 ]] ||
+  fail "MPI_Abort in every rank: not one line naming the abort"
+! grep -q "MPI_ABORT was invoked\|more process.* sent help message" "$work/log" || fail "MPI_Abort: Open MPI's frame reached the terminal"
+echo "ok: MPI_Abort in every rank: $(grep 'MPI_Abort' "$work/log" | sed 's/^gpurun: //')"

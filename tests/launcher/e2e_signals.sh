@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Signals: SIGUSR1 and SIGUSR2 sent to gpurun reach every rank; SIGTERM is forwarded so ranks
-# can checkpoint and exit 0, and gpurun then exits 0.
+# can checkpoint and exit 0, and gpurun then exits 0; Ctrl-C in a terminal (tmux) is said as the
+# user's stop.
 set -euo pipefail
 gpurun=$1
 out=$(mktemp -d); trap 'rm -rf "$out"' EXIT
@@ -148,3 +149,39 @@ for grace_save in "8 6 saved" "1 3 killed"; do
     { echo "FAIL: --kill-grace $grace, a TERM handler of $save s: rank 0 $got, gpurun exited $rc"; cat "$out/log"; exit 1; }
   echo "ok: --kill-grace $grace: rank 0's $save s TERM handler $got; gpurun exited 3 in $((SECONDS - start)) s"
 done
+
+# Issue 25, item 2: Ctrl-C is a stop the user asked for, not a rank failure. A real terminal
+# (tmux) sends SIGINT to gpurun's process group; the Python ranks die of it (KeyboardInterrupt);
+# gpurun says so in one line and exits 130 (it said "rank 1 on vm was killed by signal 2 (SIGINT);
+# stopped 1 other rank"). Then a SIGINT that reaches one rank's process group alone (a terminal of
+# its own) is passed on to the others and said the same way.
+cat > "$out/sleepy.py" <<'PY'
+import os, time
+open(os.path.join(os.environ["OUT"], "ready." + os.environ["RANK"]), "w").close()
+time.sleep(120)
+PY
+sock=$out/tmux.sock
+for engine in mpirun local; do
+  rm -f "$out"/ready.* "$out/ctrlc.rc"
+  env -u TMUX TERM=xterm tmux -S "$sock" new-session -d -x 200 -y 20 \
+    "OUT='$out' '$gpurun' --scheduler local --launcher $engine -n 2 -- python3 '$out/sleepy.py' 2>'$out/ctrlc.log'; echo \$? >'$out/ctrlc.rc'"
+  wait_for 2 "$out/ready.*" "2 ranks to start under tmux ($engine)"
+  tmux -S "$sock" send-keys C-c
+  wait_for 1 "$out/ctrlc.rc" "gpurun to end after Ctrl-C ($engine)"
+  tmux -S "$sock" kill-server 2>/dev/null || true
+  rc=$(cat "$out/ctrlc.rc")
+  [[ $rc == 130 ]] && grep -qF "gpurun: stopped as the user asked (SIGINT, Ctrl-C): 2 of 2 ranks ended by it" "$out/ctrlc.log" &&
+    ! grep -q "was killed by signal" "$out/ctrlc.log" ||
+    { echo "FAIL($engine): Ctrl-C: gpurun exited $rc, said:"; cat "$out/ctrlc.log"; exit 1; }
+  echo "ok: $engine: Ctrl-C in a terminal is said as the user's stop (exit 130)"
+done
+rm -f "$out"/ready.*
+OUT=$out "$gpurun" --scheduler local --launcher local -n 2 -- sh -c 'echo $$ >"$OUT/pid.$RANK"; exec python3 "$0"' \
+  "$out/sleepy.py" 2>"$out/log" &
+pid=$!
+wait_for 2 "$out/ready.*" "2 ranks to start"
+kill -INT -- "-$(cat "$out/pid.1")"  # rank 1's program leads its own process group
+rc=0; wait $pid || rc=$?
+[[ $rc == 130 ]] && grep -qF "stopped as the user asked (SIGINT, Ctrl-C): 2 of 2 ranks ended by it" "$out/log" ||
+  { echo "FAIL: a SIGINT to rank 1's group: gpurun exited $rc, said:"; cat "$out/log"; exit 1; }
+echo "ok: a SIGINT that reached one rank's group stops the others and is said as the user's stop"

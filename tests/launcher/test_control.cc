@@ -108,6 +108,18 @@ TEST(Control, MalformedLinesAreRefused) {
   EXPECT_FALSE(parse_to_wrapper("").has_value());
 }
 
+// Issue 26, item 7: a signal number is range-checked before it becomes a signal (4294967305
+// would wrap to 9 in an int; 0 or 65 reach kill() as nonsense), an exit code before 128 + it.
+TEST(Control, SignalNumbersOutOfRangeAreRefused) {
+  for (const char* bad : {"SIG 0", "SIG 65", "SIG -9", "SIG 4294967305", "SIG 2147483647"})
+    EXPECT_FALSE(parse_to_wrapper(bad).has_value()) << bad;
+  ASSERT_TRUE(parse_to_wrapper("SIG 64").has_value());
+  EXPECT_EQ(std::get<Signal>(*parse_to_wrapper("SIG 10")).signal, 10);
+  for (const char* bad : {"EXIT 0 65 1 %", "EXIT 0 -1 1 %", "EXIT 256 0 1 %", "EXIT -1 0 1 %"})
+    EXPECT_FALSE(parse_to_supervisor(bad).has_value()) << bad;
+  EXPECT_TRUE(parse_to_supervisor("EXIT 0 9 1 %").has_value());
+}
+
 TEST(Control, UnknownTagsAreNotParsedAndExtraFieldsAreIgnored) {
   EXPECT_FALSE(parse_to_supervisor("BOGUS 1 2").has_value());
   EXPECT_FALSE(parse_to_wrapper("HELLO t 1 h 2").has_value()) << "HELLO goes the other way";

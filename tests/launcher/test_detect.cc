@@ -313,3 +313,92 @@ TEST(EnvFile, ReadsEnvExportAndDeclareDumps) {
   EXPECT_EQ(error("export 1X=2\n"), "f:1: expected NAME=VALUE, got 'export 1X=2'");
   EXPECT_EQ(error("export A=\"open\n"), "f: the quoted value of A is not closed");
 }
+
+// Issue 26, item 5: zero or negative slots are refused by name (they made a plan of no rank, and
+// nodes.front() on it crashed gpurun with SIGSEGV in info, --dry-run and a run).
+TEST(DetectBounds, ZeroSlotsNameTheVariable) {
+  for (const char* tpn : {"0", "0(x2)", "2,0", "70000"}) {
+    DetectInput in;
+    in.env = {{"SLURM_JOB_ID", "1"}, {"SLURM_JOB_NODELIST", "n[1-2]"}};
+    in.env["SLURM_TASKS_PER_NODE"] = tpn;
+    if (std::string(tpn) == "0") in.env["SLURM_JOB_NODELIST"] = "n1";
+    if (std::string(tpn) == "70000") in.env["SLURM_JOB_NODELIST"] = "n1";
+    EXPECT_NE(error_of(in).find(std::string("SLURM_TASKS_PER_NODE=") + tpn), std::string::npos)
+        << tpn << ": " << error_of(in);
+  }
+  DetectInput lsf;
+  lsf.env = {{"LSB_JOBID", "1"}, {"LSB_MCPU_HOSTS", "h1 0"}};
+  EXPECT_NE(error_of(lsf).find("LSB_MCPU_HOSTS: node h1 has 0 task slots"), std::string::npos)
+      << error_of(lsf);
+  lsf.env["LSB_MCPU_HOSTS"] = "h1 4 h2 99999999999";
+  EXPECT_NE(error_of(lsf).find("LSB_MCPU_HOSTS: node h2 has 99999999999"), std::string::npos);
+}
+
+// Host files hold one host name a line: a binary file, a control character or an overlong name
+// is refused with the file and the line named, the offending text escaped.
+TEST(DetectBounds, HostFileLinesAreHostNames) {
+  auto with_nodefile = [](std::string text) {
+    auto in = fixture("pbspro.env");
+    in.read_file = [text](const std::string&) -> std::optional<std::string> { return text; };
+    return in;
+  };
+  std::string e =
+      error_of(with_nodefile(std::string("gn1\n\x7f"
+                                         "ELF\x02\x01\0\0\0",
+                                         12)));
+  EXPECT_NE(e.find("PBS_NODEFILE=/var/spool/pbs/aux/4242.pbs01:2: '\\x7fELF\\x02\\x01\\0"),
+            std::string::npos)
+      << e;
+  e = error_of(with_nodefile("gn1\ngn\x1b[2Kx\n"));
+  EXPECT_NE(e.find(":2: 'gn\\e[2Kx' holds a control character"), std::string::npos) << e;
+  e = error_of(with_nodefile("gn1\n\n" + std::string(300, 'a') + "\n"));
+  EXPECT_NE(e.find(":3: 'aaaa"), std::string::npos) << e;
+  EXPECT_NE(e.find("is not a host name: expected 1 to 255"), std::string::npos) << e;
+  e = error_of(with_nodefile("gn1\ngn/2\n"));
+  EXPECT_NE(e.find(":2: 'gn/2' is not a host name"), std::string::npos) << e;
+  // Torque's "host:ppn=N" and extra columns name the host first.
+  Allocation a = detect_allocation(with_nodefile("gn1:ppn=2 x\ngn1\ngn2 extra\n"));
+  ASSERT_EQ(a.nodes.size(), 2u);
+  EXPECT_EQ(a.nodes[0].host, "gn1");
+  EXPECT_EQ(a.nodes[0].slots, 2);
+}
+
+TEST(DetectBounds, GpuFileLinesChecked) {
+  auto in = fixture("torque.env");
+  auto read = in.read_file;
+  in.read_file = [read](const std::string& p) -> std::optional<std::string> {
+    if (p.find("gpufile") != std::string::npos) return std::string("n1-gpu0\nn\x1b-gpu1\n");
+    return read(p);
+  };
+  std::string e = error_of(in);
+  EXPECT_NE(e.find("PBS_GPUFILE="), std::string::npos) << e;
+  EXPECT_NE(e.find(":2: 'n\\e-gpu1' is not '<host>-gpu<index>'"), std::string::npos) << e;
+}
+
+// A reader that refuses a file (a folder, a device, too large) is named with the variable.
+TEST(DetectBounds, RefusedFileNamesTheVariable) {
+  auto in = fixture("lsf.env");
+  in.read_file = [](const std::string&) -> std::optional<std::string> {
+    throw Error("is a device or a socket, not a file");
+  };
+  EXPECT_NE(error_of(in).find("LSB_DJOB_HOSTFILE="), std::string::npos) << error_of(in);
+  EXPECT_NE(error_of(in).find(": is a device or a socket, not a file"), std::string::npos);
+}
+
+// Issue 25, item 3: --requeue in an array task names the task (the first task's SLURM_JOB_ID is
+// the array's, which scontrol takes for all of it).
+TEST(DetectSlurm, ArrayTaskIsNamedForRequeue) {
+  DetectInput in;
+  in.env = {{"SLURM_JOB_ID", "41"}, {"SLURM_JOB_NODELIST", "n1"}, {"SLURM_TASKS_PER_NODE", "1"}};
+  EXPECT_FALSE(detect_allocation(in).array_task);
+  in.env["SLURM_ARRAY_JOB_ID"] = "41";
+  in.env["SLURM_ARRAY_TASK_ID"] = "3";
+  EXPECT_EQ(detect_allocation(in).array_task, "41_3");
+  in.env["SLURM_ARRAY_TASK_ID"] = "3;rm";
+  EXPECT_NE(error_of(in).find("SLURM_ARRAY_TASK_ID='3;rm'"), std::string::npos) << error_of(in);
+  DetectInput lsf;
+  lsf.env = {{"LSB_JOBID", "77"}, {"LSB_HOSTS", "h1"}, {"LSB_JOBINDEX", "0"}};
+  EXPECT_FALSE(detect_allocation(lsf).array_task);
+  lsf.env["LSB_JOBINDEX"] = "5";
+  EXPECT_EQ(detect_allocation(lsf).array_task, "77[5]");
+}

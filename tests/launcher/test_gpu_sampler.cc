@@ -245,6 +245,7 @@ TEST(ProcUsage, ParsesStatWithAwkwardCommandNames) {
   EXPECT_DOUBLE_EQ(p->cpu_seconds, 3.0);  // (250 + 50) / 100
   EXPECT_DOUBLE_EQ(p->children_cpu_seconds, 0.5);
   EXPECT_EQ(p->rss_bytes, 512 * 4096);
+  EXPECT_EQ(p->start_ticks, 9999);  // field 22: with the pid, names one process for good
   EXPECT_FALSE(parse_proc_stat("garbage", 100, 4096));
   EXPECT_FALSE(parse_proc_stat("12 (x) S 1 2", 100, 4096));
 }

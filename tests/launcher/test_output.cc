@@ -11,6 +11,8 @@
 #include <filesystem>
 
 #include "gpurun/common/posix.h"
+#include "gpurun/common/terminal.h"
+#include "gpurun/launcher/launch.h"
 #include "heartbeat.h"
 #include "output.h"
 
@@ -89,6 +91,86 @@ TEST(OutputSink, FilesGetTheExactBytes) {
   EXPECT_EQ(common::read_file(dir + "/rank-0.err").value_or("?"), "err\n");
   EXPECT_EQ(common::read_file(dir + "/rank-0.out").value_or("?"), "") << "made for every rank";
   std::filesystem::remove_all(tmpl);
+}
+
+// --max-restarts appends attempts to the same files: each starts on a line of its own.
+TEST(OutputSink, AttemptsAreMarked) {
+  char tmpl[] = "/tmp/gpurun-output-test-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = std::string(tmpl) + "/out";
+  {
+    OutputSink s(false, dir, 1);
+    s.mark_attempt(1);
+    s.write(0, 1, true, "cut");
+    s.mark_attempt(2);
+    s.write(0, 1, false, "x\n");
+  }
+  EXPECT_EQ(common::read_file(dir + "/rank-0.out").value_or("?"),
+            "==> attempt 1 <==\ncut\n==> attempt 2 <==\nx\n");
+  EXPECT_EQ(common::read_file(dir + "/rank-0.err").value_or("?"),
+            "==> attempt 1 <==\n==> attempt 2 <==\n");
+  std::filesystem::remove_all(tmpl);
+}
+
+// Open MPI's MPI_ABORT frame, as each rank prints it under srun (captured on the local cluster):
+// taken out with its rank and code; other frames and lines pass.
+TEST(AbortBanners, TakenOutAndNamed) {
+  const std::string rule(74, '-');
+  const std::string frame =
+      rule + "\nMPI_ABORT was invoked on rank 2 in communicator MPI_COMM_WORLD\n" +
+      "with errorcode 1.\n\nNOTE: invoking MPI_ABORT causes Open MPI to kill " +
+      "all MPI processes.\nYou may or may not see output from other " +
+      "processes, depending on\nexactly when Open MPI kills them.\n" + rule + "\n";
+  std::vector<AbortBanner> found;
+  EXPECT_EQ(take_abort_banners("error: no data\n" + frame + "after\n", found),
+            "error: no data\nafter\n");
+  ASSERT_EQ(found.size(), 1u);
+  EXPECT_EQ(found[0].rank, 2);
+  EXPECT_EQ(found[0].errorcode, 1);
+  // mpirun's gathering of the other ranks' frames goes too; a user's own table stays.
+  const std::string table = rule + "\n| epoch | loss |\n" + rule + "\n";
+  found.clear();
+  EXPECT_EQ(
+      take_abort_banners("[vm:06349] 1 more process has sent help message help-mpi-api.txt / "
+                         "mpi-abort\n[vm:06349] Set MCA parameter \"orte_base_help_aggregate\" "
+                         "to 0 to see all help / error messages\n" +
+                             table,
+                         found),
+      table);
+  EXPECT_TRUE(found.empty());
+  // An unclosed frame is not taken out.
+  EXPECT_EQ(take_abort_banners(frame.substr(0, frame.size() - rule.size() - 1), found).size(),
+            frame.size() - rule.size() - 1);
+}
+
+TEST(AbortBanners, SrunsEchoOfAStepItEnded) {
+  EXPECT_TRUE(is_engine_echo("srun: error: node1: tasks 0-1: Killed\n"));
+  EXPECT_TRUE(is_engine_echo("srun: error: node2: task 3: Exited with exit code 1\n"));
+  EXPECT_TRUE(is_engine_echo(
+      "0: slurmstepd-node1: error: *** STEP 13.0 ON node1 CANCELLED AT 2026-11-25T02:39:42 ***\n"));
+  EXPECT_TRUE(
+      is_engine_echo("srun: Job step aborted: Waiting up to 12 seconds for job step to finish.\n"));
+  EXPECT_TRUE(is_engine_echo("srun: launch/slurm: _step_signal: Terminating StepId=13.0\n"));
+  EXPECT_FALSE(
+      is_engine_echo("srun: error: Unable to create step for job 7: Invalid generic resource\n"));
+  EXPECT_FALSE(is_engine_echo("0: epoch 1 loss 0.3\n"));
+}
+
+// Issue 26, item 6: names from the environment reach the terminal with control characters
+// escaped; readable UTF-8 passes, C1 controls and bytes that are no UTF-8 do not.
+TEST(TerminalSafe, EscapesControlCharacters) {
+  using common::escape_control;
+  EXPECT_EQ(escape_control("node\x1b[31m1\r\n\t"), "node\\e[31m1\\r\\n\\t");
+  EXPECT_EQ(escape_control(std::string("a\0b\x7f", 4)), "a\\0b\\x7f");
+  EXPECT_EQ(escape_control("n\xc3\xa9ud"), "n\xc3\xa9ud");
+  EXPECT_EQ(escape_control("\xc2\x9b"
+                           "31m"),
+            "\\xc2\\x9b31m");  // C1 CSI
+  EXPECT_EQ(escape_control("\xff\xc3"), "\\xff\\xc3");
+  EXPECT_EQ(common::escape_control_keep_lines("a\nb\x1b"), "a\nb\\e");
+  // A word the dry run prints: still the same word when pasted into bash.
+  EXPECT_EQ(shell_quote("it's\x1b"), "$'it\\'s\\e'");
+  EXPECT_EQ(shell_quote("a b"), "'a b'");
 }
 
 }  // namespace

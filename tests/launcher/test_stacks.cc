@@ -38,6 +38,29 @@ TEST(StacksWhere, PythonMainThreadFrame) {
   EXPECT_EQ(where(text), "h.py:7 in step");
 }
 
+// Issue 25, item 2: a rank waiting inside a library (torch's autograd in a venv's site-packages)
+// is named by the user's frame that called it; a program all in the standard library or in
+// packages falls back to its innermost frame, as before.
+TEST(StacksWhere, PythonNamesTheUsersFrameNotTheLibrarys) {
+  std::string text = "=== process 7 (python3) ===\n" + fixture("sleep.eu-stack.txt") +
+                     "=== python tracebacks of process 7 ===\n" +
+                     fixture("python-site-packages.faulthandler.txt");
+  EXPECT_EQ(where(text), "train.py:9 in step");
+  const std::string libs =
+      "Current thread 0x1 (most recent call first):\n"
+      "  File \"/usr/lib/python3.11/socketserver.py\", line 233 in serve_forever\n"
+      "  File \"/usr/lib/python3/dist-packages/x/serve.py\", line 5 in run\n"
+      "  File \"<frozen runpy>\", line 88 in _run_code\n"
+      "  File \"/opt/conda/lib/python3.10/site-packages/y.py\", line 3 in <module>\n";
+  EXPECT_EQ(where("=== python tracebacks of process 8 ===\n" + libs),
+            "socketserver.py:233 in serve_forever");
+  const std::string dash_c =
+      "Current thread 0x1 (most recent call first):\n"
+      "  File \"/usr/lib/python3.11/threading.py\", line 331 in wait\n"
+      "  File \"<string>\", line 1 in <module>\n";
+  EXPECT_EQ(where("=== python tracebacks of process 9 ===\n" + dash_c), "<string>:1 in <module>");
+}
+
 TEST(StacksWhere, AShellWaitingForItsChildIsPassedOver) {
   std::string shell = "PID 10 - process\nTID 10:\n#0  0x1 wait4\n#1  0x2 main\n";
   std::string text = "=== process 10 (sh) ===\n" + shell + "=== process 11 (prog) ===\n" +

@@ -87,13 +87,13 @@ TEST(Request, MalformedRequestsSayWhat) {
 }
 
 TEST(Terminal, ControlCharactersAreEscaped) {
-  using gpurun::common::terminal_safe;
-  EXPECT_EQ(terminal_safe("plain name-1.0 caf\xc3\xa9"), "plain name-1.0 caf\xc3\xa9");
-  EXPECT_EQ(terminal_safe(std::string("a\x1b[31mb\rc\nd\te\0f\\g\x7f\x01", 19)),
+  using gpurun::common::escape_control;
+  EXPECT_EQ(escape_control("plain name-1.0 caf\xc3\xa9"), "plain name-1.0 caf\xc3\xa9");
+  EXPECT_EQ(escape_control(std::string("a\x1b[31mb\rc\nd\te\0f\\g\x7f\x01", 19)),
             "a\\e[31mb\\rc\\nd\\te\\0f\\\\g\\x7f\\x01");
-  EXPECT_EQ(terminal_safe("x\xc2\x9b"
+  EXPECT_EQ(escape_control("x\xc2\x9b"
                           "31m"),
-            "x\\u009b31m");  // C1 CSI in UTF-8
+            "x\\xc2\\x9b31m");  // C1 CSI in UTF-8
 }
 
 TEST(Job, ArrayShapeAsSlurmDescribesIt) {

@@ -323,7 +323,7 @@ int cmd_submit(const Args& a) {
       {"env", env},     {"submit_key", random_key()}, {"umask", mask}};
   auto reply = call(socket, req);
   for (const auto& w : reply["warnings"])
-    fmt::print(stderr, "gpuq: warning: {}\n", common::terminal_safe(w.get<std::string>()));
+    fmt::print(stderr, "gpuq: warning: {}\n", common::escape_control(w.get<std::string>()));
   const int64_t id = reply["job_id"].get<int64_t>();
   if (parsable)
     fmt::print("{}\n", id);

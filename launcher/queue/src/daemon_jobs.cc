@@ -379,7 +379,7 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
   states_[j.id] = state;
   log_event(j, fmt::format("ended {}, exit code {}{}", state_name(state),
                            exit_code_text(exit_code, exit_signal),
-                           reason.empty() ? "" : ", " + common::terminal_safe(reason)));
+                           reason.empty() ? "" : ", " + common::escape_control(reason)));
   retire(j.id);  // j is gone from here on
   dirty_ = true;
 }

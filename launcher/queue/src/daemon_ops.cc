@@ -136,7 +136,7 @@ void Daemon::log_event(const Job& j, const std::string& what) const {
   const std::string id =
       j.array_job_id ? fmt::format("{} (id {})", display_id(j), j.id) : display_id(j);
   fmt::print(stderr, "gpuq daemon: {} job {} ({}, {}): {}\n", utc_time(now_ms()), id,
-             common::terminal_safe(j.name), common::terminal_safe(j.user), what);
+             common::escape_control(j.name), common::escape_control(j.user), what);
 }
 
 nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
@@ -461,7 +461,7 @@ nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
     passwd* pw = getpwnam(req.user->c_str());
     if (!pw)
       throw std::invalid_argument(
-          fmt::format("unknown user '{}'", common::terminal_safe(*req.user)));
+          fmt::format("unknown user '{}'", common::escape_control(*req.user)));
     uid = pw->pw_uid;
   }
   // A reply holds at most kMaxHistoryJobs documents (the newest); `total` says how many exist.

@@ -12,10 +12,10 @@
 namespace gpurun::queue {
 namespace {
 
-using common::terminal_safe;  // every user-controlled string, before it reaches a terminal
+using common::escape_control;  // every user-controlled string, before it reaches a terminal
 
 std::string str(const nlohmann::json& j, const char* key) {
-  return terminal_safe(j.value(key, std::string()));
+  return escape_control(j.value(key, std::string()));
 }
 
 // squeue's "%.Nx": right-aligned in N columns, cut to N characters.
@@ -104,11 +104,11 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
   for (int pass = 0; pass < 2; ++pass) {
     for (const QueueRow& r : rows) {
       if (r.running != (pass == 0)) continue;
-      out += right(terminal_safe(r.id), 18);
+      out += right(escape_control(r.id), 18);
       out += ' ';
-      out += right(terminal_safe(r.name), 8);
+      out += right(escape_control(r.name), 8);
       out += ' ';
-      out += right(terminal_safe(r.user), 8);
+      out += right(escape_control(r.user), 8);
       out += r.running ? "  R " : " PD ";
       out += right(squeue_time(r.elapsed_s), 10);
       out += ' ';
@@ -116,14 +116,14 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
       out += right(std::to_string(r.gpus_requested), 4);
       out += ' ';
       if (r.running) {
-        out += terminal_safe(r.nodelist);
+        out += escape_control(r.nodelist);
         if (lng) {
           std::string ids;
           for (int g : r.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
           out += " gpu:" + ids;
         }
       } else {
-        out += "(" + terminal_safe(r.reason) + ")";
+        out += "(" + escape_control(r.reason) + ")";
       }
       out += '\n';
     }
@@ -152,7 +152,7 @@ std::string format_history(const nlohmann::json& jobs, bool header) {
     out +=
         sacct_cell(str(j, "display_id"), 12, true) + " " + sacct_cell(str(j, "name"), 10, false) +
         " " + sacct_cell(str(j, "user"), 9, false) + " " +
-        sacct_cell(terminal_safe(state), 10, false) + " " +
+        sacct_cell(escape_control(state), 10, false) + " " +
         sacct_cell(exit_code_text(j.value("exit_code", 0), j.value("exit_signal", 0)), 8, false) +
         " " + sacct_cell(sacct_elapsed(elapsed_s(j, 0)), 10, false) + " " +
         sacct_cell(std::to_string(j["gpus"].size()), 8, false) + " " + usage_cells(j) + "\n";

@@ -113,12 +113,12 @@ std::string format_stats(const nlohmann::json& reply) {
   const int cpus = std::max(1, j.value("cpus", 1));
   const double cpu_s = u.value("cpu_seconds", 0.0);
   std::string account = j.value("account", std::string());
-  using common::terminal_safe;
+  using common::escape_control;
   std::string out = fmt::format("Job ID: {}\nJob Name: {}\nUser: {}\nAccount: {}\n",
-                                terminal_safe(j["display_id"].get<std::string>()),
-                                terminal_safe(j["name"].get<std::string>()),
-                                terminal_safe(j["user"].get<std::string>()),
-                                account.empty() ? "(none)" : terminal_safe(account));
+                                escape_control(j["display_id"].get<std::string>()),
+                                escape_control(j["name"].get<std::string>()),
+                                escape_control(j["user"].get<std::string>()),
+                                account.empty() ? "(none)" : escape_control(account));
   std::string state = j["state"].get<std::string>();
   if (state != "PENDING" && state != "RUNNING")
     state += fmt::format(" (exit code {})",
@@ -163,7 +163,7 @@ std::string format_report(const nlohmann::json& reply) {
   for (const auto& r : reply["rows"]) {
     std::string key = r["key"].get<std::string>();
     if (key.empty()) key = "(none)";
-    out += fmt::format("{:<16} {:>6} {:>11.2f} {:>9}\n", common::terminal_safe(key).substr(0, 16),
+    out += fmt::format("{:<16} {:>6} {:>11.2f} {:>9}\n", common::escape_control(key).substr(0, 16),
                        r["jobs"].get<int64_t>(), r["gpu_hours"].get<double>(),
                        percent(opt(r["util_mean"])));
     hours += r["gpu_hours"].get<double>();
@@ -187,7 +187,7 @@ std::string gnuplot_script(const nlohmann::json& reply,
     t0 = std::min(t0, s[0].get<int64_t>());
     t1 = std::max(t1, s[0].get<int64_t>());
   }
-  std::string title = common::terminal_safe(
+  std::string title = common::escape_control(
       fmt::format("gpuq job {} ({}, {})", j["display_id"].get<std::string>(),
                   j["name"].get<std::string>(), j["user"].get<std::string>()));
   std::string out =

@@ -37,6 +37,9 @@ class Fd {
 std::string signal_name(int sig);
 // "USR1", "usr1", "SIGUSR1" or "10" -> SIGUSR1; nullopt for anything else (0, 65, "NOPE").
 std::optional<int> parse_signal(std::string_view text);
+// Whether `n` is a signal number (1 to 64): checked before a number from outside becomes an int
+// signal (a wire message, a status file), so nothing wraps past the check.
+bool is_signal_number(long long n);
 
 // Writes all of `data` to fd, retrying after EINTR and short writes. On a socket it never raises
 // SIGPIPE. Returns false with errno set when the descriptor fails (a peer that went away).

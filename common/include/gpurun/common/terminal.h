@@ -1,6 +1,6 @@
-// terminal.h: user-controlled text made safe to print on a terminal. A job name, user or path
-// that holds ESC, CR or other control characters would otherwise drive the reader's terminal
-// (move the cursor, rewrite lines, set its title): they are shown escaped, as `ls -b` does.
+// terminal.h: text that came from a user or the environment (host names, job ids, program names,
+// variables' values), made safe to print on a terminal: a control character in it could move the
+// cursor, rewrite a line or forge one of gpurun's own ("\e[2K\rgpurun: all ranks finished").
 #pragma once
 
 #include <string>
@@ -8,9 +8,14 @@
 
 namespace gpurun::common {
 
-// ESC -> \e, CR -> \r, LF -> \n, TAB -> \t, NUL -> \0, a backslash -> \\, other C0 controls and
-// DEL -> \xNN, and the C1 controls U+0080-U+009F (0xC2 0x80-0x9F in UTF-8, which terminals obey
-// like ESC sequences) -> \u0080 ... \u009f. Everything else is kept as it is.
-std::string terminal_safe(std::string_view text);
+// `s` with every ASCII control character (0x00-0x1f, 0x7f) written as an escape: \e \n \r \t \0
+// and \xNN for the others, and a backslash as \\ (so an escape is never ambiguous, as `ls -b`).
+// Well-formed UTF-8 passes (names stay readable) except C1 controls (U+0080-U+009F); any other
+// byte from 0x80 up is written \xNN. gpurun and gpuq print every user-controlled word through it.
+std::string escape_control(std::string_view s);
+
+// The same, but '\n' is kept: for text whose lines are gpurun's own (a multi-line error's
+// detail, a table), where the fields that a user controls were escaped when put in.
+std::string escape_control_keep_lines(std::string_view s);
 
 }  // namespace gpurun::common

@@ -3,6 +3,7 @@
 // reader (see DetectInput), so every scheduler is testable without one.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -19,6 +20,14 @@ const char* to_string(Scheduler s);
 Scheduler parse_scheduler(const std::string& name, const std::string& what);
 
 using Env = std::map<std::string, std::string>;
+
+// Bounds on what an allocation may describe, far above any real job, so that a broken or hostile
+// environment cannot overflow a count or grow gpurun's memory: task slots one node may have,
+// ranks one plan may hold, bytes read from one host file or --env-file, a host name's length.
+inline constexpr int kMaxNodeSlots = 1 << 16;
+inline constexpr int kMaxRanks = 1 << 20;
+inline constexpr std::size_t kMaxInputFileBytes = std::size_t{64} << 20;
+inline constexpr std::size_t kMaxHostName = 255;
 
 struct NodeAlloc {
   std::string host;  // as the scheduler names it (what its launch engine accepts)
@@ -44,6 +53,9 @@ struct Allocation {
   Scheduler scheduler = Scheduler::local;
   std::string flavor;  // "Slurm", "PBS Pro", "Torque", "LSF", "gpuq", "local"
   std::optional<std::string> job_id;
+  // A job array's task as the scheduler's commands name it (Slurm 123_4, LSF 123[4]): what
+  // --requeue requeues, so that the array's other tasks keep running. Unset outside an array.
+  std::optional<std::string> array_task;
   std::vector<NodeAlloc> nodes;  // in the scheduler's order; rank 0's node first
   // The visible GPU list of the node gpurun runs on, as CUDA_VISIBLE_DEVICES spells it
   // (indices, GPU-/MIG- UUIDs); positions in a rank plan index into each node's own such list.
@@ -62,7 +74,8 @@ struct Allocation {
 
 struct DetectInput {
   Env env;
-  // Returns a file's contents, or nullopt when it cannot be read.
+  // Returns a file's contents, or nullopt when it cannot be opened; may throw Error saying why a
+  // file that opens is refused (a folder, a device, larger than kMaxInputFileBytes).
   std::function<std::optional<std::string>(const std::string& path)> read_file;
   std::string hostname = "localhost";  // this machine's name (gethostname)
   int cpu_count = 1;                   // CPUs this process may run on

@@ -8,9 +8,16 @@
 
 namespace gpurun::launcher {
 
+// what() is one line; `detail` (may be empty) holds lines shown under it, such as a caret under
+// the offending character. main() escapes control characters in both before printing them.
 class Error : public std::runtime_error {
  public:
-  explicit Error(const std::string& what) : std::runtime_error(what) {}
+  explicit Error(const std::string& what, std::string detail = "")
+      : std::runtime_error(what), detail_(std::move(detail)) {}
+  const std::string& detail() const { return detail_; }
+
+ private:
+  std::string detail_;
 };
 
 // A hostlist or tasks-per-node expression that does not parse. `position` is the byte offset of
@@ -21,7 +28,8 @@ class HostlistError : public Error {
   const std::string& input() const { return input_; }
   std::size_t position() const { return position_; }
   const std::string& reason() const { return reason_; }
-  // Two lines: the expression, and a caret under the offending character.
+  // Two lines: the expression (around the offending character), and a caret under it; also
+  // detail().
   std::string pointer() const;
 
  private:

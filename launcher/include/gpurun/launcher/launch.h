@@ -27,6 +27,10 @@ struct LaunchOptions {
   bool as_root = false;                     // mpirun refuses root without --allow-run-as-root
   std::string control = "<set-at-launch>";  // host:port:token of gpurun's control socket
   std::string plan_text;                    // encode_plan() of the plan, handed to each wrapper
+  // gpurun's PATH and LD_LIBRARY_PATH (nullopt: unset), handed to each wrapper, which gives them
+  // to the program: engines change them (an mpirun run by its full path acts as --prefix and puts
+  // its bin/ and lib/ first; pbsdsh gives the job's login environment).
+  std::optional<std::string> user_path, user_ld_library_path;
   // Where a tool lives, or nullopt when it is not installed.
   std::function<std::optional<std::string>(const std::string&)> find_tool;
   // `srun --mpi=list` output split into plugin names; empty when unknown.
@@ -42,7 +46,8 @@ struct LaunchOptions {
 struct LaunchCommand {
   Engine engine = Engine::fork;
   std::vector<std::string> argv;  // empty for Engine::fork and Engine::step
-  // What each rank runs: `gpurun _rank --plan P --control C [--container...] -- PROGRAM ARGS`
+  // What each rank runs: `gpurun _rank --plan P --control C [--path P] [--ld-library-path L]
+  // [--container...] -- PROGRAM ARGS`
   // (the end of argv; Engine::fork starts it once per rank; empty for Engine::step).
   std::vector<std::string> wrapper;
   std::vector<std::pair<std::string, std::string>> engine_env;  // set for the engine process
@@ -80,6 +85,22 @@ DecodedPlan decode_plan(const std::string& text);
 std::vector<std::pair<std::string, std::string>> rank_environment(
     const RankPlan& plan, const RankEntry& r, Scheduler s, const std::optional<std::string>& job_id,
     const std::optional<std::vector<std::string>>& visible);
+
+// What each rank's wrapper adds when it starts the program, beyond rank_environment(). The wrapper
+// passes the real values; --dry-run passes what they will be ("<...>" where only the start knows).
+struct StartValues {
+  int restart = 0;                         // GPURUN_RESTART_COUNT
+  std::optional<std::string> heartbeat;    // GPURUN_HEARTBEAT: the rank folder's file
+  std::optional<std::string> iface;        // NCCL/GLOO_SOCKET_IFNAME: the route to MASTER_ADDR
+  std::optional<std::string> python_dir;   // --hang-timeout: sitecustomize's folder, and
+  std::optional<std::string> pystack_dir;  // where Python tracebacks are written
+};
+// In order: GPURUN_RESTART_COUNT, GPURUN_HEARTBEAT, PYTHONUNBUFFERED=1 (Python's output reaches
+// gpurun line by line, not in 8 KiB blocks that look like a hang; unless `env` sets it), then
+// NCCL_SOCKET_IFNAME and GLOO_SOCKET_IFNAME (unless set), PYTHONPATH (the folder first, `env`'s
+// after it) and GPURUN_PYSTACK_DIR. `env` is the environment the rank inherits.
+std::vector<std::pair<std::string, std::string>> start_environment(const Env& env,
+                                                                   const StartValues& v);
 
 // Inside a scheduler's step (a.step_task set): this task's rank entry, numbered as the step
 // numbers it, with its GPU positions (the whole visible list when the step bound the task to its

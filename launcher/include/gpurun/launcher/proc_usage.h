@@ -20,11 +20,16 @@ struct ProcStat {
   double cpu_seconds = 0;           // utime + stime
   double children_cpu_seconds = 0;  // cutime + cstime: children it has waited for
   int64_t rss_bytes = 0;
-  uint64_t start_ticks = 0;  // field 22: when it started, in clock ticks since boot
+  // starttime (field 22): clock ticks from boot to the process's start. With the pid it names
+  // one process for good: a pid the kernel reused has another start time.
+  int64_t start_ticks = 0;
 };
 
 // Parses /proc/PID/stat (comm may hold spaces and parentheses); nullopt when malformed.
 std::optional<ProcStat> parse_proc_stat(std::string_view text, long clock_ticks, long page_size);
+
+// /proc/PID/stat of one process, parsed; nullopt when it is gone.
+std::optional<ProcStat> read_proc_stat(int pid);
 
 // Every process in proc_root ("/proc"), in one pass. Processes that exit meanwhile are skipped.
 std::vector<ProcStat> scan_processes(const std::string& proc_root = "/proc");

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# What a rank leaves behind (issue 26, item 7): a process its program started with setsid (outside
+# the program's process group) is gone when gpurun returns, through mpirun and gpurun's own fork;
+# the folder of a wrapper that was killed is removed by the next wrapper on the host once its owner
+# is gone, told by pid and start time (a live process that reused the pid is no owner), and the
+# folder of a live owner stays.
+set -euo pipefail
+gpurun=$1
+tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
+
+# A unique sleep per run (seconds 4<pid><rank>), so that only this test's processes are looked for.
+secs="4$$"
+for engine in mpirun local; do
+  rc=0
+  timeout 60 "$gpurun" -q --scheduler local --launcher $engine -n 2 -- \
+    bash -c "setsid sleep $secs\$RANK </dev/null >/dev/null 2>&1 & sleep 0.3; echo started" \
+    >"$tmp/out" 2>&1 || rc=$?
+  [[ $rc == 0 && $(grep -c started "$tmp/out") == 2 ]] || { echo "FAIL($engine): exit $rc"; cat "$tmp/out"; exit 1; }
+  left=$(pgrep -f "^sleep $secs[01]\$" || true)
+  if [[ -n $left ]]; then
+    echo "FAIL($engine): the ranks' setsid sleeps survived gpurun: $left"
+    kill $left 2>/dev/null || true
+    exit 1
+  fi
+  echo "ok: $engine: the ranks' setsid children are gone when gpurun returns"
+done
+
+# Rank folders. $$ is alive: a folder that names it with another start time was left by a dead
+# wrapper whose pid came back; one with its real start time has a live owner.
+t=$tmp/t; mkdir "$t"
+h=$(hostname)
+start=$(awk '{ print $22 }' /proc/$$/stat)
+dead=$(bash -c 'echo $$')  # a pid that has just ended
+mkdir "$t/gpurun-$h-p$$.1-rank0-reused" "$t/gpurun-$h-p$$.$start-rank0-live" \
+  "$t/gpurun-$h-p$dead-rank0-oldname"
+# A wrapper SIGKILLed under its running program (PR_SET_PDEATHSIG ends the program too).
+rc=0
+TMPDIR=$t timeout 60 "$gpurun" -q --scheduler local --launcher local -n 1 -- \
+  bash -c 'dirname "$GPURUN_HEARTBEAT" > "$0/killed.dir"; kill -9 $PPID; sleep 5' "$tmp" 2>/dev/null || rc=$?
+killed=$(cat "$tmp/killed.dir")
+[[ $rc != 0 && -d $killed ]] || { echo "FAIL: the killed wrapper's folder $killed is not there (exit $rc)"; exit 1; }
+TMPDIR=$t timeout 60 "$gpurun" -q --scheduler local -n 1 -- true
+for d in "$killed" "$t/gpurun-$h-p$$.1-rank0-reused" "$t/gpurun-$h-p$dead-rank0-oldname"; do
+  [[ ! -e $d ]] || { echo "FAIL: $d (owner gone) was not removed by the next wrapper"; ls "$t"; exit 1; }
+done
+[[ -d $t/gpurun-$h-p$$.$start-rank0-live ]] || { echo "FAIL: a live owner's folder was removed"; exit 1; }
+echo "ok: folders of dead wrappers are removed by the next one (pid and start time), a live one's stays"
