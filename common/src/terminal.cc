@@ -29,9 +29,6 @@ void put_control(std::string& out, char c) {
     case '\0':
       out += "\\0";
       break;
-    case '\\':
-      out += "\\\\";
-      break;
     default:
       put_hex(out, static_cast<unsigned char>(c));
   }
@@ -55,7 +52,7 @@ std::string escape(std::string_view s, bool keep_newlines) {
   for (std::size_t i = 0; i < s.size();) {
     const char c = s[i];
     const auto u = static_cast<unsigned char>(c);
-    if ((u >= 0x20 && u < 0x7f && c != '\\') || (keep_newlines && c == '\n')) {
+    if ((u >= 0x20 && u < 0x7f) || (keep_newlines && c == '\n')) {
       out += c;
       ++i;
     } else if (u < 0x80) {

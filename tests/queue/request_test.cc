@@ -90,7 +90,7 @@ TEST(Terminal, ControlCharactersAreEscaped) {
   using gpurun::common::escape_control;
   EXPECT_EQ(escape_control("plain name-1.0 caf\xc3\xa9"), "plain name-1.0 caf\xc3\xa9");
   EXPECT_EQ(escape_control(std::string("a\x1b[31mb\rc\nd\te\0f\\g\x7f\x01", 19)),
-            "a\\e[31mb\\rc\\nd\\te\\0f\\\\g\\x7f\\x01");
+            "a\\e[31mb\\rc\\nd\\te\\0f\\g\\x7f\\x01");
   EXPECT_EQ(escape_control("x\xc2\x9b"
                           "31m"),
             "x\\xc2\\x9b31m");  // C1 CSI in UTF-8

@@ -13,16 +13,18 @@
 //  - The output is not read when beta is zero; the workspace is scribbled over after each call.
 //  - Math: CUDNN_FMA_MATH is FP32; CUDNN_DEFAULT_MATH and the tensor-op modes round the inputs to
 //    TF32 (what an H100 does for FP32 data under them).
+#include "cudnn.h"
+
 #include <cblas.h>
 
 #include <algorithm>
 #include <cstring>
+#include <initializer_list>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
 #include "core.h"
-#include "cudnn.h"
 #include "tf32.h"
 
 namespace gpurun_standin {
@@ -67,7 +69,8 @@ cudnnStatus_t bad(cudnnStatus_t st, const std::string& what) {
 // The shape of a convolution from its descriptors; y (or dy, dx) must be the output / input.
 cudnnStatus_t shape_of(const char* call, const TensorDescImpl* x, const FilterDescImpl* w,
                        const ConvDescImpl* cv, const TensorDescImpl* y, Shape* s) {
-  if (!x || !w || !cv || !y) return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL descriptor");
+  if (!x || !w || !cv || !y)
+    return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL descriptor");
   if (!x->set || !w->set || !cv->set || !y->set)
     return bad(CUDNN_STATUS_BAD_PARAM, std::string(call) + ": a descriptor was never set");
   if (x->c != w->c)
@@ -77,15 +80,31 @@ cudnnStatus_t shape_of(const char* call, const TensorDescImpl* x, const FilterDe
   const int oh = (x->h + 2 * cv->pad_h - cv->dil_h * (w->h - 1) - 1) / cv->u + 1;
   const int ow = (x->w + 2 * cv->pad_w - cv->dil_w * (w->w - 1) - 1) / cv->v + 1;
   if (oh <= 0 || ow <= 0)
-    return bad(CUDNN_STATUS_BAD_PARAM, std::string(call) + ": the filter is larger than the padded input");
+    return bad(CUDNN_STATUS_BAD_PARAM,
+               std::string(call) + ": the filter is larger than the padded input");
   if (y->n != x->n || y->c != w->k || y->h != oh || y->w != ow)
     return bad(CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH,
                std::string(call) + ": the output tensor is " + std::to_string(y->n) + "x" +
                    std::to_string(y->c) + "x" + std::to_string(y->h) + "x" + std::to_string(y->w) +
                    ", the convolution's output " + std::to_string(x->n) + "x" +
                    std::to_string(w->k) + "x" + std::to_string(oh) + "x" + std::to_string(ow));
-  *s = Shape{x->n, x->c, x->h, x->w, w->k, w->h, w->w, oh, ow, cv->pad_h, cv->pad_w, cv->u,
-             cv->v, cv->dil_h, cv->dil_w, cv->flip, cv->math != CUDNN_FMA_MATH};
+  *s = Shape{x->n,
+             x->c,
+             x->h,
+             x->w,
+             w->k,
+             w->h,
+             w->w,
+             oh,
+             ow,
+             cv->pad_h,
+             cv->pad_w,
+             cv->u,
+             cv->v,
+             cv->dil_h,
+             cv->dil_w,
+             cv->flip,
+             cv->math != CUDNN_FMA_MATH};
   return CUDNN_STATUS_SUCCESS;
 }
 
@@ -202,8 +221,9 @@ void bwd_filter(const Shape& s, const float* x, const float* dy, const std::vect
               if (yy < 0) continue;
               for (int q = 0; q < s.ow; ++q) {
                 const int xx = in_col(s, q, j);
-                if (xx >= 0) acc += dyn[(std::size_t(k) * s.oh + p) * s.ow + q] *
-                                    xn[(std::size_t(c) * s.h + yy) * s.w + xx];
+                if (xx >= 0)
+                  acc += dyn[(std::size_t(k) * s.oh + p) * s.ow + q] *
+                         xn[(std::size_t(c) * s.h + yy) * s.w + xx];
               }
             }
             dw[((std::size_t(k) * s.c + c) * s.r + i) * s.s + j] += acc;
@@ -272,8 +292,8 @@ enum class Dir { kFwd, kBwdFilter, kBwdData };
 struct Algo {
   int id;
   bool deterministic;
-  bool uses_ws;   // im2col of one image in the workspace
-  double speed;   // model: relative FLOP rate (higher is faster)
+  bool uses_ws;  // im2col of one image in the workspace
+  double speed;  // model: relative FLOP rate (higher is faster)
 };
 const std::vector<Algo>& algos(Dir d) {
   static const std::vector<Algo> fwd{{CUDNN_CONVOLUTION_FWD_ALGO_GEMM, true, true, 1.3},
@@ -295,8 +315,8 @@ std::size_t ws_need(const Algo& a, const Shape& s) {
 }
 
 template <typename Perf, typename Id>
-void fill_perf(Dir d, const Shape& s, cudnnMathType_t math, int requested, int* returned,
-               Perf* out, std::size_t ws_limit) {
+void fill_perf(Dir d, const Shape& s, cudnnMathType_t math, int requested, int* returned, Perf* out,
+               std::size_t ws_limit) {
   std::vector<Algo> list = algos(d);
   std::stable_sort(list.begin(), list.end(),
                    [](const Algo& a, const Algo& b) { return a.speed > b.speed; });
@@ -343,7 +363,8 @@ cudnnStatus_t run(CudnnImpl* h, const char* call, const Algo& a, const Shape& s,
       throw std::runtime_error(name + " writes out of bounds: " + why);
     compute(static_cast<float*>(ws));
     // Scribbled: what the algorithm may use (need), and a prefix of the rest.
-    if (ws != nullptr) std::memset(ws, kFillByte, std::min(ws_bytes, need + (std::size_t(64) << 10)));
+    if (ws != nullptr)
+      std::memset(ws, kFillByte, std::min(ws_bytes, need + (std::size_t(64) << 10)));
   };
   return submit(st, std::move(w)) == cudaSuccess ? CUDNN_STATUS_SUCCESS
                                                  : CUDNN_STATUS_EXECUTION_FAILED;
@@ -368,18 +389,30 @@ size_t cudnnGetVersion() {
 
 const char* cudnnGetErrorString(cudnnStatus_t s) {
   switch (s) {
-    case CUDNN_STATUS_SUCCESS: return "CUDNN_STATUS_SUCCESS";
-    case CUDNN_STATUS_NOT_INITIALIZED: return "CUDNN_STATUS_NOT_INITIALIZED";
-    case CUDNN_STATUS_BAD_PARAM: return "CUDNN_STATUS_BAD_PARAM";
-    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER: return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
-    case CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT: return "CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT";
-    case CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH: return "CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH";
-    case CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH: return "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH";
-    case CUDNN_STATUS_NOT_SUPPORTED: return "CUDNN_STATUS_NOT_SUPPORTED";
-    case CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE: return "CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE";
-    case CUDNN_STATUS_NOT_SUPPORTED_LAYOUT: return "CUDNN_STATUS_NOT_SUPPORTED_LAYOUT";
-    case CUDNN_STATUS_INTERNAL_ERROR: return "CUDNN_STATUS_INTERNAL_ERROR";
-    case CUDNN_STATUS_EXECUTION_FAILED: return "CUDNN_STATUS_EXECUTION_FAILED";
+    case CUDNN_STATUS_SUCCESS:
+      return "CUDNN_STATUS_SUCCESS";
+    case CUDNN_STATUS_NOT_INITIALIZED:
+      return "CUDNN_STATUS_NOT_INITIALIZED";
+    case CUDNN_STATUS_BAD_PARAM:
+      return "CUDNN_STATUS_BAD_PARAM";
+    case CUDNN_STATUS_BAD_PARAM_NULL_POINTER:
+      return "CUDNN_STATUS_BAD_PARAM_NULL_POINTER";
+    case CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT:
+      return "CUDNN_STATUS_BAD_PARAM_SIZE_INSUFFICIENT";
+    case CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH:
+      return "CUDNN_STATUS_BAD_PARAM_STREAM_MISMATCH";
+    case CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH:
+      return "CUDNN_STATUS_BAD_PARAM_SHAPE_MISMATCH";
+    case CUDNN_STATUS_NOT_SUPPORTED:
+      return "CUDNN_STATUS_NOT_SUPPORTED";
+    case CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE:
+      return "CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE";
+    case CUDNN_STATUS_NOT_SUPPORTED_LAYOUT:
+      return "CUDNN_STATUS_NOT_SUPPORTED_LAYOUT";
+    case CUDNN_STATUS_INTERNAL_ERROR:
+      return "CUDNN_STATUS_INTERNAL_ERROR";
+    case CUDNN_STATUS_EXECUTION_FAILED:
+      return "CUDNN_STATUS_EXECUTION_FAILED";
   }
   return "CUDNN_STATUS_UNKNOWN";
 }
@@ -406,15 +439,15 @@ cudnnStatus_t cudnnSetStream(cudnnHandle_t h, cudaStream_t s) {
   return CUDNN_STATUS_SUCCESS;
 }
 
-#define GPURUN_STANDIN_DESC(Create, Destroy, Type, Impl)        \
-  cudnnStatus_t Create(Type* d) {                               \
+#define GPURUN_STANDIN_DESC(Create, Destroy, Type, Impl)          \
+  cudnnStatus_t Create(Type* d) {                                 \
     if (d == nullptr) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER; \
-    *d = new Impl;                                              \
-    return CUDNN_STATUS_SUCCESS;                                \
-  }                                                             \
-  cudnnStatus_t Destroy(Type d) {                               \
-    delete d;                                                   \
-    return CUDNN_STATUS_SUCCESS;                                \
+    *d = new Impl;                                                \
+    return CUDNN_STATUS_SUCCESS;                                  \
+  }                                                               \
+  cudnnStatus_t Destroy(Type d) {                                 \
+    delete d;                                                     \
+    return CUDNN_STATUS_SUCCESS;                                  \
   }
 GPURUN_STANDIN_DESC(cudnnCreateTensorDescriptor, cudnnDestroyTensorDescriptor,
                     cudnnTensorDescriptor_t, TensorDescImpl)
@@ -446,12 +479,13 @@ cudnnStatus_t cudnnSetFilter4dDescriptor(cudnnFilterDescriptor_t d, cudnnDataTyp
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw,
-                                              int u, int v, int dh, int dw,
-                                              cudnnConvolutionMode_t mode, cudnnDataType_t t) {
+cudnnStatus_t cudnnSetConvolution2dDescriptor(cudnnConvolutionDescriptor_t d, int ph, int pw, int u,
+                                              int v, int dh, int dw, cudnnConvolutionMode_t mode,
+                                              cudnnDataType_t t) {
   if (d == nullptr) return CUDNN_STATUS_BAD_PARAM_NULL_POINTER;
   if (ph < 0 || pw < 0 || u <= 0 || v <= 0 || dh <= 0 || dw <= 0)
-    return bad(CUDNN_STATUS_BAD_PARAM, "cudnnSetConvolution2dDescriptor: pad < 0 or stride/dilation <= 0");
+    return bad(CUDNN_STATUS_BAD_PARAM,
+               "cudnnSetConvolution2dDescriptor: pad < 0 or stride/dilation <= 0");
   if (t != CUDNN_DATA_FLOAT) return CUDNN_STATUS_NOT_SUPPORTED_DATA_TYPE;
   if (mode != CUDNN_CONVOLUTION && mode != CUDNN_CROSS_CORRELATION) return CUDNN_STATUS_BAD_PARAM;
   const cudnnMathType_t math = d->math;
@@ -474,7 +508,8 @@ cudnnStatus_t cudnnGetConvolutionForwardAlgorithm_v7(cudnnHandle_t h, cudnnTenso
                                                      cudnnConvolutionFwdAlgoPerf_t* out) {
   Shape s;
   if (!handle_ok(h) || !ret || !out || req < 1) return CUDNN_STATUS_BAD_PARAM;
-  if (cudnnStatus_t e = shape_of("cudnnGetConvolutionForwardAlgorithm_v7", x, w, c, y, &s)) return e;
+  if (cudnnStatus_t e = shape_of("cudnnGetConvolutionForwardAlgorithm_v7", x, w, c, y, &s))
+    return e;
   fill_perf<cudnnConvolutionFwdAlgoPerf_t, cudnnConvolutionFwdAlgo_t>(Dir::kFwd, s, c->math, req,
                                                                       ret, out, SIZE_MAX);
   return CUDNN_STATUS_SUCCESS;
@@ -511,8 +546,8 @@ cudnnStatus_t cudnnGetConvolutionBackwardDataAlgorithm_v7(
 // marked CUDNN_STATUS_NOT_SUPPORTED.
 template <typename Perf, typename Id, typename Exec>
 cudnnStatus_t find_algos(const char* fn, Dir dir, const Shape& s, cudnnHandle_t h,
-                   cudnnConvolutionDescriptor_t c, std::size_t ws_bytes, int req, int* ret,
-                   Perf* out, Exec exec) {
+                         cudnnConvolutionDescriptor_t c, std::size_t ws_bytes, int req, int* ret,
+                         Perf* out, Exec exec) {
   if (unsafe_call(fn) != cudaSuccess) return CUDNN_STATUS_EXECUTION_FAILED;
   for (const Algo& a : algos(dir)) {
     if (ws_need(a, s) > ws_bytes) continue;
@@ -523,10 +558,12 @@ cudnnStatus_t find_algos(const char* fn, Dir dir, const Shape& s, cudnnHandle_t 
   return CUDNN_STATUS_SUCCESS;
 }
 
-cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(
-    cudnnHandle_t h, cudnnTensorDescriptor_t xd, const void* x, cudnnFilterDescriptor_t wd,
-    const void* w, cudnnConvolutionDescriptor_t c, cudnnTensorDescriptor_t yd, void* y, int req,
-    int* ret, cudnnConvolutionFwdAlgoPerf_t* out, void* ws, size_t ws_bytes) {
+cudnnStatus_t cudnnFindConvolutionForwardAlgorithmEx(cudnnHandle_t h, cudnnTensorDescriptor_t xd,
+                                                     const void* x, cudnnFilterDescriptor_t wd,
+                                                     const void* w, cudnnConvolutionDescriptor_t c,
+                                                     cudnnTensorDescriptor_t yd, void* y, int req,
+                                                     int* ret, cudnnConvolutionFwdAlgoPerf_t* out,
+                                                     void* ws, size_t ws_bytes) {
   const char* fn = "cudnnFindConvolutionForwardAlgorithmEx";
   Shape s;
   const float one = 1.0f, zero = 0.0f;
@@ -566,12 +603,52 @@ cudnnStatus_t cudnnFindConvolutionBackwardDataAlgorithmEx(
   if (cudnnStatus_t e = shape_of(fn, dxd, wd, c, dyd, &s)) return e;
   return find_algos<cudnnConvolutionBwdDataAlgoPerf_t, cudnnConvolutionBwdDataAlgo_t>(
       fn, Dir::kBwdData, s, h, c, ws_bytes, req, ret, out, [&](cudnnConvolutionBwdDataAlgo_t a) {
-        return cudnnConvolutionBackwardData(h, &one, wd, w, dyd, dy, c, a, ws, ws_bytes, &zero,
-                                            dxd, dx);
+        return cudnnConvolutionBackwardData(h, &one, wd, w, dyd, dy, c, a, ws, ws_bytes, &zero, dxd,
+                                            dx);
       });
 }
 
 // ---- the convolutions ---------------------------------------------------------------------
+namespace {
+
+// What the three directions share: the checks, the algorithm, the math type's view of the two
+// inputs, alpha and beta, and the run on the handle's stream. `compute` writes the result (zeroed
+// scratch or the output itself) from the inputs as read and the workspace.
+using Compute = void (*)(const Shape&, const Algo&, const float*, const float*, float*, float*);
+struct Buffer {
+  const void* p;
+  std::size_t floats;
+};
+cudnnStatus_t convolve(cudnnHandle_t h, const char* call, Dir dir, int algo, const Shape& s,
+                       const void* alpha, const void* beta, Buffer in1, Buffer in2, Buffer out,
+                       void* ws, std::size_t ws_bytes, Compute compute) {
+  const Algo* a = find_algo(dir, algo);
+  if (a == nullptr)
+    return bad(CUDNN_STATUS_NOT_SUPPORTED,
+               std::string(call) + ": algorithm " + std::to_string(algo));
+  const float al = scalar(alpha), be = scalar(beta);
+  const Algo alg = *a;
+  auto* o = static_cast<float*>(const_cast<void*>(out.p));
+  const auto* i1 = static_cast<const float*>(in1.p);
+  const auto* i2 = static_cast<const float*>(in2.p);
+  return run(h, call, alg, s, ws, ws_bytes, {{in1.p, in1.floats * 4}, {in2.p, in2.floats * 4}},
+             {out.p, out.floats * 4},
+             [s, alg, i1, i2, in1, in2, o, out, al, be, compute](float* w) {
+               const Result r(o, out.floats, al, be);
+               compute(s, alg, as_read(0, i1, in1.floats, s.tf32),
+                       as_read(1, i2, in2.floats, s.tf32), w, r.r);
+               r.finish();
+             });
+}
+
+bool any_null(std::initializer_list<const void*> ps) {
+  for (const void* p : ps)
+    if (p == nullptr) return true;
+  return false;
+}
+
+}  // namespace
+
 cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
                                       cudnnTensorDescriptor_t xd, const void* x,
                                       cudnnFilterDescriptor_t wd, const void* w,
@@ -581,58 +658,34 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
   const char* call = "cudnnConvolutionForward";
   Shape s;
   if (!handle_ok(h)) return CUDNN_STATUS_BAD_PARAM;
-  if (!alpha || !beta || !x || !w || !y)
+  if (any_null({alpha, beta, x, w, y}))
     return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL pointer");
   if (cudnnStatus_t e = shape_of(call, xd, wd, c, yd, &s)) return e;
-  const Algo* a = find_algo(Dir::kFwd, algo);
-  if (a == nullptr) return bad(CUDNN_STATUS_NOT_SUPPORTED, std::string(call) + ": algorithm " + std::to_string(int(algo)));
-  const float al = scalar(alpha), be = scalar(beta);
-  const auto* xf = static_cast<const float*>(x);
-  const auto* wf = static_cast<const float*>(w);
-  auto* yf = static_cast<float*>(y);
-  const bool gemm = a->uses_ws;
-  return run(h, call, *a, s, ws, ws_bytes,
-             {{x, s.x_floats() * 4}, {w, s.w_floats() * 4}}, {y, s.y_floats() * 4},
-             [s, xf, wf, yf, al, be, gemm](float* wsf) {
-               const float* xr = as_read(0, xf, s.x_floats(), s.tf32);
-               const float* wr = as_read(1, wf, s.w_floats(), s.tf32);
-               const Result r(yf, s.y_floats(), al, be);
-               if (gemm)
-                 fwd_gemm(s, xr, wr, wsf, r.r);
-               else
-                 fwd_direct(s, xr, wr, r.r);
-               r.finish();
-             });
+  return convolve(h, call, Dir::kFwd, algo, s, alpha, beta, {x, s.x_floats()}, {w, s.w_floats()},
+                  {y, s.y_floats()}, ws, ws_bytes,
+                  [](const Shape& s, const Algo& a, const float* x, const float* w, float* ws,
+                     float* y) { a.uses_ws ? fwd_gemm(s, x, w, ws, y) : fwd_direct(s, x, w, y); });
 }
 
-cudnnStatus_t cudnnConvolutionBackwardFilter(
-    cudnnHandle_t h, const void* alpha, cudnnTensorDescriptor_t xd, const void* x,
-    cudnnTensorDescriptor_t dyd, const void* dy, cudnnConvolutionDescriptor_t c,
-    cudnnConvolutionBwdFilterAlgo_t algo, void* ws, size_t ws_bytes, const void* beta,
-    cudnnFilterDescriptor_t dwd, void* dw) {
+cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
+                                             cudnnTensorDescriptor_t xd, const void* x,
+                                             cudnnTensorDescriptor_t dyd, const void* dy,
+                                             cudnnConvolutionDescriptor_t c,
+                                             cudnnConvolutionBwdFilterAlgo_t algo, void* ws,
+                                             size_t ws_bytes, const void* beta,
+                                             cudnnFilterDescriptor_t dwd, void* dw) {
   const char* call = "cudnnConvolutionBackwardFilter";
   Shape s;
   if (!handle_ok(h)) return CUDNN_STATUS_BAD_PARAM;
-  if (!alpha || !beta || !x || !dy || !dw)
+  if (any_null({alpha, beta, x, dy, dw}))
     return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL pointer");
   if (cudnnStatus_t e = shape_of(call, xd, dwd, c, dyd, &s)) return e;
-  const Algo* a = find_algo(Dir::kBwdFilter, algo);
-  if (a == nullptr) return bad(CUDNN_STATUS_NOT_SUPPORTED, std::string(call) + ": algorithm " + std::to_string(int(algo)));
-  const float al = scalar(alpha), be = scalar(beta);
-  const auto* xf = static_cast<const float*>(x);
-  const auto* gf = static_cast<const float*>(dy);
-  auto* dwf = static_cast<float*>(dw);
-  const Algo alg = *a;
-  return run(h, call, *a, s, ws, ws_bytes,
-             {{x, s.x_floats() * 4}, {dy, s.y_floats() * 4}}, {dw, s.w_floats() * 4},
-             [s, xf, gf, dwf, al, be, alg](float* wsf) {
-               const float* xr = as_read(0, xf, s.x_floats(), s.tf32);
-               const float* gr = as_read(1, gf, s.y_floats(), s.tf32);
-               const Result r(dwf, s.w_floats(), al, be);
-               bwd_filter(s, xr, gr, iota(s.n, !alg.deterministic), alg.uses_ws ? wsf : nullptr,
-                          r.r);
-               r.finish();
-             });
+  return convolve(
+      h, call, Dir::kBwdFilter, algo, s, alpha, beta, {x, s.x_floats()}, {dy, s.y_floats()},
+      {dw, s.w_floats()}, ws, ws_bytes,
+      [](const Shape& s, const Algo& a, const float* x, const float* dy, float* ws, float* dw) {
+        bwd_filter(s, x, dy, iota(s.n, !a.deterministic), a.uses_ws ? ws : nullptr, dw);
+      });
 }
 
 cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
@@ -645,26 +698,16 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
   const char* call = "cudnnConvolutionBackwardData";
   Shape s;
   if (!handle_ok(h)) return CUDNN_STATUS_BAD_PARAM;
-  if (!alpha || !beta || !w || !dy || !dx)
+  if (any_null({alpha, beta, w, dy, dx}))
     return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL pointer");
   if (cudnnStatus_t e = shape_of(call, dxd, wd, c, dyd, &s)) return e;
-  const Algo* a = find_algo(Dir::kBwdData, algo);
-  if (a == nullptr) return bad(CUDNN_STATUS_NOT_SUPPORTED, std::string(call) + ": algorithm " + std::to_string(int(algo)));
-  const float al = scalar(alpha), be = scalar(beta);
-  const auto* wf = static_cast<const float*>(w);
-  const auto* gf = static_cast<const float*>(dy);
-  auto* dxf = static_cast<float*>(dx);
-  const Algo alg = *a;
-  return run(h, call, *a, s, ws, ws_bytes,
-             {{w, s.w_floats() * 4}, {dy, s.y_floats() * 4}}, {dx, s.x_floats() * 4},
-             [s, wf, gf, dxf, al, be, alg](float* wsf) {
-               const float* wr = as_read(0, wf, s.w_floats(), s.tf32);
-               const float* gr = as_read(1, gf, s.y_floats(), s.tf32);
-               const Result r(dxf, s.x_floats(), al, be);
-               if (alg.uses_ws)
-                 bwd_data_gemm(s, wr, gr, wsf, r.r);
-               else
-                 bwd_data(s, wr, gr, iota(s.k, !alg.deterministic), r.r);
-               r.finish();
-             });
+  return convolve(
+      h, call, Dir::kBwdData, algo, s, alpha, beta, {w, s.w_floats()}, {dy, s.y_floats()},
+      {dx, s.x_floats()}, ws, ws_bytes,
+      [](const Shape& s, const Algo& a, const float* w, const float* dy, float* ws, float* dx) {
+        if (a.uses_ws)
+          bwd_data_gemm(s, w, dy, ws, dx);
+        else
+          bwd_data(s, w, dy, iota(s.k, !a.deterministic), dx);
+      });
 }
