@@ -45,7 +45,7 @@ if part main; then
   t=$SECONDS
   configure "$build"
   cmake --build "$build" -j "$(nproc)"
-  (cd "$build" && ctest --output-on-failure --timeout 900 "$@")
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j "$(nproc)" "$@")
   say_time "the main build and its tests" "$t"
 fi
 

@@ -66,8 +66,12 @@ bool is_abort_aggregate(std::string_view line) {
   static const std::regex more(R"(^\[[^\]]+\] \d+ more process(es)? ha(s|ve) sent help message )"
                                R"(help-mpi-api\.txt / mpi-abort)");
   static const std::regex mca(R"(^\[[^\]]+\] Set MCA parameter "orte_base_help_aggregate")");
+  // When every rank aborts at once, mpirun may fail to relay the frames themselves and say so
+  // instead (the abort is then named by the rank's exit code).
+  static const std::regex relay(
+      R"(^\[[^\]]+\] \[\[\d+,\d+\],\d+\] ORTE_ERROR_LOG: .* in file .*show_help\.c at line \d+)");
   const std::string l(line);
-  return std::regex_search(l, more) || std::regex_search(l, mca);
+  return std::regex_search(l, more) || std::regex_search(l, mca) || std::regex_search(l, relay);
 }
 
 }  // namespace

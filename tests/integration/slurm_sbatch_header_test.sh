@@ -10,8 +10,10 @@
 # overrides the script documents: EPOCHS=1 and MNIST_ARGS="--threads 1". It must end COMPLETED with
 # a report of world size 4 (it asked 8 CPUs of a 4-CPU node before and pended forever). Then the
 # same line with DATA=/nonexistent, a configuration error every rank sees: the job ends FAILED and
-# its output ends with one gpurun line naming the rank that called MPI_Abort, with no Open MPI
-# MPI_ABORT frame and none of srun's reports of the step it ended (there were one frame per rank).
+# its output holds the program's error once (rank 0 says the error every rank agreed on) and ends
+# with one gpurun line naming a rank's failure (its exit code 1, or the MPI_Abort a rank may still
+# call), with no Open MPI MPI_ABORT frame and none of srun's reports of the step it ended (there
+# were one frame per rank).
 # Exit 77 (skipped) without root, slurm-wlm, munge or data.
 set -euo pipefail
 
@@ -62,10 +64,11 @@ out=$work/repo/mnist_cnn-$jobid.out
 st=$(wait_final 120)
 [[ $st == FAILED ]] || fail "bad data: job $jobid ended $st, want FAILED"
 last=$(tail -n 1 "$out")
-[[ $last =~ ^gpurun:\ rank\ [0-3]\ on\ node[12]\ called\ MPI_Abort\ \(errorcode\ 1\) ]] ||
-  fail "bad data: the output does not end with gpurun's one line naming the abort: '$last'"
+[[ $last =~ ^gpurun:\ rank\ [0-3]\ on\ node[12]\ (called\ MPI_Abort\ \(errorcode\ 1\)|exited\ with\ code\ 1) ]] ||
+  fail "bad data: the output does not end with gpurun's one line naming the failure: '$last'"
 [[ $(grep -c '^gpurun: rank' "$out") == 1 ]] || fail "bad data: more than one gpurun line about a rank"
 ! grep -q 'MPI_ABORT was invoked' "$out" || fail "bad data: an Open MPI MPI_ABORT frame reached the output"
 ! grep -Eq 'srun: error: node|CANCELLED AT' "$out" || fail "bad data: srun's report of the step reached the output"
-grep -q 'no such data directory' "$out" || fail "bad data: the ranks' own error is not in the output"
+[[ $(grep -c 'no such data directory' "$out") == 1 ]] ||
+  fail "bad data: the ranks' own error is not in the output exactly once"
 echo "$name: PASS (a bad --data ends with: ${last#gpurun: })"

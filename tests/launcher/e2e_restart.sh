@@ -85,10 +85,13 @@ done
 
 # 5. A configuration error every rank sees (each calls MPI_Abort): one gpurun line names the rank
 # and the abort, no Open MPI MPI_ABORT frame (issue 25, item 5); a lost wrapper was named before.
+# When mpirun fails to relay the frames of ranks aborting at once (it then logs ORTE_ERROR_LOG
+# lines from show_help.c instead), the one line names the rank's exit code, 5, instead.
 rc=0
 run -- "$beat_mpi" --steps 15 --interval-ms 20 --hang-rank all --hang-step 3 --hang abort || rc=$?
 [[ $rc == 5 ]] || fail "MPI_Abort in every rank: exit $rc, want 5"
-[[ $(grep -c "^gpurun: rank [0-1] on .* called MPI_Abort (errorcode 5) after .* s; stopped 1 other rank$" "$work/log") == 1 ]] ||
+[[ $(grep -cE "^gpurun: rank [0-1] on .* (called MPI_Abort \(errorcode 5\)|exited with code 5) after .* s; stopped 1 other rank$" "$work/log") == 1 ]] ||
   fail "MPI_Abort in every rank: not one line naming the abort"
-! grep -q "MPI_ABORT was invoked\|more process.* sent help message" "$work/log" || fail "MPI_Abort: Open MPI's frame reached the terminal"
+! grep -q "MPI_ABORT was invoked\|more process.* sent help message\|show_help.c" "$work/log" ||
+  fail "MPI_Abort: Open MPI's frame (or what is left of it) reached the terminal"
 echo "ok: MPI_Abort in every rank: $(grep 'MPI_Abort' "$work/log" | sed 's/^gpurun: //')"

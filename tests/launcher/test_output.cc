@@ -143,6 +143,22 @@ TEST(AbortBanners, TakenOutAndNamed) {
             frame.size() - rule.size() - 1);
 }
 
+// mpirun that failed to relay the frames of ranks aborting at once: its complaint is the frame's.
+TEST(AbortBanners, AFailedRelayOfTheFrameGoesToo) {
+  std::vector<AbortBanner> found;
+  EXPECT_EQ(take_abort_banners("[vm:13471] [[22625,0],0] ORTE_ERROR_LOG: Data unpack would read "
+                               "past end of buffer in file ../../../orte/util/show_help.c at line "
+                               "513\n[vm:13471] [[22625,0],0] ORTE_ERROR_LOG: Out of resource in "
+                               "file ../../../orte/util/show_help.c at line 507\nmine\n",
+                               found),
+            "mine\n");
+  EXPECT_TRUE(found.empty());
+  // Other ORTE errors are not the frame's: they stay.
+  EXPECT_EQ(take_abort_banners("[vm:1] [[2,0],0] ORTE_ERROR_LOG: Not found in file plm.c at line 9\n",
+                               found),
+            "[vm:1] [[2,0],0] ORTE_ERROR_LOG: Not found in file plm.c at line 9\n");
+}
+
 TEST(AbortBanners, SrunsEchoOfAStepItEnded) {
   EXPECT_TRUE(is_engine_echo("srun: error: node1: tasks 0-1: Killed\n"));
   EXPECT_TRUE(is_engine_echo("srun: error: node2: task 3: Exited with exit code 1\n"));
