@@ -89,13 +89,24 @@ TEST(StandinRules, AShuffleNotEveryMaskedLaneReachesFaults) {
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorLaunchFailure);
 }
 
-TEST(StandinRules, AWritePastAnAllocationIsAnIllegalAddress) {
+void write_past_an_allocation() {
   fresh_device();
   float* y = device_floats(10);
   ASSERT_EQ(gpurun_standin::launch("write_one_past", write_one_past, 1, 1, 0, nullptr, y, 10),
             cudaSuccess);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaErrorIllegalAddress);
 }
+
+#if defined(__SANITIZE_ADDRESS__)
+// Under ASan the guard tail is poisoned (src/memory.cc), so the write itself stops the process
+// where it happens, which is what the sanitized build is for.
+TEST(StandinRules, AWritePastAnAllocationIsAnIllegalAddress) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");  // the stand-in runs executor threads
+  EXPECT_DEATH(write_past_an_allocation(), "use-after-poison");
+}
+#else
+TEST(StandinRules, AWritePastAnAllocationIsAnIllegalAddress) { write_past_an_allocation(); }
+#endif
 
 TEST(StandinRules, CopiesAreCheckedAgainstTheirDirectionAndSize) {
   ASSERT_EQ(cudaSetDevice(0), cudaSuccess);
@@ -131,6 +142,10 @@ TEST(StandinRules, FreshMemoryIsNaNAndEventsWaitForTheirWork) {
   (void)cudaGetLastError();
   EXPECT_EQ(cudaEventSynchronize(e), cudaSuccess);
   EXPECT_EQ(cudaEventQuery(e), cudaSuccess);
+  EXPECT_EQ(cudaEventDestroy(e), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(big), cudaSuccess);
+  EXPECT_EQ(cudaFree(d), cudaSuccess);
 }
 
 TEST(StandinRules, CaptureRulesHaveTheirErrorCodes) {
@@ -162,6 +177,10 @@ TEST(StandinRules, CaptureRulesHaveTheirErrorCodes) {
   EXPECT_EQ(cudaStreamEndCapture(s, &g), cudaSuccess);
   EXPECT_EQ(cudaGraphDestroy(g), cudaSuccess);
   (void)cudaGetLastError();
+  EXPECT_EQ(cudaEventDestroy(fork), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(side), cudaSuccess);
+  EXPECT_EQ(cudaStreamDestroy(s), cudaSuccess);
+  EXPECT_EQ(cudaFree(y), cudaSuccess);
 }
 
 TEST(StandinRules, CublasChecksItsArguments) {
@@ -227,7 +246,12 @@ TEST(StandinRules, CudnnChecksDescriptorsAndWorkspace) {
                                     y, yd),
             CUDNN_STATUS_SUCCESS);
   EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-  cudnnDestroy(h);
+  cudnnDestroyConvolutionDescriptor(c);
+  cudnnDestroyFilterDescriptor(w);
+  cudnnDestroyTensorDescriptor(y);
+  cudnnDestroyTensorDescriptor(x);
+  EXPECT_EQ(cudnnDestroy(h), CUDNN_STATUS_SUCCESS);
+  for (float* p : {xd, wd, yd}) EXPECT_EQ(cudaFree(p), cudaSuccess);
 }
 
 TEST(StandinRules, NcclRefusesTwoRanksOnOneGpu) {

@@ -48,6 +48,10 @@ cudaError_t take_last_error();
 cudaError_t peek_last_error();
 
 // ---- memory ----------------------------------------------------------------------------------
+// A handle that outlives its destroy call, as in CUDA (work queued with a stream, cuBLAS or cuDNN
+// handle may still run; an aborted NCCL communicator must stay recognisable): held here for the
+// process's life, so it stays reachable and a leak checker does not report it.
+void hold_for_process_life(const void* handle);
 enum class MemKind { kDevice, kPinned };
 struct Allocation {
   std::uintptr_t base = 0;

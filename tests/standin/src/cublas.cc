@@ -59,6 +59,7 @@ cublasStatus_t cublasCreate(cublasHandle_t* handle) {
   if (unsafe_call("cublasCreate (it allocates device memory)") != cudaSuccess)
     return CUBLAS_STATUS_ALLOC_FAILED;
   auto* h = new CublasImpl;
+  hold_for_process_life(h);
   h->device = d;
   *handle = h;
   return CUBLAS_STATUS_SUCCESS;

@@ -424,6 +424,7 @@ cudnnStatus_t cudnnCreate(cudnnHandle_t* h) {
   if (unsafe_call("cudnnCreate (it allocates device memory)") != cudaSuccess)
     return CUDNN_STATUS_INTERNAL_ERROR;
   *h = new CudnnImpl{d, nullptr, true};
+  hold_for_process_life(*h);
   return CUDNN_STATUS_SUCCESS;
 }
 

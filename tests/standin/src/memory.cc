@@ -34,6 +34,12 @@ std::string hex(std::uintptr_t p) {
 
 }  // namespace
 
+void hold_for_process_life(const void* handle) {
+  static auto* held = new std::vector<const void*>;  // reachable for the process's life
+  std::lock_guard<std::mutex> lock(mu());
+  held->push_back(handle);
+}
+
 Where lookup(const void* p) {
   const auto a = reinterpret_cast<std::uintptr_t>(p);
   std::lock_guard<std::mutex> lock(mu());

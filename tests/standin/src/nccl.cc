@@ -368,6 +368,7 @@ ncclResult_t ncclCommInitRankConfig(ncclComm_t* comm, int nranks, ncclUniqueId i
   Device* d = current_device();
   if (d == nullptr) return ncclUnhandledCudaError;
   auto* c = new NcclImpl;  // never freed: an aborted communicator must stay recognisable
+  hold_for_process_life(c);
   c->rank = rank, c->nranks = nranks, c->device = d->ordinal;
   c->blocking = config == nullptr || config->blocking != 0;
   c->hang = read_fault("GPURUN_STANDIN_NCCL_HANG");

@@ -356,6 +356,7 @@ cudaError_t cudaStreamCreateWithFlags(cudaStream_t* s, unsigned int flags) {
   if (cudaError_t e = begin(d)) return e;
   if (flags & ~unsigned(cudaStreamNonBlocking)) return remember(cudaErrorInvalidValue);
   auto* st = new StreamImpl;
+  hold_for_process_life(st);
   st->device = d;
   st->flags = flags;
   *s = st;
