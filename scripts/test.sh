@@ -41,35 +41,70 @@ configure() {
 part() { [[ ,$parts, == *,$1,* ]]; }
 say_time() { echo "test.sh: $1 took $((SECONDS - $2)) s"; }
 
+# The stand-in and ASan builds (compile only) go in the background at the lowest priority while
+# the main tests run: many of those wait (on Slurm, on timeouts), and nice 19 leaves the tests
+# every cycle they ask for. A failing part does not stop the others; the script fails at the end.
+standin_args=(-DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF
+  "-DGPURUN_STANDIN_GPURUN=$root/$build/launcher/gpurun")
+asan_targets=(kernels_cuda_test cuda_backend_test cuda_first_run_test cuda_watchdog_test
+  nccl_allreduce_test cuda_collectives_test standin_rules_test)
+build_gpu_parts() {
+  if part standin; then
+    configure build-standin "${standin_args[@]}"
+    cmake --build build-standin -j "$(nproc)"
+  fi
+  if part asan; then
+    # Only the GPU path is instrumented (GPURUN_SANITIZE): the rest is the stand-in's objects.
+    configure build-asan "${standin_args[@]}" -DGPURUN_SANITIZE=address,undefined
+    cmake --build build-asan -j "$(nproc)" --target "${asan_targets[@]}"
+  fi
+}
+failed=()
+
+gpu_build_pid=
 if part main; then
   t=$SECONDS
   configure "$build"
   cmake --build "$build" -j "$(nproc)"
-  (cd "$build" && ctest --output-on-failure --timeout 900 -j "$(nproc)" "$@")
+  if part standin || part asan; then
+    mkdir -p build-standin
+    (
+      renice -n 19 -p "$BASHPID" >/dev/null || true
+      build_gpu_parts  # errexit holds here: not part of an && list
+    ) >build-standin/gpu-parts-build.log 2>&1 &
+    gpu_build_pid=$!
+  fi
+  (cd "$build" && ctest --output-on-failure --timeout 900 -j "$(nproc)" "$@") || failed+=(main)
   say_time "the main build and its tests" "$t"
 fi
 
+t=$SECONDS
+if [[ -n $gpu_build_pid ]]; then
+  wait "$gpu_build_pid" || { tail -n 60 build-standin/gpu-parts-build.log; exit 1; }
+else
+  build_gpu_parts
+fi
+say_time "the rest of the stand-in and ASan builds" "$t"
+
 if part standin; then
   t=$SECONDS
-  configure build-standin -DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF \
-    "-DGPURUN_STANDIN_GPURUN=$root/$build/launcher/gpurun"
-  cmake --build build-standin -j "$(nproc)"
-  (cd build-standin && ctest --output-on-failure --timeout 900 -j "$(nproc)")
-  say_time "the stand-in build and its tests" "$t"
+  (cd build-standin && ctest --output-on-failure --timeout 900 -j "$(nproc)") || failed+=(standin)
+  say_time "the stand-in tests" "$t"
 fi
 
 if part asan; then
   t=$SECONDS
-  # Only the GPU path is instrumented (GPURUN_SANITIZE): the rest is the stand-in build's objects.
-  # The unit tests only: the programs' runs are the stand-in part's.
-  configure build-asan -DGPURUN_CUDA_STANDIN=ON -DGPURUN_BUILD_BENCH=OFF \
-    -DGPURUN_SANITIZE=address,undefined "-DGPURUN_STANDIN_GPURUN=$root/$build/launcher/gpurun"
-  cmake --build build-asan -j "$(nproc)" --target kernels_cuda_test cuda_backend_test \
-    cuda_first_run_test cuda_watchdog_test nccl_allreduce_test cuda_collectives_test \
-    standin_rules_test
-  # The stand-in and Open MPI keep some memory to the end on purpose: leaks are not the point.
+  # The unit tests only: the programs' runs are the stand-in part's. The stand-in and Open MPI
+  # keep some memory to the end on purpose: leaks are not the point.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
     UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure --timeout 900 -j "$(nproc)" -L standin -R "_forward$" -E "e2e")
+    ctest --output-on-failure --timeout 900 -j "$(nproc)" -L standin -R "_forward$" -E "e2e") \
+    || failed+=(asan)
   say_time "the stand-in unit tests under ASan and UBSan" "$t"
 fi
+
+if ((${#failed[@]})); then
+  echo "test.sh: tests failed in: ${failed[*]}" >&2
+  exit 1
+fi
+echo "test.sh: every part passed ($parts)"
