@@ -33,11 +33,12 @@ acc=$(field "$work/graph.json" test_accuracy)
 at_least "$acc" 0.85 || fail "mnist_cnn test accuracy $acc < 0.85 after one epoch"
 
 # Bit for bit across two processes only with cuDNN's heuristics: benchmarking may pick another of
-# two about equally fast algorithms in each process (conv2d.h).
-run graph_h "$bin" --device cuda --data "$data" --epochs 1 --conv-algo heuristic \
+# two about equally fast algorithms in each process (conv2d.h). 200 steps: enough steps that
+# graph replay and eager launches each run forward, backward and the update many times over.
+run graph_h "$bin" --device cuda --data "$data" --epochs 1 --max-steps 200 --conv-algo heuristic \
   --report "$work/graph_h.json"
-run eager_h "$bin" --device cuda --data "$data" --epochs 1 --conv-algo heuristic --no-graph \
-  --report "$work/eager_h.json"
+run eager_h "$bin" --device cuda --data "$data" --epochs 1 --max-steps 200 --conv-algo heuristic \
+  --no-graph --report "$work/eager_h.json"
 lg=$(field "$work/graph_h.json" final_loss)
 le=$(field "$work/eager_h.json" final_loss)
 [ "$lg" = "$le" ] || fail "graph final_loss $lg != --no-graph $le (both --conv-algo heuristic)"
