@@ -642,10 +642,16 @@ cudnnStatus_t convolve(cudnnHandle_t h, const char* call, Dir dir, int algo, con
              });
 }
 
-bool any_null(std::initializer_list<const void*> ps) {
+// What every convolution entry point checks first, in cuDNN's order: the handle, the data
+// pointers, then the descriptors' shapes (x, w, conv, y: the forward roles, whichever direction).
+cudnnStatus_t check_call(const char* call, cudnnHandle_t h, std::initializer_list<const void*> ps,
+                         const TensorDescImpl* x, const FilterDescImpl* w, const ConvDescImpl* c,
+                         const TensorDescImpl* y, Shape* s) {
+  if (!handle_ok(h)) return CUDNN_STATUS_BAD_PARAM;
   for (const void* p : ps)
-    if (p == nullptr) return true;
-  return false;
+    if (p == nullptr)
+      return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL pointer");
+  return shape_of(call, x, w, c, y, s);
 }
 
 }  // namespace
@@ -658,10 +664,7 @@ cudnnStatus_t cudnnConvolutionForward(cudnnHandle_t h, const void* alpha,
                                       const void* beta, cudnnTensorDescriptor_t yd, void* y) {
   const char* call = "cudnnConvolutionForward";
   Shape s;
-  if (!handle_ok(h)) return CUDNN_STATUS_BAD_PARAM;
-  if (any_null({alpha, beta, x, w, y}))
-    return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL pointer");
-  if (cudnnStatus_t e = shape_of(call, xd, wd, c, yd, &s)) return e;
+  if (cudnnStatus_t e = check_call(call, h, {alpha, beta, x, w, y}, xd, wd, c, yd, &s)) return e;
   return convolve(h, call, Dir::kFwd, algo, s, alpha, beta, {x, s.x_floats()}, {w, s.w_floats()},
                   {y, s.y_floats()}, ws, ws_bytes,
                   [](const Shape& s, const Algo& a, const float* x, const float* w, float* ws,
@@ -677,10 +680,8 @@ cudnnStatus_t cudnnConvolutionBackwardFilter(cudnnHandle_t h, const void* alpha,
                                              cudnnFilterDescriptor_t dwd, void* dw) {
   const char* call = "cudnnConvolutionBackwardFilter";
   Shape s;
-  if (!handle_ok(h)) return CUDNN_STATUS_BAD_PARAM;
-  if (any_null({alpha, beta, x, dy, dw}))
-    return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL pointer");
-  if (cudnnStatus_t e = shape_of(call, xd, dwd, c, dyd, &s)) return e;
+  if (cudnnStatus_t e = check_call(call, h, {alpha, beta, x, dy, dw}, xd, dwd, c, dyd, &s))
+    return e;
   return convolve(
       h, call, Dir::kBwdFilter, algo, s, alpha, beta, {x, s.x_floats()}, {dy, s.y_floats()},
       {dw, s.w_floats()}, ws, ws_bytes,
@@ -698,10 +699,8 @@ cudnnStatus_t cudnnConvolutionBackwardData(cudnnHandle_t h, const void* alpha,
                                            cudnnTensorDescriptor_t dxd, void* dx) {
   const char* call = "cudnnConvolutionBackwardData";
   Shape s;
-  if (!handle_ok(h)) return CUDNN_STATUS_BAD_PARAM;
-  if (any_null({alpha, beta, w, dy, dx}))
-    return bad(CUDNN_STATUS_BAD_PARAM_NULL_POINTER, std::string(call) + ": a NULL pointer");
-  if (cudnnStatus_t e = shape_of(call, dxd, wd, c, dyd, &s)) return e;
+  if (cudnnStatus_t e = check_call(call, h, {alpha, beta, w, dy, dx}, dxd, wd, c, dyd, &s))
+    return e;
   return convolve(
       h, call, Dir::kBwdData, algo, s, alpha, beta, {w, s.w_floats()}, {dy, s.y_floats()},
       {dx, s.x_floats()}, ws, ws_bytes,
