@@ -10,6 +10,7 @@
 
 #include "env_util.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/strings.h"
 #include "gpurun/launcher/error.h"
 
 namespace gpurun::launcher::cpubind {
@@ -17,16 +18,7 @@ namespace {
 
 constexpr const char* kNvidiaGpus = "/proc/driver/nvidia/gpus";
 
-std::vector<std::string> split(std::string_view s, char sep) {
-  std::vector<std::string> out;
-  std::size_t b = 0;
-  while (true) {
-    std::size_t e = s.find(sep, b);
-    out.emplace_back(s.substr(b, e == std::string_view::npos ? std::string_view::npos : e - b));
-    if (e == std::string_view::npos) return out;
-    b = e + 1;
-  }
-}
+using common::split;
 
 // The CPUs of `t`'s NUMA-local set for the GPU at `pci`, or nullopt.
 std::optional<std::vector<int>> local_cpus(const Tree& t, const std::string& pci) {

@@ -15,18 +15,13 @@
 #include <memory>
 #include <stdexcept>
 
-#include "gpurun/common/posix.h"
+#include "gpurun/common/atomic_file.h"
+#include "gpurun/common/strings.h"
 
 namespace gpurun::runtime {
 namespace {
 
 constexpr char kMagic[8] = {'G', 'P', 'R', 'N', 'C', 'K', 'P', '1'};
-
-std::uint64_t fnv1a(const std::string& s) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (unsigned char c : s) h = (h ^ c) * 1099511628211ull;
-  return h;
-}
 
 template <typename T>
 void put(std::string& out, const T& v) {
@@ -71,39 +66,6 @@ class Reader {
   std::size_t pos_ = 0;
 };
 
-// A temp file's name says whose it is: "checkpoint.bin.tmp.BOOT.PID.START" (boot id, pid, the
-// process's start time), so that a later run can tell a dead writer's leftover from a live
-// writer's file without trusting a bare pid, which the kernel reuses.
-constexpr const char* kTempMarker = ".tmp.";
-
-std::string temp_suffix() {
-  static const std::string suffix = [] {
-    const long pid = long(::getpid());
-    return kTempMarker + common::boot_id() + "." + std::to_string(pid) + "." +
-           std::to_string(common::process_start_time(pid).value_or(0));
-  }();
-  return suffix;
-}
-
-// Whether the writer that `owner` ("BOOT.PID.START") names is certainly dead. Only this boot's
-// files are judged: another boot id is an earlier boot or another machine sharing the file
-// system, which cannot be told apart. Dead: no process has the pid, or the one that has it
-// started at another time (the pid was reused). Anything unparsable is left alone.
-bool writer_is_dead(const std::string& owner) {
-  const std::size_t a = owner.find('.');
-  const std::size_t b = a == std::string::npos ? a : owner.find('.', a + 1);
-  const std::string boot = common::boot_id();
-  if (b == std::string::npos || boot.empty() || owner.compare(0, a, boot) != 0 || a != boot.size())
-    return false;
-  char* end = nullptr;
-  const long pid = std::strtol(owner.c_str() + a + 1, &end, 10);
-  if (end != owner.c_str() + b || pid <= 0) return false;
-  const std::uint64_t start = std::strtoull(owner.c_str() + b + 1, &end, 10);
-  if (end == owner.c_str() + b + 1 || *end != '\0') return false;
-  const auto now = common::process_start_time(pid);
-  return !now || *now != start;
-}
-
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir) {
@@ -128,15 +90,7 @@ int prepare_checkpoint_dir(const std::string& dir) {
   if (::access(dir.c_str(), W_OK | X_OK) != 0) {
     throw std::runtime_error(dir + ": cannot write checkpoints there: " + std::strerror(errno));
   }
-  const std::string prefix = std::string("checkpoint.bin") + kTempMarker;
-  int removed = 0;
-  while (const dirent* e = ::readdir(d.get())) {
-    const std::string name = e->d_name;
-    if (name.compare(0, prefix.size(), prefix) != 0) continue;
-    if (!writer_is_dead(name.substr(prefix.size()))) continue;
-    if (::unlink((dir + "/" + name).c_str()) == 0) ++removed;
-  }
-  return removed;
+  return common::remove_dead_temp_files(checkpoint_path(dir));
 }
 
 void save_checkpoint(const std::string& dir, const Checkpoint& c) {
@@ -156,34 +110,9 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c) {
   put(out, c.epoch_seen);
   put_floats(out, c.params);
   put_floats(out, c.velocity);
-  put(out, fnv1a(out));
+  put(out, common::fnv1a(out));
 
-  const std::string final_path = checkpoint_path(dir);
-  const std::string tmp = final_path + temp_suffix();
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw std::runtime_error(tmp + ": cannot create: " + std::strerror(errno));
-  try {
-    if (!common::write_all(fd, out)) {
-      throw std::runtime_error(tmp + ": write failed: " + std::strerror(errno));
-    }
-    if (::fsync(fd) != 0) throw std::runtime_error(tmp + ": fsync failed: " + std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
-    const int e = errno;
-    ::unlink(tmp.c_str());
-    throw std::runtime_error(final_path + ": rename from " + tmp + " failed: " + std::strerror(e));
-  }
-  // The rename is durable only once the directory entry is on disk.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    ::fsync(dfd);
-    ::close(dfd);
-  }
+  common::write_file_atomic(checkpoint_path(dir), out, 0644, common::Durability::kFsync);
 }
 
 Checkpoint load_checkpoint(const std::string& path) {
@@ -197,7 +126,7 @@ Checkpoint load_checkpoint(const std::string& path) {
   const std::string body = bytes.substr(0, bytes.size() - 8);
   std::uint64_t sum;
   std::memcpy(&sum, bytes.data() + bytes.size() - 8, 8);
-  if (fnv1a(body) != sum) r.fail("checksum mismatch (truncated or corrupt)");
+  if (common::fnv1a(body) != sum) r.fail("checksum mismatch (truncated or corrupt)");
   Reader b(body, path);
   b.get<std::uint64_t>();  // magic
   Checkpoint c;

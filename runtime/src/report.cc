@@ -1,13 +1,11 @@
 // report.cc: builds the run report with nlohmann::json and writes it atomically (report.h).
 #include "gpurun/runtime/report.h"
 
-#include <unistd.h>
-
 #include <cstdio>
-#include <fstream>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
+#include "gpurun/common/atomic_file.h"
 #include "gpurun/kernels/threads.h"
 
 namespace gpurun::runtime {
@@ -98,17 +96,8 @@ void write_report(const std::string& path, const TrainConfig& cfg, const TrainRe
                   const ReportContext& ctx) {
   nlohmann::json j = run_fields(cfg, ctx);
   add_result(j, result);
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  {
-    std::ofstream out(tmp);
-    if (!out) throw std::runtime_error(path + ": cannot write the report (" + tmp + ")");
-    out << j.dump(2) << "\n";
-    if (!out) throw std::runtime_error(path + ": write failed");
-  }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    throw std::runtime_error(path + ": cannot rename the report into place");
-  }
+  // A reader (summarize.py, a dashboard polling the file) sees the old report or the new one.
+  common::write_file_atomic(path, j.dump(2) + "\n", 0644, common::Durability::kNoSync);
 }
 
 }  // namespace gpurun::runtime

@@ -16,6 +16,7 @@
 #include <stdexcept>
 
 #include "client.h"
+#include "gpurun/common/atomic_file.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/usage_format.h"
@@ -69,11 +70,12 @@ void plot_png(const nlohmann::json& reply, const std::string& png) {
   std::map<int, std::string> files;
   for (const auto& [gpu, samples] : by_gpu) {
     files[gpu] = fmt::format("{}/gpu{}.csv", dir, gpu);
-    write_file_atomic(files[gpu], samples_csv(samples), false);
+    common::write_file_atomic(files[gpu], samples_csv(samples), 0600, common::Durability::kNoSync);
   }
   int rc = -1;
   for (const char* term : {"pngcairo", "png"}) {  // pngcairo draws smoother; png is always there
-    write_file_atomic(dir + "/plot.gp", gnuplot_script(reply, files, tmp_png, term), false);
+    common::write_file_atomic(dir + "/plot.gp", gnuplot_script(reply, files, tmp_png, term), 0600,
+                              common::Durability::kNoSync);
     rc = run_gnuplot(dir + "/plot.gp", dir + "/gnuplot.log");
     if (rc == 0 || rc == -1) break;
   }

@@ -27,6 +27,7 @@
 #include <thread>
 
 #include "daemon.h"
+#include "gpurun/common/atomic_file.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/scheduler.h"
@@ -42,7 +43,7 @@ void remove_run_files(const std::string& run_dir, int64_t id) {
   auto p = run_paths(run_dir, id);
   ::unlink(p.spec.c_str());
   ::unlink(p.status.c_str());
-  ::unlink((p.status + ".tmp").c_str());
+  common::remove_dead_temp_files(p.status);  // a supervisor killed while writing its status
   ::unlink(p.lock.c_str());
 }
 
@@ -230,8 +231,9 @@ void Daemon::spawn_supervisor(Job& j) {
                          {"drop_privileges", as_root_}};
   RunPaths paths = run_paths(run_dir_, j.id);
   ::unlink(paths.status.c_str());
-  write_file_atomic(paths.spec, spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                    false);
+  common::write_file_atomic(paths.spec,
+                            spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
+                            0600, common::Durability::kNoSync);
   Fd lock(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
     throw std::runtime_error(fmt::format("cannot lock {}: {}", paths.lock, strerror(errno)));

@@ -24,31 +24,6 @@ RunPaths run_paths(const std::string& run_dir, int64_t id) {
           fmt::format("{}/{}.status", run_dir, id)};
 }
 
-void write_file_atomic(const std::string& path, const std::string& content, bool durable) {
-  std::string tmp = path + ".tmp";
-  Fd fd(::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC | O_NOFOLLOW, 0600));
-  if (!fd) throw std::runtime_error(fmt::format("cannot create {}: {}", tmp, strerror(errno)));
-  size_t off = 0;
-  while (off < content.size()) {
-    ssize_t w = ::write(fd.get(), content.data() + off, content.size() - off);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      throw std::runtime_error(fmt::format("cannot write {}: {}", tmp, strerror(errno)));
-    }
-    off += static_cast<size_t>(w);
-  }
-  if (durable && ::fsync(fd.get()) != 0)
-    throw std::runtime_error(fmt::format("fsync {}: {}", tmp, strerror(errno)));
-  fd.reset();
-  if (::rename(tmp.c_str(), path.c_str()) != 0)
-    throw std::runtime_error(fmt::format("rename {} -> {}: {}", tmp, path, strerror(errno)));
-  if (durable) {
-    std::string dir = path.substr(0, path.find_last_of('/'));
-    Fd d(::open(dir.empty() ? "/" : dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
-    if (d) ::fsync(d.get());
-  }
-}
-
 nlohmann::json status_to_json(const SupervisorStatus& s) {
   return {{"phase", s.phase},
           {"supervisor_pid", s.supervisor_pid},
@@ -106,7 +81,7 @@ std::optional<launcher::ProcStat> proc_stat(int pid) {
 // `id` if it still names the job's session or group, else 0 (see JobProcesses).
 int still_ours(int id, uint64_t start) {
   if (id <= 0) return 0;
-  auto holder = process_start(id);
+  auto holder = common::process_start_time(id);
   if (!holder) return id;  // nobody has the pid: it is still the job's while any member lives
   return start != 0 && *holder == start ? id : 0;
 }
@@ -118,12 +93,6 @@ bool is_member(const launcher::ProcStat& p, const JobProcesses& job) {
 }
 
 }  // namespace
-
-std::optional<uint64_t> process_start(int pid) {
-  auto st = proc_stat(pid);
-  if (!st) return std::nullopt;
-  return st->start_ticks;
-}
 
 size_t kill_job_processes(const JobProcesses& job) {
   size_t found = 0;

@@ -3,8 +3,8 @@
 //   N.lock    flock held by the daemon, then by the supervisor for its whole life: a restarted
 //             daemon that can take the lock knows the supervisor is gone
 //   N.status  the supervisor's report: "running" (with its pid and the job's process group) and
-//             then "done" (with the exit status), written to a temp name and renamed, the final one
-//             fsynced, so a daemon that was down when the job ended still learns how it ended.
+//             then "done" (with the exit status), each written whole (common::write_file_atomic), so a
+//             daemon that was down when the job ended still learns how it ended.
 #pragma once
 
 #include <cstdint>
@@ -22,8 +22,6 @@ struct RunPaths {
 };
 RunPaths run_paths(const std::string& run_dir, int64_t job_id);
 
-// Writes `content` to path via path.tmp + rename; fsyncs file and directory when `durable`.
-void write_file_atomic(const std::string& path, const std::string& content, bool durable);
 using common::read_file;  // nullopt when missing
 
 struct SupervisorStatus {
@@ -53,9 +51,6 @@ int64_t now_ms();
 }  // namespace gpurun::queue
 
 namespace gpurun::queue {
-
-// When process `pid` started (clock ticks since boot), or nullopt when no process has that pid.
-std::optional<uint64_t> process_start(int pid);
 
 // A job's processes: its session, its process group and (for the supervisor) its children. A
 // session or group id is used only while it is still the job's: the kernel does not hand out a

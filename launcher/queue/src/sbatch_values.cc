@@ -30,17 +30,6 @@ int64_t to_int(const std::string& s, const std::string& what, int64_t max) {
   return v;
 }
 
-std::vector<std::string> split(const std::string& s, char sep) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (true) {
-    size_t next = s.find(sep, pos);
-    out.push_back(s.substr(pos, next == std::string::npos ? std::string::npos : next - pos));
-    if (next == std::string::npos) return out;
-    pos = next + 1;
-  }
-}
-
 }  // namespace parse_util
 
 using parse_util::all_digits;

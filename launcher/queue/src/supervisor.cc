@@ -21,6 +21,7 @@
 #include <stdexcept>
 #include <vector>
 
+#include "gpurun/common/atomic_file.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/protocol.h"
 #include "runfiles.h"
@@ -218,7 +219,7 @@ pid_t start_job(const Spec& s, SupervisorStatus* st, Fd* job_stderr) {
   setpgid(child, child);  // also from here, so signals never race the child's own setpgid
   // Its start time, read while it cannot have been reaped: with it a later daemon tells the job's
   // process group from another that got the same number.
-  st->pgid_start = process_start(child).value_or(0);
+  st->pgid_start = common::process_start_time(child).value_or(0);
   ::close(sv[1]);
   Fd setup(sv[0]);
   st->reason = read_setup(setup.get(), job_stderr);
@@ -310,14 +311,17 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   SupervisorStatus st;
   st.phase = "running";
   st.supervisor_pid = getpid();
-  st.supervisor_start = process_start(getpid()).value_or(0);
+  st.supervisor_start = common::process_start_time(getpid()).value_or(0);
   // Written before the job exists: a daemon that finds no status knows nothing of the job ran.
-  write_file_atomic(paths.status, status_to_json(st).dump(), false);
+  common::write_file_atomic(paths.status, status_to_json(st).dump(), 0600,
+                            common::Durability::kNoSync);
 
   Fd job_stderr;
   const pid_t child = start_job(s, &st, &job_stderr);
   st.pgid = child > 0 ? child : 0;
-  if (child > 0) write_file_atomic(paths.status, status_to_json(st).dump(), false);
+  if (child > 0)
+    common::write_file_atomic(paths.status, status_to_json(st).dump(), 0600,
+                              common::Durability::kNoSync);
   st.exit_code = 1;  // a job that did not start
   if (child > 0) {
     const int wstatus = supervise(s, child, set, job_stderr.get(), &st);
@@ -336,7 +340,8 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   st.end_ms = now_ms();
   // No fsync: a process crash cannot lose page-cache data, and after a power loss the daemon
   // sees a new boot id and reports the job NODE_FAIL instead of trusting these files.
-  write_file_atomic(paths.status, status_to_json(st).dump(), false);
+  common::write_file_atomic(paths.status, status_to_json(st).dump(), 0600,
+                            common::Durability::kNoSync);
   return 0;
 }
 
