@@ -21,6 +21,7 @@
 #include "gpurun_version.h"
 #include "monitor.h"
 #include "proc_util.h"
+#include "rank_table.h"
 #include "report.h"
 #include "run.h"
 #include "system.h"
@@ -451,7 +452,7 @@ int cmd_launch(const std::vector<std::string>& args) {
     // The run's own options are checked as a real launch would, FILE.csv without writing it.
     RunConfig cfg = run_settings(vm, s, lo);
     if (cfg.monitor_file) monitor::MonitorLog::check(*cfg.monitor_file);
-    lo.plan_text = encode_plan(s.alloc, s.plan, s.popts, WrapperSettings{cfg.kill_grace});
+    lo.plan_text = encode_rank_table({s.alloc.scheduler, s.alloc.job_id, s.plan, {cfg.kill_grace}});
     lo.control = "none";  // the printed command runs as it is
     LaunchCommand c = build_launch(s.alloc, s.plan, lo);
     std::cout << dry_run_text(s.alloc, s.plan, c, program, lo.workdir, s.env, cfg.hang_timeout > 0);

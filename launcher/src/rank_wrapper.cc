@@ -91,7 +91,7 @@ EngineRank engine_rank(const Env& env) {
 }
 
 RankWrapper::RankWrapper(WrapperArgs args, Env env)
-    : args_(std::move(args)), env_(std::move(env)), plan_(decode_plan(args_.plan_text)) {}
+    : args_(std::move(args)), env_(std::move(env)), plan_(decode_rank_table(args_.plan_text)) {}
 
 // Which rank this is, checked against the plan; its environment and GPUs.
 void RankWrapper::locate() {

@@ -14,6 +14,7 @@
 #include <ctime>
 
 #include "supervisor.h"
+#include "rank_table.h"
 #include "system.h"
 
 namespace gpurun::launcher {
@@ -62,7 +63,7 @@ void Supervisor::begin_attempt() {
 void Supervisor::start_engine() {
   cfg_.plan.stdout_tty = isatty(STDOUT_FILENO) == 1;
   cfg_.launch.plan_text =
-      encode_plan(cfg_.alloc, cfg_.plan, cfg_.plan_options, WrapperSettings{cfg_.kill_grace});
+      encode_rank_table({cfg_.alloc.scheduler, cfg_.alloc.job_id, cfg_.plan, {cfg_.kill_grace}});
   cmd_ = build_launch(cfg_.alloc, cfg_.plan, cfg_.launch);
   if (restarts_ == 0)
     for (const auto& n : cmd_.notes) say(n);

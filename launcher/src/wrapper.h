@@ -28,6 +28,7 @@
 #include "net.h"
 #include "output.h"
 #include "proc_util.h"
+#include "rank_table.h"
 
 namespace gpurun::launcher {
 
@@ -101,7 +102,7 @@ class RankWrapper {
 
   WrapperArgs args_;
   Env env_;
-  DecodedPlan plan_;
+  RankTable plan_;
   RankEntry me_;
   std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
   std::vector<std::string> rank_keys_;  // rank_environment()'s and start_environment()'s

@@ -41,6 +41,18 @@ expect_fail "--launcher local starts every rank on this host, but the plan sprea
   env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x2)' "$gpurun" --launcher local --dry-run -- true
 expect_fail "the plan puts 2 ranks on h1 but 4 on h2" \
   env LSB_JOBID=5 LSB_MCPU_HOSTS='h1 2 h2 4' "$gpurun" --launcher jsrun --dry-run -- true
+# Issue 28, item 2: each wrapper takes gpurun's finished rank table; a table of another format is
+# refused naming both versions, and a malformed one is an error that says what is wrong (a bad %XX
+# escape in the old text format stopped the wrapper with a bare "stoi").
+expect_fail "the rank table is format 1 from an older gpurun, but this rank wrapper is gpurun" \
+  env GPURUN_RANK=0 "$gpurun" _rank --plan 'v1;s=local;j=-;a=h;p=1;c=1;g=-;n=h*1*0' --control none -- true
+expect_fail "is format 7 from gpurun 0.0.1, but this rank wrapper is gpurun" \
+  env GPURUN_RANK=0 "$gpurun" _rank --plan '{"gpurun_rank_table":7,"gpurun":"0.0.1"}' --control none -- true
+expect_fail "the table has no \"master_addr\"" \
+  env GPURUN_RANK=0 "$gpurun" _rank --plan '{"gpurun_rank_table":2,"scheduler":"local","job_id":"%ZZ"}' --control none -- true
+table=$("$gpurun" --scheduler local -n 2 --dry-run -- true | sed -n "s/.* --plan '\([^']*\)'.*/\1/p")
+[[ $table == '{"gpurun_rank_table":2,'* ]] || { echo "FAIL: --dry-run's rank table: $table"; exit 1; }
+expect_fail "GPURUN_RANK=2 but the plan has 2 ranks" env GPURUN_RANK=2 "$gpurun" _rank --plan "$table" --control none -- true
 # Issue 26, item 5: hostile allocations get an error naming the input, status 2, in under 2 s,
 # with bounded memory (they crashed gpurun with SIGSEGV, grew it to 22 GB, or were taken as hosts).
 expect_refused() {  # expect_refused WANT_TEXT CMD...: status 2 within 2 s, WANT_TEXT said

@@ -131,41 +131,6 @@ TEST(Plan, MasterPortDerivedFromJobIdInRange) {
   EXPECT_EQ(make_plan(cluster({{"a", 1, 0}}), {}).master_port, derive_master_port("slurm:42"));
 }
 
-// Torque's PBS_GPUFILE names every node's GPUs: the wrapper on each node gets its node's list
-// (it used every device of the node when CUDA_VISIBLE_DEVICES was unset). Odd characters survive.
-TEST(PlanString, CarriesEachNodesGpuIds) {
-  Allocation a = detect_allocation(fixture("torque.env"));
-  a.nodes[0].gpu_ids = {"GPU-a+b*c", "1"};
-  RankPlan p = make_plan(a, {});
-  DecodedPlan d = decode_plan(encode_plan(a, p, {}, WrapperSettings{}));
-  ASSERT_EQ(d.plan.nodes.size(), p.nodes.size());
-  for (std::size_t i = 0; i < p.nodes.size(); ++i)
-    EXPECT_EQ(d.plan.nodes[i].gpu_ids, a.nodes[i].gpu_ids);
-  EXPECT_EQ(d.plan.nodes[0].gpu_ids, (std::vector<std::string>{"GPU-a+b*c", "1"}));
-  EXPECT_FALSE(d.plan.nodes[1].gpu_ids.empty()) << "PBS_GPUFILE's ids of the second node";
-}
-
-TEST(PlanString, RoundTripsThroughTheWrapper) {
-  Allocation a = detect_allocation(fixture("slurm_batch.env"));
-  PlanOptions o;
-  o.gpus_per_rank = 0;
-  RankPlan p = make_plan(a, o);
-  DecodedPlan d = decode_plan(encode_plan(a, p, o, WrapperSettings{12.5}));
-  EXPECT_EQ(d.wrapper.kill_grace, 12.5);  // --kill-grace reaches every rank's wrapper
-  EXPECT_EQ(d.scheduler, Scheduler::slurm);
-  EXPECT_EQ(d.job_id, "777");
-  ASSERT_EQ(d.plan.world_size, p.world_size);
-  for (int r = 0; r < p.world_size; ++r) {
-    EXPECT_EQ(d.plan.ranks[r].host, p.ranks[r].host);
-    EXPECT_EQ(d.plan.ranks[r].local_rank, p.ranks[r].local_rank);
-    EXPECT_EQ(d.plan.ranks[r].gpus, p.ranks[r].gpus);
-  }
-  EXPECT_EQ(d.plan.master_addr, p.master_addr);
-  EXPECT_EQ(d.plan.master_port, p.master_port);
-  EXPECT_THROW(decode_plan("v2;s=slurm"), Error);
-  EXPECT_THROW(decode_plan("v1;s=slurm;j=1;a=x;p=1;c=1;g=-;n=host*two*0"), Error);
-}
-
 TEST(RankEnvironment, TorchrunContract) {
   RankPlan p = make_plan(cluster({{"a", 2, 2}, {"b", 2, 2}}), {});
   auto env = rank_environment(p, p.ranks[3], Scheduler::slurm, std::string("42"),

@@ -1,6 +1,6 @@
 // launch.h: the engine command that starts the ranks (srun, mpirun, mpirun+blaunch, jsrun,
-// pbsdsh, or gpurun's own fork), the plan string handed to each rank's wrapper, and the
-// environment every rank gets. Pure: tool lookups are injected, so --dry-run goldens are stable.
+// pbsdsh, or gpurun's own fork) and the environment every rank gets. Pure: tool lookups are
+// injected, so --dry-run goldens are stable.
 #pragma once
 
 #include <functional>
@@ -26,7 +26,7 @@ struct LaunchOptions {
   std::vector<std::string> program;         // PROGRAM ARGS
   bool as_root = false;                     // mpirun refuses root without --allow-run-as-root
   std::string control = "<set-at-launch>";  // host:port:token of gpurun's control socket
-  std::string plan_text;                    // encode_plan() of the plan, handed to each wrapper
+  std::string plan_text;                    // the rank table (encode_rank_table), for each wrapper
   // gpurun's PATH and LD_LIBRARY_PATH (nullopt: unset), handed to each wrapper, which gives them
   // to the program: engines change them (an mpirun run by its full path acts as --prefix and puts
   // its bin/ and lib/ first; pbsdsh gives the job's login environment).
@@ -58,24 +58,6 @@ struct LaunchCommand {
 };
 
 LaunchCommand build_launch(const Allocation& alloc, const RankPlan& plan, const LaunchOptions& o);
-
-// --- the plan as handed to each rank's wrapper -------------------------------------------
-// What a rank's wrapper does besides following the plan.
-struct WrapperSettings {
-  double kill_grace = 5;  // --kill-grace: seconds from TERM to KILL of a rank's program
-};
-// "v1;s=slurm;j=123;p=29500;c=4;g=-;t=0;k=5000;n=gpu001*4*4,gpu002*4*4" (nodes: host*ranks*gpus;
-// k: the kill grace in ms).
-std::string encode_plan(const Allocation& alloc, const RankPlan& plan, const PlanOptions& opts,
-                        const WrapperSettings& wrapper);
-struct DecodedPlan {
-  Scheduler scheduler = Scheduler::local;
-  std::optional<std::string> job_id;
-  RankPlan plan;
-  WrapperSettings wrapper;
-};
-// Rebuilds the same RankPlan with make_plan(); throws Error on a malformed string.
-DecodedPlan decode_plan(const std::string& text);
 
 // The environment of one rank: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK
 // MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER OMP_NUM_THREADS

@@ -1,0 +1,176 @@
+// The rank table gpurun hands each wrapper (rank_table.h): carried whole, never re-planned,
+// refused from another format, and every malformed table is an Error that names what is wrong.
+#include "rank_table.h"
+
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "gpurun/launcher/error.h"
+#include "gpurun/launcher/plan.h"
+#include "test_support.h"
+
+using namespace gpurun::launcher;
+using fixtures::fixture;
+using nlohmann::json;
+
+namespace {
+
+RankTable table_of(const std::string& env_fixture, const PlanOptions& o = {}) {
+  Allocation a = detect_allocation(fixture(env_fixture));
+  return RankTable{a.scheduler, a.job_id, make_plan(a, o), WrapperSettings{12.5}};
+}
+
+// decode(text) must throw Error (not another exception) whose text holds `want`.
+void expect_refused(const std::string& text, const std::string& want) {
+  try {
+    decode_rank_table(text);
+    ADD_FAILURE() << "accepted: " << text;
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(want), std::string::npos)
+        << "for " << text << "\nsaid: " << e.what() << "\nwanted: " << want;
+  }
+}
+
+}  // namespace
+
+TEST(RankTable, RoundTripsEveryField) {
+  PlanOptions o;
+  o.gpus_per_rank = 0;
+  RankTable t = table_of("slurm_batch.env", o);
+  t.plan.stdout_tty = true;
+  RankTable d = decode_rank_table(encode_rank_table(t));
+  EXPECT_EQ(d.wrapper.kill_grace, 12.5);  // --kill-grace reaches every rank's wrapper
+  EXPECT_EQ(d.scheduler, Scheduler::slurm);
+  EXPECT_EQ(d.job_id, "777");
+  EXPECT_TRUE(d.plan.stdout_tty);
+  EXPECT_EQ(d.plan.master_addr, t.plan.master_addr);
+  EXPECT_EQ(d.plan.master_port, t.plan.master_port);
+  EXPECT_EQ(d.plan.cpus_per_rank, t.plan.cpus_per_rank);
+  ASSERT_EQ(d.plan.world_size, t.plan.world_size);
+  ASSERT_EQ(d.plan.ranks.size(), t.plan.ranks.size());
+  for (std::size_t r = 0; r < t.plan.ranks.size(); ++r) {
+    const RankEntry &a = t.plan.ranks[r], &b = d.plan.ranks[r];
+    EXPECT_EQ(b.rank, a.rank);
+    EXPECT_EQ(b.node_rank, a.node_rank);
+    EXPECT_EQ(b.local_rank, a.local_rank);
+    EXPECT_EQ(b.local_world_size, a.local_world_size);
+    EXPECT_EQ(b.host, a.host);
+    EXPECT_EQ(b.gpus, a.gpus);
+  }
+  ASSERT_EQ(d.plan.nodes.size(), t.plan.nodes.size());
+  for (std::size_t i = 0; i < t.plan.nodes.size(); ++i) {
+    EXPECT_EQ(d.plan.nodes[i].host, t.plan.nodes[i].host);
+    EXPECT_EQ(d.plan.nodes[i].ranks, t.plan.nodes[i].ranks);
+    EXPECT_EQ(d.plan.nodes[i].gpus, t.plan.nodes[i].gpus);
+    EXPECT_EQ(d.plan.nodes[i].first_rank, t.plan.nodes[i].first_rank);
+  }
+  t.job_id.reset();
+  EXPECT_FALSE(decode_rank_table(encode_rank_table(t)).job_id);
+}
+
+// Torque's PBS_GPUFILE names every node's GPUs: the wrapper on each node gets its node's list.
+// Odd characters survive (the old %XX text format needed escapes for them).
+TEST(RankTable, CarriesEachNodesGpuIds) {
+  Allocation a = detect_allocation(fixture("torque.env"));
+  a.nodes[0].gpu_ids = {"GPU-a+b*c;%=\" ,", "1"};
+  RankTable t{a.scheduler, a.job_id, make_plan(a, {}), {}};
+  RankTable d = decode_rank_table(encode_rank_table(t));
+  ASSERT_EQ(d.plan.nodes.size(), t.plan.nodes.size());
+  for (std::size_t i = 0; i < t.plan.nodes.size(); ++i)
+    EXPECT_EQ(d.plan.nodes[i].gpu_ids, a.nodes[i].gpu_ids);
+  EXPECT_FALSE(d.plan.nodes[1].gpu_ids.empty()) << "PBS_GPUFILE's ids of the second node";
+}
+
+// The wrapper takes the rows as written: a table make_plan would never produce (GPUs handed out
+// in reverse, an uneven split) comes back unchanged, where re-planning gave make_plan's answer.
+TEST(RankTable, NothingIsReplanned) {
+  const std::string text = json{
+      {"gpurun_rank_table", kRankTableFormat}, {"gpurun", "test"}, {"scheduler", "local"},
+      {"job_id", nullptr}, {"master_addr", "h1"}, {"master_port", 29500},
+      {"cpus_per_rank", 3}, {"stdout_tty", false}, {"kill_grace_ms", 250}, {"world_size", 3},
+      {"nodes", {{{"host", "h1"}, {"gpus", 4}, {"gpu_ids", json::array()},
+                  {"ranks", {{0, 0, {3, 2}}, {1, 1, {1, 0}}}}},
+                 {{"host", "h2"}, {"gpus", 1}, {"gpu_ids", {"GPU-x"}}, {"ranks", {{2, 0, {0}}}}}}}}
+                               .dump();
+  RankTable d = decode_rank_table(text);
+  ASSERT_EQ(d.plan.ranks.size(), 3u);
+  EXPECT_EQ(d.plan.ranks[0].gpus, (std::vector<int>{3, 2}));
+  EXPECT_EQ(d.plan.ranks[1].gpus, (std::vector<int>{1, 0}));
+  EXPECT_EQ(d.plan.ranks[1].local_world_size, 2);
+  EXPECT_EQ(d.plan.ranks[2].host, "h2");
+  EXPECT_EQ(d.plan.ranks[2].node_rank, 1);
+  EXPECT_EQ(d.plan.nodes[1].first_rank, 2);
+  EXPECT_EQ(d.plan.nodes[1].gpu_ids, (std::vector<std::string>{"GPU-x"}));
+  EXPECT_EQ(d.plan.cpus_per_rank, 3);
+  EXPECT_DOUBLE_EQ(d.wrapper.kill_grace, 0.25);
+}
+
+TEST(RankTable, AnotherFormatIsRefusedNamingBothVersions) {
+  expect_refused("v1;s=slurm;j=1;a=x;p=1;c=1;g=-;n=host*2*0",
+                 "the rank table is format 1 from an older gpurun");
+  json j = json::parse(encode_rank_table(table_of("slurm_batch.env")));
+  j["gpurun_rank_table"] = kRankTableFormat + 1;
+  j["gpurun"] = "9.9.9";
+  expect_refused(j.dump(), "is format 3 from gpurun 9.9.9, but this rank wrapper is gpurun ");
+  expect_refused(j.dump(), "run the same gpurun build on every node");
+}
+
+// Each malformed table is an Error naming what is wrong (a bad %XX escape in the old format threw
+// a bare std::invalid_argument "stoi" past the wrapper's catch).
+TEST(RankTable, MalformedTablesAreErrorsThatSayWhy) {
+  const json good = json::parse(encode_rank_table(table_of("slurm_batch.env")));
+  auto with = [&](const std::string& ptr, const json& v) {
+    json j = good;
+    j[json::json_pointer(ptr)] = v;
+    return j.dump();
+  };
+  auto without = [&](const std::string& key) {
+    json j = good;
+    j.erase(key);
+    return j.dump();
+  };
+  expect_refused("", "not JSON");
+  expect_refused("{\"gpurun_rank_table\":2,", "not JSON");
+  expect_refused("[1,2]", "not a JSON object");
+  expect_refused("{}", "no \"gpurun_rank_table\" format number");
+  expect_refused(without("master_addr"), "the table has no \"master_addr\"");
+  expect_refused(with("/master_port", "29500"), "\"master_port\" is a string of the wrong kind");
+  expect_refused(with("/master_port", 70000), "master_port (1-65535)");
+  expect_refused(with("/scheduler", "cron"), "rank table scheduler");
+  expect_refused(with("/nodes", json::array()), "the table has no nodes");
+  expect_refused(with("/nodes/0/ranks/0", "0"), "row 0 of node01 is not [rank, local rank");
+  expect_refused(with("/nodes/0/ranks/0/2", {0, "x"}), "row 0 of node01 is not");
+  expect_refused(with("/nodes/0/ranks/1/1", 0), "has local rank 0, expected 1");
+  expect_refused(with("/nodes/0/ranks/0/2", {7}), "has GPU position 7, but node01 has 2 GPUs");
+  expect_refused(with("/nodes/0/ranks/1/0", 0), "row 1 is rank 0: ranks must run 0..6 in order");
+  expect_refused(with("/world_size", 8), "the table has 7 rank rows for a world of 8");
+  expect_refused(with("/nodes/1/host", ""), "node 1 needs a host");
+  expect_refused(with("/nodes/1", 5), "node 1 has no \"host\"");
+  // Long input is quoted only in part.
+  const std::string junk(100000, '{');
+  try {
+    decode_rank_table(junk);
+    ADD_FAILURE() << "accepted";
+  } catch (const Error& e) {
+    EXPECT_LT(std::string(e.what()).size(), 300u);
+  }
+}
+
+// A table too long for one argument is an error at gpurun, not an E2BIG at the engine.
+TEST(RankTable, TooLongForOneArgumentIsAnError) {
+  Allocation a;
+  a.scheduler = Scheduler::local;
+  for (int i = 0; i < 2000; ++i) a.nodes.push_back({"node" + std::to_string(i), 8, 8});
+  RankTable t{a.scheduler, std::nullopt, make_plan(a, {}), {}};
+  try {
+    encode_rank_table(t);
+    ADD_FAILURE() << "a table of 16000 ranks was encoded";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("more than one command-line argument carries"),
+              std::string::npos)
+        << e.what();
+  }
+  a.nodes.resize(64);  // 512 ranks fit
+  EXPECT_NO_THROW(encode_rank_table({a.scheduler, std::nullopt, make_plan(a, {}), {}}));
+}
