@@ -14,6 +14,7 @@
 #include <string>
 
 #include "gpurun/common/posix.h"
+#include "gpurun/common/strings.h"
 #include "gpurun/runtime/checkpoint.h"
 #include "gpurun/runtime/sampler.h"
 #include "gpurun/runtime/stop_signal.h"
@@ -30,16 +31,7 @@ double process_cpu_seconds() {
   return double(ts.tv_sec) + 1e-9 * double(ts.tv_nsec);
 }
 
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-std::uint64_t fnv1a(const void* p, std::size_t n) {
-  const auto* b = static_cast<const unsigned char*>(p);
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 1099511628211ull;
-  return h;
-}
+using common::seconds_since;
 
 // Where an epoch stands: its running sums are what a checkpoint saves mid-epoch.
 struct EpochSums {
@@ -113,8 +105,8 @@ TrainResult Loop::run() {
   res_.global_steps = global_step_;
   std::vector<float> params, velocity;
   backend_.get_state(&params, &velocity);
-  res_.param_checksum = fnv1a(params.data(), params.size() * sizeof(float));
-  res_.seconds_total = since(t_start);
+  res_.param_checksum = common::fnv1a(params.data(), params.size() * sizeof(float));
+  res_.seconds_total = seconds_since(t_start);
   return res_;
 }
 
@@ -219,7 +211,7 @@ void Loop::run_epoch(std::int64_t epoch) {
     if (absorb(backend_.sync(), epoch, done)) break;
   }
   if (synced < done) absorb(backend_.sync(), epoch, done);  // steps queued before max_steps
-  const double seconds = since(t_epoch);
+  const double seconds = seconds_since(t_epoch);
   const std::int64_t images = (done - first) * cfg_.batch_per_rank * world_;
   res_.train_seconds += seconds;
   res_.train_cpu_seconds += process_cpu_seconds() - cpu0;

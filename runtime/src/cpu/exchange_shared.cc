@@ -48,6 +48,7 @@
 #include <stdexcept>
 
 #include "exchange.h"
+#include "gpurun/common/strings.h"
 #include "split_balance.h"
 
 namespace gpurun::runtime::cpu {
@@ -55,9 +56,7 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using common::seconds_since;
 
 std::string number(double v) {
   std::ostringstream out;
@@ -249,7 +248,7 @@ class SharedExchange final : public CpuExchange {
       }
     }
     shm_->fence();  // the new parameters are in place before anyone's next forward
-    seconds_ += since(t);
+    seconds_ += seconds_since(t);
     ++step_;
   }
 
@@ -291,7 +290,7 @@ class SharedExchange final : public CpuExchange {
     void split_work(F f) {
       const auto t = Clock::now();
       f();
-      busy_ += since(t);
+      busy_ += seconds_since(t);
     }
     // The step's split work is done: its seconds go to the member's slot for rank 0's balance.
     void publish_busy() {
@@ -304,7 +303,7 @@ class SharedExchange final : public CpuExchange {
       ex_.control_->met.n.fetch_add(1, std::memory_order_release);
       const auto t = Clock::now();
       wait_until(ex_.control_->met, ++meetings_ * std::uint64_t(ex_.members_));
-      if (timed_) ex_.seconds_ += since(t);
+      if (timed_) ex_.seconds_ += seconds_since(t);
     }
 
    private:
@@ -523,7 +522,7 @@ class SharedExchange final : public CpuExchange {
   void update_chunks(float lr, bool timed) {
     const auto t = Clock::now();
     wait_until(control_->released, (step_ + 1) * std::uint64_t(members_));
-    if (timed) seconds_ += since(t);
+    if (timed) seconds_ += seconds_since(t);
     const std::uint64_t first = step_ * (chunks_.size() + std::uint64_t(members_));
     for (;;) {
       const std::uint64_t c = control_->claimed.n.fetch_add(1, std::memory_order_relaxed) - first;

@@ -25,6 +25,7 @@
 #include "cuda/check.cuh"
 #include "device.h"
 #include "device_model.h"
+#include "gpurun/common/strings.h"
 #include "gpurun/kernels/accuracy.h"
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/sgd.h"
@@ -58,9 +59,7 @@ using cuda::GraphExec;
 using cuda::PinnedBuffer;
 using Clock = std::chrono::steady_clock;
 
-double since(Clock::time_point t) {
-  return std::chrono::duration<double>(Clock::now() - t).count();
-}
+using common::seconds_since;
 
 // What this process loaded, not what it was compiled against: the device may carry other minor
 // versions of the libraries than the build machine.
@@ -345,7 +344,7 @@ void CudaBackend::host_allreduce() {
   } catch (const CollectiveTimeout& e) {
     cuda::comm_failure(e.what(), opt_.on_comm_failure);
   }
-  mpi_seconds_ += since(t);
+  mpi_seconds_ += seconds_since(t);
 }
 
 GraphExec CudaBackend::capture(void (CudaBackend::*body)()) {
@@ -452,12 +451,12 @@ void CudaBackend::step(std::int64_t step, bool stop_requested) {
     g1_.launch(compute_.get());
   else
     enqueue_part1();
-  host_seconds_ += since(t);
+  host_seconds_ += seconds_since(t);
   if (split) host_allreduce();
   t = Clock::now();
   if (info_.graph && split) g2_.launch(compute_.get());
   if (!info_.graph) enqueue_part2();
-  host_seconds_ += since(t);
+  host_seconds_ += seconds_since(t);
   // The trainer syncs at least every sync_every() = loss_every steps: the slot is free.
   const std::size_t slot = std::size_t(next_step_ - synced_);
   if (slot >= step_done_.size())
