@@ -31,8 +31,8 @@
 #include <sstream>
 #include <thread>
 
-#include "gpurun/launcher/gpu_sampler.h"
-#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/queue/job.h"
 #include "runfiles.h"
 #include "store.h"
@@ -57,7 +57,7 @@ double cpu_seconds(int who) {
 double process_cpu(pid_t pid) {  // utime + stime of one process, from /proc
   std::ifstream in(fmt::format("/proc/{}/stat", pid));
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  auto p = launcher::parse_proc_stat(text, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
+  auto p = gpuinfo::parse_proc_stat(text, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
   return p ? p->cpu_seconds : 0;
 }
 
@@ -124,7 +124,7 @@ double http_get_ms(int port, const std::string& path) {
 
 void part_sampler(const Options& o) {
   std::string smi = o.fixtures + "/nvidia-smi/nvidia-smi-8gpu";
-  launcher::GpuSampler sampler(launcher::SamplerConfig{smi});
+  gpuinfo::GpuSampler sampler(gpuinfo::SamplerConfig{smi});
   std::string db = o.dir + "/tick.db";
   std::filesystem::remove(db);
   queue::Store store(db);
@@ -139,10 +139,10 @@ void part_sampler(const Options& o) {
   auto cpu = [] { return cpu_seconds(RUSAGE_SELF) + cpu_seconds(RUSAGE_CHILDREN); };
   for (int k = 0; k < o.ticks; ++k) {
     double c0 = cpu();
-    launcher::GpuSnapshot s = sampler.sample();
+    gpuinfo::GpuSnapshot s = sampler.sample();
     double c1 = cpu();
-    auto procs = launcher::scan_processes();
-    for (int i = 0; i < 8; ++i) launcher::session_usage(procs, getsid(0) + i);
+    auto procs = gpuinfo::scan_processes();
+    for (int i = 0; i < 8; ++i) gpuinfo::session_usage(procs, getsid(0) + i);
     double c2 = cpu();
     store.begin_batch();
     std::vector<queue::Store::Sample> rows;
@@ -159,7 +159,7 @@ void part_sampler(const Options& o) {
     t_proc += c2 - c1;
     t_store += cpu() - c2;
   }
-  size_t procs = launcher::scan_processes().size();
+  size_t procs = gpuinfo::scan_processes().size();
   double per_tick = (t_gpu + t_proc + t_store) / o.ticks;
   fmt::print(
       "## 1. One sampling tick, in this process ({} ticks)\n\n"

@@ -15,7 +15,7 @@
 
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
-#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 #include "stacks.h"
 
 namespace gpurun::launcher {
@@ -39,7 +39,7 @@ namespace {
 // This process's start time (proc_usage.h): with the pid in a folder's name, it tells a live
 // owner from a dead one whose pid was reused.
 std::int64_t own_start_ticks() {
-  auto me = read_proc_stat(static_cast<int>(getpid()));
+  auto me = gpuinfo::read_proc_stat(static_cast<int>(getpid()));
   return me ? me->start_ticks : 0;
 }
 
@@ -52,7 +52,7 @@ bool owner_gone(const std::string& after_prefix) {
   if (pid <= 0 || end == after_prefix.c_str()) return false;
   if (*end != '.') return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
   const long long start = std::strtoll(end + 1, nullptr, 10);
-  auto p = read_proc_stat(static_cast<int>(pid));
+  auto p = gpuinfo::read_proc_stat(static_cast<int>(pid));
   return !p || p->start_ticks != start;
 }
 

@@ -16,7 +16,7 @@
 #include "gpurun/common/periodic.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/launcher/plan.h"
 
 namespace gpurun::launcher::monitor {
@@ -44,7 +44,7 @@ JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::str
 // as many GPUs as `job.visible` holds indices, numbered 0..n-1, not all of those indices are
 // among them, and the driver lost none (s.problems empty), the k-th smallest index of the list is
 // the sampled GPU k; the kept sample then carries the node's number.
-std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job);
+std::vector<int> keep_job_gpus(gpuinfo::GpuSnapshot& s, const JobGpus& job);
 
 // Samples now, then every interval, in a thread (common::PeriodicThread); the event loop polls
 // fd() and reports what take() returns. The first failure is reported once (GpuSamplesFailed);
@@ -52,7 +52,7 @@ std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job);
 // on. Throws std::runtime_error when the thread's eventfd cannot be made.
 class NodeSampler {
  public:
-  NodeSampler(SamplerConfig cfg, int interval_ms, JobGpus job);
+  NodeSampler(gpuinfo::SamplerConfig cfg, int interval_ms, JobGpus job);
   NodeSampler(const NodeSampler&) = delete;
   NodeSampler& operator=(const NodeSampler&) = delete;
 
@@ -62,13 +62,13 @@ class NodeSampler {
 
  private:
   bool tick();  // one run of the thread; false ends it
-  bool sample_once(GpuSampler& sampler);
+  bool sample_once(gpuinfo::GpuSampler& sampler);
   void push(control::ToSupervisor m);
 
   const JobGpus job_;
   // The thread's own: the sampler is made in it, from cfg_, on its first run.
-  SamplerConfig cfg_;
-  std::optional<GpuSampler> sampler_;
+  gpuinfo::SamplerConfig cfg_;
+  std::optional<gpuinfo::GpuSampler> sampler_;
   bool ever_ok_ = false, failed_once_ = false;
   std::mutex mu_;  // guards out_
   std::deque<control::ToSupervisor> out_;

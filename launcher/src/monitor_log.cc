@@ -131,11 +131,11 @@ void MonitorLog::check(const std::string& path) {
 }
 
 std::vector<std::string> MonitorLog::add(const std::string& node, const control::GpuSamples& m) {
-  GpuSnapshot s = decode_snapshot(m.snapshot.value);
+  gpuinfo::GpuSnapshot s = gpuinfo::decode_snapshot(m.snapshot.value);
   std::vector<int> ranks = parse_ranks(m.ranks);
   std::string rows, time = utc_ms(s.time_ms);
   for (std::size_t i = 0; i < s.gpus.size(); ++i) {
-    const GpuSample& g = s.gpus[i];
+    const gpuinfo::GpuSample& g = s.gpus[i];
     int rank = i < ranks.size() ? ranks[i] : -1;
     rows +=
         fmt::format("{},{},{},{},{},{},{},{}\n", time, node, rank >= 0 ? std::to_string(rank) : "",

@@ -11,12 +11,12 @@
 namespace gpurun::launcher::monitor {
 namespace {
 
-bool names(const std::string& id, const GpuSample& g) {
+bool names(const std::string& id, const gpuinfo::GpuSample& g) {
   if (id == g.uuid) return true;
   return g.mig < 0 && id == std::to_string(g.index);
 }
 
-std::string joined_ids(const GpuSnapshot& s) {
+std::string joined_ids(const gpuinfo::GpuSnapshot& s) {
   std::string out;
   for (const auto& g : s.gpus)
     out += (out.empty() ? "" : ",") + (g.mig < 0 ? std::to_string(g.index) : g.uuid);
@@ -43,7 +43,7 @@ std::vector<int> sorted_indices(const std::vector<std::string>& ids) {
 
 // Each index of `visible` to the number the sampler gives that GPU, when the sampler sees the
 // job's cgroup and the list holds the node's numbers (monitor.h); empty when the numbers agree.
-std::map<std::string, int> cgroup_numbers(const GpuSnapshot& s,
+std::map<std::string, int> cgroup_numbers(const gpuinfo::GpuSnapshot& s,
                                           const std::vector<std::string>& visible) {
   std::vector<int> wanted = sorted_indices(visible), listed;
   for (const auto& g : s.gpus)
@@ -80,7 +80,7 @@ JobGpus job_gpus(const RankPlan& plan, int node_rank, const std::vector<std::str
   return out;
 }
 
-std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job) {
+std::vector<int> keep_job_gpus(gpuinfo::GpuSnapshot& s, const JobGpus& job) {
   std::vector<int> owners;
   if (job.ids.empty()) {
     owners.assign(s.gpus.size(), -1);
@@ -91,7 +91,7 @@ std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job) {
   for (auto& id : as_listed)
     if (auto r = renumbered.find(id); r != renumbered.end()) id = std::to_string(r->second);
   const std::string listed = joined_ids(s);
-  std::vector<GpuSample> kept;
+  std::vector<gpuinfo::GpuSample> kept;
   std::vector<bool> found(job.ids.size(), false);
   for (auto& g : s.gpus) {
     for (std::size_t i = 0; i < job.ids.size(); ++i) {
@@ -111,7 +111,7 @@ std::vector<int> keep_job_gpus(GpuSnapshot& s, const JobGpus& job) {
   return owners;
 }
 
-NodeSampler::NodeSampler(SamplerConfig cfg, int interval_ms, JobGpus job)
+NodeSampler::NodeSampler(gpuinfo::SamplerConfig cfg, int interval_ms, JobGpus job)
     : job_(std::move(job)),
       cfg_(std::move(cfg)),
       thread_(std::chrono::milliseconds(interval_ms), [this] { return tick(); }) {}
@@ -149,8 +149,8 @@ bool NodeSampler::tick() {
 }
 
 // One sample, filtered to the job's GPUs and queued; false when it failed.
-bool NodeSampler::sample_once(GpuSampler& sampler) {
-  GpuSnapshot s;
+bool NodeSampler::sample_once(gpuinfo::GpuSampler& sampler) {
+  gpuinfo::GpuSnapshot s;
   try {
     s = sampler.sample();
   } catch (const std::exception& e) {
@@ -173,7 +173,7 @@ bool NodeSampler::sample_once(GpuSampler& sampler) {
   }
   std::string ranks;
   for (int r : owners) ranks += (ranks.empty() ? "" : ",") + std::to_string(r);
-  push(control::GpuSamples{ranks.empty() ? "-" : ranks, control::Text{encode_snapshot(s)}});
+  push(control::GpuSamples{ranks.empty() ? "-" : ranks, control::Text{gpuinfo::encode_snapshot(s)}});
   return true;
 }
 

@@ -12,7 +12,7 @@
 
 #include "env_util.h"
 #include "gpurun/common/terminal.h"
-#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 #include "net.h"
 #include "run.h"
 #include "system.h"
@@ -112,7 +112,7 @@ void RankWrapper::locate() {
   } else if (!node_ids.empty()) {  // the scheduler named this node's GPUs (PBS_GPUFILE)
     visible_ = node_ids;
   } else if (!me_.gpus.empty()) {
-    for (int i = 0, n = sys::cuda_device_count(); i < n; ++i) visible_.push_back(std::to_string(i));
+    for (int i = 0, n = sys::gpu_count(env_); i < n; ++i) visible_.push_back(std::to_string(i));
   }
   for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_)) {
     env_[k] = v;
@@ -227,7 +227,7 @@ void RankWrapper::end_orphans() {
     while (waitpid(-1, &st, WNOHANG) > 0) {
     }
     bool any = false;
-    for (const auto& p : scan_processes())
+    for (const auto& p : gpuinfo::scan_processes())
       if (p.ppid == self) any = kill(p.pid, SIGKILL) == 0 || any;
     if (!any) return;
     poll(nullptr, 0, 10);

@@ -1,8 +1,6 @@
 // system.cc: see system.h.
 #include "system.h"
 
-#include <dirent.h>
-#include <dlfcn.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -20,10 +18,11 @@
 
 #include "env_util.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/run_capture.h"
+#include "gpurun/gpuinfo/gpu_count.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/launch.h"
 #include "proc_util.h"
-#include "run_capture.h"
 
 extern char** environ;
 
@@ -110,25 +109,10 @@ int cpu_count() {
   return n > 0 ? static_cast<int>(n) : 1;
 }
 
-int cuda_device_count() {
-  // The NVIDIA driver lists one folder per GPU here; reading it costs microseconds, where
-  // cuInit costs tens of milliseconds of every launch.
-  if (DIR* d = opendir("/proc/driver/nvidia/gpus")) {
-    int n = 0;
-    while (dirent* e = readdir(d))
-      if (e->d_name[0] != '.') ++n;
-    closedir(d);
-    return n;
-  }
-  void* lib = dlopen("libcuda.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) return 0;
-  using InitFn = int (*)(unsigned);
-  using CountFn = int (*)(int*);
-  auto init = reinterpret_cast<InitFn>(dlsym(lib, "cuInit"));
-  auto count = reinterpret_cast<CountFn>(dlsym(lib, "cuDeviceGetCount"));
-  int n = 0;
-  if (!init || !count || init(0) != 0 || count(&n) != 0) n = 0;
-  return n;  // the driver stays loaded: unloading it is not supported
+int gpu_count(const Env& env) {
+  gpuinfo::SamplerConfig cfg;
+  if (auto smi = detail::get(env, "GPURUN_NVIDIA_SMI")) cfg.nvidia_smi = *smi;
+  return static_cast<int>(gpuinfo::count_gpus(cfg).ids.size());
 }
 
 std::optional<std::string> find_tool(const Env& env, const std::string& name) {
@@ -177,7 +161,7 @@ std::vector<std::string> srun_mpi_plugins(const std::string& srun) {
 
 bool srun_has_pyxis(const std::string& srun) {
   try {
-    return run_capture({srun, "--help"}, 10000).output.find("--container-image") !=
+    return common::run_capture({srun, "--help"}, 10000).output.find("--container-image") !=
            std::string::npos;
   } catch (const Error&) {
     return false;
@@ -225,7 +209,7 @@ DetectInput detect_input(const Env& env) {
   in.hostname = common::hostname();
   in.cpu_count = cpu_count();
   // Only the bare machine without CUDA_VISIBLE_DEVICES needs the device count.
-  if (!env.count("CUDA_VISIBLE_DEVICES")) in.device_gpu_count = cuda_device_count();
+  if (!env.count("CUDA_VISIBLE_DEVICES")) in.device_gpu_count = gpu_count(env);
   return in;
 }
 

@@ -20,9 +20,9 @@ std::optional<std::string> read_input_file(const std::string& path);
 // read_input_file; a NUL byte refuses it.
 Env read_env_file(const std::string& path);
 int cpu_count();
-// CUDA devices through the driver API, loaded with dlopen so gpurun needs no CUDA at build or
-// run time; 0 when there is no driver or no device.
-int cuda_device_count();
+// This machine's GPUs (gpuinfo::count_gpus: NVML, the nvidia-smi GPURUN_NVIDIA_SMI names or the
+// one on PATH, the driver's /proc folders); 0 when none answers.
+int gpu_count(const Env& env);
 // A tool on env's PATH (and, for blaunch/jsrun, in LSF_BINDIR).
 std::optional<std::string> find_tool(const Env& env, const std::string& name);
 // Plugin names from `srun --mpi=list`; empty when srun is missing or says nothing.

@@ -140,7 +140,7 @@ void RankWrapper::start_program(const control::Go& go) {
 
 // --monitor: this node's GPUs, those the plan gave the job, sampled in a thread (monitor.h).
 void RankWrapper::start_monitor(int interval_ms) {
-  SamplerConfig cfg;
+  gpuinfo::SamplerConfig cfg;
   if (auto smi = env_.find("GPURUN_NVIDIA_SMI"); smi != env_.end()) cfg.nvidia_smi = smi->second;
   try {
     monitor_.emplace(cfg, interval_ms, monitor::job_gpus(plan_.plan, me_.node_rank, visible_));

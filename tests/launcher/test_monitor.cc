@@ -22,8 +22,8 @@ std::string fixture(const std::string& name) {
   return std::string(GPURUN_FIXTURES) + "/nvidia-smi/" + name;
 }
 
-GpuSample gpu(int index, int mig, std::string uuid, std::optional<double> util) {
-  GpuSample g;
+gpuinfo::GpuSample gpu(int index, int mig, std::string uuid, std::optional<double> util) {
+  gpuinfo::GpuSample g;
   g.index = index;
   g.mig = mig;
   g.uuid = std::move(uuid);
@@ -63,25 +63,25 @@ TEST(Monitor, JobGpusComeFromThePlanOfThisNode) {
 }
 
 TEST(Monitor, KeepsOnlyTheJobsGpusByIndexOrUuid) {
-  GpuSnapshot s;
+  gpuinfo::GpuSnapshot s;
   s.gpus = {gpu(0, -1, "GPU-a", 10), gpu(0, 0, "MIG-m0", std::nullopt), gpu(1, -1, "GPU-b", 20),
             gpu(2, -1, "GPU-c", 30)};
-  GpuSnapshot by_index = s;
+  gpuinfo::GpuSnapshot by_index = s;
   EXPECT_EQ(keep_job_gpus(by_index, {{"2", "0"}, {5, 4}, {"0", "2"}}), (std::vector<int>{4, 5}));
   ASSERT_EQ(by_index.gpus.size(), 2u);  // the MIG device under GPU 0 is not "0"
   EXPECT_EQ(by_index.gpus[0].uuid, "GPU-a");
   EXPECT_EQ(by_index.gpus[1].uuid, "GPU-c");
-  GpuSnapshot by_uuid = s;
+  gpuinfo::GpuSnapshot by_uuid = s;
   EXPECT_EQ(keep_job_gpus(by_uuid, {{"MIG-m0", "GPU-b"}, {7, -1}, {"MIG-m0", "GPU-b"}}),
             (std::vector<int>{7, -1}));
   EXPECT_EQ(by_uuid.gpus[0].uuid, "MIG-m0");
-  GpuSnapshot all = s;
+  gpuinfo::GpuSnapshot all = s;
   EXPECT_EQ(keep_job_gpus(all, {}), (std::vector<int>(4, -1)));
   EXPECT_EQ(all.gpus.size(), 4u);
 }
 
 TEST(Monitor, NamesTheJobsGpusTheListLacks) {
-  GpuSnapshot s;
+  gpuinfo::GpuSnapshot s;
   s.gpus = {gpu(0, -1, "GPU-a", 10), gpu(1, -1, "GPU-b", 20), gpu(2, -1, "GPU-c", 30)};
   EXPECT_EQ(keep_job_gpus(s, {{"1", "5"}, {0, 1}, {"1", "5"}}), (std::vector<int>{0}));
   ASSERT_EQ(s.problems.size(), 1u);
@@ -91,7 +91,7 @@ TEST(Monitor, NamesTheJobsGpusTheListLacks) {
 // Inside the job's device cgroup the driver numbers the job's GPUs 2 and 3 as 0 and 1, while the
 // node's list (SLURM_JOB_GPUS) holds the node's numbers: the k-th smallest is the listed GPU k.
 TEST(Monitor, MatchesTheNodesNumbersToACgroupsRenumberedList) {
-  GpuSnapshot inside;
+  gpuinfo::GpuSnapshot inside;
   inside.gpus = {gpu(0, -1, "GPU-c", 30), gpu(1, -1, "GPU-d", 40)};
   EXPECT_EQ(keep_job_gpus(inside, {{"3"}, {1}, {"3", "2"}}), (std::vector<int>{1}));
   ASSERT_EQ(inside.gpus.size(), 1u);
@@ -99,28 +99,28 @@ TEST(Monitor, MatchesTheNodesNumbersToACgroupsRenumberedList) {
   EXPECT_EQ(inside.gpus[0].index, 3);  // the node's number, as the plan printed it
   EXPECT_TRUE(inside.problems.empty());
   // The whole node listed: numbers agree, nothing is renumbered.
-  GpuSnapshot node;
+  gpuinfo::GpuSnapshot node;
   node.gpus = {gpu(0, -1, "GPU-a", 10), gpu(1, -1, "GPU-b", 20), gpu(2, -1, "GPU-c", 30),
                gpu(3, -1, "GPU-d", 40)};
   EXPECT_EQ(keep_job_gpus(node, {{"2"}, {0}, {"2", "3"}}), (std::vector<int>{0}));
   EXPECT_EQ(node.gpus.at(0).uuid, "GPU-c");
   // The list is the cgroup's own numbering already: kept as it is.
-  GpuSnapshot same = inside;
+  gpuinfo::GpuSnapshot same = inside;
   same.gpus = {gpu(0, -1, "GPU-c", 30), gpu(1, -1, "GPU-d", 40)};
   EXPECT_EQ(keep_job_gpus(same, {{"0"}, {4}, {"0", "1"}}), (std::vector<int>{4}));
   EXPECT_EQ(same.gpus.at(0).uuid, "GPU-c");
   // Counts that differ, or UUIDs in the list: no guess, and the missing GPU is said.
-  GpuSnapshot fewer;
+  gpuinfo::GpuSnapshot fewer;
   fewer.gpus = {gpu(0, -1, "GPU-c", 30)};
   EXPECT_TRUE(keep_job_gpus(fewer, {{"3"}, {1}, {"2", "3"}}).empty());
   EXPECT_EQ(fewer.problems.size(), 1u);
   // GPUs the driver lost: a short list is not a cgroup's, nothing is renumbered.
-  GpuSnapshot lost = inside;
+  gpuinfo::GpuSnapshot lost = inside;
   lost.gpus = {gpu(0, -1, "GPU-a", 10), gpu(1, -1, "GPU-b", 20)};
   lost.problems = {"Unable to determine the device handle for GPU2: 0000:34:00.0: Unknown Error"};
   EXPECT_TRUE(keep_job_gpus(lost, {{"2", "3"}, {0, 1}, {"2", "3"}}).empty());
   EXPECT_EQ(lost.problems.size(), 3u);
-  GpuSnapshot uuids;
+  gpuinfo::GpuSnapshot uuids;
   uuids.gpus = {gpu(0, -1, "GPU-c", 30), gpu(1, -1, "GPU-d", 40)};
   EXPECT_TRUE(keep_job_gpus(uuids, {{"3"}, {1}, {"GPU-x", "3"}}).empty());
 }
@@ -164,13 +164,13 @@ TEST(Monitor, LogWritesHeaderAndWholeRows) {
   std::string path = (dir / "m.csv").string();
   {
     MonitorLog log(path);
-    GpuSnapshot s;
+    gpuinfo::GpuSnapshot s;
     s.time_ms = 1700000000123;
     s.gpus = {gpu(1, -1, "GPU-b", 55.5), gpu(3, 2, "MIG-x", std::nullopt)};
     s.gpus[0].power_w = 250;
-    log.add("node2", control::GpuSamples{"3,-1", control::Text{encode_snapshot(s)}});
+    log.add("node2", control::GpuSamples{"3,-1", control::Text{gpuinfo::encode_snapshot(s)}});
     EXPECT_EQ(log.rows(), 2);
-    EXPECT_THROW(log.add("node2", control::GpuSamples{"x", control::Text{encode_snapshot(s)}}),
+    EXPECT_THROW(log.add("node2", control::GpuSamples{"x", control::Text{gpuinfo::encode_snapshot(s)}}),
                  Error);
     EXPECT_THROW(log.add("node2", control::GpuSamples{"1", control::Text{"not a sample"}}), Error);
   }
@@ -189,7 +189,7 @@ TEST(Monitor, LogWritesHeaderAndWholeRows) {
 }
 
 TEST(Monitor, SamplerThreadSendsTheJobsGpusWithTheirRanks) {
-  NodeSampler s(SamplerConfig{fixture("nvidia-smi-4gpu")}, 100,
+  NodeSampler s(gpuinfo::SamplerConfig{fixture("nvidia-smi-4gpu")}, 100,
                 JobGpus{{"3", "1"}, {9, 8}, {"1", "3"}});
   auto got = wait_for(s, 2);
   s.stop();
@@ -197,7 +197,7 @@ TEST(Monitor, SamplerThreadSendsTheJobsGpusWithTheirRanks) {
     ASSERT_TRUE(std::holds_alternative<control::GpuSamples>(m));
     const auto& g = std::get<control::GpuSamples>(m);
     EXPECT_EQ(g.ranks, "8,9");  // the snapshot keeps nvidia-smi's order: GPU 1, then GPU 3
-    GpuSnapshot snap = decode_snapshot(g.snapshot.value);
+    gpuinfo::GpuSnapshot snap = gpuinfo::decode_snapshot(g.snapshot.value);
     ASSERT_EQ(snap.gpus.size(), 2u);
     EXPECT_EQ(snap.gpus[0].index, 1);
     EXPECT_EQ(snap.gpus[0].util_percent.value_or(-1), 45);
@@ -206,7 +206,7 @@ TEST(Monitor, SamplerThreadSendsTheJobsGpusWithTheirRanks) {
 }
 
 TEST(Monitor, SamplerSaysOnceWhenThereIsNothingToSample) {
-  NodeSampler missing(SamplerConfig{"/nonexistent/nvidia-smi"}, 100, {});
+  NodeSampler missing(gpuinfo::SamplerConfig{"/nonexistent/nvidia-smi"}, 100, {});
   auto got = wait_for(missing, 1);
   ASSERT_EQ(got.size(), 1u);
   ASSERT_TRUE(std::holds_alternative<control::GpuSamplesFailed>(got[0]));
@@ -216,7 +216,7 @@ TEST(Monitor, SamplerSaysOnceWhenThereIsNothingToSample) {
   pollfd p{missing.fd(), POLLIN, 0};
   EXPECT_EQ(poll(&p, 1, 500), 0);
   // GPUs the driver lists but none of them the job's: said, not silently empty.
-  NodeSampler other(SamplerConfig{fixture("nvidia-smi-4gpu")}, 100, JobGpus{{"7"}, {0}, {"7"}});
+  NodeSampler other(gpuinfo::SamplerConfig{fixture("nvidia-smi-4gpu")}, 100, JobGpus{{"7"}, {0}, {"7"}});
   auto o = wait_for(other, 1);
   ASSERT_TRUE(std::holds_alternative<control::GpuSamplesFailed>(o.at(0)));
   EXPECT_NE(std::get<control::GpuSamplesFailed>(o[0]).what.value.find("(0,1,2,3)"),
@@ -231,7 +231,7 @@ TEST(Monitor, StopCutsAHungNvidiaSmiShort) {
   std::string hung = (dir / "nvidia-smi").string();
   std::ofstream(hung) << "#!/bin/sh\nexec sleep 30\n";
   std::filesystem::permissions(hung, std::filesystem::perms::owner_all);
-  NodeSampler s(SamplerConfig{hung, 10000}, 100, {});
+  NodeSampler s(gpuinfo::SamplerConfig{hung, 10000}, 100, {});
   std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the first call is under way
   auto t0 = std::chrono::steady_clock::now();
   s.stop();

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
 #include "request.h"
@@ -52,7 +52,7 @@ struct DaemonConfig {
   // jobs are sampled; raw samples are kept sample_retention_s, per-job figures for good.
   int sample_interval_s = 10;
   int64_t sample_retention_s = 7 * 24 * 3600;
-  launcher::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
+  gpuinfo::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
 };
 
 struct SupervisorStatus;
@@ -180,7 +180,7 @@ class Daemon {
   std::map<uint32_t, UsageRec> usage_;
   std::unique_ptr<UsageSampler> sampler_;
   std::vector<UsageSampler::Target> published_targets_;
-  std::optional<launcher::GpuSnapshot> last_gpus_;  // the newest GPU sample, every GPU
+  std::optional<gpuinfo::GpuSnapshot> last_gpus_;  // the newest GPU sample, every GPU
   std::string sample_error_;                        // why the newest sample failed, if it did
   // GPU-seconds of finished jobs by user, for /metrics' counter without a scan per request.
   std::map<std::string, double> finished_gpu_seconds_;

@@ -12,32 +12,21 @@
 #include "client.h"
 #include "daemon.h"
 #include "env.h"
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/gpuinfo/gpu_count.h"
 
 namespace gpurun::queue {
 namespace po = boost::program_options;
 
 namespace {
 
-// The GPUs the daemon's sampler sees (NVML, or the nvidia-smi that GPURUN_NVIDIA_SMI names): the
-// pool is found by the same reader that samples it, so the two never disagree.
-std::vector<int> detect_gpus(const launcher::SamplerConfig& cfg) {
-  launcher::GpuSnapshot snap;
-  try {
-    snap = launcher::GpuSampler(cfg).sample();
-  } catch (const std::exception& e) {
+// The GPU pool: gpuinfo's one count (NVML, the nvidia-smi GPURUN_NVIDIA_SMI names or the one on
+// PATH, the driver's /proc folders), the readers the daemon's sampler also uses.
+std::vector<int> detect_gpus(const gpuinfo::SamplerConfig& cfg) {
+  gpuinfo::GpuCount c = gpuinfo::count_gpus(cfg);
+  if (c.ids.empty())
     throw std::runtime_error(
-        fmt::format("no GPUs found ({}): pass --gpus 0,1,... or --gpus none", e.what()));
-  }
-  std::vector<int> ids;
-  for (const auto& g : snap.gpus)
-    if (g.mig < 0) ids.push_back(g.index);  // MIG devices are parts of their GPU
-  if (ids.empty())
-    throw std::runtime_error(
-        fmt::format("no GPUs found ({} lists none): pass --gpus 0,1,... or "
-                    "--gpus none",
-                    snap.source));
-  return ids;
+        fmt::format("no GPUs found ({}): pass --gpus 0,1,... or --gpus none", c.why_none));
+  return c.ids;
 }
 
 std::string default_state_dir() {
@@ -62,7 +51,8 @@ int cmd_daemon(const Args& a) {
   desc.add_options()("help,h", "show this help")(
       "gpus", po::value<std::string>(),
       "GPU ids to schedule, e.g. 0,1,2,3, or none for CPU jobs only (default: every GPU the "
-      "sampler sees: NVML, or GPURUN_NVIDIA_SMI's nvidia-smi)")(
+      "machine has: NVML, else GPURUN_NVIDIA_SMI's or PATH's nvidia-smi, else "
+      "/proc/driver/nvidia)")(
       "state-dir", po::value<std::string>(),
       "job store and run files (default: /var/lib/gpuq as "
       "root, ~/.local/state/gpuq otherwise)")("socket", po::value<std::string>(),

@@ -124,7 +124,7 @@ void Daemon::apply_tick(const UsageSampler::Tick& t) {
     if (j.state != JobState::kRunning || t.time_ms < j.start_ms) continue;
     bool measured = false;
     for (int g : t.gpus ? j.gpus : std::vector<int>{}) {
-      const launcher::GpuSample* s = t.gpus->gpu(g);
+      const gpuinfo::GpuSample* s = t.gpus->gpu(g);
       if (!s) continue;  // vanished or not listed: no figure rather than a zero
       rows.push_back({t.time_ms, g, id, s->util_percent, s->mem_used_mib, s->mem_total_mib,
                       s->power_w, s->temp_c});
@@ -161,9 +161,9 @@ nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder, int 
     }
   nlohmann::json gpus = nlohmann::json::array();
   for (int g : cfg_.gpus) {
-    const launcher::GpuSample* s = last_gpus_ ? last_gpus_->gpu(g) : nullptr;
+    const gpuinfo::GpuSample* s = last_gpus_ ? last_gpus_->gpu(g) : nullptr;
     auto h = holder.find(g);
-    auto f = [&](std::optional<double> launcher::GpuSample::*field) {
+    auto f = [&](std::optional<double> gpuinfo::GpuSample::*field) {
       return figure(s ? s->*field : std::nullopt);
     };
     gpus.push_back({{"id", g},
@@ -171,11 +171,11 @@ nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder, int 
                     {"job", h != holder.end() ? job_brief(*h->second, now) : nlohmann::json()},
                     {"seen", s != nullptr},
                     {"name", s ? s->name : ""},
-                    {"util_percent", f(&launcher::GpuSample::util_percent)},
-                    {"mem_used_mib", f(&launcher::GpuSample::mem_used_mib)},
-                    {"mem_total_mib", f(&launcher::GpuSample::mem_total_mib)},
-                    {"power_w", f(&launcher::GpuSample::power_w)},
-                    {"temp_c", f(&launcher::GpuSample::temp_c)},
+                    {"util_percent", f(&gpuinfo::GpuSample::util_percent)},
+                    {"mem_used_mib", f(&gpuinfo::GpuSample::mem_used_mib)},
+                    {"mem_total_mib", f(&gpuinfo::GpuSample::mem_total_mib)},
+                    {"power_w", f(&gpuinfo::GpuSample::power_w)},
+                    {"temp_c", f(&gpuinfo::GpuSample::temp_c)},
                     {"spark", spark.count(g) ? spark[g] : nlohmann::json::array()}});
   }
   return gpus;

@@ -14,7 +14,7 @@
 #include <sstream>
 #include <stdexcept>
 
-#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/queue/protocol.h"
 
 namespace gpurun::queue {
@@ -72,10 +72,10 @@ int64_t now_ms() {
 
 namespace {
 
-std::optional<launcher::ProcStat> proc_stat(int pid) {
+std::optional<gpuinfo::ProcStat> proc_stat(int pid) {
   auto text = read_file(fmt::format("/proc/{}/stat", pid));
   if (!text) return std::nullopt;
-  return launcher::parse_proc_stat(*text, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
+  return gpuinfo::parse_proc_stat(*text, sysconf(_SC_CLK_TCK), sysconf(_SC_PAGESIZE));
 }
 
 // `id` if it still names the job's session or group, else 0 (see JobProcesses).
@@ -86,7 +86,7 @@ int still_ours(int id, uint64_t start) {
   return start != 0 && *holder == start ? id : 0;
 }
 
-bool is_member(const launcher::ProcStat& p, const JobProcesses& job) {
+bool is_member(const gpuinfo::ProcStat& p, const JobProcesses& job) {
   const int sid = still_ours(job.sid, job.sid_start);
   const int pgid = still_ours(job.pgid, job.pgid_start);
   return (sid && p.sid == sid) || (pgid && p.pgid == pgid) || (job.ppid && p.ppid == job.ppid);
@@ -97,7 +97,7 @@ bool is_member(const launcher::ProcStat& p, const JobProcesses& job) {
 size_t kill_job_processes(const JobProcesses& job) {
   size_t found = 0;
   const int self = getpid();
-  for (const auto& p : launcher::scan_processes()) {
+  for (const auto& p : gpuinfo::scan_processes()) {
     if (p.pid == self || p.state == 'Z' || !is_member(p, job)) continue;
     // The pidfd pins the process we check next: if the pid was reused in between, the fresh
     // /proc read shows the new process (not a member) or the signal finds the old one gone.

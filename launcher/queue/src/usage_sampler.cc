@@ -13,8 +13,8 @@ namespace {
 constexpr size_t kMaxWaitingTicks = 64;  // a stalled daemon loop must not make the thread hoard
 }
 
-UsageSampler::UsageSampler(launcher::SamplerConfig cfg, int interval_s)
-    : own_cgroup_(launcher::process_cgroup(getpid())),
+UsageSampler::UsageSampler(gpuinfo::SamplerConfig cfg, int interval_s)
+    : own_cgroup_(gpuinfo::process_cgroup(getpid())),
       cfg_(std::move(cfg)),
       thread_(std::chrono::seconds(interval_s), [this] { return tick(); }) {}
 
@@ -44,14 +44,14 @@ UsageSampler::Tick UsageSampler::sample_once(const std::vector<Target>& targets)
     }
   }
   if (targets.empty()) return t;
-  auto procs = launcher::scan_processes();
+  auto procs = gpuinfo::scan_processes();
   for (const auto& target : targets) {
     // A job in a cgroup of its own (a systemd scope, a cgroup-aware wrapper) is measured there:
     // the kernel's figures include processes that left the session.
-    auto cg = launcher::process_cgroup(target.session);
-    std::optional<launcher::ProcessUsage> u;
-    if (cg && cg != own_cgroup_) u = launcher::cgroup_usage(*cg, common::read_file);
-    t.jobs[target.job_id] = u ? *u : launcher::session_usage(procs, target.session);
+    auto cg = gpuinfo::process_cgroup(target.session);
+    std::optional<gpuinfo::ProcessUsage> u;
+    if (cg && cg != own_cgroup_) u = gpuinfo::cgroup_usage(*cg, common::read_file);
+    t.jobs[target.job_id] = u ? *u : gpuinfo::session_usage(procs, target.session);
   }
   return t;
 }

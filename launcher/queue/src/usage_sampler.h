@@ -14,8 +14,8 @@
 #include <vector>
 
 #include "gpurun/common/periodic.h"
-#include "gpurun/launcher/gpu_sampler.h"
-#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/queue/protocol.h"
 
 namespace gpurun::queue {
@@ -29,13 +29,13 @@ class UsageSampler {
   };
   struct Tick {
     int64_t time_ms = 0;
-    std::optional<launcher::GpuSnapshot> gpus;  // nullopt when sampling failed (error says why)
+    std::optional<gpuinfo::GpuSnapshot> gpus;  // nullopt when sampling failed (error says why)
     std::string error;
-    std::map<int64_t, launcher::ProcessUsage> jobs;  // by job id
+    std::map<int64_t, gpuinfo::ProcessUsage> jobs;  // by job id
   };
 
   // Samples at once, then every interval_s seconds (> 0), in a common::PeriodicThread.
-  UsageSampler(launcher::SamplerConfig cfg, int interval_s);
+  UsageSampler(gpuinfo::SamplerConfig cfg, int interval_s);
   UsageSampler(const UsageSampler&) = delete;
   UsageSampler& operator=(const UsageSampler&) = delete;
 
@@ -49,8 +49,8 @@ class UsageSampler {
 
   std::optional<std::string> own_cgroup_;
   // The thread's own: the GPU sampler is made in it, from cfg_, on its first run.
-  launcher::SamplerConfig cfg_;
-  std::optional<launcher::GpuSampler> gpus_;
+  gpuinfo::SamplerConfig cfg_;
+  std::optional<gpuinfo::GpuSampler> gpus_;
   std::string gpu_error_;
   bool started_ = false;
   std::mutex mu_;  // guards targets_ and ticks_

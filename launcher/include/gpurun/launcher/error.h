@@ -1,24 +1,14 @@
-// error.h: the launcher's one error channel. Library code throws gpurun::launcher::Error with a
-// message that names the input at fault (variable, file, option) and, where the cause is known,
-// a hint; only main() turns it into an exit code.
+// error.h: the launcher's errors: common::Error (gpurun/common/error.h), and HostlistError, which
+// points at the offending character of a hostlist expression.
 #pragma once
 
-#include <stdexcept>
 #include <string>
+
+#include "gpurun/common/error.h"
 
 namespace gpurun::launcher {
 
-// what() is one line; `detail` (may be empty) holds lines shown under it, such as a caret under
-// the offending character. main() escapes control characters in both before printing them.
-class Error : public std::runtime_error {
- public:
-  explicit Error(const std::string& what, std::string detail = "")
-      : std::runtime_error(what), detail_(std::move(detail)) {}
-  const std::string& detail() const { return detail_; }
-
- private:
-  std::string detail_;
-};
+using common::Error;
 
 // A hostlist or tasks-per-node expression that does not parse. `position` is the byte offset of
 // the offending character in `input`, so a caller can point at it.

@@ -1,13 +1,13 @@
 // gpu_nvml.h: the GPU sampler's NVML backend: libnvidia-ml.so.1 loaded with dlopen, so neither
-// gpurun nor gpuq needs the driver to build or to start. Private to the launcher.
+// gpurun nor gpuq needs the driver to build or to start. Private to gpuinfo.
 #pragma once
 
 #include <memory>
 #include <string>
 
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
 
 class NvmlBackend {
  public:
@@ -27,4 +27,4 @@ class NvmlBackend {
   std::unique_ptr<Api> api_;
 };
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo

@@ -1,13 +1,13 @@
 // run_capture.h: runs a tool and returns what it printed, killing it when it takes too long. The
 // GPU sampler's nvidia-smi backend needs the bound (nvidia-smi can hang on a failing GPU) and
-// must not go through a shell. Private to the launcher.
+// must not go through a shell; gpurun asks srun what it supports.
 #pragma once
 
 #include <optional>
 #include <string>
 #include <vector>
 
-namespace gpurun::launcher {
+namespace gpurun::common {
 
 struct Captured {
   std::string output;            // stdout and stderr together, at most max_bytes
@@ -17,10 +17,10 @@ struct Captured {
 };
 
 // Runs argv[0] (a path, or a name looked up on PATH) with stdin from /dev/null. A cancel_fd (>= 0)
-// that turns readable kills the tool at once (its owner is stopping). Throws Error when it cannot
+// that turns readable kills the tool at once (its owner is stopping). Throws common::Error when it cannot
 // be started at all.
 inline constexpr size_t kCaptureMaxBytes = 1 << 20;
 Captured run_capture(const std::vector<std::string>& argv, int timeout_ms,
                      size_t max_bytes = kCaptureMaxBytes, int cancel_fd = -1);
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::common

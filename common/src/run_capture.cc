@@ -1,8 +1,7 @@
 // run_capture.cc: see run_capture.h.
-#include "run_capture.h"
+#include "gpurun/common/run_capture.h"
 
 #include <fcntl.h>
-#include <fmt/format.h>
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
@@ -12,13 +11,14 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <string>
 
+#include "gpurun/common/error.h"
 #include "gpurun/common/posix.h"
-#include "gpurun/launcher/error.h"
 
 extern char** environ;
 
-namespace gpurun::launcher {
+namespace gpurun::common {
 namespace {
 
 pid_t spawn_with_pipe(const std::vector<std::string>& argv, int write_end) {
@@ -42,7 +42,7 @@ pid_t spawn_with_pipe(const std::vector<std::string>& argv, int write_end) {
   int rc = posix_spawnp(&pid, args[0], &fa, &attr, args.data(), environ);
   posix_spawn_file_actions_destroy(&fa);
   posix_spawnattr_destroy(&attr);
-  if (rc != 0) throw Error(fmt::format("cannot run {}: {}", argv[0], strerror(rc)));
+  if (rc != 0) throw Error("cannot run " + argv[0] + ": " + strerror(rc));
   return pid;
 }
 
@@ -51,7 +51,7 @@ pid_t spawn_with_pipe(const std::vector<std::string>& argv, int write_end) {
 Captured run_capture(const std::vector<std::string>& argv, int timeout_ms, size_t max_bytes,
                      int cancel_fd) {
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(fmt::format("pipe: {}", strerror(errno)));
+  if (pipe2(fds, O_CLOEXEC) != 0) throw Error(std::string("pipe: ") + strerror(errno));
   common::Fd read_end(fds[0]), write_end(fds[1]);
   pid_t pid = spawn_with_pipe(argv, write_end.get());
   write_end.reset();
@@ -95,4 +95,4 @@ Captured run_capture(const std::vector<std::string>& argv, int timeout_ms, size_
   return out;
 }
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::common

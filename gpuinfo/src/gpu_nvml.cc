@@ -6,10 +6,12 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
-#include "gpurun/launcher/error.h"
+#include "gpurun/common/error.h"
 #include "nvml_abi.h"
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
+
+using common::Error;
 
 struct NvmlBackend::Api {
   void* lib = nullptr;
@@ -137,4 +139,4 @@ void NvmlBackend::sample(GpuSnapshot& out) {
   }
 }
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo

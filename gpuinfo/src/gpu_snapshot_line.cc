@@ -10,10 +10,12 @@
 #include <charconv>
 #include <cstdlib>
 
-#include "gpurun/launcher/error.h"
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/common/error.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
+
+using common::Error;
 namespace {
 
 constexpr std::string_view kTag = "gpus/1";
@@ -137,4 +139,4 @@ GpuSnapshot decode_snapshot(std::string_view line) {
   return s;
 }
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo

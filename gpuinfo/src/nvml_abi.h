@@ -7,7 +7,7 @@
 // Private to the launcher; the functions are looked up with dlsym, never linked.
 #pragma once
 
-namespace gpurun::launcher::nvml {
+namespace gpurun::gpuinfo::nvml {
 
 using Return = int;  // nvmlReturn_t
 constexpr Return kSuccess = 0;
@@ -50,4 +50,4 @@ using DeviceGetMigModeFn = Return (*)(Device, unsigned int*, unsigned int*);
 using DeviceGetMaxMigDeviceCountFn = Return (*)(Device, unsigned int*);
 using DeviceGetMigDeviceHandleByIndexFn = Return (*)(Device, unsigned int, Device*);
 
-}  // namespace gpurun::launcher::nvml
+}  // namespace gpurun::gpuinfo::nvml

@@ -11,7 +11,7 @@
 
 #include "nvml_abi.h"
 
-namespace n = gpurun::launcher::nvml;
+namespace n = gpurun::gpuinfo::nvml;
 
 static_assert(sizeof(nvmlReturn_t) == sizeof(n::Return));
 static_assert(NVML_SUCCESS == n::kSuccess);

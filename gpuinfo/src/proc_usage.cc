@@ -1,6 +1,6 @@
 // proc_usage.cc: see proc_usage.h. Figures from proc(5) (/proc/PID/stat fields 14-17 and 24) and
 // the kernel's cgroup v2 documentation (cpu.stat usage_usec, memory.current, memory.peak).
-#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 
 #include <dirent.h>
 #include <fmt/format.h>
@@ -13,7 +13,7 @@
 
 #include "gpurun/common/posix.h"
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
 
 std::optional<ProcStat> parse_proc_stat(std::string_view text, long clock_ticks, long page_size) {
   size_t open = text.find('(');
@@ -121,4 +121,4 @@ std::optional<std::string> process_cgroup(int pid) {
   return std::nullopt;
 }
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo

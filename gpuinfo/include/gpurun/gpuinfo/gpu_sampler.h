@@ -14,7 +14,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
 
 // One GPU, or one MIG device of a GPU, at one moment. A figure the driver cannot give ([N/A],
 // [Not Supported], NVML_ERROR_NOT_SUPPORTED: GPU utilisation in MIG mode, power on some boards) is
@@ -97,4 +97,4 @@ std::vector<GpuSample> parse_nvidia_smi_mig_list(std::string_view text);
 std::string encode_snapshot(const GpuSnapshot& s);
 GpuSnapshot decode_snapshot(std::string_view line);
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo

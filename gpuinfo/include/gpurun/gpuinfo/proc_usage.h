@@ -10,7 +10,7 @@
 #include <string_view>
 #include <vector>
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
 
 // One line of /proc/PID/stat, the fields the queue and the sampler use.
 struct ProcStat {
@@ -57,4 +57,4 @@ std::optional<ProcessUsage> cgroup_usage(
 // or nullopt (no cgroup v2, process gone).
 std::optional<std::string> process_cgroup(int pid);
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo

@@ -16,9 +16,9 @@
 #include <cstdlib>
 #include <string>
 
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
 namespace {
 
 std::string_view trim(std::string_view s) {
@@ -128,4 +128,4 @@ std::vector<GpuSample> parse_nvidia_smi_mig_list(std::string_view text) {
   return out;
 }
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo

@@ -1,4 +1,4 @@
-// test_gpu_sampler.cc: the GPU sampler against fake nvidia-smi scripts (fixtures/nvidia-smi: the
+// gpu_sampler_test.cc: the GPU sampler against fake nvidia-smi scripts (fixtures/nvidia-smi: the
 // real CSV shapes, with [N/A], [Not Supported], a MIG listing and a GPU that vanishes mid-job),
 // the one-line snapshot encoding, and per-process CPU time and memory from /proc and cgroup files.
 #include <gtest/gtest.h>
@@ -12,11 +12,12 @@
 #include <fstream>
 #include <thread>
 
-#include "gpurun/launcher/error.h"
-#include "gpurun/launcher/gpu_sampler.h"
-#include "gpurun/launcher/proc_usage.h"
+#include "gpurun/common/error.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 
-using namespace gpurun::launcher;
+using gpurun::common::Error;
+namespace gpuinfo = gpurun::gpuinfo;
 
 namespace {
 
@@ -24,8 +25,8 @@ std::string fixture(const std::string& name) {
   return std::string(GPURUN_FIXTURES) + "/nvidia-smi/" + name;
 }
 
-GpuSnapshot sample_with(const std::string& script) {
-  GpuSampler s(SamplerConfig{fixture(script)});
+gpuinfo::GpuSnapshot sample_with(const std::string& script) {
+  gpuinfo::GpuSampler s(gpuinfo::SamplerConfig{fixture(script)});
   return s.sample();
 }
 
@@ -50,13 +51,13 @@ struct TempDir {
 }  // namespace
 
 TEST(NvidiaSmiCsv, FourGpusWithEveryFigure) {
-  GpuSnapshot s = sample_with("nvidia-smi-4gpu");
+  gpuinfo::GpuSnapshot s = sample_with("nvidia-smi-4gpu");
   EXPECT_EQ(s.source, "nvidia-smi");
   EXPECT_FALSE(s.host.empty());
   EXPECT_GT(s.time_ms, 1700000000000);
   ASSERT_EQ(s.gpus.size(), 4u);
   EXPECT_TRUE(s.problems.empty());
-  const GpuSample& g = s.gpus[2];
+  const gpuinfo::GpuSample& g = s.gpus[2];
   EXPECT_EQ(g.index, 2);
   EXPECT_EQ(g.mig, -1);
   EXPECT_EQ(g.uuid, "GPU-b1c2d3e4-f5a6-4b7c-8d9e-0f1a2b3c4d03");
@@ -72,7 +73,7 @@ TEST(NvidiaSmiCsv, FourGpusWithEveryFigure) {
 }
 
 TEST(NvidiaSmiCsv, NotAvailableAndNotSupportedAreNoFigureNotZero) {
-  GpuSnapshot s = sample_with("nvidia-smi-na");
+  gpuinfo::GpuSnapshot s = sample_with("nvidia-smi-na");
   ASSERT_EQ(s.gpus.size(), 4u);
   EXPECT_EQ(s.gpus[0].util_percent, 42.0);
   EXPECT_FALSE(s.gpus[0].power_w.has_value());       // [N/A]
@@ -81,13 +82,13 @@ TEST(NvidiaSmiCsv, NotAvailableAndNotSupportedAreNoFigureNotZero) {
   EXPECT_EQ(s.gpus[2].util_percent, 7.0);
   EXPECT_FALSE(s.gpus[2].mem_used_mib.has_value());
   EXPECT_FALSE(s.gpus[2].mem_total_mib.has_value());
-  const GpuSample& t4 = s.gpus[3];
+  const gpuinfo::GpuSample& t4 = s.gpus[3];
   EXPECT_EQ(t4.name, "Tesla T4");
   EXPECT_FALSE(t4.util_percent || t4.mem_used_mib || t4.mem_total_mib || t4.power_w || t4.temp_c);
 }
 
 TEST(NvidiaSmiCsv, MigDevicesFollowTheirGpu) {
-  GpuSnapshot s = sample_with("nvidia-smi-mig");
+  gpuinfo::GpuSnapshot s = sample_with("nvidia-smi-mig");
   ASSERT_EQ(s.gpus.size(), 5u);  // GPU 0, its 3 MIG devices, GPU 1
   EXPECT_EQ(s.gpus[0].index, 0);
   EXPECT_EQ(s.gpus[0].mig, -1);
@@ -109,13 +110,13 @@ TEST(NvidiaSmiCsv, AGpuThatVanishesMidJobIsMissingAndNamed) {
   TempDir dir;
   std::string state = dir.path + "/calls";
   setenv("FAKE_NVIDIA_SMI_STATE", state.c_str(), 1);
-  GpuSampler sampler(SamplerConfig{fixture("nvidia-smi-vanish")});
+  gpuinfo::GpuSampler sampler(gpuinfo::SamplerConfig{fixture("nvidia-smi-vanish")});
   for (int i = 0; i < 3; ++i) {
-    GpuSnapshot s = sampler.sample();
+    gpuinfo::GpuSnapshot s = sampler.sample();
     EXPECT_EQ(s.gpus.size(), 4u) << "call " << i + 1;
     EXPECT_TRUE(s.problems.empty());
   }
-  GpuSnapshot s = sampler.sample();  // exit 15, GPU 2's row replaced by the driver's error
+  gpuinfo::GpuSnapshot s = sampler.sample();  // exit 15, GPU 2's row replaced by the driver's error
   unsetenv("FAKE_NVIDIA_SMI_STATE");
   ASSERT_EQ(s.gpus.size(), 3u);
   EXPECT_EQ(s.gpu(2), nullptr);
@@ -126,7 +127,7 @@ TEST(NvidiaSmiCsv, AGpuThatVanishesMidJobIsMissingAndNamed) {
 }
 
 TEST(NvidiaSmiCsv, ParserKeepsWhatItCannotReadAsProblems) {
-  auto r = parse_nvidia_smi_csv(
+  auto r = gpuinfo::parse_nvidia_smi_csv(
       "0, GPU-a, A, Disabled, 1, 2, 3, 4, 5\n"
       "garbage line\n"
       "x, GPU-b, B, Disabled, 1, 2, 3, 4, 5\n"
@@ -139,18 +140,18 @@ TEST(NvidiaSmiCsv, ParserKeepsWhatItCannotReadAsProblems) {
   EXPECT_EQ(r.gpus[1].mem_total_mib, 200.0);
   EXPECT_EQ(r.gpus[1].power_w, 70.5);
   EXPECT_EQ(r.mig_enabled, std::vector<int>{1});
-  const GpuSample& d = r.gpus[2];
+  const gpuinfo::GpuSample& d = r.gpus[2];
   EXPECT_FALSE(d.util_percent || d.mem_used_mib || d.mem_total_mib || d.power_w || d.temp_c);
   EXPECT_EQ(r.problems,
             (std::vector<std::string>{"garbage line", "x, GPU-b, B, Disabled, 1, 2, 3, 4, 5",
                                       "2, too, few"}));
-  EXPECT_TRUE(parse_nvidia_smi_csv("").gpus.empty());
+  EXPECT_TRUE(gpuinfo::parse_nvidia_smi_csv("").gpus.empty());
   std::string huge(5000, 'x');
-  EXPECT_EQ(parse_nvidia_smi_csv(huge).problems[0].size(), 200u);
+  EXPECT_EQ(gpuinfo::parse_nvidia_smi_csv(huge).problems[0].size(), 200u);
 }
 
 TEST(NvidiaSmiCsv, MigListIgnoresLinesItDoesNotKnow) {
-  auto m = parse_nvidia_smi_mig_list(
+  auto m = gpuinfo::parse_nvidia_smi_mig_list(
       "  MIG 1g.5gb Device 0: (UUID: MIG-orphan)\n"  // no GPU line above: ignored
       "GPU 3: NVIDIA H100 (UUID: GPU-x)\n"
       "  MIG 1g.10gb     Device  5: (UUID: MIG-five)\n"
@@ -170,7 +171,7 @@ TEST(GpuSampler, FailuresNameTheToolAndWhatItSaid) {
   EXPECT_NE(e.find("is not a valid field"), std::string::npos) << e;
   EXPECT_NE(e.find("exit 2"), std::string::npos) << e;
 
-  e = error_of([] { GpuSampler(SamplerConfig{"/nonexistent/nvidia-smi"}).sample(); });
+  e = error_of([] { gpuinfo::GpuSampler(gpuinfo::SamplerConfig{"/nonexistent/nvidia-smi"}).sample(); });
   EXPECT_NE(e.find("cannot run /nonexistent/nvidia-smi"), std::string::npos) << e;
 
   TempDir dir;
@@ -178,27 +179,27 @@ TEST(GpuSampler, FailuresNameTheToolAndWhatItSaid) {
   std::ofstream(hung) << "#!/bin/sh\nexec sleep 30\n";
   std::filesystem::permissions(hung, std::filesystem::perms::owner_all);
   auto t0 = std::chrono::steady_clock::now();
-  e = error_of([&] { GpuSampler(SamplerConfig{hung, 300}).sample(); });
+  e = error_of([&] { gpuinfo::GpuSampler(gpuinfo::SamplerConfig{hung, 300}).sample(); });
   EXPECT_NE(e.find("did not answer within 300 ms"), std::string::npos) << e;
   EXPECT_LT(std::chrono::steady_clock::now() - t0, std::chrono::seconds(10));
 }
 
 TEST(SnapshotLine, RoundTripsEveryFieldOnOneLine) {
-  GpuSnapshot s = sample_with("nvidia-smi-mig");
+  gpuinfo::GpuSnapshot s = sample_with("nvidia-smi-mig");
   s.host = "node 1,=%";  // spaces and separators must not break the line
   s.problems = {"Unable to determine the device handle for GPU2: 0000:34:00.0: Unknown Error"};
   s.gpus[4].name = "weird\nname, with=stuff %";
-  std::string line = encode_snapshot(s);
+  std::string line = gpuinfo::encode_snapshot(s);
   EXPECT_EQ(line.find('\n'), std::string::npos);
   EXPECT_EQ(line.rfind("gpus/1 t=", 0), 0u) << line;
-  GpuSnapshot d = decode_snapshot(line + "\n");
+  gpuinfo::GpuSnapshot d = gpuinfo::decode_snapshot(line + "\n");
   EXPECT_EQ(d.time_ms, s.time_ms);
   EXPECT_EQ(d.host, s.host);
   EXPECT_EQ(d.source, "nvidia-smi");
   EXPECT_EQ(d.problems, s.problems);
   ASSERT_EQ(d.gpus.size(), s.gpus.size());
   for (size_t i = 0; i < s.gpus.size(); ++i) {
-    const GpuSample &a = s.gpus[i], &b = d.gpus[i];
+    const gpuinfo::GpuSample &a = s.gpus[i], &b = d.gpus[i];
     EXPECT_EQ(a.index, b.index);
     EXPECT_EQ(a.mig, b.mig);
     EXPECT_EQ(a.uuid, b.uuid);
@@ -209,15 +210,15 @@ TEST(SnapshotLine, RoundTripsEveryFieldOnOneLine) {
     EXPECT_EQ(a.power_w, b.power_w);
     EXPECT_EQ(a.temp_c, b.temp_c);
   }
-  GpuSnapshot n;  // nothing but a time
+  gpuinfo::GpuSnapshot n;  // nothing but a time
   n.time_ms = 5;
-  EXPECT_EQ(decode_snapshot(encode_snapshot(n)).gpus.size(), 0u);
+  EXPECT_EQ(gpuinfo::decode_snapshot(gpuinfo::encode_snapshot(n)).gpus.size(), 0u);
   // A reader skips keys a newer writer added.
-  EXPECT_EQ(decode_snapshot("gpus/1 t=7 future=x").time_ms, 7);
+  EXPECT_EQ(gpuinfo::decode_snapshot("gpus/1 t=7 future=x").time_ms, 7);
 }
 
 TEST(SnapshotLine, MalformedLinesAreRefusedNamingTheField) {
-  auto e = [](const std::string& line) { return error_of([&] { decode_snapshot(line); }); };
+  auto e = [](const std::string& line) { return error_of([&] { gpuinfo::decode_snapshot(line); }); };
   EXPECT_NE(e("").find("does not start with 'gpus/1'"), std::string::npos);
   EXPECT_NE(e("gpus/2 t=1").find("does not start"), std::string::npos);
   EXPECT_NE(e("gpus/1").find("no t="), std::string::npos);
@@ -235,7 +236,7 @@ TEST(ProcUsage, ParsesStatWithAwkwardCommandNames) {
   std::string text =
       "4242 (my (odd) prog) S 1 4242 4200 0 -1 4194560 100 0 0 0 250 50 30 20 20 0 3 0 9999 "
       "1000000 512 18446744073709551615";
-  auto p = parse_proc_stat(text, 100, 4096);
+  auto p = gpuinfo::parse_proc_stat(text, 100, 4096);
   ASSERT_TRUE(p);
   EXPECT_EQ(p->pid, 4242);
   EXPECT_EQ(p->state, 'S');
@@ -246,8 +247,8 @@ TEST(ProcUsage, ParsesStatWithAwkwardCommandNames) {
   EXPECT_DOUBLE_EQ(p->children_cpu_seconds, 0.5);
   EXPECT_EQ(p->rss_bytes, 512 * 4096);
   EXPECT_EQ(p->start_ticks, 9999);  // field 22: with the pid, names one process for good
-  EXPECT_FALSE(parse_proc_stat("garbage", 100, 4096));
-  EXPECT_FALSE(parse_proc_stat("12 (x) S 1 2", 100, 4096));
+  EXPECT_FALSE(gpuinfo::parse_proc_stat("garbage", 100, 4096));
+  EXPECT_FALSE(gpuinfo::parse_proc_stat("12 (x) S 1 2", 100, 4096));
 }
 
 TEST(ProcUsage, ASessionsCpuTimeIncludesChildrenItReaped) {
@@ -271,9 +272,9 @@ TEST(ProcUsage, ASessionsCpuTimeIncludesChildrenItReaped) {
     pause();
     _exit(0);
   }
-  ProcessUsage u;
+  gpuinfo::ProcessUsage u;
   for (int i = 0; i < 1200; ++i) {  // bounded: 60 s for the grandchild's 0.3 s of CPU to show
-    u = session_usage(scan_processes(), child);
+    u = gpuinfo::session_usage(gpuinfo::scan_processes(), child);
     if (u.processes == 1 && u.cpu_seconds >= 0.29) break;  // reaped, its time moved to cutime
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
@@ -296,7 +297,7 @@ TEST(ProcUsage, CgroupV2Files) {
     if (it == files.end()) return std::nullopt;
     return it->second;
   };
-  auto u = cgroup_usage("/cg", read);
+  auto u = gpuinfo::cgroup_usage("/cg", read);
   ASSERT_TRUE(u);
   EXPECT_DOUBLE_EQ(u->cpu_seconds, 2.5);
   EXPECT_EQ(u->rss_bytes, 1048576);
@@ -304,8 +305,8 @@ TEST(ProcUsage, CgroupV2Files) {
   EXPECT_EQ(u->processes, 3);
   EXPECT_EQ(u->source, "cgroup");
   files.erase("/cg/memory.peak");  // kernels before 5.19: the current figure is the best we have
-  EXPECT_EQ(cgroup_usage("/cg", read)->peak_rss_bytes, 1048576);
+  EXPECT_EQ(gpuinfo::cgroup_usage("/cg", read)->peak_rss_bytes, 1048576);
   files["/cg/cpu.stat"] = "user_usec 1\n";
-  EXPECT_FALSE(cgroup_usage("/cg", read));
-  EXPECT_FALSE(cgroup_usage("/none", read));
+  EXPECT_FALSE(gpuinfo::cgroup_usage("/cg", read));
+  EXPECT_FALSE(gpuinfo::cgroup_usage("/none", read));
 }

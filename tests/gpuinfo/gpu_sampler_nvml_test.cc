@@ -14,28 +14,28 @@
 #include <thread>
 #include <vector>
 
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
 
 extern char** environ;
-using namespace gpurun::launcher;
+namespace gpuinfo = gpurun::gpuinfo;
 
 int main(int argc, char** argv) {
   if (argc < 2) {
     fmt::print(stderr, "usage: gpu_sampler_nvml_test PROGRAM [ARGS...]\n");
     return 2;
   }
-  GpuSampler sampler;  // no nvidia-smi named: NVML when it loads
+  gpuinfo::GpuSampler sampler;  // no nvidia-smi named: NVML when it loads
   if (sampler.backend().rfind("nvml", 0) != 0) {
     fmt::print("SKIP: NVML (libnvidia-ml.so.1) cannot be loaded here; backend: {}\n",
                sampler.backend());
     return 77;
   }
-  GpuSnapshot first = sampler.sample();
+  gpuinfo::GpuSnapshot first = sampler.sample();
   if (first.gpus.empty()) {
     fmt::print("SKIP: NVML lists no GPU\n");
     return 77;
   }
-  fmt::print("before: {}\n", encode_snapshot(first));
+  fmt::print("before: {}\n", gpuinfo::encode_snapshot(first));
   pid_t pid = 0;
   if (posix_spawnp(&pid, argv[1], nullptr, nullptr, argv + 1, environ) != 0) {
     fmt::print(stderr, "cannot start {}\n", argv[1]);
@@ -51,9 +51,9 @@ int main(int argc, char** argv) {
       fmt::print(stderr, "FAIL: {} ran for more than 300 s\n", argv[1]);
       return 1;
     }
-    GpuSnapshot s = sampler.sample();
+    gpuinfo::GpuSnapshot s = sampler.sample();
     ++samples;
-    fmt::print("{}\n", encode_snapshot(s));
+    fmt::print("{}\n", gpuinfo::encode_snapshot(s));
     for (const auto& g : s.gpus) {
       best_util = std::max(best_util, g.util_percent.value_or(0));
       best_mem = std::max(best_mem, g.mem_used_mib.value_or(0));

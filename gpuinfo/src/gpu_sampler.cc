@@ -1,5 +1,5 @@
 // gpu_sampler.cc: GpuSampler (gpu_sampler.h): picks NVML or nvidia-smi once, then samples.
-#include "gpurun/launcher/gpu_sampler.h"
+#include "gpurun/gpuinfo/gpu_sampler.h"
 
 #include <fmt/format.h>
 
@@ -7,10 +7,15 @@
 
 #include "gpu_nvml.h"
 #include "gpurun/common/posix.h"
-#include "gpurun/launcher/error.h"
-#include "run_capture.h"
+#include "gpurun/common/error.h"
+#include "gpurun/common/run_capture.h"
 
-namespace gpurun::launcher {
+namespace gpurun::gpuinfo {
+
+using common::Captured;
+using common::Error;
+using common::kCaptureMaxBytes;
+using common::run_capture;
 namespace {
 
 int64_t wall_ms() {
@@ -108,4 +113,4 @@ const GpuSample* GpuSnapshot::gpu(int index) const {
   return nullptr;
 }
 
-}  // namespace gpurun::launcher
+}  // namespace gpurun::gpuinfo
