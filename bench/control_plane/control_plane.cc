@@ -4,7 +4,7 @@
 //
 // For each N (default 64 256 1024 4096) it starts the real gpurun (`-n N --launcher mpirun`) with
 // this program standing in for mpirun (a symlink named mpirun first on PATH): a simulated engine
-// that opens N wrapper-protocol connections in one process, speaking launcher/src/control.h as
+// that opens N wrapper-protocol connections in one process, speaking launcher/src/control/control.h as
 // `gpurun _rank` does (HELLO; rank 0 holds the rendezvous port; every "rank" connects to it as
 // its reach check; RUNNING once GO arrives). It measures
 //   ready: from the engine's start until all N ranks got GO (every program would start now), and
@@ -27,9 +27,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "control.h"
-#include "net.h"
-#include "proc_util.h"
+#include "control/control.h"
+#include "sys/net.h"
+#include "sys/proc_util.h"
 
 namespace gpurun::launcher::bench {
 namespace {

@@ -10,7 +10,7 @@ Checks:
     (#section) names a heading of that file, as GitHub spells it;
   - docs/DESIGN.md's tables hold exactly: the fields of `gpurun info --json` (and of its nodes and
     ranks), the fields runtime/src/report.cc writes, the variables gpurun sets in every rank
-    (launcher/src/env_table.h, kEnvSet);
+    (launcher/src/alloc/env_table.h, kEnvSet);
   - runtime/README.md's complete program is examples/custom_data/main.cc, byte for byte.
 """
 import json
@@ -134,7 +134,7 @@ report_src = (root / "runtime/src/report.cc").read_text()
 compare("the run report's fields", first_column_names(section("**The run report**")),
         set(re.findall(r'\bj\["(\w+)"\]\s*=', report_src)))
 
-env_table = (root / "launcher/src/env_table.h").read_text()
+env_table = (root / "launcher/src/alloc/env_table.h").read_text()
 k_set = env_table[env_table.index("kEnvSet[]"):]
 k_set = k_set[:k_set.index("};")]
 compare("the rank environment", first_column_names(section("## The rank environment")),

@@ -5,7 +5,7 @@
 //        [--on-attempt K]] [--lines N --line-bytes B]
 //
 // Each step it writes the step number to $GPURUN_HEARTBEAT (the contract of
-// launcher/src/heartbeat.h: decimal at offset 0, fixed width), then (beat_mpi) joins an
+// launcher/src/wrapper/rank_folder.h: decimal at offset 0, fixed width), then (beat_mpi) joins an
 // MPI_Allreduce, then sleeps MS. Rank R, on reaching step S, hangs before beating it: `stop`
 // sends itself SIGSTOP, `sleep` sleeps in nanosleep forever, `exit` exits 3 (a failure). So the
 // other ranks of beat_mpi wait in MPI_Allreduce one step ahead of it; `abort` (beat_mpi) calls

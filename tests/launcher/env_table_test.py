@@ -5,9 +5,9 @@
 
 Checks, for the launcher (launcher/src) and the queue (launcher/queue/src):
   - only the edge touches the process environment: getenv/setenv/putenv/unsetenv/environ appear
-    in launcher/src/system.cc and launcher/queue/src/env.cc alone (a few places pass environ
+    in launcher/src/sys/system.cc and launcher/queue/src/env.cc alone (a few places pass environ
     through to a child they spawn, the job supervisor, nvidia-smi, gnuplot: that reads no variable);
-  - every variable name the launcher's sources spell is in launcher/src/env_table.h (kEnvRead or
+  - every variable name the launcher's sources spell is in launcher/src/alloc/env_table.h (kEnvRead or
     kEnvSet), so the table cannot fall behind the code;
   - README.md names every variable of both tables and of the queue's (launcher/queue/src/env.h).
 """
@@ -26,20 +26,22 @@ def table(path, name):
     return re.findall(r'\{"([A-Za-z_][A-Za-z0-9_]*)",', body)
 
 
-read = table("launcher/src/env_table.h", "kEnvRead[]")
-set_ = table("launcher/src/env_table.h", "kEnvSet[]")
+read = table("launcher/src/alloc/env_table.h", "kEnvRead[]")
+set_ = table("launcher/src/alloc/env_table.h", "kEnvSet[]")
 queue = table("launcher/queue/src/env.h", "kQueueEnvRead[]")
 if len(read) < 40 or len(set_) < 10 or len(queue) < 5:
     failures.append(f"tables look truncated: {len(read)} read, {len(set_)} set, {len(queue)} queue")
 
 # (os.environ is the Python of the sitecustomize the wrapper writes for Python ranks.)
 edge_calls = re.compile(r"(?<!os\.)\b(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv|environ)\b")
-edges = {"launcher/src/system.cc", "launcher/queue/src/env.cc"}
+edges = {"launcher/src/sys/system.cc", "launcher/queue/src/env.cc"}
 # posix_spawn(..., environ): the environment passed through to a child, no variable read.
-passthrough = {"launcher/queue/src/daemon_jobs.cc", "launcher/src/run_capture.cc",
+passthrough = {"launcher/queue/src/daemon_jobs.cc", "common/src/run_capture.cc",
                "launcher/queue/src/client_usage.cc"}
-for d in ("launcher/src", "launcher/queue/src"):
-    for f in sorted((root / d).glob("*.[ch]*")):
+scanned = 0
+for d in ("launcher/src", "launcher/queue/src", "gpuinfo/src", "common/src"):
+    for f in sorted((root / d).rglob("*.[ch]*")):
+        scanned += 1
         rel = str(f.relative_to(root))
         if rel in edges:
             continue
@@ -53,7 +55,9 @@ for d in ("launcher/src", "launcher/queue/src"):
 not_variables = {"PCI_BUS_ID"}  # a value (CUDA_DEVICE_ORDER=PCI_BUS_ID)
 literal = re.compile(r'"([A-Z][A-Z0-9]*(?:_[A-Z0-9]+)+|PATH|PWD|NCPUS|RANK|TMPDIR|PYTHONPATH)"')
 known = set(read) | set(set_) | not_variables
-for f in sorted((root / "launcher/src").glob("*.[ch]*")):
+if scanned < 80:
+    failures.append(f"only {scanned} sources scanned: the folders moved?")
+for f in sorted([*(root / "launcher/src").rglob("*.[ch]*"), *(root / "gpuinfo/src").rglob("*.[ch]*")]):
     if f.name == "env_table.h":
         continue
     for n, line in enumerate(f.read_text().splitlines(), 1):

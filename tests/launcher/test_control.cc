@@ -1,9 +1,9 @@
-// test_control.cc: the supervisor <-> wrapper control protocol (launcher/src/control.h): every
+// test_control.cc: the supervisor <-> wrapper control protocol (launcher/src/control/control.h): every
 // message survives encode + parse, fields with spaces and newlines stay one field, malformed
 // lines are refused, unknown tags and extra trailing fields are tolerated.
 #include <gtest/gtest.h>
 
-#include "control.h"
+#include "control/control.h"
 
 namespace gpurun::launcher::control {
 namespace {

@@ -1,4 +1,4 @@
-// test_cpubind.cc: --cpu-bind (launcher/src/cpubind.h) on a fixture of a two-socket 8-GPU node:
+// test_cpubind.cc: --cpu-bind (launcher/src/sys/cpubind.h) on a fixture of a two-socket 8-GPU node:
 // 2 x 24 cores with 2 hyperthreads each (CPUs 0-47 and their siblings 48-95), GPUs 0-3 on
 // socket 0 (local_cpulist 0-23,48-71) and 4-7 on socket 1 (24-47,72-95), as /proc/driver/nvidia
 // and /sys/bus/pci show them on such a node.
@@ -6,7 +6,7 @@
 
 #include <map>
 
-#include "cpubind.h"
+#include "sys/cpubind.h"
 #include "gpurun/launcher/error.h"
 
 namespace gpurun::launcher::cpubind {

@@ -3,7 +3,7 @@
 // the contradictions that must be refused with the variable named.
 #include <gtest/gtest.h>
 
-#include "env_util.h"
+#include "alloc/env_util.h"
 #include "gpurun/launcher/allocation.h"
 #include "gpurun/launcher/error.h"
 #include "test_support.h"

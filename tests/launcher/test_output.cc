@@ -1,7 +1,7 @@
-// test_output.cc: whole lines from each rank (launcher/src/output.h): the wrapper's line cutter
+// test_output.cc: whole lines from each rank (launcher/src/supervisor/output.h): the wrapper's line cutter
 // holds an unfinished line until it ends or waits too long; gpurun's sink tags lines, ends an
 // unfinished one on the terminal, and writes each rank's bytes unchanged to its files. Also the
-// heartbeat file's contents (heartbeat.h).
+// heartbeat file's contents (wrapper/rank_folder.h).
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
@@ -13,8 +13,8 @@
 #include "gpurun/common/posix.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/launcher/launch.h"
-#include "heartbeat.h"
-#include "output.h"
+#include "wrapper/rank_folder.h"
+#include "supervisor/output.h"
 
 namespace gpurun::launcher {
 namespace {

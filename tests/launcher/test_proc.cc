@@ -1,4 +1,4 @@
-// test_proc.cc: the launcher's owning process plumbing (launcher/src/proc_util.h): a child whose
+// test_proc.cc: the launcher's owning process plumbing (launcher/src/sys/proc_util.h): a child whose
 // owner goes is killed with its whole process group, an exec failure is an error naming the
 // program, temp files vanish with their owner, lines are cut right, deadlines fire in order.
 #include <dirent.h>
@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <fstream>
 
-#include "proc_util.h"
+#include "sys/proc_util.h"
 
 namespace gpurun::launcher::proc {
 namespace {

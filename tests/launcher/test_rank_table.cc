@@ -1,6 +1,6 @@
 // The rank table gpurun hands each wrapper (rank_table.h): carried whole, never re-planned,
 // refused from another format, and every malformed table is an Error that names what is wrong.
-#include "rank_table.h"
+#include "control/rank_table.h"
 
 #include <gtest/gtest.h>
 

@@ -1,13 +1,13 @@
 // test_stacks.cc: where a hung rank is, read from real eu-stack, gdb and faulthandler output
 // (tests/launcher/data/stacks), and the one-line summary that groups ranks by it
-// (launcher/src/stacks.h); collect_stacks on a live process group.
+// (launcher/src/stacks/stacks.h); collect_stacks on a live process group.
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <unistd.h>
 
 #include "gpurun/common/posix.h"
-#include "proc_util.h"
-#include "stacks.h"
+#include "sys/proc_util.h"
+#include "stacks/stacks.h"
 #include "test_support.h"
 
 namespace gpurun::launcher::stacks {

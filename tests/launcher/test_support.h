@@ -8,7 +8,7 @@
 
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/allocation.h"
-#include "system.h"
+#include "sys/system.h"
 
 namespace gpurun::launcher::fixtures {
 

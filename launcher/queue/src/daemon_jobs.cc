@@ -153,7 +153,7 @@ namespace {
 
 // Slurm's variables that batch scripts read (sbatch.1 "OUTPUT ENVIRONMENT VARIABLES"), so a
 // cluster script runs here unchanged. gpurun still sees a gpuq job: GPUQ_JOB_ID, which equals
-// SLURM_JOB_ID here, wins over them (launcher/src/detect.cc).
+// SLURM_JOB_ID here, wins over them (launcher/src/alloc/detect.cc).
 void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const ArrayShape& a) {
   const std::string id = std::to_string(j.id);
   env["SLURM_JOB_ID"] = id;

@@ -10,7 +10,7 @@
 #include <string>
 #include <string_view>
 
-#include "env_util.h"
+#include "alloc/env_util.h"
 #include "gpurun/launcher/allocation.h"
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/hostlist.h"

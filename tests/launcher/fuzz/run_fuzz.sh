@@ -14,10 +14,12 @@ mkdir -p "$work"; work=$(cd "$work" && pwd); export W=$work
 cxx=$(command -v clang++-14 || command -v clang++ || true)
 [[ -n $cxx ]] || { echo "run_fuzz: SKIP: no clang++ (apt-get install clang)"; exit 77; }
 srcs=("$src/tests/launcher/fuzz/fuzz_allocation.cc")
-for f in hostlist env_util detect detect_batch detect_slurm plan; do srcs+=("$src/launcher/src/$f.cc"); done
+for f in alloc/hostlist alloc/env_util alloc/detect alloc/detect_batch alloc/detect_slurm plan/plan; do
+  srcs+=("$src/launcher/src/$f.cc")
+done
 srcs+=("$src/common/src/terminal.cc")
 bin=$work/fuzz_allocation
-if [[ ! -x $bin ]] || [[ -n $(find "${srcs[@]}" "$src/launcher/include" "$src/launcher/src/env_util.h" -newer "$bin" -print -quit) ]]; then
+if [[ ! -x $bin ]] || [[ -n $(find "${srcs[@]}" "$src/launcher/include" "$src/launcher/src/alloc/env_util.h" -newer "$bin" -print -quit) ]]; then
   echo "run_fuzz: building $bin with $cxx"
   flags=(-std=c++17 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined
     -I"$src/launcher/include" -I"$src/launcher/src" -I"$src/common/include")

@@ -1,0 +1,177 @@
+// control.cc: encoding and parsing of the control protocol (control.h), generic over the message
+// structs: each field type knows how to write and read itself, each message lists its fields.
+#include "control/control.h"
+
+#include <fmt/format.h>
+
+#include <charconv>
+#include <type_traits>
+
+#include "gpurun/common/posix.h"
+
+namespace gpurun::launcher::control {
+namespace {
+
+std::string escape(std::string_view s, bool word) {
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    auto u = static_cast<unsigned char>(c);
+    if (c == '%' || c == '\n' || c == '\r' || (word && (u <= 0x20 || u == 0x7f)))
+      out += fmt::format("%{:02X}", u);
+    else
+      out += c;
+  }
+  return out;
+}
+
+// --- fields out ----------------------------------------------------------------------------
+
+void put(std::string& out, const std::string& s) {
+  out += ' ';
+  out += escape_word(s);
+}
+void put(std::string& out, const Text& t) {
+  out += ' ';
+  out += escape_text(t.value);
+}
+void put(std::string& out, double v) {
+  out += fmt::format(" {}", v);
+}
+template <class I, std::enable_if_t<std::is_integral_v<I>, int> = 0>
+void put(std::string& out, I v) {
+  out += fmt::format(" {}", v);
+}
+
+// --- fields in: each takes its text from the front of `rest` -------------------------------
+
+std::optional<std::string_view> next_word(std::string_view& rest) {
+  if (rest.empty() || rest[0] != ' ') return std::nullopt;
+  rest.remove_prefix(1);
+  std::size_t end = rest.find(' ');
+  std::string_view w = rest.substr(0, end);
+  rest.remove_prefix(end == std::string_view::npos ? rest.size() : end);
+  if (w.empty()) return std::nullopt;
+  return w;
+}
+
+bool take(std::string_view& rest, std::string& out) {
+  auto w = next_word(rest);
+  if (!w) return false;
+  auto v = unescape(*w);
+  if (!v) return false;
+  out = std::move(*v);
+  return true;
+}
+bool take(std::string_view& rest, Text& out) {
+  if (rest.empty() || rest[0] != ' ') return false;
+  auto v = unescape(rest.substr(1));
+  if (!v) return false;
+  out.value = std::move(*v);
+  rest = {};
+  return true;
+}
+template <class N, std::enable_if_t<std::is_arithmetic_v<N>, int> = 0>
+bool take(std::string_view& rest, N& out) {
+  auto w = next_word(rest);
+  if (!w) return false;
+  if constexpr (std::is_floating_point_v<N>) {
+    // from_chars for double is not in every libstdc++ this builds with; strtod needs a NUL.
+    std::string s(*w);
+    char* end = nullptr;
+    out = static_cast<N>(std::strtod(s.c_str(), &end));
+    return end == s.c_str() + s.size();
+  } else {
+    auto r = std::from_chars(w->data(), w->data() + w->size(), out);
+    return r.ec == std::errc() && r.ptr == w->data() + w->size();
+  }
+}
+
+// --- messages ------------------------------------------------------------------------------
+
+template <class M>
+std::string encode_one(const M& m) {
+  std::string out(M::kTag);
+  std::apply([&](const auto&... f) { (put(out, f), ...); }, M::fields(m));
+  out += '\n';
+  return out;
+}
+
+// A message whose fields parse may still be impossible: a signal number outside 1-64 (it would
+// reach kill() or 128 + signal), an exit code outside 0-255. Such a line is not one of ours.
+template <class M>
+bool valid(const M&) {
+  return true;
+}
+bool valid(const Signal& m) {
+  return common::is_signal_number(m.signal);
+}
+bool valid(const Exit& m) {
+  return (m.signal == 0 || common::is_signal_number(m.signal)) && m.code >= 0 && m.code <= 255;
+}
+
+template <class M, class Variant>
+bool parse_one(std::string_view tag, std::string_view rest, std::optional<Variant>& out) {
+  if (tag != M::kTag) return false;
+  M m;
+  bool ok = true;
+  std::apply([&](auto&... f) { ((ok = ok && take(rest, f)), ...); }, M::fields(m));
+  if (ok && valid(m)) out = std::move(m);
+  return true;  // the tag matched: no other alternative can
+}
+
+template <class... Ms>
+std::optional<std::variant<Ms...>> parse_variant(std::string_view line, std::variant<Ms...>*) {
+  std::string_view tag = line.substr(0, line.find(' '));
+  std::string_view rest = line.substr(tag.size());
+  std::optional<std::variant<Ms...>> out;
+  (parse_one<Ms>(tag, rest, out) || ...);
+  return out;
+}
+
+}  // namespace
+
+std::string escape_word(std::string_view s) {
+  return s.empty() ? "%" : escape(s, true);
+}
+
+std::string escape_text(std::string_view s) {
+  return escape(s, false);
+}
+
+std::optional<std::string> unescape(std::string_view s) {
+  if (s == "%") return std::string();
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    unsigned v = 0;
+    if (i + 3 > s.size()) return std::nullopt;
+    auto r = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+    if (r.ec != std::errc() || r.ptr != s.data() + i + 3) return std::nullopt;
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
+
+std::string encode(const ToSupervisor& m) {
+  return std::visit([](const auto& x) { return encode_one(x); }, m);
+}
+
+std::string encode(const ToWrapper& m) {
+  return std::visit([](const auto& x) { return encode_one(x); }, m);
+}
+
+std::optional<ToSupervisor> parse_to_supervisor(std::string_view line) {
+  return parse_variant(line, static_cast<ToSupervisor*>(nullptr));
+}
+
+std::optional<ToWrapper> parse_to_wrapper(std::string_view line) {
+  return parse_variant(line, static_cast<ToWrapper*>(nullptr));
+}
+
+}  // namespace gpurun::launcher::control

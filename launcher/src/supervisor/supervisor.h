@@ -1,0 +1,184 @@
+// supervisor.h: gpurun's side of a launch, as an object with one handler per event: a signal to
+// gpurun, a connection or message from a rank's wrapper, a deadline, the engine's exit.
+//
+// A launch is one or more attempts (--max-restarts). In each, gpurun starts the engine, every
+// wrapper says HELLO, rank 0's holds the rendezvous port, every rank checks it reaches rank 0's
+// host, and GO starts all programs at once (control.h). Fail-fast: the first rank that exits
+// non-zero, is killed, or whose wrapper vanishes ends the attempt: every other wrapper gets STOP
+// (TERM, KILL after --kill-grace) and the engine TERM, then KILL after --kill-grace. If every rank
+// had started and restarts are left, the next attempt starts; else gpurun prints one line naming
+// that rank and exits with its status. --hang-timeout: when ranks stop making progress, every
+// rank's stacks are collected, summarized and written, and the job stops with kHangStatus.
+// Private to the gpurun binary.
+#pragma once
+
+#include <sys/types.h>
+
+#include <array>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "control/control.h"
+#include "gpurun/common/posix.h"
+#include "gpurun/launcher/launch.h"
+#include "monitor/monitor.h"
+#include "sys/net.h"
+#include "supervisor/output.h"
+#include "sys/proc_util.h"
+#include "cli/run.h"
+
+namespace gpurun::launcher {
+
+constexpr int kHangStatus = 124;  // gpurun's exit status after a hang (as timeout(1)'s)
+
+class Supervisor {
+ public:
+  explicit Supervisor(RunConfig& cfg);
+  // Runs every attempt until the job is done; gpurun's exit status.
+  int run();
+
+ private:
+  enum class Timer {
+    start,
+    checkpoint,
+    stop_after_signal,
+    engine_term,
+    engine_kill,
+    drain,
+    hang_check,
+    stacks,
+    pending_signals
+  };
+  struct Conn {
+    common::Fd fd;
+    proc::LineReader in;
+    int rank = -1;  // -1 until its HELLO arrives
+  };
+  struct RankState {
+    bool started = false, reached = false, running = false, exited = false;
+    std::string host, iface, reach_error;
+    double last_progress = 0;
+    double step_since = 0;    // when `step` took its value
+    double behind_since = 0;  // since when its step is below the highest (0: it is not)
+    std::int64_t step = -1;
+    std::optional<std::string> stacks;
+  };
+  struct Failure {
+    int rank;  // -1: the job as a whole (ranks that never started, a hang)
+    std::string host, what;
+    int status;
+    double seconds;
+    bool all_running;  // every rank's program had started when it failed
+  };
+
+  // Before and between attempts (supervisor_start.cc).
+  void check_program();
+  void open_control();
+  void begin_attempt();
+  void start_engine();
+  void arm_checkpoint_timer();
+  bool should_restart();
+
+  // The loop and its events (supervisor.cc).
+  bool attempt_done();
+  void wait_and_dispatch();
+  void on_signal(int sig);
+  bool signal_before_start(int sig);
+  void hold_signal(int sig, const std::string& what);
+  void send_pending_signals();
+  void on_child_exit(pid_t pid, int status);
+  void on_connect();
+  void on_readable(Conn& c);
+  void on_message(Conn& c, const control::Hello& m);
+  void on_message(Conn& c, const control::Port& m);
+  void on_message(Conn& c, const control::Reach& m);
+  void on_message(Conn& c, const control::Running& m);
+  void on_message(Conn& c, const control::Progress& m);
+  void on_message(Conn& c, const control::Output& m);
+  void on_abort(int rank, int errorcode);
+  void on_message(Conn& c, const control::Stacks& m);
+  void on_message(Conn& c, const control::GpuSamples& m);
+  void on_message(Conn& c, const control::GpuSamplesFailed& m);
+  void on_message(Conn& c, const control::Exit& m);
+  bool user_stop(int rank, const control::Exit& m);
+  int user_stop_result();
+  void on_disconnect(Conn& c);
+  void on_timer(Timer t);
+  void on_start_timeout();
+  void on_engine_output(int stream);
+  void drain_engine_output();
+
+  // What the handlers do.
+  void send(Conn& c, const control::ToWrapper& m);
+  void broadcast(const control::ToWrapper& m);
+  void begin_stop(const std::string& why);
+  void record_failure(int rank, const std::string& what, int status, double secs);
+  void say(const std::string& msg) const;   // a status line (not with --quiet)
+  void tell(const std::string& msg) const;  // a failure, hang or restart: always
+  bool engine_done() const;
+  RankState& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
+
+  // Hangs (supervisor_hang.cc).
+  void check_hang();
+  void begin_hang(const std::string& why);
+  static bool behind(const RankState& r, std::int64_t top);
+  bool stuck_behind(const RankState& r, std::int64_t top, double now) const;
+  void finish_hang();
+  std::string hang_dir() const;
+
+  // --monitor's lines at the end (supervisor_monitor.cc).
+  void monitor_summary();
+  // Records `what` in monitor_failures_; false when it was already there (said before).
+  bool first_monitor_failure(const std::string& what);
+
+  // The end: gpurun's exit status, and --requeue (supervisor_start.cc).
+  int result();
+  int requeue_after_checkpoint();
+
+  RunConfig& cfg_;
+  const int world_;
+  const bool single_machine_;
+  net::Listener control_;
+  std::string control_host_;
+  std::optional<proc::SignalPipe> signals_;
+  std::optional<proc::TempFile> hostfile_;
+  std::optional<OutputSink> output_;
+  std::optional<monitor::MonitorLog> monitor_;         // --monitor; reset if writing it fails
+  static constexpr std::size_t kMaxMonitorLines = 64;  // of monitor_failures_
+  std::vector<std::string> monitor_failures_;          // what nodes said, each said once
+  std::vector<std::string> monitor_silent_;            // nodes that could not be sampled
+  int restarts_ = 0;
+  int forwarded_stop_signal_ = 0;
+  // Ranks that ended after the user's stop (INT/TERM/HUP to gpurun, or a rank's own SIGINT from
+  // the terminal): by the signal, and otherwise ("rank 1 exited with code 1"). Not failures.
+  int ended_by_stop_ = 0;
+  std::vector<std::string> ended_otherwise_;
+  int checkpoint_signal_sent_ = 0;    // USR1/USR2 forwarded, or the --checkpoint-before signal
+  std::vector<int> pending_signals_;  // USR1/USR2 that came before every rank's program ran
+  double checkpoint_at_ = 0;          // when --checkpoint-before signals the ranks (0: never)
+  double job_t0_ = 0;
+
+  // One attempt's state (begin_attempt() resets it).
+  std::string token_;
+  LaunchCommand cmd_;
+  std::vector<proc::Child> children_;  // the engine, or one wrapper per rank (Engine::fork)
+  // The engine's own stdout/stderr (ranks' output comes through their wrappers): passed on by
+  // line, except the banners it prints about ranks gpurun has already stopped.
+  std::array<common::Fd, 2> engine_out_;
+  std::array<LineForwarder, 2> engine_lines_;
+  std::array<bool, 2> in_banner_{}, drop_banner_{};
+  std::vector<Conn> conns_;
+  std::vector<RankState> ranks_;
+  proc::Deadlines<Timer> timers_;
+  std::optional<Failure> failure_;
+  std::optional<int> port_;  // the rendezvous port rank 0 holds
+  bool port_checkable_ = true;
+  double t0_ = 0;
+  int started_ = 0, reached_ = 0, running_ = 0;
+  std::vector<int> stopped_;  // ranks still running when the stop began
+  bool stopping_ = false, go_sent_ = false;
+  std::optional<std::string> hang_;  // why the job is called hung
+};
+
+}  // namespace gpurun::launcher
