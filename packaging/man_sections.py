@@ -6,7 +6,7 @@ taken from the same places the program's own help comes from, so the page cannot
                and .nh: the page is never hyphenated
   COMMANDS     every subcommand that `PROGRAM --help` lists, with its own `PROGRAM CMD --help`
   ENVIRONMENT  every variable in the program's environment table (a C++ header of
-               {"NAME", "use"} rows: launcher/src/alloc/env_table.h, launcher/queue/src/env.h)
+               {"NAME", "use"} rows: launcher/src/alloc/env_table.h, launcher/queue/src/client/env.h)
 
 Writes a help2man include file (sections as [NAME] followed by roff) to OUT.
   man_sections.py PROGRAM -o OUT [--env-table HEADER:ARRAY:TITLE]...

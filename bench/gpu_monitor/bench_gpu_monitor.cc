@@ -34,8 +34,8 @@
 #include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/queue/job.h"
-#include "runfiles.h"
-#include "store.h"
+#include "supervise/runfiles.h"
+#include "daemon/store.h"
 
 extern char** environ;
 using namespace gpurun;

@@ -5,11 +5,11 @@
 
 Checks, for the launcher (launcher/src) and the queue (launcher/queue/src):
   - only the edge touches the process environment: getenv/setenv/putenv/unsetenv/environ appear
-    in launcher/src/sys/system.cc and launcher/queue/src/env.cc alone (a few places pass environ
+    in launcher/src/sys/system.cc and launcher/queue/src/client/env.cc alone (a few places pass environ
     through to a child they spawn, the job supervisor, nvidia-smi, gnuplot: that reads no variable);
   - every variable name the launcher's sources spell is in launcher/src/alloc/env_table.h (kEnvRead or
     kEnvSet), so the table cannot fall behind the code;
-  - README.md names every variable of both tables and of the queue's (launcher/queue/src/env.h).
+  - README.md names every variable of both tables and of the queue's (launcher/queue/src/client/env.h).
 """
 import pathlib
 import re
@@ -28,16 +28,16 @@ def table(path, name):
 
 read = table("launcher/src/alloc/env_table.h", "kEnvRead[]")
 set_ = table("launcher/src/alloc/env_table.h", "kEnvSet[]")
-queue = table("launcher/queue/src/env.h", "kQueueEnvRead[]")
+queue = table("launcher/queue/src/client/env.h", "kQueueEnvRead[]")
 if len(read) < 40 or len(set_) < 10 or len(queue) < 5:
     failures.append(f"tables look truncated: {len(read)} read, {len(set_)} set, {len(queue)} queue")
 
 # (os.environ is the Python of the sitecustomize the wrapper writes for Python ranks.)
 edge_calls = re.compile(r"(?<!os\.)\b(getenv|secure_getenv|setenv|putenv|unsetenv|clearenv|environ)\b")
-edges = {"launcher/src/sys/system.cc", "launcher/queue/src/env.cc"}
+edges = {"launcher/src/sys/system.cc", "launcher/queue/src/client/env.cc"}
 # posix_spawn(..., environ): the environment passed through to a child, no variable read.
-passthrough = {"launcher/queue/src/daemon_jobs.cc", "common/src/run_capture.cc",
-               "launcher/queue/src/client_usage.cc"}
+passthrough = {"launcher/queue/src/daemon/daemon_jobs.cc", "common/src/run_capture.cc",
+               "launcher/queue/src/client/client_usage.cc"}
 scanned = 0
 for d in ("launcher/src", "launcher/queue/src", "gpuinfo/src", "common/src"):
     for f in sorted((root / d).rglob("*.[ch]*")):

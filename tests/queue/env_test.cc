@@ -1,7 +1,7 @@
-// env_test.cc: gpuq reads its environment into one struct (launcher/queue/src/env.h): empty values
+// env_test.cc: gpuq reads its environment into one struct (launcher/queue/src/client/env.h): empty values
 // count as unset, GPUQ_RETRY_SECONDS must be a number, and the whole environment is kept for
 // `gpuq submit`.
-#include "env.h"
+#include "client/env.h"
 
 #include <gtest/gtest.h>
 

@@ -8,7 +8,7 @@
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/job_json.h"
 #include "gpurun/queue/protocol.h"
-#include "store.h"
+#include "daemon/store.h"
 
 using namespace gpurun::queue;
 

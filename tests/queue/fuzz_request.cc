@@ -1,4 +1,4 @@
-// Fuzz target for the gpuq daemon's request decoder (launcher/queue/src/request.cc): any bytes
+// Fuzz target for the gpuq daemon's request decoder (launcher/queue/src/job/request.cc): any bytes
 // must decode or throw std::invalid_argument (the daemon's error reply), never crash, hang, leak
 // or throw anything else; and what decodes must hold within the bounds the daemon relies on.
 // Coverage-guided with libFuzzer (clang++ -fsanitize=fuzzer,address,undefined; tests/queue's
@@ -9,7 +9,7 @@
 #include <stdexcept>
 #include <string_view>
 
-#include "request.h"
+#include "job/request.h"
 
 using namespace gpurun::queue;
 

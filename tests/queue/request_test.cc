@@ -2,7 +2,7 @@
 // daemon acts, numbers compared as the JSON numbers they are (no wrap-around), and the bounds on
 // one request (ids, values, nesting); also the terminal-safe text every listing prints and the
 // array shape behind SLURM_ARRAY_TASK_MIN/MAX/COUNT/STEP.
-#include "request.h"
+#include "job/request.h"
 
 #include <gtest/gtest.h>
 

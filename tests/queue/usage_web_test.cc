@@ -9,11 +9,11 @@
 
 #include <filesystem>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "gpurun/queue/job_json.h"
 #include "gpurun/queue/usage_format.h"
 #include "gpurun/queue/web_render.h"
-#include "store.h"
+#include "daemon/store.h"
 
 using namespace gpurun::queue;
 

@@ -8,7 +8,7 @@
 #include <set>
 #include <stdexcept>
 
-#include "parse_util.h"
+#include "job/parse_util.h"
 
 namespace gpurun::queue {
 namespace {

@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
-#include "client.h"
+#include "client/client.h"
 #include "gpurun_version.h"
-#include "supervisor.h"
+#include "supervise/job_supervisor.h"
 
 namespace {
 

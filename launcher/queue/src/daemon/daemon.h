@@ -19,8 +19,8 @@
 #include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
-#include "request.h"
-#include "usage_sampler.h"
+#include "job/request.h"
+#include "daemon/usage_sampler.h"
 
 namespace gpurun::queue {
 

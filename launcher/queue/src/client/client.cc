@@ -1,5 +1,5 @@
 // gpuq subcommands (client.h).
-#include "client.h"
+#include "client/client.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -22,12 +22,12 @@
 #include <stdexcept>
 #include <thread>
 
-#include "env.h"
+#include "client/env.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/sbatch.h"
-#include "runfiles.h"
+#include "supervise/runfiles.h"
 
 namespace gpurun::queue {
 namespace po = boost::program_options;

@@ -9,7 +9,7 @@
 
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/sbatch.h"
-#include "parse_util.h"
+#include "job/parse_util.h"
 
 namespace gpurun::queue {
 namespace parse_util {

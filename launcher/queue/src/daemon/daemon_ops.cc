@@ -8,14 +8,14 @@
 #include <set>
 #include <stdexcept>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/job_json.h"
 #include "gpurun/queue/sbatch.h"
 #include "gpurun/queue/usage_format.h"
-#include "runfiles.h"
-#include "store.h"
+#include "supervise/runfiles.h"
+#include "daemon/store.h"
 
 namespace gpurun::queue {
 namespace {

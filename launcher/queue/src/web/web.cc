@@ -24,7 +24,7 @@
 #include <memory>
 #include <optional>
 
-#include "client.h"
+#include "client/client.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/web_render.h"
 

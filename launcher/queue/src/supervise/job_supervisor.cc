@@ -1,6 +1,6 @@
 // Per-job supervisor (supervisor.h). Single-threaded: every signal it cares about is blocked and
 // taken with sigtimedwait, so deadlines and events are handled in one loop without handlers.
-#include "supervisor.h"
+#include "supervise/job_supervisor.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -24,7 +24,7 @@
 #include "gpurun/common/atomic_file.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/protocol.h"
-#include "runfiles.h"
+#include "supervise/runfiles.h"
 
 namespace gpurun::queue {
 static_assert(kForwardSignal == SIGUSR1, "kForwardSignal must be SIGUSR1");

@@ -1,5 +1,5 @@
 // SQLite job store for gpuq (store.h).
-#include "store.h"
+#include "daemon/store.h"
 
 #include <fmt/format.h>
 

@@ -15,12 +15,12 @@
 #include <map>
 #include <stdexcept>
 
-#include "client.h"
+#include "client/client.h"
 #include "gpurun/common/atomic_file.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/usage_format.h"
-#include "runfiles.h"
+#include "supervise/runfiles.h"
 
 extern char** environ;
 

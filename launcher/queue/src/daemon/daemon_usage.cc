@@ -10,10 +10,10 @@
 #include <map>
 #include <stdexcept>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "gpurun/queue/job_json.h"
-#include "runfiles.h"
-#include "store.h"
+#include "supervise/runfiles.h"
+#include "daemon/store.h"
 
 namespace gpurun::queue {
 namespace {

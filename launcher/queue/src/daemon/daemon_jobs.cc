@@ -26,13 +26,13 @@
 #include <stdexcept>
 #include <thread>
 
-#include "daemon.h"
+#include "daemon/daemon.h"
 #include "gpurun/common/atomic_file.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/scheduler.h"
-#include "runfiles.h"
-#include "store.h"
+#include "supervise/runfiles.h"
+#include "daemon/store.h"
 
 extern char** environ;
 

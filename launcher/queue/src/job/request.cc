@@ -1,6 +1,6 @@
 // The gpuq request decoder (request.h). Every number is range-checked as the JSON number it is,
 // before any cast: 4294967305 must not become signal 9.
-#include "request.h"
+#include "job/request.h"
 
 #include <fmt/format.h>
 

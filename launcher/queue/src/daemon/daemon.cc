@@ -1,5 +1,5 @@
 // gpuq daemon: startup, the Unix socket (SO_PEERCRED) and the poll loop (daemon.h).
-#include "daemon.h"
+#include "daemon/daemon.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>
@@ -20,8 +20,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "runfiles.h"
-#include "store.h"
+#include "supervise/runfiles.h"
+#include "daemon/store.h"
 
 namespace gpurun::queue {
 namespace {

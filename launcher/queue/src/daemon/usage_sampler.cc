@@ -1,12 +1,12 @@
 // usage_sampler.cc: see usage_sampler.h.
-#include "usage_sampler.h"
+#include "daemon/usage_sampler.h"
 
 #include <unistd.h>
 
 #include <chrono>
 
 #include "gpurun/common/posix.h"
-#include "runfiles.h"
+#include "supervise/runfiles.h"
 
 namespace gpurun::queue {
 namespace {

@@ -1,5 +1,5 @@
 // Run-directory files shared by daemon and supervisor (runfiles.h).
-#include "runfiles.h"
+#include "supervise/runfiles.h"
 
 #include <fcntl.h>
 #include <fmt/format.h>

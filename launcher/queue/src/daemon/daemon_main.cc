@@ -9,9 +9,9 @@
 #include <set>
 #include <stdexcept>
 
-#include "client.h"
-#include "daemon.h"
-#include "env.h"
+#include "client/client.h"
+#include "daemon/daemon.h"
+#include "client/env.h"
 #include "gpurun/gpuinfo/gpu_count.h"
 
 namespace gpurun::queue {

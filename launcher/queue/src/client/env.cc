@@ -1,5 +1,5 @@
 // env.cc: gpuq's edge to the process environment (env.h).
-#include "env.h"
+#include "client/env.h"
 
 #include <fmt/format.h>
 
