@@ -86,33 +86,21 @@ else
 fi
 say_time "the rest of the stand-in and ASan builds" "$t"
 
-# The stand-in unit tests once more under ASan and UBSan, one at a time at nice 10, beside the
-# stand-in tests: those end on a few long runs that leave a core idle, and the instrumented
-# cuda_backend_test alone takes over 3 minutes. Only the unit tests: the programs' runs are the
-# stand-in part's. The stand-in and Open MPI keep some memory to the end on purpose: leaks are not
-# the point.
-asan_tests() {
-  renice -n 10 -p "$BASHPID" >/dev/null || true
-  cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
-    ctest --output-on-failure --timeout 900 -j 1 -L standin -R "_forward$" -E "e2e"
-}
-asan_pid=
-t=$SECONDS
-if part asan; then
-  asan_tests >build-asan/asan-tests.log 2>&1 &
-  asan_pid=$!
-fi
-
 if part standin; then
+  t=$SECONDS
   (cd build-standin && ctest --output-on-failure --timeout 900 -j "$(nproc)") || failed+=(standin)
   say_time "the stand-in tests" "$t"
 fi
 
-if [[ -n $asan_pid ]]; then
-  wait "$asan_pid" || failed+=(asan)
-  cat build-asan/asan-tests.log
-  say_time "the stand-in unit tests under ASan and UBSan (beside the stand-in tests)" "$t"
+if part asan; then
+  t=$SECONDS
+  # The unit tests only: the programs' runs are the stand-in part's. The stand-in and Open MPI
+  # keep some memory to the end on purpose: leaks are not the point.
+  (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --output-on-failure --timeout 900 -j "$(nproc)" -L standin -R "_forward$" -E "e2e") \
+    || failed+=(asan)
+  say_time "the stand-in unit tests under ASan and UBSan" "$t"
 fi
 
 if ((${#failed[@]})); then
