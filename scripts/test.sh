@@ -95,9 +95,11 @@ fi
 if part asan; then
   t=$SECONDS
   # The unit tests only: the programs' runs are the stand-in part's. The stand-in and Open MPI
-  # keep some memory to the end on purpose: leaks are not the point.
+  # keep some memory to the end on purpose: leaks are not the point. The two 100-step loss
+  # comparisons with the CPU (numerics, 150 of the instrumented backend test's 200 s) are left to
+  # the stand-in part; the backend's steps still run here, in its checkpoint test.
   (cd build-asan && ASAN_OPTIONS=detect_leaks=0:abort_on_error=1 \
-    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 GTEST_FILTER='-*First100LossesFollowTheCpu' \
     ctest --output-on-failure --timeout 900 -j "$(nproc)" -L standin -R "_forward$" -E "e2e") \
     || failed+=(asan)
   say_time "the stand-in unit tests under ASan and UBSan" "$t"
