@@ -288,7 +288,7 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
       << (o.backend.device == rt::Device::kCuda ? "cuda" : "cpu") << ", " << threads
       << " thread(s) per rank" << std::endl;
   notes(o, env, log);
-  auto backend = rt::make_backend(pg, model, data, o.train, o.backend, log);
+  auto backend = rt::make_backend(pg, model, data, rt::backend_config(o.train), o.backend, log);
   const rt::TrainResult r = rt::train(pg, data, model, *backend, o.train, log);
   if (r.stop == rt::StopReason::kSignal && !o.train.checkpoint_dir.empty() && !o.train.resume) {
     log << ex.program << ": the same command with --resume continues from there" << std::endl;

@@ -115,7 +115,7 @@ int main(int argc, char** argv) {
         .add(rt::flatten())
         .add(rt::dense(500, rt::Activation::kRelu))
         .add(rt::dense(data.classes));
-    auto backend = rt::make_backend(*pg, net, data, cfg, backend_options, out);
+    auto backend = rt::make_backend(*pg, net, data, rt::backend_config(cfg), backend_options, out);
     const rt::TrainResult r = rt::train(*pg, data, net, *backend, cfg, out);
     out << "lenet " << net.param_count() << " parameters, test accuracy " << r.test_accuracy
         << (r.stop == rt::StopReason::kSignal ? " (stopped by a signal)" : "") << std::endl;

@@ -110,7 +110,7 @@ CpuKernels default_cpu_kernels() {
 void set_cpu_kernels(CpuKernels k) {
   std::string why;
   if (!cpu_kernels_available(k, &why)) {
-    throw std::invalid_argument(std::string("--cpu-kernels ") + name(k) + ": " + why);
+    throw std::invalid_argument(std::string("CPU kernels ") + name(k) + ": " + why);
   }
   g_kernels = k;
   apply_threads(k, g_threads);

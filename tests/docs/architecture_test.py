@@ -5,7 +5,10 @@ Configures the source tree into a scratch folder with `cmake --graphviz` and che
 - every folder and every target the table names exists;
 - every link from a target the table names to another project target is one its row allows;
 - the directions the issue names hold transitively: gpuq's library reaches no launcher library,
-  and the kernels and the runtime reach neither the launcher, the queue nor gpuinfo.
+  the kernels and the runtime reach neither the launcher, the queue nor gpuinfo, and inside the
+  runtime the trainer's library is above the backends', which are above the base;
+- no source below the trainer (runtime/src/{data,model,group,backend,cpu,cuda}) includes the
+  trainer's headers.
 Usage: architecture_test.py SOURCE_DIR CMAKE [CMAKE ARGS...]
 """
 import os
@@ -18,9 +21,15 @@ FORBIDDEN = [  # (from, to): `from` must not reach `to` through any chain of lin
     ("gpurun_queue", "gpurun_launcher"), ("gpurun_queue", "gpurun_run"),
     ("gpurun_gpuinfo", "gpurun_launcher"), ("gpurun_gpuinfo", "gpurun_queue"),
 ]
-for low in ("gpurun_kernels", "gpurun_kernels_cuda", "gpurun_runtime"):
+RUNTIME = ("gpurun_runtime_base", "gpurun_runtime_backends", "gpurun_runtime")  # low to high
+for low in ("gpurun_kernels", "gpurun_kernels_cuda") + RUNTIME:
     for high in ("gpurun_launcher", "gpurun_run", "gpurun_queue", "gpurun_gpuinfo"):
         FORBIDDEN.append((low, high))
+for i, low in enumerate(RUNTIME):  # Trainer -> Backend -> base, never back
+    FORBIDDEN += [(low, high) for high in RUNTIME[i + 1:]]
+# Below the trainer, no source includes the trainer's headers: a backend sees BackendConfig.
+BELOW_TRAINER = ["runtime/src/" + d for d in ("data", "model", "group", "backend", "cpu", "cuda")]
+TRAINER_HEADERS = re.compile(r'#include\s+"(gpurun/runtime/(trainer|report|stop_signal)\.h|train/[^"]+)"')
 
 
 def table(readme):
@@ -79,6 +88,13 @@ def main():
         for dst in sorted(edges.get(src, ())):
             if project(dst) and dst != src and dst not in allowed:
                 problems.append(f"{src} links {dst}, which its README row does not allow")
+    for folder in BELOW_TRAINER:
+        for dirpath, _, files in os.walk(os.path.join(source, folder)):
+            for name in files:
+                path = os.path.join(dirpath, name)
+                for m in TRAINER_HEADERS.finditer(open(path, encoding="utf-8").read()):
+                    problems.append(f"{os.path.relpath(path, source)} includes {m.group(1)}, "
+                                    "the trainer's: a backend sees BackendConfig (backend.h)")
     for src, dst in FORBIDDEN:
         if dst in reaches(edges, src):
             problems.append(f"{src} reaches {dst}: dependencies must point the other way")

@@ -9,7 +9,7 @@ Checks:
   - every relative link of every Markdown file names a file of the repository, and an anchor
     (#section) names a heading of that file, as GitHub spells it;
   - docs/DESIGN.md's tables hold exactly: the fields of `gpurun info --json` (and of its nodes and
-    ranks), the fields runtime/src/report.cc writes, the variables gpurun sets in every rank
+    ranks), the fields runtime/src/train/report.cc writes, the variables gpurun sets in every rank
     (launcher/src/alloc/env_table.h, kEnvSet);
   - runtime/README.md's complete program is examples/custom_data/main.cc, byte for byte.
 """
@@ -130,7 +130,7 @@ else:
         documented = set(re.findall(r'"(\w+)"', row.group(1))) if row else set()
         compare(f"the fields of {field}[]", documented, set(info[field][0]))
 
-report_src = (root / "runtime/src/report.cc").read_text()
+report_src = (root / "runtime/src/train/report.cc").read_text()
 compare("the run report's fields", first_column_names(section("**The run report**")),
         set(re.findall(r'\bj\["(\w+)"\]\s*=', report_src)))
 

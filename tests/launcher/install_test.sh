@@ -10,6 +10,11 @@ for f in bin/gpurun bin/gpuq bin/mnist_cnn bin/lenet lib/cmake/gpurun/gpurunConf
   include/gpurun/launcher/hostlist.h include/gpurun/runtime/trainer.h include/gpurun/kernels/conv2d.h; do
   [[ -e $tmp/prefix/$f ]] || { echo "FAIL: $f not installed"; find "$tmp/prefix" | head -50; exit 1; }
 done
+# The runtime's public surface is these headers; the layers, buffers, sampler, checkpoint file
+# and exchanges stay in runtime/src, and examples/custom_data below builds from these alone.
+rt_headers=$(cd "$tmp/prefix/include/gpurun/runtime" && ls | tr '\n' ' ')
+[[ $rt_headers == "backend.h dataset.h environment.h idx.h model_spec.h process_group.h report.h stop_signal.h trainer.h " ]] ||
+  { echo "FAIL: installed runtime headers: $rt_headers"; exit 1; }
 "$tmp/prefix/bin/gpurun" hostlist expand 'n[1-2]' | tr '\n' ' ' | grep -qx 'n1 n2 ' || { echo "FAIL: installed gpurun"; exit 1; }
 cmake -S "$here/install_consumer" -B "$tmp/consumer" -DCMAKE_PREFIX_PATH="$tmp/prefix" >"$tmp/cfg.log" 2>&1 ||
   { cat "$tmp/cfg.log"; echo "FAIL: find_package(gpurun)"; exit 1; }

@@ -9,7 +9,7 @@
 #include <cstdlib>
 #include <exception>
 
-#include "gpurun/runtime/checkpoint.h"
+#include "train/checkpoint.h"
 
 namespace {
 

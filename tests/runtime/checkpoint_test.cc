@@ -2,7 +2,7 @@
 // time), and prepare_checkpoint_dir removes exactly those whose writer is certainly dead: a pid
 // that is gone, or one the kernel reused for another process; never a live writer's file, one
 // of another boot or machine, one it cannot parse, or anything else in the directory.
-#include "gpurun/runtime/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <gtest/gtest.h>
 #include <sys/stat.h>

@@ -5,7 +5,7 @@
 #include <cstdio>
 #include <exception>
 
-#include "gpurun/runtime/checkpoint.h"
+#include "train/checkpoint.h"
 
 int main(int argc, char** argv) {
   if (argc != 2) {

@@ -1,7 +1,7 @@
 // model_test.cc: the MNIST CNN's parameter count and flat-buffer layout, a finite-difference check
 // of the whole model's gradient, that SGD steps lower the loss, the LR schedule, checkpoints
 // (round trip, atomic replace, corruption detected) and the one-rank process group.
-#include "gpurun/runtime/model.h"
+#include "cpu/model.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,9 +12,9 @@
 #include <functional>
 
 #include "gpurun/kernels/sgd.h"
-#include "gpurun/runtime/checkpoint.h"
+#include "train/checkpoint.h"
 #include "gpurun/runtime/process_group.h"
-#include "gpurun/runtime/rng.h"
+#include "model/rng.h"
 #include "gpurun/runtime/trainer.h"
 #include "test_models.h"
 

@@ -1,6 +1,6 @@
 // sampler_test.cc: shards are disjoint and complete, the shuffle is a function of (seed, epoch)
 // only, and the global batch of a step does not depend on how it is split across ranks.
-#include "gpurun/runtime/sampler.h"
+#include "data/sampler.h"
 
 #include <gtest/gtest.h>
 

@@ -5,7 +5,7 @@
 
 #include <memory>
 
-#include "gpurun/runtime/model.h"
+#include "cpu/model.h"
 #include "gpurun/runtime/model_spec.h"
 
 namespace gpurun::runtime::testing {

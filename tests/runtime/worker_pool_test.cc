@@ -1,9 +1,9 @@
-// Pins runtime::WorkerPool (runtime/src/worker_pool.h, private): every worker runs each job once
+// Pins runtime::WorkerPool (runtime/src/cpu/worker_pool.h, private): every worker runs each job once
 // and run() returns only when all have; many runs back to back (the spin-then-sleep handshake
 // must lose no start and no finish, whether the other side spins or sleeps); a worker's exception
 // reaches the caller and the pool stays usable; a pool idle long enough for its workers to sleep
 // still starts them, and is destroyed cleanly while they sleep.
-#include "worker_pool.h"
+#include "cpu/worker_pool.h"
 
 #include <gtest/gtest.h>
 

@@ -9,11 +9,11 @@
 #include <string>
 #include <utility>
 
-#include "backends.h"
+#include "backend/backends.h"
 #include "exchange.h"
 #include "gpurun/kernels/cpu_kernels.h"
 #include "gpurun/kernels/threads.h"
-#include "gpurun/runtime/sampler.h"
+#include "data/sampler.h"
 
 namespace gpurun::runtime {
 namespace {
@@ -27,7 +27,7 @@ int workers_for(const CpuOptions& o, int batch) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data, const TrainConfig& cfg,
+  CpuBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data, const BackendConfig& cfg,
              const CpuOptions& opt, std::ostream& log)
       : pg_(pg),
         data_(data),
@@ -191,7 +191,7 @@ Evaluation CpuBackend::evaluate(int eval_batch) {
 }  // namespace
 
 std::unique_ptr<Backend> make_cpu_backend(ProcessGroup& pg, const ModelSpec& model,
-                                          const Dataset& data, const TrainConfig& cfg,
+                                          const Dataset& data, const BackendConfig& cfg,
                                           const CpuOptions& options, std::ostream& log) {
   return std::make_unique<CpuBackend>(pg, model, data, cfg, options, log);
 }

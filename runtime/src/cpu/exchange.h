@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "gpurun/runtime/backend.h"
-#include "gpurun/runtime/model.h"
+#include "cpu/model.h"
 #include "gpurun/runtime/process_group.h"
 #include "worker_pool.h"
 

@@ -151,7 +151,7 @@ class SharedExchange final : public CpuExchange {
     plan_first_layer();
     const std::vector<double>& weights = setup_.split.weights;
     if (!weights.empty() && int(weights.size()) != members_) {
-      throw std::invalid_argument("--split-balance: " + std::to_string(weights.size()) +
+      throw std::invalid_argument("split shares: " + std::to_string(weights.size()) +
                                   " weights for " + std::to_string(members_) +
                                   " members (ranks x threads on the node)");
     }
@@ -168,8 +168,8 @@ class SharedExchange final : public CpuExchange {
     } catch (const std::exception& e) {
       throw std::runtime_error(std::string(e.what()) + " (allocating " +
                                std::to_string(arena_.total * sizeof(float) >> 20) +
-                               " MiB for the shared-memory exchange; --exchange allreduce needs "
-                               "none)");
+                               " MiB for the shared-memory exchange; the allreduce exchange "
+                               "needs none)");
     }
     if (!shm_) return false;
     base_ = static_cast<float*>(shm_->data());
@@ -589,15 +589,15 @@ std::unique_ptr<CpuExchange> make_exchange(ProcessGroup& pg,
                                            const ExchangeSetup& setup, std::ostream& log) {
   if (setup.requested == Exchange::kShared && setup.micro_batch > 0) {
     throw std::invalid_argument(
-        "--exchange shared cannot accumulate micro-batches: use --exchange allreduce with "
-        "--micro-batch");
+        "the shared exchange cannot accumulate micro-batches (micro_batch " +
+        std::to_string(setup.micro_batch) + "): the allreduce exchange can");
   }
   std::unique_ptr<CpuExchange> ex;
   if (setup.requested != Exchange::kAllreduce && setup.micro_batch == 0) {
     std::string why_not;
     ex = make_shared_exchange(pg, models, setup, why_not);
     if (!ex && setup.requested == Exchange::kShared) {
-      throw std::invalid_argument("--exchange shared: " + why_not);
+      throw std::invalid_argument("the shared exchange cannot be used: " + why_not);
     }
     if (!ex) log << "exchange: allreduce, not shared memory: " << why_not << "\n";
   }

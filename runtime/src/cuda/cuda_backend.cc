@@ -21,7 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "backends.h"
+#include "backend/backends.h"
 #include "cuda/check.cuh"
 #include "device.h"
 #include "device_model.h"
@@ -30,7 +30,7 @@
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/softmax_xent.h"
-#include "gpurun/runtime/sampler.h"
+#include "data/sampler.h"
 #include "nccl_comm.h"
 #include "step_kernels.h"
 
@@ -108,7 +108,7 @@ int pick_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) {
   if (count == 0) {
     throw std::runtime_error("no usable CUDA device on " + cuda::rank_label(pg.rank()) +
                              " (CUDA_VISIBLE_DEVICES=" + opt.visible_devices +
-                             "); use --device cpu or --device auto");
+                             "); the CPU backend (Device::kCpu) needs none");
   }
   const int dev = device_for(pg, opt, count);
   if (!opt.gpus_from_launcher && pg.local_size() > count && pg.rank() == 0) {
@@ -192,7 +192,7 @@ struct DeviceData {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data, const TrainConfig& cfg,
+  CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data, const BackendConfig& cfg,
               const CudaOptions& opt, std::ostream& log);
 
   BackendInfo info() const override { return info_; }
@@ -241,22 +241,27 @@ class CudaBackend final : public Backend {
 };
 
 CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
-                         const TrainConfig& cfg, const CudaOptions& opt, std::ostream& log)
+                         const BackendConfig& cfg, const CudaOptions& opt, std::ostream& log)
     : pg_(pg),
       batch_(cfg.batch_per_rank),
       momentum_(cfg.momentum),
       weight_decay_(cfg.weight_decay),
       opt_(opt),
-      spe_(DistributedSampler(data.train.count, pg.size(), pg.rank(), cfg.batch_per_rank, cfg.seed)
-               .steps_per_epoch()),
+      spe_(steps_per_epoch(data.train.count, pg.size(), cfg.batch_per_rank)),
       dev_(prepare_device(pg, opt, log)),
       dm_(model, cfg.batch_per_rank, cfg.eval_batch, cfg.momentum != 0.0f, compute_.get()),
       dd_(data, spe_, cfg.batch_per_rank, eval_shard(data.test.count, pg.size(), pg.rank()),
           compute_.get()),
       h_grads_(0),
       t_(4) {
-  if (opt.loss_every < 1) throw std::invalid_argument("--loss-every must be >= 1");
-  if (!(opt.comm_timeout_s > 0)) throw std::invalid_argument("--comm-timeout must be > 0");
+  if (opt.loss_every < 1) {
+    throw std::invalid_argument("CUDA options: loss_every (steps between loss read-backs) must "
+                                "be >= 1, got " + std::to_string(opt.loss_every));
+  }
+  if (!(opt.comm_timeout_s > 0)) {
+    throw std::invalid_argument("CUDA options: comm_timeout_s (seconds before a stuck collective "
+                                "is an error) must be > 0, got " + std::to_string(opt.comm_timeout_s));
+  }
   info_.device = "cuda:" + device_name(dev_);
   info_.versions = library_versions();
   log << "versions: " << info_.versions << "\n";
@@ -556,7 +561,7 @@ BackendTimes CudaBackend::times() const {
 }  // namespace
 
 std::unique_ptr<Backend> make_cuda_backend(ProcessGroup& pg, const ModelSpec& model,
-                                           const Dataset& data, const TrainConfig& cfg,
+                                           const Dataset& data, const BackendConfig& cfg,
                                            const CudaOptions& options, std::ostream& log) {
   return std::make_unique<CudaBackend>(pg, model, data, cfg, options, log);
 }

@@ -164,7 +164,7 @@ void NcclComm::wait_ready(const char* what) {
       char secs[32];
       std::snprintf(secs, sizeof secs, "%.1f", timeout_s_);
       throw std::runtime_error(std::string(what) + " did not complete within " + secs +
-                               " s (--comm-timeout) on " + rank_label(rank_) + " of " +
+                               " s (the communication timeout) on " + rank_label(rank_) + " of " +
                                std::to_string(size_) + " ranks; a rank never joined or is stuck");
     }
     // An enqueue in non-blocking mode ends in microseconds: yield at first, sleep once it lasts.

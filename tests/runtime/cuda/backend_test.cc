@@ -38,7 +38,7 @@ TrainResult run(const ModelSpec& model, const Dataset& data, const TrainConfig& 
                 const BackendOptions& opt) {
   auto pg = make_single_process_group();
   std::ostringstream log;
-  auto backend = make_backend(*pg, model, data, cfg, opt, log);
+  auto backend = make_backend(*pg, model, data, backend_config(cfg), opt, log);
   TrainResult r = train(*pg, data, model, *backend, cfg, log);
   EXPECT_EQ(r.step_losses.size(), std::size_t(cfg.record_losses)) << log.str();
   return r;

@@ -69,7 +69,7 @@ TEST(FirstRun, NothingIsAllocatedAfterSetup) {
   const TrainConfig cfg = few_steps();
   auto pg = make_single_process_group();
   std::ostringstream log;
-  auto backend = make_backend(*pg, model, data, cfg, cuda_options(), log);
+  auto backend = make_backend(*pg, model, data, backend_config(cfg), cuda_options(), log);
   const gpurun_standin::Counts set_up = gpurun_standin::counts();
   const TrainResult r = train(*pg, data, model, *backend, cfg, log);  // steps and evaluation
   (void)backend->evaluate(cfg.eval_batch);
@@ -88,7 +88,7 @@ TEST(FirstRun, BuffersAreZeroedWithoutTheLegacyStream) {
   auto pg = make_single_process_group();
   std::ostringstream log;
   const gpurun_standin::Counts before = gpurun_standin::counts();
-  auto backend = make_backend(*pg, model, data, cfg, cuda_options(), log);
+  auto backend = make_backend(*pg, model, data, backend_config(cfg), cuda_options(), log);
   const TrainResult r = train(*pg, data, model, *backend, cfg, log);
   EXPECT_GT(r.test_accuracy, 0.0);
   EXPECT_EQ(gpurun_standin::counts().legacy_ops - before.legacy_ops, 0)
@@ -102,7 +102,7 @@ int device_of(int local_rank, int local_size, bool from_launcher) {
   BackendOptions o = cuda_options();
   o.cuda.gpus_from_launcher = from_launcher;
   std::ostringstream log;
-  auto backend = make_backend(pg, testing::lenet_spec(), data, few_steps(), o, log);
+  auto backend = make_backend(pg, testing::lenet_spec(), data, backend_config(few_steps()), o, log);
   int dev = -1;
   EXPECT_EQ(cudaGetDevice(&dev), cudaSuccess);
   return dev;

@@ -19,7 +19,16 @@
 
 namespace gpurun::runtime {
 
-struct TrainConfig;  // trainer.h
+// What a backend needs of the training run, and nothing of the loop's own settings (epochs,
+// learning rates, checkpoints): the trainer makes it from its TrainConfig (trainer.h:
+// backend_config()), so that a backend never reads the trainer's types. make_backend checks it
+// and names the setting ("batch size per rank ...") in its error.
+struct BackendConfig {
+  int batch_per_rank = 64;  // images per rank per step (>= 1)
+  int eval_batch = 256;     // images per evaluation pass (>= 1)
+  float momentum = 0.0f;    // SGD momentum (>= 0): 0 keeps no velocity
+  float weight_decay = 0.0f;  // >= 0
+};
 
 // One epoch as the sampler and the learning-rate schedule lay it out, handed over whole so a
 // device can upload it once.
@@ -164,12 +173,13 @@ struct BackendOptions {
 bool cuda_available() noexcept;
 
 // The backend for `options.device`. Collective: every rank calls it. A configuration every rank
-// can check first (validate(cfg), a CUDA backend in a build without CUDA) throws GroupError on
-// every rank (process_group.h); later failures throw std::invalid_argument (bad options) or
-// std::runtime_error (the device cannot be used, no device) on the ranks that hit them.
+// can check first (cfg's values, a model that does not fit the data, a CUDA backend in a build
+// without CUDA) throws GroupError on every rank (process_group.h); later failures throw
+// std::invalid_argument (bad options) or std::runtime_error (the device cannot be used, no
+// device) on the ranks that hit them.
 // `log` gets rank 0's notes (which exchange was chosen and why).
 std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
-                                      const TrainConfig& cfg, const BackendOptions& options,
-                                      std::ostream& log);
+                                      const BackendConfig& cfg,
+                                      const BackendOptions& options, std::ostream& log);
 
 }  // namespace gpurun::runtime

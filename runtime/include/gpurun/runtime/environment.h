@@ -1,7 +1,8 @@
 // environment.h: every environment variable the runtime's programs read, read once, at the
 // program's edge (main, and the TrainConfig it makes: heartbeat_from_environment), into a
-// RuntimeEnv that is passed down in configs. Nothing below the edge calls getenv. The table of literal names is in runtime/src/environment.cc; here, what each
-// field holds and who sets it:
+// RuntimeEnv that is passed down in configs. Nothing below the edge calls getenv. The table of
+// literal names is in runtime/src/train/environment.cc; here, what each field holds and who
+// sets it:
 //   OMP_NUM_THREADS                     omp_num_threads: CPUs per rank (gpurun sets it)
 //   GPURUN_STDOUT_TTY                   stdout_tty: 1 when gpurun's own stdout is a terminal
 //   OMPI_COMM_WORLD_SIZE                under_open_mpi: Open MPI hands ranks a pty regardless

@@ -89,7 +89,10 @@ struct TrainResult {
 TrainResult train(ProcessGroup& pg, const Dataset& data, const ModelSpec& model, Backend& backend,
                   const TrainConfig& cfg, std::ostream& log);
 
-// Checks what train() and make_backend() need of cfg (epochs, batch sizes, resume needs a
+// What a backend needs of cfg (backend.h): make_backend(pg, model, data, backend_config(cfg), ...).
+BackendConfig backend_config(const TrainConfig& cfg);
+
+// Checks what train() needs of cfg (epochs, batch sizes, resume needs a
 // checkpoint directory); throws std::invalid_argument naming the field of TrainConfig.
 void validate(const TrainConfig& cfg);
 

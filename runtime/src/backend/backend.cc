@@ -2,10 +2,10 @@
 #include "gpurun/runtime/backend.h"
 
 #include <stdexcept>
+#include <string>
 
-#include "backends.h"
+#include "backend/backends.h"
 #include "gpurun/runtime/process_group.h"
-#include "gpurun/runtime/trainer.h"
 
 namespace gpurun::runtime {
 
@@ -29,13 +29,36 @@ bool cuda_available() noexcept {
 #endif
 }
 
+namespace {
+
+// The messages name the setting, not a program's flag: a program maps them to its own options.
+void check(const BackendConfig& cfg) {
+  const auto fail = [](const std::string& what) {
+    throw std::invalid_argument("backend configuration: " + what);
+  };
+  if (cfg.batch_per_rank < 1) {
+    fail("the batch size per rank must be >= 1, got " + std::to_string(cfg.batch_per_rank));
+  }
+  if (cfg.eval_batch < 1) {
+    fail("the evaluation batch size must be >= 1, got " + std::to_string(cfg.eval_batch));
+  }
+  if (!(cfg.momentum >= 0.0f)) {  // as torch.optim.SGD: negative (or NaN) is refused
+    fail("the momentum must be >= 0, got " + std::to_string(cfg.momentum));
+  }
+  if (!(cfg.weight_decay >= 0.0f)) {
+    fail("the weight decay must be >= 0, got " + std::to_string(cfg.weight_decay));
+  }
+}
+
+}  // namespace
+
 std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
-                                      const TrainConfig& cfg, const BackendOptions& options,
+                                      const BackendConfig& cfg, const BackendOptions& options,
                                       std::ostream& log) {
   // What every rank can check before the first collective, agreed on, so that a bad
   // configuration is one error on every rank rather than an abort.
   run_agreed(pg, [&] {
-    validate(cfg);
+    check(cfg);
     // The data is one channel of rows x cols (dataset.h) in `classes` classes.
     const Shape in{1, data.train.rows, data.train.cols};
     if (!(model.input() == in) || model.output().size() != std::size_t(data.classes)) {

@@ -1,5 +1,5 @@
 // rng.cc: SplitMix64 (Steele, Lea, Flood 2014) and Lemire's bounded integers.
-#include "gpurun/runtime/rng.h"
+#include "model/rng.h"
 
 namespace gpurun::runtime {
 

@@ -1,26 +1,35 @@
 // sampler.cc: seeded Fisher-Yates shuffle and the rank's strided shard.
-#include "gpurun/runtime/sampler.h"
+#include "data/sampler.h"
 
 #include <stdexcept>
 #include <string>
 
-#include "gpurun/runtime/rng.h"
+#include "model/rng.h"
 
 namespace gpurun::runtime {
 
-DistributedSampler::DistributedSampler(std::size_t n, int world, int rank, int batch,
-                                       std::uint64_t seed)
-    : n_(n), world_(world), rank_(rank), batch_(batch), seed_(seed) {
-  if (world < 1 || rank < 0 || rank >= world || batch < 1) {
-    throw std::invalid_argument("sampler: bad world_size " + std::to_string(world) + ", rank " +
-                                std::to_string(rank) + " or batch " + std::to_string(batch));
+std::size_t steps_per_epoch(std::size_t n, int world, int batch) {
+  if (world < 1 || batch < 1) {
+    throw std::invalid_argument("sampler: bad world size " + std::to_string(world) +
+                                " or batch size " + std::to_string(batch));
   }
-  steps_ = n / (std::size_t(world) * batch);
-  if (steps_ == 0) {
+  const std::size_t steps = n / (std::size_t(world) * std::size_t(batch));
+  if (steps == 0) {
     throw std::invalid_argument("sampler: " + std::to_string(n) +
                                 " examples cannot fill one global batch of " +
                                 std::to_string(world) + " x " + std::to_string(batch));
   }
+  return steps;
+}
+
+DistributedSampler::DistributedSampler(std::size_t n, int world, int rank, int batch,
+                                       std::uint64_t seed)
+    : n_(n), world_(world), rank_(rank), batch_(batch), seed_(seed) {
+  if (rank < 0 || rank >= world) {
+    throw std::invalid_argument("sampler: rank " + std::to_string(rank) + " outside [0, " +
+                                std::to_string(world) + ")");
+  }
+  steps_ = runtime::steps_per_epoch(n, world, batch);
   perm_.resize(n);
   set_epoch(0);
 }

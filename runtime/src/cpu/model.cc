@@ -1,5 +1,5 @@
 // model.cc: the sequential model: binding layers to the flat buffers, forward, loss, backward.
-#include "gpurun/runtime/model.h"
+#include "cpu/model.h"
 
 #include <algorithm>
 #include <stdexcept>

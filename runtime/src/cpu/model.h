@@ -10,8 +10,8 @@
 #include <optional>
 #include <vector>
 
-#include "gpurun/runtime/buffer.h"
-#include "gpurun/runtime/layers.h"
+#include "cpu/buffer.h"
+#include "cpu/layers.h"
 
 namespace gpurun::runtime {
 

@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "gpurun/runtime/rng.h"
+#include "model/rng.h"
 
 namespace gpurun::runtime {
 namespace {

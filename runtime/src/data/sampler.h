@@ -5,12 +5,17 @@
 // micro-batch of one rank doing B*W images: 2 ranks x 32 and 1 rank x 64 (2 micro-batches of 32)
 // sum the same partial gradients. The last partial global batch is dropped so every rank does the
 // same number of steps.
+// (Private to the runtime: the trainer deals the indices, and a backend gets them in EpochPlan.)
 #pragma once
 
 #include <cstdint>
 #include <vector>
 
 namespace gpurun::runtime {
+
+// Steps in an epoch of n examples at world_size x batch per step: the last partial global batch
+// is dropped. Throws std::invalid_argument when n cannot fill one global batch.
+std::size_t steps_per_epoch(std::size_t n, int world_size, int batch);
 
 class DistributedSampler {
  public:

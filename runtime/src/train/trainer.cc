@@ -15,8 +15,8 @@
 
 #include "gpurun/common/posix.h"
 #include "gpurun/common/strings.h"
-#include "gpurun/runtime/checkpoint.h"
-#include "gpurun/runtime/sampler.h"
+#include "train/checkpoint.h"
+#include "data/sampler.h"
 #include "gpurun/runtime/stop_signal.h"
 #include "heartbeat.h"
 
@@ -304,6 +304,15 @@ void Loop::say_stopped() {
 }
 
 }  // namespace
+
+BackendConfig backend_config(const TrainConfig& cfg) {
+  BackendConfig b;
+  b.batch_per_rank = cfg.batch_per_rank;
+  b.eval_batch = cfg.eval_batch;
+  b.momentum = cfg.momentum;
+  b.weight_decay = cfg.weight_decay;
+  return b;
+}
 
 // The messages name TrainConfig's fields: a program maps them to its own options.
 void validate(const TrainConfig& cfg) {

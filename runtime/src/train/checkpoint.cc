@@ -1,6 +1,6 @@
 // checkpoint.cc: binary checkpoint format ("GPRNCKP1", little-endian fields, FNV-1a checksum at
 // the end), its atomic write, and the removal of dead writers' temp files.
-#include "gpurun/runtime/checkpoint.h"
+#include "train/checkpoint.h"
 
 #include <dirent.h>
 #include <fcntl.h>

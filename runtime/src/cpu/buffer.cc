@@ -1,6 +1,6 @@
 // buffer.cc: FloatBuffer's allocation. 64-byte alignment matches a cache line and an AVX-512
 // vector, which OpenBLAS and the vectorised loops prefer.
-#include "gpurun/runtime/buffer.h"
+#include "cpu/buffer.h"
 
 #include <cstdlib>
 #include <new>

@@ -1,5 +1,5 @@
 // layers.cc: the CPU layers (Conv2D, Dense, ReLU, Flatten, MaxPool2D) over the kernels' cpu:: ops.
-#include "gpurun/runtime/layers.h"
+#include "cpu/layers.h"
 
 #include <algorithm>
 
