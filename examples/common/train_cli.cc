@@ -78,7 +78,9 @@ po::options_description describe(Options& o, const Example& ex) {
       "deterministic one; when two are about as fast, runs may choose differently and differ in "
       "the last bits) or heuristic (cuDNN's heuristics: a run repeats bit for bit)")(
       "comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
-      "GPU: seconds before a stuck NCCL collective (or a rank that never joins) is an error")(
+      "seconds before a stuck collective is an error naming the rank: GPU: an NCCL collective "
+      "(or a rank that never joins), default 60; CPU: a wait for a peer in the shared-memory "
+      "exchange, default 300 unless given")(
       "loss-every", po::value(&c.loss_every)->default_value(c.loss_every),
       "GPU: steps between loss read-backs (and stop-signal checks)")(
       "breakdown", po::bool_switch(&c.breakdown),
@@ -179,6 +181,8 @@ std::string interpret(Options& o, const po::variables_map& vm) {
     return "--micro-batch " + std::to_string(micro) + " must divide --batch-size " +
            std::to_string(o.train.batch_per_rank);
   }
+  if (!(o.backend.cuda.comm_timeout_s > 0)) return "--comm-timeout must be > 0";
+  if (!vm["comm-timeout"].defaulted()) o.backend.cpu.comm_timeout_s = o.backend.cuda.comm_timeout_s;
   o.backend.cuda.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
   o.backend.cuda.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
   if (o.conv_algo != "benchmark" && o.conv_algo != "heuristic") {

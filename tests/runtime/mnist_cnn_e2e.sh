@@ -4,7 +4,8 @@
 # tests/runtime/CMakeLists.txt, one mode per test:
 #   mnist_cnn_e2e.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
-#       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | gpurun | lenet
+#       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | shared_stuck_peer | gpurun |
+#       lenet
 set -euo pipefail
 mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
@@ -31,6 +32,33 @@ wait_for() {
 }
 
 case $mode in
+shared_stuck_peer)
+  # A peer that stops (SIGSTOP) in the middle of training: the shared-memory exchange's waits
+  # are bounded by --comm-timeout, so rank 0 gives up with one line naming the rank behind and
+  # its pid, instead of every rank spinning forever (the old waits had no bound). mpirun may
+  # wait for the stopped rank it was told to kill, so the test kills it once rank 0 has spoken.
+  "${mpirun_[@]}" -n 2 "$bin" --data "$data" --threads 1 --exchange shared --comm-timeout 3 \
+    --epochs 50 >"$work/log" 2>&1 &
+  job=$!
+  wait_for "$work/log" "^epoch 1/50"
+  stopped=""
+  for p in $(pgrep -f -- "--exchange shared --comm-timeout 3 --epochs 50"); do
+    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+      kill -STOP "$p" && stopped=$p
+    fi
+  done
+  [[ -n $stopped ]] || { kill "$job"; fail "no rank 1 process found to stop"; }
+  start=$SECONDS
+  wait_for "$work/log" "error: shared-memory exchange"
+  took=$((SECONDS - start)) rc=0
+  kill -KILL "$stopped" 2>/dev/null || true
+  wait "$job" || rc=$?
+  ((rc != 0)) || fail "the job ended with status 0 while rank 1 was stopped: $(cat "$work/log")"
+  ((took < 30)) || fail "rank 0 took $took s to give up (timeout 3 s)"
+  grep -q "error: shared-memory exchange: rank 0 waited 3 s .*behind: rank 1 (pid $stopped)" \
+    "$work/log" || fail "no line naming rank 1 (pid $stopped): $(cat "$work/log")"
+  echo "shared_stuck_peer: rank 0 gave up after ${took} s: $(grep -o 'behind: rank 1[^.]*' "$work/log")"
+  ;;
 determinism)
   # Same seed twice: bitwise the same weights, losses and report figures.
   for run in a b; do

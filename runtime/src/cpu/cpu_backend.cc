@@ -51,6 +51,7 @@ class CpuBackend final : public Backend {
     setup.momentum = cfg.momentum;
     setup.weight_decay = cfg.weight_decay;
     setup.split = opt.split;
+    setup.timeout_s = opt.comm_timeout_s;
     exchange_ = cpu::make_exchange(pg, models_, setup, log);
   }
 

@@ -24,6 +24,7 @@ struct ExchangeSetup {
   int slice = 0;  // images per member per step
   float momentum = 0, weight_decay = 0;
   SplitShares split;  // the shared exchange's split layers (backend.h)
+  double timeout_s = 300;  // the shared exchange: a wait for a peer this long is an error
 };
 
 class CpuExchange {

@@ -34,6 +34,9 @@
 // claim from `claimed` once every member has released. Every chunk is the same sgemm whoever
 // runs it, so the result does not depend on who took which. One barrier ends the step: the new
 // parameters are in place before anyone's next forward.
+//
+// Every wait on a counter is bounded by the communication timeout (shared_wait.h): a peer that is
+// stopped, stuck or dead is named, with its pid, instead of hanging the node's ranks.
 #include <sched.h>
 
 #include <algorithm>
@@ -43,12 +46,14 @@
 #include <cstring>
 #include <memory>
 #include <new>
+#include <optional>
 #include <ostream>
 #include <sstream>
 #include <stdexcept>
 
 #include "exchange.h"
 #include "gpurun/common/strings.h"
+#include "shared_wait.h"
 #include "split_balance.h"
 
 namespace gpurun::runtime::cpu {
@@ -76,33 +81,17 @@ constexpr double kRateWeight = 0.1;
 constexpr double kBoundarySlack = 0.6;
 
 // Counters that only grow: a step's target is (step + 1) x arrivals per step, never reset. Each
-// on its own cache line; they live in the shared block, so they must not need a lock.
-struct alignas(64) Counter {
-  std::atomic<std::uint64_t> n{0};
-};
-static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
-              "the exchange's counters are shared between processes");
+// on its own cache line (shared_wait.h).
 struct Control {
   Counter met;        // members' arrivals at the split layers' meeting points
   Counter released;   // members whose Dense weights are read and X, dZ written
   Counter published;  // ranks whose small gradients are in their slot
   Counter claimed;    // update chunks handed out (and one miss per member per step)
+  Counter closed;     // ranks whose step is done (the new parameters written)
 };
 
 // Room for Control at whatever 64-byte boundary falls first in it.
 constexpr std::size_t kControlFloats = (sizeof(Control) + alignof(Control)) / sizeof(float);
-
-// Waits until `c` reaches `target`: spins a while (the other member is usually a few
-// microseconds away), then yields the core (more ranks than cores).
-void wait_until(const Counter& c, std::uint64_t target) {
-  for (unsigned spins = 0; c.n.load(std::memory_order_acquire) < target; ++spins) {
-    if (spins < (1u << 14)) {
-      spin_pause();
-    } else {
-      sched_yield();
-    }
-  }
-}
 
 // Columns [lo, hi) of deferred layer k's weight matrix: one unit of the update.
 struct Chunk {
@@ -112,7 +101,7 @@ struct Chunk {
 
 // Where each part lives in the shared block, in floats.
 struct Arena {
-  std::size_t control = 0, params = 0, velocity = 0, small = 0, input = 0, total = 0;
+  std::size_t control = 0, progress = 0, params = 0, velocity = 0, small = 0, input = 0, total = 0;
   std::size_t edges = 0, times = 0;      // the split's boundaries and the members' split seconds
   std::vector<std::size_t> x, dz;        // per deferred layer
   std::vector<std::size_t> dx, partial;  // per split layer (0 for the others)
@@ -181,12 +170,15 @@ class SharedExchange final : public CpuExchange {
       throw std::logic_error("the shared-memory exchange has no room for its counters");
     }
     control_ = static_cast<Control*>(control);
+    RankProgress* progress = place_progress();
     if (pg_.rank() == 0) {
       new (control) Control{};
+      for (int r = 0; r < pg_.size(); ++r) new (progress + r) RankProgress{};
       start_edges();
     }
     bind_models();
     shm_->fence();  // the counters are zero before anyone counts
+    waits_.emplace(progress, pg_.rank(), pg_.size(), setup_.timeout_s);
     return true;
   }
 
@@ -240,14 +232,19 @@ class SharedExchange final : public CpuExchange {
     });
     balance();
     const auto t = Clock::now();
-    wait_until(control_->published, (step_ + 1) * std::uint64_t(pg_.size()));
+    waits_->wait(control_->published, (step_ + 1) * std::uint64_t(pg_.size()),
+                 "the small gradients of every rank", step_);
     sum_small_gradients();
     if (pg_.rank() == 0) {
       for (const Layer::Range& r : small_) {
         sgd_range(setup_, members_, lr, model_.params(), model_.grads(), velocity_, r.begin, r.end);
       }
     }
-    shm_->fence();  // the new parameters are in place before anyone's next forward
+    // The new parameters are in place before anyone's next forward: a barrier on a counter,
+    // bounded as every wait here is (an MPI barrier would wait for a stopped peer forever).
+    waits_->arrive(control_->closed);
+    waits_->wait(control_->closed, (step_ + 1) * std::uint64_t(pg_.size()),
+                 "every rank's end of the step", step_);
     seconds_ += seconds_since(t);
     ++step_;
   }
@@ -282,7 +279,7 @@ class SharedExchange final : public CpuExchange {
     }
     void forward(std::size_t k, float* z) override { ex_.split_forward(k, *this, z); }
     void backward_data(std::size_t k) override { ex_.split_backward_data(k, *this); }
-    void released() override { ex_.control_->released.n.fetch_add(1, std::memory_order_release); }
+    void released() override { ex_.waits_->arrive(ex_.control_->released); }
 
     int member() const { return m_; }
     // Runs f, counting its seconds as this member's split work of the step.
@@ -300,9 +297,10 @@ class SharedExchange final : public CpuExchange {
     // Every member arrives at the same meeting points in the same order, so the n-th meeting
     // is over when `met` reaches n x members.
     void meet() {
-      ex_.control_->met.n.fetch_add(1, std::memory_order_release);
+      ex_.waits_->arrive(ex_.control_->met);
       const auto t = Clock::now();
-      wait_until(ex_.control_->met, ++meetings_ * std::uint64_t(ex_.members_));
+      ex_.waits_->wait(ex_.control_->met, ++meetings_ * std::uint64_t(ex_.members_),
+                       "every member at a split layer", ex_.step_);
       if (timed_) ex_.seconds_ += seconds_since(t);
     }
 
@@ -451,8 +449,24 @@ class SharedExchange final : public CpuExchange {
     p.publish_busy();
   }
 
+  // Room for one RankProgress per rank at whatever 64-byte boundary falls first in it.
+  std::size_t progress_floats() const {
+    return (std::size_t(pg_.size()) * sizeof(RankProgress) + alignof(RankProgress)) /
+           sizeof(float);
+  }
+  RankProgress* place_progress() {
+    void* at = base_ + arena_.progress;
+    std::size_t room = progress_floats() * sizeof(float);
+    if (!std::align(alignof(RankProgress), std::size_t(pg_.size()) * sizeof(RankProgress), at,
+                    room)) {
+      throw std::logic_error("the shared-memory exchange has no room for its ranks' progress");
+    }
+    return static_cast<RankProgress*>(at);
+  }
+
   void lay_out() {
     arena_.control = arena_.take(kControlFloats);
+    arena_.progress = arena_.take(progress_floats());
     arena_.params = arena_.take(n_);
     arena_.velocity = arena_.take(setup_.momentum != 0.0f ? n_ : 0);
     const std::size_t all = std::size_t(members_) * setup_.slice;
@@ -502,7 +516,7 @@ class SharedExchange final : public CpuExchange {
     const float* grads = model_.grads();
     float* mine = base_ + arena_.small + std::size_t(pg_.rank()) * small_floats_;
     for (const Layer::Range& r : exchanged_) mine = std::copy(grads + r.begin, grads + r.end, mine);
-    control_->published.n.fetch_add(1, std::memory_order_release);
+    waits_->arrive(control_->published);
   }
 
   void sum_small_gradients() {
@@ -521,7 +535,8 @@ class SharedExchange final : public CpuExchange {
   // exactly one claim past the end, so a step hands out chunks + members claims.
   void update_chunks(float lr, bool timed) {
     const auto t = Clock::now();
-    wait_until(control_->released, (step_ + 1) * std::uint64_t(members_));
+    waits_->wait(control_->released, (step_ + 1) * std::uint64_t(members_),
+                 "every member's Dense layers (their weights read, X and dZ written)", step_);
     if (timed) seconds_ += seconds_since(t);
     const std::uint64_t first = step_ * (chunks_.size() + std::uint64_t(members_));
     for (;;) {
@@ -567,6 +582,7 @@ class SharedExchange final : public CpuExchange {
   Arena arena_;
   bool fused_ = false;
   Control* control_ = nullptr;
+  std::optional<SharedWaits> waits_;  // once mapped
   std::uint64_t step_ = 0;  // steps combined so far: the counters' targets
   std::unique_ptr<SharedMemory> shm_;
   float* base_ = nullptr;

@@ -126,6 +126,10 @@ struct CpuOptions {
   int micro_batch = 0;  // > 0: accumulate gradients over micro-batches of this size
   Exchange exchange = Exchange::kAuto;
   SplitShares split;
+  // The shared exchange: a wait this long for a peer (stopped, stuck or dead) is an error that
+  // names the ranks behind; longer than any legitimate gap between two ranks' steps (a
+  // checkpoint written on rank 0). MPI's allreduce has no such bound.
+  double comm_timeout_s = 300;
 };
 
 enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager
