@@ -2,7 +2,7 @@
 // db), for tensors viewed as [outer, channels, inner] (bias_act.h). The bias-gradient sums use a
 // fixed reduction tree (no atomics), so db is bitwise reproducible run to run.
 // Tested against the CPU twin by tests/kernels/cuda (ctest -L gpu).
-#include "check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 #include "context.cuh"
 #include "gpurun/kernels/bias_act.h"
 

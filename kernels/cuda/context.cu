@@ -1,7 +1,5 @@
-// context.cu: error messages (check.cuh), the per-thread handle cache and the math precision
-// switch (types.h). Host code only.
-#include <unistd.h>
-
+// context.cu: the per-thread handle cache and the math precision switch (types.h). Host code
+// only.
 #include <algorithm>
 #include <atomic>
 #include <map>
@@ -9,7 +7,7 @@
 #include <stdexcept>
 #include <string>
 
-#include "check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 #include "context.cuh"
 #include "gpurun/kernels/types.h"
 
@@ -17,7 +15,6 @@ namespace gpurun::kernels::cuda {
 
 namespace {
 std::atomic<int> g_precision{int(MathPrecision::kFp32)};
-std::atomic<bool> g_device_lost{false};
 }  // namespace
 
 void set_math_precision(MathPrecision p) {
@@ -28,51 +25,6 @@ MathPrecision math_precision() {
 }
 
 namespace detail {
-
-[[noreturn]] void fail(const char* lib, const std::string& what, const char* expr, const char* file,
-                       int line) {
-  int dev = -1;
-  cudaGetDevice(&dev);  // best effort: the message is what matters
-  char host[256] = {0};
-  ::gethostname(host, sizeof host - 1);
-  throw std::runtime_error(std::string(lib) + " error: " + expr + " failed at " + file + ":" +
-                           std::to_string(line) + " on device " + std::to_string(dev) + " (" +
-                           host + "): " + what);
-}
-
-void mark_device_lost() noexcept {
-  g_device_lost.store(true);
-}
-bool device_lost() noexcept {
-  return g_device_lost.load();
-}
-
-const char* cublas_status_name(cublasStatus_t s) {
-  switch (s) {
-    case CUBLAS_STATUS_SUCCESS:
-      return "CUBLAS_STATUS_SUCCESS";
-    case CUBLAS_STATUS_NOT_INITIALIZED:
-      return "CUBLAS_STATUS_NOT_INITIALIZED";
-    case CUBLAS_STATUS_ALLOC_FAILED:
-      return "CUBLAS_STATUS_ALLOC_FAILED";
-    case CUBLAS_STATUS_INVALID_VALUE:
-      return "CUBLAS_STATUS_INVALID_VALUE";
-    case CUBLAS_STATUS_ARCH_MISMATCH:
-      return "CUBLAS_STATUS_ARCH_MISMATCH";
-    case CUBLAS_STATUS_MAPPING_ERROR:
-      return "CUBLAS_STATUS_MAPPING_ERROR";
-    case CUBLAS_STATUS_EXECUTION_FAILED:
-      return "CUBLAS_STATUS_EXECUTION_FAILED";
-    case CUBLAS_STATUS_INTERNAL_ERROR:
-      return "CUBLAS_STATUS_INTERNAL_ERROR";
-    case CUBLAS_STATUS_NOT_SUPPORTED:
-      return "CUBLAS_STATUS_NOT_SUPPORTED";
-    case CUBLAS_STATUS_LICENSE_ERROR:
-      return "CUBLAS_STATUS_LICENSE_ERROR";
-    default:
-      return "unknown cuBLAS status";
-  }
-}
 
 namespace {
 
@@ -125,7 +77,7 @@ class Handles {
 
  private:
   void release() noexcept {
-    if (device_lost()) return;  // left to the process's end (check.cuh)
+    if (cuda_support::device_lost()) return;  // left to the process's end (check.cuh)
     if (cublas_) cublasDestroy(cublas_);
     if (cudnn_) cudnnDestroy(cudnn_);
     if (ws_) cudaFree(ws_);

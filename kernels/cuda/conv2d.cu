@@ -18,7 +18,8 @@
 #include <string>
 #include <tuple>
 
-#include "check.cuh"
+#include "gpurun/cuda_support/check.cuh"
+#include "gpurun/cuda_support/owners.h"
 #include "context.cuh"
 #include "gpurun/kernels/conv2d.h"
 
@@ -46,17 +47,6 @@ struct ConvDesc {
   ~ConvDesc() { cudnnDestroyConvolutionDescriptor(d); }
   ConvDesc(const ConvDesc&) = delete;
   ConvDesc& operator=(const ConvDesc&) = delete;
-};
-
-// Device memory for the benchmark in conv2d_workspace_floats only.
-struct Scratch {
-  void* p = nullptr;
-  explicit Scratch(std::size_t bytes) {
-    if (bytes) GPURUN_CUDA_CHECK(cudaMalloc(&p, bytes));
-  }
-  ~Scratch() { cudaFree(p); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
 };
 
 enum class Choice { kHeuristic, kBenchmark };
@@ -125,24 +115,26 @@ void choose(Plan& pl, const Conv2dDesc& d, MathPrecision p, Choice how, std::siz
   constexpr int kMax = 16;
   int n = 0;
   if (how == Choice::kBenchmark) {
-    // Find*Ex runs every algorithm on real buffers, synchronously; their contents do not matter.
-    Scratch x(d.x_floats() * sizeof(float)), w(d.w_floats() * sizeof(float)),
-        y(d.y_floats() * sizeof(float)), dx(d.x_floats() * sizeof(float)),
-        dw(d.w_floats() * sizeof(float)), ws(limit);
-    GPURUN_CUDA_CHECK(cudaMemset(x.p, 0, d.x_floats() * sizeof(float)));
-    GPURUN_CUDA_CHECK(cudaMemset(w.p, 0, d.w_floats() * sizeof(float)));
-    GPURUN_CUDA_CHECK(cudaMemset(y.p, 0, d.y_floats() * sizeof(float)));
+    // Find*Ex runs every algorithm on real buffers, synchronously; their contents do not matter
+    // (zeroed on the legacy stream, which the handle's default stream follows).
+    using cuda_support::DeviceBuffer;
+    const DeviceBuffer<float> x(d.x_floats(), nullptr), w(d.w_floats(), nullptr),
+        y(d.y_floats(), nullptr), dx(d.x_floats(), nullptr), dw(d.w_floats(), nullptr);
+    const DeviceBuffer<unsigned char> ws(limit, nullptr);
     cudnnConvolutionFwdAlgoPerf_t f[kMax];
-    GPURUN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(
-        h, pl.x.d, x.p, pl.w.d, w.p, pl.fwd_conv.d, pl.y.d, y.p, kMax, &n, f, ws.p, limit));
+    GPURUN_CUDNN_CHECK(cudnnFindConvolutionForwardAlgorithmEx(h, pl.x.d, x.get(), pl.w.d, w.get(),
+                                                              pl.fwd_conv.d, pl.y.d, y.get(), kMax,
+                                                              &n, f, ws.get(), limit));
     const auto* bf = pick(f, n, limit);
     cudnnConvolutionBwdFilterAlgoPerf_t g[kMax];
     GPURUN_CUDNN_CHECK(cudnnFindConvolutionBackwardFilterAlgorithmEx(
-        h, pl.x.d, x.p, pl.y.d, y.p, pl.bwd_filter_conv.d, pl.w.d, dw.p, kMax, &n, g, ws.p, limit));
+        h, pl.x.d, x.get(), pl.y.d, y.get(), pl.bwd_filter_conv.d, pl.w.d, dw.get(), kMax, &n, g,
+        ws.get(), limit));
     const auto* bg = pick(g, n, limit);
     cudnnConvolutionBwdDataAlgoPerf_t b[kMax];
     GPURUN_CUDNN_CHECK(cudnnFindConvolutionBackwardDataAlgorithmEx(
-        h, pl.w.d, w.p, pl.y.d, y.p, pl.bwd_data_conv.d, pl.x.d, dx.p, kMax, &n, b, ws.p, limit));
+        h, pl.w.d, w.get(), pl.y.d, y.get(), pl.bwd_data_conv.d, pl.x.d, dx.get(), kMax, &n, b,
+        ws.get(), limit));
     const auto* bb = pick(b, n, limit);
     if (!bf || !bg || !bb)
       throw std::runtime_error(shape_name(d) + ": cuDNN found no working algorithm");

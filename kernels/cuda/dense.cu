@@ -6,7 +6,7 @@
 //   dx [B,in]  = dy * w              ->  dx^T = w_cm * dy_cm               (m=in,  n=B,   k=out)
 // FP32 by default; TF32 tensor cores only after set_math_precision(kTf32).
 // Tested against the CPU twin by tests/kernels/cuda (ctest -L gpu).
-#include "check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 #include "context.cuh"
 #include "gpurun/kernels/dense.h"
 

@@ -3,7 +3,7 @@
 #include <cuda_runtime.h>
 
 #include "gpurun/kernels/device_probe.h"
-#include "launch.cuh"
+#include "gpurun/cuda_support/launch.cuh"
 
 namespace gpurun::kernels {
 namespace {

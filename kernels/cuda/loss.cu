@@ -5,7 +5,7 @@
 // it in a captured graph. Tested against the CPU twins by tests/kernels/cuda (ctest -L gpu).
 #include <cmath>
 
-#include "check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 #include "context.cuh"
 #include "gpurun/kernels/accuracy.h"
 #include "gpurun/kernels/softmax_xent.h"

@@ -3,7 +3,7 @@
 // the same (i, j) order as the CPU twin's scatter: no atomics, bitwise the CPU's sums, and
 // overlapping windows (stride < size) need no special case.
 // Tested against the CPU twin by tests/kernels/cuda (ctest -L gpu).
-#include "check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 #include "context.cuh"
 #include "gpurun/kernels/pool2d.h"
 

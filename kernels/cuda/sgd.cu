@@ -4,7 +4,7 @@
 // schedule. Tested against the CPU twin by tests/kernels/cuda (ctest -L gpu).
 #include <stdexcept>
 
-#include "check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 #include "context.cuh"
 #include "gpurun/kernels/sgd.h"
 

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "gpurun/cuda_support/owners.h"
 #include "gpurun/kernels/device_probe.h"
 
 namespace gpurun::testing {
@@ -69,32 +70,26 @@ inline std::size_t count_wrong_sums(const std::vector<float>& got, int nranks) {
 // test program calls it first.
 void exit_77_without_a_device();
 
+// A device buffer (cuda_support's DeviceBuffer, zeroed on the legacy stream) with host round
+// trips: from a host vector, and back with host().
 template <typename T>
 class DeviceVec {
  public:
-  explicit DeviceVec(const std::vector<T>& h) : n_(h.size()) {
-    EXPECT_EQ(cudaMalloc(&p_, bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(p_, h.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
+  explicit DeviceVec(const std::vector<T>& h) : buf_(h.size(), nullptr) {
+    EXPECT_EQ(cudaMemcpy(get(), h.data(), bytes(), cudaMemcpyHostToDevice), cudaSuccess);
   }
-  explicit DeviceVec(std::size_t n) : n_(n) {
-    EXPECT_EQ(cudaMalloc(&p_, bytes()), cudaSuccess);
-    EXPECT_EQ(cudaMemset(p_, 0, bytes()), cudaSuccess);
-  }
-  ~DeviceVec() { cudaFree(p_); }
-  DeviceVec(const DeviceVec&) = delete;
-  DeviceVec& operator=(const DeviceVec&) = delete;
-  T* get() const { return p_; }
-  std::size_t bytes() const { return n_ * sizeof(T); }
+  explicit DeviceVec(std::size_t n) : buf_(n, nullptr) {}
+  T* get() const { return buf_.get(); }
+  std::size_t bytes() const { return buf_.bytes(); }
   std::vector<T> host() const {
-    std::vector<T> h(n_);
+    std::vector<T> h(buf_.size());
     EXPECT_EQ(cudaDeviceSynchronize(), cudaSuccess);
-    EXPECT_EQ(cudaMemcpy(h.data(), p_, bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
+    EXPECT_EQ(cudaMemcpy(h.data(), get(), bytes(), cudaMemcpyDeviceToHost), cudaSuccess);
     return h;
   }
 
  private:
-  T* p_ = nullptr;
-  std::size_t n_ = 0;
+  cuda_support::DeviceBuffer<T> buf_;
 };
 
 }  // namespace gpurun::testing

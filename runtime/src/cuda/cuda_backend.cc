@@ -22,8 +22,8 @@
 #include <vector>
 
 #include "backend/backends.h"
-#include "cuda/check.cuh"
-#include "device.h"
+#include "gpurun/cuda_support/check.cuh"
+#include "gpurun/cuda_support/owners.h"
 #include "device_model.h"
 #include "gpurun/common/strings.h"
 #include "gpurun/kernels/accuracy.h"
@@ -52,11 +52,12 @@ namespace {
 
 namespace k = gpurun::kernels;
 namespace kc = gpurun::kernels::cuda;
-using cuda::DeviceBuffer;
-using cuda::Event;
-using cuda::EventTiming;
-using cuda::GraphExec;
-using cuda::PinnedBuffer;
+using cuda_support::DeviceBuffer;
+using cuda_support::Event;
+using cuda_support::EventTiming;
+using cuda_support::GraphExec;
+using cuda_support::OwnedStream;
+using cuda_support::PinnedBuffer;
 using Clock = std::chrono::steady_clock;
 
 using common::seconds_since;
@@ -221,7 +222,7 @@ class CudaBackend final : public Backend {
   const CudaOptions opt_;
   const std::size_t spe_;
   const int dev_;  // chosen (cudaSetDevice) before anything is allocated
-  cuda::Stream compute_, comm_stream_;  // before the buffers, which are zeroed on compute_
+  OwnedStream compute_, comm_stream_;  // before the buffers, which are zeroed on compute_
   BackendInfo info_;
   cuda::AllreduceBackend exchange_ = cuda::AllreduceBackend::kNone;
   cuda::DeviceModel dm_;

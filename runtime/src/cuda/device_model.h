@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <vector>
 
-#include "device.h"
+#include "gpurun/cuda_support/owners.h"
 #include "gpurun/kernels/types.h"
 #include "gpurun/runtime/model_spec.h"
 
 namespace gpurun::runtime::cuda {
+
+using cuda_support::DeviceBuffer;
 
 class DeviceModel {
  public:

@@ -11,8 +11,8 @@
 #include <stdexcept>
 #include <vector>
 
-#include "cuda/check.cuh"
-#include "device.h"
+#include "gpurun/cuda_support/check.cuh"
+#include "gpurun/cuda_support/owners.h"
 #include "gpurun/common/posix.h"
 
 namespace gpurun::runtime::cuda {
@@ -47,7 +47,7 @@ std::string rank_label(int rank) {
 }
 
 [[noreturn]] void comm_failure(const std::string& why, OnCommFailure policy) {
-  ::gpurun::kernels::cuda::detail::mark_device_lost();
+  ::gpurun::cuda_support::mark_device_lost();
   if (policy == OnCommFailure::kThrow) throw std::runtime_error(why);
   // One write, then out: no destructor, no atexit handler, no cudaFree (nccl_comm.h).
   const std::string line = "gpurun watchdog: " + why + "; exiting without freeing device memory\n";
@@ -244,7 +244,7 @@ void Watchdog::fire(const std::string& why) {
     message_ = why;
   }
   comm_.abort();
-  ::gpurun::kernels::cuda::detail::mark_device_lost();
+  ::gpurun::cuda_support::mark_device_lost();
   if (policy_ == OnCommFailure::kExitProcess) comm_failure(why, policy_);
   failed_.store(true);
   // Said here too: the training thread may be blocked somewhere the exception cannot reach soon.
@@ -297,7 +297,7 @@ void wait_event(cudaEvent_t ev, Watchdog* wd, const char* what) {
     if (e == cudaSuccess) return;
     if (e != cudaErrorNotReady) {
       if (wd) wd->check();  // an abort is the better explanation of a failed kernel
-      ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(e), what, __FILE__,
+      ::gpurun::cuda_support::fail("CUDA", cudaGetErrorString(e), what, __FILE__,
                                             __LINE__);
     }
     (void)cudaGetLastError();  // the runtime may keep "not ready" as the last error (PyTorch

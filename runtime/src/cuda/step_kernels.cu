@@ -1,6 +1,6 @@
 // step_kernels.cu: batch gather from the device-resident dataset and the step counter advance.
 // See step_kernels.h.
-#include "cuda/check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 #include "step_kernels.h"
 
 namespace gpurun::runtime::cuda {

@@ -2,8 +2,9 @@
 // the CPU. Every CUDA thread of a block runs on a fiber of its own (src/grid.cc), so
 // __syncthreads and the warp operations really wait for the threads they name; threadIdx and the
 // other built-in variables read the running fiber's coordinates. A kernel is launched through
-// gpurun_standin::launch (kernels/cuda/launch.cuh's GPURUN_LAUNCH_KERNEL expands to it in the
-// stand-in build and to <<<>>> under nvcc), which binds the arguments by value as a launch does.
+// gpurun_standin::launch (gpurun/cuda_support/launch.cuh: GPURUN_KERNEL_LAUNCH expands to it in
+// the stand-in build and to <<<>>> under nvcc), which binds the arguments by value as a launch
+// does.
 #pragma once
 
 #include <cmath>

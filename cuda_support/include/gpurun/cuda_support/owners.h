@@ -1,8 +1,10 @@
-// device.h: move-only RAII owners for CUDA runtime objects used by the GPU trainer: device and
-// pinned host buffers, streams, events, graphs. Destructors never throw (errors there are ignored:
-// they run during unwinding, possibly after a fault), and after a communicator abort
-// (kernels::cuda::detail::device_lost) they leave everything to the process's end: a cudaFree
-// could wait forever on a kernel that uses the aborted communicator. Private to runtime/src/cuda.
+// owners.h: move-only RAII owners of CUDA runtime objects, for the kernels, the CUDA backend and
+// the GPU tests: device and pinned host buffers, streams, events, graphs. Destructors never throw
+// (errors there are ignored: they run during unwinding, possibly after a fault), and after a
+// communicator abort (device_lost(), check.cuh) they leave everything to the process's end: a
+// cudaFree could wait forever on a kernel that uses the aborted communicator. Part of the
+// internal library gpurun_cuda_support (never installed). OwnedStream owns a cudaStream_t; the
+// kernels' Stream (gpurun/kernels/types.h) is a handle that owns nothing.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -11,13 +13,9 @@
 #include <string>
 #include <utility>
 
-#include "cuda/check.cuh"
+#include "gpurun/cuda_support/check.cuh"
 
-namespace gpurun::runtime::cuda {
-
-inline bool device_lost() noexcept {
-  return ::gpurun::kernels::cuda::detail::device_lost();
-}
+namespace gpurun::cuda_support {
 
 template <typename T>
 class DeviceBuffer {
@@ -81,19 +79,19 @@ class PinnedBuffer {
   std::size_t n_ = 0;
 };
 
-class Stream {
+class OwnedStream {
  public:
-  Stream() { GPURUN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
-  ~Stream() {
+  OwnedStream() { GPURUN_CUDA_CHECK(cudaStreamCreateWithFlags(&s_, cudaStreamNonBlocking)); }
+  ~OwnedStream() {
     if (s_ && !device_lost()) cudaStreamDestroy(s_);
   }
-  Stream(Stream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
-  Stream& operator=(Stream&& o) noexcept {
+  OwnedStream(OwnedStream&& o) noexcept : s_(std::exchange(o.s_, nullptr)) {}
+  OwnedStream& operator=(OwnedStream&& o) noexcept {
     std::swap(s_, o.s_);
     return *this;
   }
-  Stream(const Stream&) = delete;
-  Stream& operator=(const Stream&) = delete;
+  OwnedStream(const OwnedStream&) = delete;
+  OwnedStream& operator=(const OwnedStream&) = delete;
   cudaStream_t get() const { return s_; }
 
  private:
@@ -150,4 +148,4 @@ class GraphExec {
   cudaGraphExec_t x_ = nullptr;
 };
 
-}  // namespace gpurun::runtime::cuda
+}  // namespace gpurun::cuda_support

@@ -1,9 +1,10 @@
-// check.cuh: the error channel of kernels/cuda. Every CUDA runtime, cuDNN and cuBLAS call goes
-// through one of these macros; a failure throws std::runtime_error carrying the expression, the
+// check.cuh: the error channel of the project's CUDA code (kernels/cuda, runtime/src/cuda and the
+// GPU tests). Every CUDA runtime, cuDNN and cuBLAS call goes through one of these macros; a failure throws std::runtime_error carrying the expression, the
 // file:line, the device and the library's own message, so a failure deep inside a training step
 // says where it came from. Kernel launches are followed by GPURUN_LAUNCH_CHECK (launch
 // configuration errors are reported at once; asynchronous faults surface at the next sync).
-// Private to kernels/cuda and runtime/src/cuda; never included from a public header.
+// Part of the internal library gpurun_cuda_support: never installed, never included from a
+// public header.
 #pragma once
 
 #include <cublas_v2.h>
@@ -12,9 +13,9 @@
 
 #include <string>
 
-#include "launch.cuh"
+#include "gpurun/cuda_support/launch.cuh"
 
-namespace gpurun::kernels::cuda::detail {
+namespace gpurun::cuda_support {
 
 [[noreturn]] void fail(const char* lib, const std::string& what, const char* expr, const char* file,
                        int line);
@@ -27,13 +28,13 @@ const char* cublas_status_name(cublasStatus_t s);
 void mark_device_lost() noexcept;
 bool device_lost() noexcept;
 
-}  // namespace gpurun::kernels::cuda::detail
+}  // namespace gpurun::cuda_support
 
 #define GPURUN_CUDA_CHECK(expr)                                                           \
   do {                                                                                    \
     const cudaError_t gpurun_e_ = (expr);                                                 \
     if (gpurun_e_ != cudaSuccess)                                                         \
-      ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(gpurun_e_), #expr, \
+      ::gpurun::cuda_support::fail("CUDA", cudaGetErrorString(gpurun_e_), #expr, \
                                             __FILE__, __LINE__);                          \
   } while (0)
 
@@ -41,7 +42,7 @@ bool device_lost() noexcept;
   do {                                                                                      \
     const cudnnStatus_t gpurun_s_ = (expr);                                                 \
     if (gpurun_s_ != CUDNN_STATUS_SUCCESS)                                                  \
-      ::gpurun::kernels::cuda::detail::fail("cuDNN", cudnnGetErrorString(gpurun_s_), #expr, \
+      ::gpurun::cuda_support::fail("cuDNN", cudnnGetErrorString(gpurun_s_), #expr, \
                                             __FILE__, __LINE__);                            \
   } while (0)
 
@@ -49,8 +50,8 @@ bool device_lost() noexcept;
   do {                                                                                     \
     const cublasStatus_t gpurun_s_ = (expr);                                               \
     if (gpurun_s_ != CUBLAS_STATUS_SUCCESS)                                                \
-      ::gpurun::kernels::cuda::detail::fail(                                               \
-          "cuBLAS", ::gpurun::kernels::cuda::detail::cublas_status_name(gpurun_s_), #expr, \
+      ::gpurun::cuda_support::fail(                                               \
+          "cuBLAS", ::gpurun::cuda_support::cublas_status_name(gpurun_s_), #expr, \
           __FILE__, __LINE__);                                                             \
   } while (0)
 
@@ -62,7 +63,7 @@ bool device_lost() noexcept;
   do {                                                                                     \
     const cudaError_t gpurun_e_ = cudaGetLastError();                                      \
     if (gpurun_e_ != cudaSuccess)                                                          \
-      ::gpurun::kernels::cuda::detail::fail("CUDA", cudaGetErrorString(gpurun_e_),         \
+      ::gpurun::cuda_support::fail("CUDA", cudaGetErrorString(gpurun_e_),         \
                                             "launch of " kernel_name, __FILE__, __LINE__); \
   } while (0)
 
