@@ -99,7 +99,7 @@ class Daemon {
   // daemon_ops.cc: requests
   nlohmann::json handle(const Request& req, const Peer& peer);
   nlohmann::json op_submit(const SubmitRequest& req, const Peer& peer);
-  Job job_from_request(const JobRequest& r, const SubmitRequest& req, const Peer& peer) const;
+  Job job_from_request(const SubmitRequest& req, const Peer& peer) const;
   std::vector<Job> insert_jobs(const Job& base, const JobRequest& r, const std::string& key,
                                const std::vector<int>& indices);  // one transaction
   nlohmann::json op_queue(const Request& req, const Peer& peer);
