@@ -279,3 +279,28 @@ TEST(GpuqCrash, ARequeuedRunsGpuSecondsStayCounted) {
   EXPECT_EQ(d.wait_final(b)["state"], "COMPLETED");
   EXPECT_GE(user_gpu_seconds(d, user), during) << "the first run's GPU-seconds were dropped";
 }
+
+// The supervisor reads its spec as one checked struct (issue 28 item 5): a spec with a bad field
+// stops it before anything runs, with a message that names the file and the field (the old reader
+// said only "[json.exception.type_error.302] type must be number, but is string"); the daemon then
+// sees a supervisor gone without a status, as for any dead supervisor.
+TEST(GpuqCrash, ASupervisorRefusesASpecWithABadFieldNamingIt) {
+  TempDir dir;
+  const std::string spec = dir.path() + "/7.spec";
+  std::ofstream(spec) << R"({"version":1,"job_id":7,"uid":"root","gid":0,"user":"root",)"
+                      << R"("cwd":"/","script_path":")" << dir.path() << R"(/7.sh",)"
+                      << R"("script":"#!/bin/sh\ntouch )" << dir.path() << R"(/ran\n","args":[],)"
+                      << R"("env":{},"output":"/dev/null","error":"","start_ms":0,)"
+                      << R"("time_limit_s":0,"signal":0,"lead_seconds":60,"batch_only":false,)"
+                      << R"("kill_wait_s":1,"drop_privileges":false})";
+  Result r =
+      sh(fmt::format("{} __supervise {} 7 3 3>{}/7.lock", gpuq_bin(), dir.path(), dir.path()));
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("job spec {}: field 'uid': expected an integer from 0 to "
+                                   "4294967295, got \"root\"",
+                                   spec)),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ran"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/7.status"));
+}

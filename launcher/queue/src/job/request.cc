@@ -4,97 +4,29 @@
 
 #include <fmt/format.h>
 
-#include <initializer_list>
 #include <nlohmann/json.hpp>
 #include <set>
 #include <stdexcept>
+
+#include "job/json_fields.h"
 
 namespace gpurun::queue {
 namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void bad_field(const std::string& key, const std::string& expected, const json& got) {
-  std::string shown = got.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-  throw std::invalid_argument(
-      fmt::format("request field '{}': expected {}, got {}", key, expected, shown));
-}
+using json_fields::field;
+using json_fields::get_bool;
+using json_fields::get_count;
+using json_fields::get_int;
+using json_fields::get_object;
+using json_fields::get_string;
+using json_fields::get_strings;
+using json_fields::Obj;
+using json_fields::only_keys;
 
-// An object's fields, named in errors by their path from the request ("job.array.tasks").
-struct Obj {
-  Obj(const json& j, std::string p = "") : o(j), path(std::move(p)) {}  // NOLINT: implicit
-  const json& o;
-  std::string path;  // "" at the top, "job." inside the job
-  std::string name(const char* key) const { return path + key; }
-};
-
-const json* field(const Obj& o, const char* key) {
-  auto it = o.o.find(key);
-  return it == o.o.end() || it->is_null() ? nullptr : &*it;
-}
-
-// An integer in [lo, hi], compared as the JSON number it is (signed or unsigned), never cast first.
-int64_t int_value(const json& v, const std::string& name, int64_t lo, int64_t hi) {
-  const std::string want = fmt::format("an integer from {} to {}", lo, hi);
-  if (v.is_number_unsigned()) {
-    const uint64_t u = v.get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo)))
-      bad_field(name, want, v);
-    return static_cast<int64_t>(u);
-  }
-  if (!v.is_number_integer()) bad_field(name, want, v);
-  const int64_t i = v.get<int64_t>();
-  if (i < lo || i > hi) bad_field(name, want, v);
-  return i;
-}
-
-int64_t get_int(const Obj& o, const char* key, int64_t lo, int64_t hi, int64_t fallback) {
-  const json* v = field(o, key);
-  return v ? int_value(*v, o.name(key), lo, hi) : fallback;
-}
-
-size_t get_count(const Obj& o, const char* key, size_t hi, size_t fallback) {
-  return static_cast<size_t>(
-      get_int(o, key, 0, static_cast<int64_t>(hi), static_cast<int64_t>(fallback)));
-}
-
-bool get_bool(const Obj& o, const char* key, bool fallback) {
-  const json* v = field(o, key);
-  if (!v) return fallback;
-  if (!v->is_boolean()) bad_field(o.name(key), "true or false", *v);
-  return v->get<bool>();
-}
-
-std::string get_string(const Obj& o, const char* key, const std::string& fallback) {
-  const json* v = field(o, key);
-  if (!v) return fallback;
-  if (!v->is_string()) bad_field(o.name(key), "a string", *v);
-  return v->get<std::string>();
-}
-
-std::vector<std::string> get_strings(const Obj& o, const char* key) {
-  std::vector<std::string> out;
-  const json* v = field(o, key);
-  if (!v) return out;
-  if (!v->is_array()) bad_field(o.name(key), "a list of strings", *v);
-  for (const auto& s : *v) {
-    if (!s.is_string()) bad_field(o.name(key), "a list of strings", s);
-    out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
-std::map<std::string, std::string> get_env(const json& o) {
-  std::map<std::string, std::string> out;
-  const json* v = field(o, "env");
-  if (!v) return out;
-  if (!v->is_object()) bad_field("env", "an object of strings", *v);
-  for (const auto& [k, s] : v->items()) {
-    if (!s.is_string()) bad_field("env", fmt::format("a string for {}", k), s);
-    out[k] = s.get<std::string>();
-  }
-  return out;
+[[noreturn]] void bad_field(const std::string& name, const std::string& expected, const json& got) {
+  json_fields::bad_field("request field", name, expected, got);
 }
 
 int64_t id_number(const std::string& part, const std::string& text) {
@@ -139,26 +71,6 @@ Op parse_op(const std::string& op) {
     throw std::invalid_argument(fmt::format("unknown request op {}", shown.substr(0, 60)));
   }
   return it->second;
-}
-
-// The keys an object of the job may have: anything else is refused by name, so a field this
-// daemon does not know is never silently dropped (a newer client's option, a typo).
-void only_keys(const Obj& o, std::initializer_list<const char*> keys) {
-  for (const auto& item : o.o.items()) {
-    bool known = false;
-    for (const char* k : keys) known = known || item.key() == k;
-    if (known) continue;
-    std::string list;
-    for (const char* k : keys) list += fmt::format("{}{}", list.empty() ? "" : ", ", k);
-    bad_field(o.path + item.key(), fmt::format("no such field (known: {})", list),
-              json(item.key()));
-  }
-}
-
-const json& get_object(const Obj& o, const char* key, const std::string& what) {
-  const json* v = field(o, key);
-  if (!v || !v->is_object()) bad_field(o.name(key), what, v ? *v : json());
-  return *v;
 }
 
 // A name or path the job gave (-J, -o, -e, -D, -A): absent, or a non-empty string.
@@ -213,7 +125,7 @@ ArraySpec get_array(const Obj& o) {
   ArraySpec spec;
   std::set<int64_t> seen;
   for (const auto& item : *t) {
-    const int64_t id = int_value(item, a.name("tasks"), 0, kMaxArrayIndex);
+    const int64_t id = json_fields::int_value(a, item, a.name("tasks"), 0, kMaxArrayIndex);
     if (!seen.insert(id).second) bad_field(a.name("tasks"), "task ids that differ", item);
     spec.indices.push_back(static_cast<int>(id));
   }
@@ -277,7 +189,7 @@ SubmitRequest decode_submit(const json& o) {
   s.submit_key = get_string(o, "submit_key", "");
   s.job = get_job(o);
   s.args = get_strings(o, "args");
-  s.env = get_env(o);
+  s.env = json_fields::get_string_map(o, "env");
   if (field(o, "umask")) s.umask = static_cast<uint32_t>(get_int(o, "umask", 0, 0777, 022));
   return s;
 }
