@@ -88,15 +88,14 @@ nlohmann::json Daemon::handle(const Request& req, const Peer& peer) {
   throw std::logic_error("unhandled request op");
 }
 
-namespace {
-
-// What a job keeps in the daemon's memory and store beyond its fixed fields.
 size_t spec_bytes(const Job& j) {
   size_t n = j.script.size();
   for (const auto& a : j.args) n += a.size();
   for (const auto& [k, v] : j.env) n += k.size() + v.size();
   return n;
 }
+
+namespace {
 
 // A submission that would take a user past their share of the daemon's memory is refused.
 void check_load(size_t jobs, size_t bytes, size_t new_jobs, size_t new_bytes) {
