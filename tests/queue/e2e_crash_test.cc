@@ -69,6 +69,26 @@ TEST(GpuqCrash, CancelAcrossRestartAndTimeLimitWithoutDaemon) {
 
 // 200 short jobs submitted while the daemon is SIGKILLed and restarted 10 times at random moments:
 // every job ends exactly once, none is lost, none runs twice, no GPU is shared.
+namespace {
+// Exclusivity across restarts, from the jobs' own timestamps ("ID GPUS START END" lines).
+void expect_gpus_never_shared(const std::string& intervals, int jobs) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> by_gpu;
+  auto log = lines(read_text(intervals));
+  EXPECT_EQ(log.size(), static_cast<size_t>(jobs));
+  for (const auto& l : log) {
+    std::istringstream in(l);
+    int64_t id, s, e;
+    std::string g;
+    in >> id >> g >> s >> e;
+    by_gpu[g].push_back({s, e});
+  }
+  for (auto& [g, v] : by_gpu) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i) EXPECT_LE(v[i - 1].second, v[i].first) << "GPU " << g;
+  }
+}
+}  // namespace
+
 TEST(GpuqCrash, ChaosTwoHundredJobsTenKills) {
   Daemon d({"--check-invariants"});  // after every recovery and every turn (daemon_invariants.cc)
   const std::string runs = d.dir() + "/runs";
@@ -135,21 +155,7 @@ TEST(GpuqCrash, ChaosTwoHundredJobsTenKills) {
     EXPECT_EQ(read_text(fmt::format("{}/{}.start", runs, id)), fmt::format("{}\n", id));
   }
   EXPECT_EQ(read_text(runs + "/dup"), "") << "jobs that ran twice";
-  // Exclusivity across restarts, from the jobs' own timestamps.
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> by_gpu;
-  auto log = lines(read_text(d.dir() + "/intervals.log"));
-  EXPECT_EQ(log.size(), static_cast<size_t>(kJobs));
-  for (const auto& l : log) {
-    std::istringstream in(l);
-    int64_t id, s, e;
-    std::string g;
-    in >> id >> g >> s >> e;
-    by_gpu[g].push_back({s, e});
-  }
-  for (auto& [g, v] : by_gpu) {
-    std::sort(v.begin(), v.end());
-    for (size_t i = 1; i < v.size(); ++i) EXPECT_LE(v[i - 1].second, v[i].first) << "GPU " << g;
-  }
+  expect_gpus_never_shared(d.dir() + "/intervals.log", kJobs);
   EXPECT_EQ(d.log().find("invariants broken"), std::string::npos) << d.log();
 }
 
