@@ -28,6 +28,8 @@
 #include <vector>
 
 #include "gpurun/queue/protocol.h"
+#include "gpurun/queue/sbatch.h"
+#include "job/request.h"
 
 extern char** environ;
 using namespace gpurun::queue;
@@ -141,16 +143,17 @@ int main(int argc, char** argv) {
       "\n"
       "echo \"e $GPUQ_JOB_ID $EPOCHREALTIME\" >> " +
       stamps + "\n";
+  // As gpuq submit does: #SBATCH lines and options parsed here, the typed request sent.
   auto submit = [&](int i, const std::vector<std::string>& options) {
-    nlohmann::json req = {{"op", "submit"},
-                          {"script", script},
-                          {"script_name", "bench.sh"},
-                          {"args", nlohmann::json::array()},
-                          {"options", options},
-                          {"cwd", dir},
-                          {"env", env},
-                          {"submit_key", fmt::format("bench-{}-{}", getpid(), i)}};
-    return request(socket, req)["job_id"].get<int64_t>();
+    gpurun::queue::SubmitRequest req;
+    req.script = script;
+    req.script_name = "bench.sh";
+    req.cwd = dir;
+    req.env = env;
+    req.submit_key = fmt::format("bench-{}-{}", getpid(), i);
+    req.job = gpurun::queue::parse_sbatch_script(script);
+    req.job.merge_from(gpurun::queue::parse_sbatch_options(options));
+    return request(socket, gpurun::queue::encode_submit(req))["job_id"].get<int64_t>();
   };
 
   // The disk's own fsync latency, before and after the run: every submit and dispatch pays one

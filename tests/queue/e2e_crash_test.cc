@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sqlite3.h>
 
 #include <atomic>
 #include <cstdio>
@@ -68,8 +69,28 @@ TEST(GpuqCrash, CancelAcrossRestartAndTimeLimitWithoutDaemon) {
 
 // 200 short jobs submitted while the daemon is SIGKILLed and restarted 10 times at random moments:
 // every job ends exactly once, none is lost, none runs twice, no GPU is shared.
+namespace {
+// Exclusivity across restarts, from the jobs' own timestamps ("ID GPUS START END" lines).
+void expect_gpus_never_shared(const std::string& intervals, int jobs) {
+  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> by_gpu;
+  auto log = lines(read_text(intervals));
+  EXPECT_EQ(log.size(), static_cast<size_t>(jobs));
+  for (const auto& l : log) {
+    std::istringstream in(l);
+    int64_t id, s, e;
+    std::string g;
+    in >> id >> g >> s >> e;
+    by_gpu[g].push_back({s, e});
+  }
+  for (auto& [g, v] : by_gpu) {
+    std::sort(v.begin(), v.end());
+    for (size_t i = 1; i < v.size(); ++i) EXPECT_LE(v[i - 1].second, v[i].first) << "GPU " << g;
+  }
+}
+}  // namespace
+
 TEST(GpuqCrash, ChaosTwoHundredJobsTenKills) {
-  Daemon d;
+  Daemon d({"--check-invariants"});  // after every recovery and every turn (daemon_invariants.cc)
   const std::string runs = d.dir() + "/runs";
   sh("mkdir -p " + runs);
   d.script("chaos.sh",
@@ -134,21 +155,8 @@ TEST(GpuqCrash, ChaosTwoHundredJobsTenKills) {
     EXPECT_EQ(read_text(fmt::format("{}/{}.start", runs, id)), fmt::format("{}\n", id));
   }
   EXPECT_EQ(read_text(runs + "/dup"), "") << "jobs that ran twice";
-  // Exclusivity across restarts, from the jobs' own timestamps.
-  std::map<std::string, std::vector<std::pair<int64_t, int64_t>>> by_gpu;
-  auto log = lines(read_text(d.dir() + "/intervals.log"));
-  EXPECT_EQ(log.size(), static_cast<size_t>(kJobs));
-  for (const auto& l : log) {
-    std::istringstream in(l);
-    int64_t id, s, e;
-    std::string g;
-    in >> id >> g >> s >> e;
-    by_gpu[g].push_back({s, e});
-  }
-  for (auto& [g, v] : by_gpu) {
-    std::sort(v.begin(), v.end());
-    for (size_t i = 1; i < v.size(); ++i) EXPECT_LE(v[i - 1].second, v[i].first) << "GPU " << g;
-  }
+  expect_gpus_never_shared(d.dir() + "/intervals.log", kJobs);
+  EXPECT_EQ(d.log().find("invariants broken"), std::string::npos) << d.log();
 }
 
 namespace {
@@ -177,7 +185,7 @@ nlohmann::json status_file(const Daemon& d, int64_t id) {
 // A supervisor that dies mid-job leaves no verdict: the job's processes are killed before its GPUs
 // are released, and the job is NODE_FAIL, or back in the queue (same id) with --requeue.
 TEST(GpuqCrash, DeadSupervisorMeansNodeFailOrRequeue) {
-  Daemon d({}, "0");
+  Daemon d({"--check-invariants"}, "0");
   d.script("restart.sh", "#!/bin/bash\necho run $GPUQ_RESTART_COUNT\nsleep ${1:-30}\n");
   int64_t a = d.submit("--gpus 1 restart.sh");
   d.wait_state(a, "RUNNING");
@@ -202,6 +210,7 @@ TEST(GpuqCrash, DeadSupervisorMeansNodeFailOrRequeue) {
   EXPECT_EQ(jb["state"], "COMPLETED");
   EXPECT_EQ(jb["restart_count"], 1);
   EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), b)), "run 1\n");  // rerun, same id
+  EXPECT_EQ(d.log().find("invariants broken"), std::string::npos) << d.log();
 }
 
 // After a reboot (a new boot id) nothing of a RUNNING job survived: NODE_FAIL, or requeued.
@@ -278,4 +287,86 @@ TEST(GpuqCrash, ARequeuedRunsGpuSecondsStayCounted) {
   ::kill(status_file(d, b)["supervisor_pid"].get<int>(), SIGKILL);
   EXPECT_EQ(d.wait_final(b)["state"], "COMPLETED");
   EXPECT_GE(user_gpu_seconds(d, user), during) << "the first run's GPU-seconds were dropped";
+}
+
+// The supervisor reads its spec as one checked struct (issue 28 item 5): a spec with a bad field
+// stops it before anything runs, with a message that names the file and the field (the old reader
+// said only "[json.exception.type_error.302] type must be number, but is string"); the daemon then
+// sees a supervisor gone without a status, as for any dead supervisor.
+TEST(GpuqCrash, ASupervisorRefusesASpecWithABadFieldNamingIt) {
+  TempDir dir;
+  const std::string spec = dir.path() + "/7.spec";
+  std::ofstream(spec) << R"({"version":1,"job_id":7,"uid":"root","gid":0,"user":"root",)"
+                      << R"("cwd":"/","script_path":")" << dir.path() << R"(/7.sh",)"
+                      << R"("script":"#!/bin/sh\ntouch )" << dir.path() << R"(/ran\n","args":[],)"
+                      << R"("env":{},"output":"/dev/null","error":"","start_ms":0,)"
+                      << R"("time_limit_s":0,"signal":0,"lead_seconds":60,"batch_only":false,)"
+                      << R"("kill_wait_s":1,"drop_privileges":false})";
+  Result r =
+      sh(fmt::format("{} __supervise {} 7 3 3>{}/7.lock", gpuq_bin(), dir.path(), dir.path()));
+  EXPECT_EQ(r.rc, 1) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("job spec {}: field 'uid': expected an integer from 0 to "
+                                   "4294967295, got \"root\"",
+                                   spec)),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/ran"));
+  EXPECT_FALSE(std::filesystem::exists(dir.path() + "/7.status"));
+}
+
+// The in-memory maps agree with the store (daemon_invariants.cc) after every turn and every
+// recovery, through arrays with a cap, dependencies, holds, cancels, signals, SIGTERM and kill -9:
+// --check-invariants stops the daemon at the first broken one, so each request after a broken
+// turn would fail, and the log would name it.
+TEST(GpuqCrash, InvariantsHoldThroughSubmitsCancelsAndRestarts) {
+  Daemon d({"--check-invariants"}, "0,1,2");
+  d.script("t.sh", "#!/bin/bash\ntrap '' USR1\nsleep ${1:-0.2}\n");
+  const int64_t array = d.submit("--gpus 1 --array 0-5%2 t.sh");
+  const int64_t after = d.submit(fmt::format("--dependency afterany:{} t.sh", array));
+  const int64_t held = d.submit("--hold --gpus 1 t.sh");
+  const int64_t long_job = d.submit("--gpus 1 t.sh 30");
+  d.wait_state(long_job, "RUNNING");
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}_5", array)).rc, 0);
+  ASSERT_EQ(d.gpuq(fmt::format("cancel --signal USR1 {}", long_job)).rc, 0);
+  d.kill9();
+  d.start();  // recovery: adopts the running jobs, rebuilds every map
+  ASSERT_EQ(d.gpuq(fmt::format("release {}", held)).rc, 0);
+  d.stop();
+  d.start();
+  Result cancel = d.gpuq(fmt::format("cancel {}", long_job));
+  ASSERT_EQ(cancel.rc, 0) << cancel.err << d.log();
+  for (int64_t id : {after, held, long_job}) d.wait_final(id, 60);
+  EXPECT_EQ(d.show(after)["state"], "COMPLETED");
+  EXPECT_EQ(d.show(long_job)["state"], "CANCELLED");
+  EXPECT_EQ(d.request(R"({"op":"ping"})")["ok"], true);
+  EXPECT_EQ(d.log().find("invariants broken"), std::string::npos) << d.log();
+}
+
+// The check is not vacuous: a job the store says COMPLETED while the daemon holds it PENDING (a
+// write behind the daemon's back) stops the daemon at the end of its next turn, naming the job.
+TEST(GpuqCrash, TheInvariantCheckFindsAStoreChangedBehindTheDaemon) {
+  Daemon d({"--check-invariants"});
+  d.script("t.sh", "#!/bin/bash\ntrue\n");
+  const int64_t id = d.submit("--hold t.sh");
+  sqlite3* db = nullptr;
+  ASSERT_EQ(sqlite3_open((d.dir() + "/state/jobs.db").c_str(), &db), SQLITE_OK);
+  sqlite3_busy_timeout(db, 5000);
+  const std::string sql = fmt::format("UPDATE jobs SET state = 'COMPLETED' WHERE id = {}", id);
+  EXPECT_EQ(sqlite3_exec(db, sql.c_str(), nullptr, nullptr, nullptr), SQLITE_OK)
+      << sqlite3_errmsg(db);
+  sqlite3_close(db);
+  try {
+    d.request(R"({"op":"ping"})");  // a turn, whose end checks (the daemon stops before replying)
+  } catch (const std::exception&) {
+  }
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+  while (d.log().find("invariants broken") == std::string::npos &&
+         std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  const std::string log = d.log();
+  EXPECT_NE(log.find("invariants broken at the end of a turn"), std::string::npos) << log;
+  EXPECT_NE(log.find(fmt::format("1: job {} is PENDING in memory but not active in the store", id)),
+            std::string::npos)
+      << log;
+  EXPECT_NE(log.find("3: states_"), std::string::npos) << log;
 }

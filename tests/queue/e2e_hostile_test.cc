@@ -304,3 +304,73 @@ TEST(GpuqHostile, ASignalNumberPastTwoToThe32IsRefused) {
   EXPECT_EQ(d.show(id)["state"], "RUNNING");
   ASSERT_EQ(d.gpuq(fmt::format("cancel {}", id)).rc, 0);
 }
+
+// #SBATCH is parsed once, by the client (issue 28 item 5): the daemon takes the typed "job" of a
+// submission and never reads the script's #SBATCH lines. A raw request whose script asks for
+// 3 GPUs and a name, with an empty "job", queues a CPU job named after script_name; the old
+// daemon parsed the script and gave it 3 GPUs and the name "from-script".
+TEST(GpuqHostile, TheDaemonNeverParsesSbatchLines) {
+  Daemon d;
+  const std::string dir = d.dir();
+  nlohmann::json req = {{"op", "submit"},
+                        {"version", 2},
+                        {"script", "#!/bin/sh\n#SBATCH --gres=gpu:3 -J from-script -t 1\ntrue\n"},
+                        {"script_name", "raw.sh"},
+                        {"cwd", dir},
+                        {"job", nlohmann::json::object()},
+                        {"submit_key", "raw-typed-1"}};
+  auto reply = d.request(req.dump());
+  ASSERT_EQ(reply["ok"], true) << reply.dump();
+  auto job = d.wait_final(reply["job_id"].get<int64_t>());
+  EXPECT_EQ(job["name"], "raw.sh") << job.dump();
+  EXPECT_EQ(job["gpus_requested"], 0) << job.dump();
+  EXPECT_EQ(job["time_limit_s"], 0) << job.dump();
+  EXPECT_EQ(job["state"], "COMPLETED") << job.dump();
+  // What the job asks for travels typed: the same request with "job" set is obeyed.
+  req["job"] = {{"name", "typed"}, {"gpus", 2}, {"time_limit_s", 60}};
+  req["submit_key"] = "raw-typed-2";
+  reply = d.request(req.dump());
+  ASSERT_EQ(reply["ok"], true) << reply.dump();
+  job = d.wait_final(reply["job_id"].get<int64_t>());
+  EXPECT_EQ(job["name"], "typed");
+  EXPECT_EQ(job["gpus_requested"], 2);
+  EXPECT_EQ(job["time_limit_s"], 60);
+}
+
+// A hostile or stale typed request is refused naming the field and what was expected; nothing is
+// queued. A version-1 request (options as text, for the daemon to parse) is refused by version.
+TEST(GpuqHostile, ABadTypedJobIsRefusedNamingTheField) {
+  Daemon d;
+  const nlohmann::json base = {{"op", "submit"},  {"version", 2},   {"script", "#!/bin/sh\ntrue\n"},
+                               {"cwd", d.dir()}, {"job", nullptr}};
+  const std::pair<nlohmann::json, std::string> cases[] = {
+      {{{"gpus", 5000}}, "'job.gpus': expected an integer from 0 to 1024, got 5000"},
+      {{{"gpus", 4294967298}}, "'job.gpus': expected an integer from 0 to 1024"},
+      {{{"array", {{"tasks", {1, 1}}}}}, "'job.array.tasks': expected task ids that differ"},
+      {{{"array", {{"tasks", nlohmann::json::array()}}}}, "'job.array.tasks': expected a list"},
+      {{{"dependencies", {{{"type", "aftercorr"}, {"job_id", 1}}}}},
+       "'job.dependencies[0].type': expected afterok, afterany or afternotok"},
+      {{{"signal", {{"number", 65}}}}, "'job.signal.number': expected an integer from 1 to 64"},
+      {{{"cpus_per_task", 0}}, "'job.cpus_per_task': expected an integer from 1 to 4096"},
+      {{{"name", ""}}, "'job.name': expected a non-empty string"},
+      {{{"mem", "4G"}}, "'job.mem': expected no such field"},
+  };
+  for (const auto& [job, want] : cases) {
+    nlohmann::json req = base;
+    req["job"] = job;
+    auto reply = d.request(req.dump());
+    EXPECT_EQ(reply["ok"], false) << job.dump();
+    EXPECT_NE(reply.value("error", "").find(want), std::string::npos)
+        << job.dump() << ": " << reply.dump();
+  }
+  nlohmann::json v1 = base;
+  v1.erase("version");
+  v1.erase("job");
+  v1["options"] = {"--gres=gpu:1"};
+  auto reply = d.request(v1.dump());
+  EXPECT_EQ(reply["ok"], false);
+  EXPECT_NE(reply.value("error", "").find("submit request of version 1"), std::string::npos)
+      << reply.dump();
+  EXPECT_EQ(d.request(R"({"op":"queue"})")["jobs"].size(), 0u);
+  EXPECT_EQ(d.request(R"({"op":"history","all_users":true})")["jobs"].size(), 0u);
+}

@@ -27,9 +27,31 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (r.since_ms < 0 || (r.by != "user" && r.by != "account")) std::abort();
   for (const auto& id : r.ids)
     if (id.id < 0 || (id.task && *id.task < 0)) std::abort();
+  // A submission's typed job is within job.h's bounds (the daemon does no parsing of its own).
+  const JobRequest& j = r.submit.job;
+  if (j.gpus && (*j.gpus < 0 || *j.gpus > kMaxJobGpus)) std::abort();
+  if (j.time_limit_s && (*j.time_limit_s < 0 || *j.time_limit_s > kMaxTimeLimitS)) std::abort();
+  if (j.array && (j.array->indices.empty() || j.array->indices.size() > kMaxArrayTasks ||
+                  j.array->max_running < 0 || j.array->max_running > kMaxArrayCap))
+    std::abort();
+  if (j.array)
+    for (int t : j.array->indices)
+      if (t < 0 || t > kMaxArrayIndex) std::abort();
+  if (j.dependencies)
+    for (const auto& d : *j.dependencies)
+      if (d.job_id < 1 || d.job_id > kMaxDependencyId) std::abort();
+  if (j.signal && (j.signal->signal < 1 || j.signal->signal > 64 || j.signal->lead_seconds < 0 ||
+                   j.signal->lead_seconds > kMaxSignalLeadS))
+    std::abort();
+  if ((j.priority && (*j.priority < 0 || *j.priority > kMaxPriority)) ||
+      (j.cpus_per_task && (*j.cpus_per_task < 1 || *j.cpus_per_task > kMaxCpusPerTask)) ||
+      (j.ntasks && (*j.ntasks < 1 || *j.ntasks > kMaxNtasks)))
+    std::abort();
+  for (const auto* name : {&j.job_name, &j.output, &j.error, &j.chdir, &j.account})
+    if (*name && (*name)->empty()) std::abort();
   return 0;
 }
 
 extern "C" const char* FuzzAlphabet() {
-  return "{}[]\",:0123456789_-.eE\\u opidsgnalubmtscrvh\xff";
+  return "{}[]\",:0123456789_-.eE\\u opidsgnalubmtscrvhjkyfw\xff";
 }

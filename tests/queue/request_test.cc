@@ -1,7 +1,8 @@
 // Pins gpuq's request decoder (request.h): every field checked for type and range before the
 // daemon acts, numbers compared as the JSON numbers they are (no wrap-around), and the bounds on
 // one request (ids, values, nesting); also the terminal-safe text every listing prints and the
-// array shape behind SLURM_ARRAY_TASK_MIN/MAX/COUNT/STEP.
+// array shape behind SLURM_ARRAY_TASK_MIN/MAX/COUNT/STEP; and a submission's job, parsed by the
+// client, arriving typed and checked field by field.
 #include "job/request.h"
 
 #include <gtest/gtest.h>
@@ -10,6 +11,7 @@
 
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/job.h"
+#include "gpurun/queue/sbatch.h"
 
 using namespace gpurun::queue;
 
@@ -32,11 +34,11 @@ TEST(Request, DecodesEachOpsFields) {
   EXPECT_EQ(r.ids[1].task, 3);
   EXPECT_EQ(r.ids[2].id, 7);
   EXPECT_EQ(r.signal, 10);
-  r = decode_request(R"({"op":"submit","script":"#!/bin/sh\n","cwd":"/w","umask":63,
-                         "env":{"A":"1"},"options":["-J","x"],"args":["a"]})");
+  r = decode_request(R"({"op":"submit","version":2,"script":"#!/bin/sh\n","cwd":"/w","umask":63,
+                         "env":{"A":"1"},"job":{"name":"x"},"args":["a"]})");
   EXPECT_EQ(r.submit.umask, 077u);
   EXPECT_EQ(r.submit.env.at("A"), "1");
-  EXPECT_EQ(r.submit.options.size(), 2u);
+  EXPECT_EQ(r.submit.job.job_name, "x");
   r = decode_request(R"({"op":"history","limit":5,"all_users":true,"user":"bob"})");
   EXPECT_EQ(r.limit, 5u);
   EXPECT_EQ(r.user, "bob");
@@ -51,8 +53,9 @@ TEST(Request, NumbersAreRangeCheckedBeforeAnyCast) {
               std::string::npos)
         << bad;
   EXPECT_NE(error_of(R"({"op":"status","recent":1000000})").find("'recent'"), std::string::npos);
-  EXPECT_NE(error_of(R"({"op":"submit","script":"x","umask":512})").find("'umask'"),
-            std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"op":"submit","version":2,"script":"x","job":{},"umask":512})").find("'umask'"),
+      std::string::npos);
   EXPECT_NE(error_of(R"({"op":"report","since_ms":-5})").find("'since_ms'"), std::string::npos);
 }
 
@@ -81,8 +84,104 @@ TEST(Request, MalformedRequestsSayWhat) {
   EXPECT_NE(error_of(R"({"op":"show","ids":["1_x"]})").find("invalid job id '1_x'"),
             std::string::npos);
   EXPECT_NE(error_of(R"({"op":"show"})").find("'ids'"), std::string::npos);
-  EXPECT_NE(error_of(R"({"op":"submit"})").find("'script'"), std::string::npos);
-  EXPECT_NE(error_of(R"({"op":"submit","script":"x","env":{"A":1}})").find("'env'"),
+  EXPECT_NE(error_of(R"({"op":"submit","version":2})").find("'script'"), std::string::npos);
+  EXPECT_NE(
+      error_of(R"({"op":"submit","version":2,"script":"x","job":{},"env":{"A":1}})").find("'env'"),
+      std::string::npos);
+}
+
+// #SBATCH is parsed once, by the client: what the parser makes of a script and a command line
+// travels typed and decodes to the same request, every field of it (issue 28 item 5).
+TEST(Request, AParsedJobTravelsTypedAndWhole) {
+  SubmitRequest s;
+  s.script =
+      "#!/bin/bash\n#SBATCH -J train --gres=gpu:2 -t 1-02:03:04 -o o-%j.txt -e e.txt -D sub\n"
+      "#SBATCH -d afterok:4:5,afternotok:6 -a 0-6:3%2 --signal=B:USR1@90 --requeue -H\n"
+      "#SBATCH --priority 7 -A physics -c 3 -n 2 --mem 4G\necho hi\n";
+  s.script_name = "job.sh";
+  s.cwd = "/w";
+  s.args = {"a"};
+  s.env = {{"PATH", "/bin"}};
+  s.umask = 027;
+  s.submit_key = "k";
+  s.job = parse_sbatch_script(s.script);
+  s.job.merge_from(parse_sbatch_options({"--gpus=1", "-W"}, nullptr, UnknownOptions::kRefuse));
+  const Request r = decode_request(encode_submit(s).dump());
+  ASSERT_EQ(r.op, Op::kSubmit);
+  const JobRequest& j = r.submit.job;
+  EXPECT_EQ(j.job_name, "train");
+  EXPECT_EQ(j.gpus, 1);  // the command line over #SBATCH
+  EXPECT_EQ(j.time_limit_s, 86400 + 2 * 3600 + 3 * 60 + 4);
+  EXPECT_EQ(j.output, "o-%j.txt");
+  EXPECT_EQ(j.error, "e.txt");
+  EXPECT_EQ(j.chdir, "sub");
+  ASSERT_TRUE(j.dependencies);
+  ASSERT_EQ(j.dependencies->size(), 3u);
+  EXPECT_EQ((*j.dependencies)[1].job_id, 5);
+  EXPECT_EQ((*j.dependencies)[2].kind, DepKind::kAfterNotOk);
+  ASSERT_TRUE(j.array);
+  EXPECT_EQ(j.array->indices, (std::vector<int>{0, 3, 6}));
+  EXPECT_EQ(j.array->max_running, 2);
+  ASSERT_TRUE(j.signal);
+  EXPECT_EQ(j.signal->signal, 10);
+  EXPECT_EQ(j.signal->lead_seconds, 90);
+  EXPECT_TRUE(j.signal->batch_only);
+  EXPECT_EQ(j.requeue, true);
+  EXPECT_EQ(j.hold, true);
+  EXPECT_EQ(j.priority, 7);
+  EXPECT_EQ(j.account, "physics");
+  EXPECT_EQ(j.cpus_per_task, 3);
+  EXPECT_EQ(j.ntasks, 2);
+  EXPECT_FALSE(j.wait);             // the client's own business: it waits, the daemon need not know
+  EXPECT_TRUE(j.warnings.empty());  // --mem's warning is the client's to print
+  EXPECT_EQ(r.submit.script, s.script);
+  EXPECT_EQ(r.submit.args, s.args);
+  EXPECT_EQ(r.submit.env, s.env);
+  EXPECT_EQ(r.submit.umask, 027u);
+  // Nothing set stays unset: the daemon's defaults apply.
+  s.job = parse_sbatch_script("#!/bin/sh\ntrue\n");
+  const JobRequest none = decode_request(encode_submit(s).dump()).submit.job;
+  EXPECT_FALSE(none.job_name || none.gpus || none.time_limit_s || none.array || none.signal ||
+               none.dependencies || none.hold || none.priority);
+}
+
+// The daemon checks every typed field against job.h's bounds, naming it by its path.
+TEST(Request, ATypedJobIsCheckedFieldByField) {
+  auto job_error = [](const std::string& job) {
+    return error_of(R"({"op":"submit","version":2,"script":"#!/bin/sh\n","job":)" + job + "}");
+  };
+  const std::pair<const char*, const char*> cases[] = {
+      {R"({"gpus":-1})", "'job.gpus': expected an integer from 0 to 1024, got -1"},
+      {R"({"time_limit_s":1e3})", "'job.time_limit_s': expected an integer"},
+      {R"({"time_limit_s":-5})", "'job.time_limit_s': expected an integer from 0 to"},
+      {R"({"array":{"tasks":[0,1000001]}})",
+       "'job.array.tasks': expected an integer from 0 to "
+       "1000000, got 1000001"},
+      {R"({"array":[1]})", "'job.array': expected an object"},
+      {R"({"array":{"tasks":[1],"cap":2}})", "'job.array.cap': expected no such field"},
+      {R"({"dependencies":[{"type":"afterok"}]})",
+       "'job.dependencies[0].job_id': expected a job id"},
+      {R"({"dependencies":[{"type":"afterok","job_id":0}]})",
+       "'job.dependencies[0].job_id': expected an integer from 1 to"},
+      {R"({"dependencies":"afterok:1"})", "'job.dependencies': expected a list"},
+      {R"({"signal":{"lead_seconds":5}})", "'job.signal.number': expected a signal number"},
+      {R"({"signal":{"number":10,"lead_seconds":70000}})", "'job.signal.lead_seconds'"},
+      {R"({"priority":1000001})", "'job.priority': expected an integer from 0 to 1000000"},
+      {R"({"ntasks":0})", "'job.ntasks': expected an integer from 1 to 1000000"},
+      {R"({"hold":"yes"})", "'job.hold': expected true or false"},
+      {R"({"output":""})", "'job.output': expected a non-empty string"},
+      {R"({"account":7})", "'job.account': expected a string"},
+      {R"({"options":["-J","x"]})", "'job.options': expected no such field"},
+      {R"("-J x")", "request field 'job': expected an object"},
+  };
+  for (const auto& [job, want] : cases)
+    EXPECT_NE(job_error(job).find(want), std::string::npos) << job << ": " << job_error(job);
+  // Version 1 (the options as text, for the daemon to parse) is refused by its version.
+  EXPECT_NE(error_of(R"({"op":"submit","script":"#!/bin/sh\n","options":["-J","x"]})")
+                .find("submit request of version 1 (options as text)"),
+            std::string::npos);
+  EXPECT_NE(error_of(R"({"op":"submit","version":3,"script":"x","job":{}})")
+                .find("'version': expected an integer from 2 to 2, got 3"),
             std::string::npos);
 }
 
@@ -92,7 +191,7 @@ TEST(Terminal, ControlCharactersAreEscaped) {
   EXPECT_EQ(escape_control(std::string("a\x1b[31mb\rc\nd\te\0f\\g\x7f\x01", 19)),
             "a\\e[31mb\\rc\\nd\\te\\0f\\g\\x7f\\x01");
   EXPECT_EQ(escape_control("x\xc2\x9b"
-                          "31m"),
+                           "31m"),
             "x\\xc2\\x9b31m");  // C1 CSI in UTF-8
 }
 

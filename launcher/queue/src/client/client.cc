@@ -27,6 +27,7 @@
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/sbatch.h"
+#include "job/request.h"
 #include "supervise/runfiles.h"
 
 namespace gpurun::queue {
@@ -140,7 +141,8 @@ void require_runnable(const std::string& script, const std::string& name) {
 // gpuq keeps a job's script, arguments and environment as JSON text, which must be UTF-8: a
 // submission that is not is refused here, naming what and where, before anything is sent.
 void require_utf8(const std::string& script, const std::string& script_name,
-                  const std::vector<std::string>& args, const nlohmann::json& env) {
+                  const std::vector<std::string>& args,
+                  const std::map<std::string, std::string>& env) {
   auto byte = [](const std::string& s, size_t at) {
     return fmt::format("byte 0x{:02x}", static_cast<unsigned char>(s[at]));
   };
@@ -155,9 +157,9 @@ void require_utf8(const std::string& script, const std::string& script_name,
     if (size_t at = invalid_utf8_at(args[i]); at != std::string::npos)
       throw std::invalid_argument(
           fmt::format("argument {} of the script is not UTF-8 ({})", i + 1, byte(args[i], at)));
-  for (const auto& [k, v] : env.items()) {
+  for (const auto& [k, v] : env) {
     const bool name_ok = invalid_utf8_at(k) == std::string::npos;
-    if (!name_ok || invalid_utf8_at(v.get<std::string>()) != std::string::npos)
+    if (!name_ok || invalid_utf8_at(v) != std::string::npos)
       throw std::invalid_argument(fmt::format(
           "environment variable {} is not UTF-8: gpuq passes the environment to the job as "
           "UTF-8 text; unset it (or fix its value) before submitting",
@@ -302,34 +304,36 @@ int cmd_submit(const Args& a) {
       options.push_back(a[i]);
     }
   }
-  std::string script, script_name;
-  std::vector<std::string> args;
-  read_script(a, pos, wrap, &script, &script_name, &args);
+  SubmitRequest req;
+  read_script(a, pos, wrap, &req.script, &req.script_name, &req.args);
   char cwd[4096];
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
-  nlohmann::json env = queue_env().all;
-  const std::string shown = script_name == "sbatch" ? "the script" : script_name;
-  require_utf8(script, shown, args, env);
-  require_runnable(script, shown);
+  req.cwd = cwd;
+  req.env = queue_env().all;
+  const std::string shown = req.script_name == "sbatch" ? "the script" : req.script_name;
+  require_utf8(req.script, shown, req.args, req.env);
+  require_runnable(req.script, shown);
   if (invalid_utf8_at(cwd) != std::string::npos)
     throw std::invalid_argument(
         "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "
         "submit from another directory, or give -D/--chdir");
+  // #SBATCH lines and this command line are parsed here, once: the daemon gets the typed result.
+  require_batch_script(req.script);
+  req.job = parse_sbatch_script(req.script);
+  req.job.merge_from(parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse));
   const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
   ::umask(mask);
-  nlohmann::json req = {
-      {"op", "submit"}, {"script", script},           {"script_name", script_name},
-      {"args", args},   {"options", options},         {"cwd", cwd},
-      {"env", env},     {"submit_key", random_key()}, {"umask", mask}};
-  auto reply = call(socket, req);
-  for (const auto& w : reply["warnings"])
-    fmt::print(stderr, "gpuq: warning: {}\n", common::escape_control(w.get<std::string>()));
+  req.umask = mask;
+  req.submit_key = random_key();
+  auto reply = call(socket, encode_submit(req));
+  for (const auto& w : req.job.warnings)
+    fmt::print(stderr, "gpuq: warning: {}\n", common::escape_control(w));
   const int64_t id = reply["job_id"].get<int64_t>();
   if (parsable)
     fmt::print("{}\n", id);
   else
     fmt::print("Submitted batch job {}\n", id);
-  if (!reply.value("wait", false)) return 0;
+  if (!req.job.wait.value_or(false)) return 0;
   std::fflush(stdout);
   return wait_for_job(socket, id);
 }

@@ -20,8 +20,8 @@
 #include <stdexcept>
 #include <thread>
 
-#include "supervise/runfiles.h"
 #include "daemon/store.h"
+#include "supervise/runfiles.h"
 
 namespace gpurun::queue {
 namespace {
@@ -111,6 +111,7 @@ Daemon::Daemon(DaemonConfig cfg) : cfg_(std::move(cfg)) {
   signal(SIGCHLD, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
   recover();
+  check_invariants("after recovery");
   open_socket();
 }
 
@@ -262,6 +263,60 @@ bool Daemon::flush(Conn& c) {
   return c.out.empty();  // keep reading until a reply exists; close once it is sent
 }
 
+// One request per user per turn: a user's flood of connections (each asking for the queue of a
+// 10,000-task array, 0.25 s to build) cannot keep the others waiting. `pending` and `inbound` are
+// each user's unread reply bytes and unfinished request bytes.
+void Daemon::serve_clients(const std::vector<pollfd>& fds, size_t conn_base,
+                           std::map<uid_t, size_t>& pending, std::map<uid_t, size_t>& inbound) {
+  auto full = [&](const Conn& c) { return pending[c.peer.uid] > kMaxPendingReplyBytes; };
+  std::set<uid_t> served;
+  for (size_t i = conn_base; i < fds.size(); ++i) {
+    auto it = conns_.find(fds[i].fd);
+    if (it == conns_.end()) continue;
+    Conn& c = it->second;
+    const bool hup = fds[i].revents & (POLLHUP | POLLERR);
+    c.waiting = c.out.empty() && ((fds[i].revents & POLLIN) || full(c));
+    if (!(fds[i].revents & POLLIN) && !hup) continue;
+    if (!hup && (full(c) || served.count(c.peer.uid))) continue;
+    c.waiting = false;
+    on_readable(c, inbound[c.peer.uid]);
+    if (!c.out.empty()) served.insert(c.peer.uid);
+    pending[c.peer.uid] += c.out.size();
+  }
+}
+
+// The turn's batch is committed; only then do the jobs it marked RUNNING get their supervisors.
+void Daemon::end_turn() {
+  store_->commit_batch();
+  remove_cleanup_files();
+  std::vector<int64_t> spawn;
+  spawn.swap(to_spawn_);
+  for (int64_t id : spawn) {
+    auto it = active_.find(id);
+    if (it == active_.end()) continue;
+    try {
+      spawn_supervisor(it->second);
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "gpuq daemon: cannot start job {}: {}\n", id, e.what());
+      finish(it->second, JobState::kFailed, 1, 0, now_ms(), e.what());
+    }
+  }
+  publish_targets();
+  check_invariants("at the end of a turn");
+}
+
+// SIGTERM or SIGINT arrived (SIGHUP is ignored): the socket goes, the jobs stay.
+bool Daemon::stop_requested() {
+  signalfd_siginfo si{};
+  if (::read(signal_fd_.get(), &si, sizeof(si)) <= 0 || si.ssi_signo == SIGHUP) return false;
+  fmt::print(stderr,
+             "gpuq daemon: signal {}, exiting; running jobs continue and are adopted by the next "
+             "daemon\n",
+             si.ssi_signo);
+  remove_socket();
+  return true;
+}
+
 int Daemon::run() {
   sigset_t set;
   sigemptyset(&set);
@@ -305,17 +360,7 @@ int Daemon::run() {
     if (rc < 0 && errno != EINTR)
       throw std::runtime_error(fmt::format("poll: {}", strerror(errno)));
     if (rc == 0 && !polling) store_->checkpoint();  // a quiet second: no client waits on it
-    if (fds[1].revents & POLLIN) {
-      signalfd_siginfo si{};
-      if (::read(signal_fd_.get(), &si, sizeof(si)) > 0 && si.ssi_signo != SIGHUP) {
-        fmt::print(stderr,
-                   "gpuq daemon: signal {}, exiting; running jobs continue and are "
-                   "adopted by the next daemon\n",
-                   si.ssi_signo);
-        remove_socket();
-        return 0;
-      }
-    }
+    if ((fds[1].revents & POLLIN) && stop_requested()) return 0;
     // Everything this iteration writes is committed once, before replies go out and before any
     // supervisor starts: one WAL fsync per iteration however many jobs ended, started or arrived.
     store_->begin_batch();
@@ -328,41 +373,12 @@ int Daemon::run() {
         if (!r.pidfd && ::kill(r.pid, 0) != 0 && errno == ESRCH) gone.push_back(id);
       for (auto id : gone) on_supervisor_exit(id);
     }
-    // One request per user per turn: a user's flood of connections (each asking for the queue
-    // of a 10,000-task array, 0.25 s to build) cannot keep the others waiting.
-    std::set<uid_t> served;
-    for (size_t i = conn_base; i < fds.size(); ++i) {
-      auto it = conns_.find(fds[i].fd);
-      if (it == conns_.end()) continue;
-      Conn& c = it->second;
-      const bool hup = fds[i].revents & (POLLHUP | POLLERR);
-      c.waiting = c.out.empty() && ((fds[i].revents & POLLIN) || full(c));
-      if (!(fds[i].revents & POLLIN) && !hup) continue;
-      if (!hup && (full(c) || served.count(c.peer.uid))) continue;
-      c.waiting = false;
-      on_readable(c, inbound[c.peer.uid]);
-      if (!c.out.empty()) served.insert(c.peer.uid);
-      pending[c.peer.uid] += c.out.size();
-    }
+    serve_clients(fds, conn_base, pending, inbound);
     if (dirty_) {
       dirty_ = false;
       schedule_pass();
     }
-    store_->commit_batch();
-    remove_cleanup_files();
-    std::vector<int64_t> spawn;
-    spawn.swap(to_spawn_);
-    for (int64_t id : spawn) {
-      auto it = active_.find(id);
-      if (it == active_.end()) continue;
-      try {
-        spawn_supervisor(it->second);
-      } catch (const std::exception& e) {
-        fmt::print(stderr, "gpuq daemon: cannot start job {}: {}\n", id, e.what());
-        finish(it->second, JobState::kFailed, 1, 0, now_ms(), e.what());
-      }
-    }
-    publish_targets();
+    end_turn();
     int64_t now = now_ms();
     for (auto it = conns_.begin(); it != conns_.end();) {
       Conn& c = it->second;

@@ -4,6 +4,7 @@
 // jobs so that scheduling and `gpuq queue` never scan the database.
 #pragma once
 
+#include <poll.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -16,11 +17,11 @@
 #include <utility>
 #include <vector>
 
+#include "daemon/usage_sampler.h"
 #include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
 #include "job/request.h"
-#include "daemon/usage_sampler.h"
 
 namespace gpurun::queue {
 
@@ -38,6 +39,10 @@ constexpr size_t kMaxInboundBytesPerUser = size_t(16) << 20;
 // paths; with elapsed_s, gpu_hours, util_mean and its usage (daemon_usage.cc).
 nlohmann::json job_brief(const Job& j, int64_t now_ms);
 
+// What a job keeps in the daemon's memory and store beyond its fixed fields: its script,
+// arguments and environment, counted against kMaxActiveBytesPerUser (daemon_ops.cc).
+size_t spec_bytes(const Job& j);
+
 struct DaemonConfig {
   std::vector<int> gpus;
   std::string state_dir;
@@ -53,6 +58,9 @@ struct DaemonConfig {
   int sample_interval_s = 10;
   int64_t sample_retention_s = 7 * 24 * 3600;
   gpuinfo::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
+  // Tests: check the maps against the store after recovery and every turn, and stop with an
+  // error naming what is broken (daemon_invariants.cc).
+  bool check_invariants = false;
 };
 
 struct SupervisorStatus;
@@ -95,11 +103,15 @@ class Daemon {
   void answer(Conn& c);  // a whole request is in: decode, handle, reply
   bool flush(Conn& c);   // false when finished (close it)
   void reply(Conn& c, nlohmann::json r);
+  void serve_clients(const std::vector<pollfd>& fds, size_t conn_base,
+                     std::map<uid_t, size_t>& pending, std::map<uid_t, size_t>& inbound);
+  void end_turn();        // commit the batch, start supervisors
+  bool stop_requested();  // reads the signalfd
 
   // daemon_ops.cc: requests
   nlohmann::json handle(const Request& req, const Peer& peer);
   nlohmann::json op_submit(const SubmitRequest& req, const Peer& peer);
-  Job job_from_request(const JobRequest& r, const SubmitRequest& req, const Peer& peer) const;
+  Job job_from_request(const SubmitRequest& req, const Peer& peer) const;
   std::vector<Job> insert_jobs(const Job& base, const JobRequest& r, const std::string& key,
                                const std::vector<int>& indices);  // one transaction
   nlohmann::json op_queue(const Request& req, const Peer& peer);
@@ -148,6 +160,10 @@ class Daemon {
   void log_event(const Job& j, const std::string& what) const;
   std::map<uint32_t, double> decayed_usage(int64_t now) const;
 
+  // daemon_invariants.cc: what the maps below owe the store (written down there)
+  std::vector<std::string> invariant_violations();
+  void check_invariants(const char* when);  // throws std::logic_error when one is broken
+
   DaemonConfig cfg_;
   std::string run_dir_, spool_dir_, host_, boot_id_;
   std::vector<int64_t> to_spawn_;  // marked RUNNING in the current batch
@@ -160,6 +176,7 @@ class Daemon {
   bool dirty_ = true;        // something changed: run the scheduler
   bool recovering_ = false;  // in recover(): what ended did so while no daemon watched
   std::map<int, Conn> conns_;
+  // The maps from here on mirror the store; daemon_invariants.cc says exactly how.
   std::map<int64_t, Job> active_;  // pending + running, by id
   struct UserLoad {
     size_t jobs = 0, bytes = 0;  // active jobs, and their scripts, arguments and environments
@@ -181,7 +198,7 @@ class Daemon {
   std::unique_ptr<UsageSampler> sampler_;
   std::vector<UsageSampler::Target> published_targets_;
   std::optional<gpuinfo::GpuSnapshot> last_gpus_;  // the newest GPU sample, every GPU
-  std::string sample_error_;                        // why the newest sample failed, if it did
+  std::string sample_error_;                       // why the newest sample failed, if it did
   // GPU-seconds of finished jobs by user, for /metrics' counter without a scan per request.
   std::map<std::string, double> finished_gpu_seconds_;
 };

@@ -27,12 +27,13 @@
 #include <thread>
 
 #include "daemon/daemon.h"
+#include "daemon/store.h"
 #include "gpurun/common/atomic_file.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/scheduler.h"
 #include "supervise/runfiles.h"
-#include "daemon/store.h"
+#include "supervise/supervisor_spec.h"
 
 extern char** environ;
 
@@ -209,31 +210,28 @@ void Daemon::spawn_supervisor(Job& j) {
   }
   env["CUDA_VISIBLE_DEVICES"] = ids;  // empty for CPU-only jobs: they see no GPU
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
-  nlohmann::json spec = {{"job_id", j.id},
-                         {"uid", j.uid},
-                         {"gid", j.gid},
-                         {"user", j.user},
-                         {"host", host_},
-                         {"umask", j.umask},
-                         {"cwd", j.cwd},
-                         {"script_path", fmt::format("{}/{}.sh", spool_dir_, j.id)},
-                         {"script", j.script},
-                         {"args", j.args},
-                         {"env", env},
-                         {"output", output_path(j, false)},
-                         {"error", output_path(j, true)},
-                         {"start_ms", j.start_ms},
-                         {"time_limit_s", j.time_limit_s},
-                         {"signal", j.signal.signal},
-                         {"lead_seconds", j.signal.lead_seconds},
-                         {"batch_only", j.signal.batch_only},
-                         {"kill_wait_s", cfg_.kill_wait_s},
-                         {"drop_privileges", as_root_}};
+  SupervisorSpec spec;
+  spec.job_id = j.id;
+  spec.uid = j.uid;
+  spec.gid = j.gid;
+  spec.user = j.user;
+  spec.host = host_;
+  spec.umask = j.umask;
+  spec.cwd = j.cwd;
+  spec.script_path = fmt::format("{}/{}.sh", spool_dir_, j.id);
+  spec.script = j.script;
+  spec.args = j.args;
+  spec.env = std::move(env);
+  spec.output = output_path(j, false);
+  spec.error = output_path(j, true);
+  spec.start_ms = j.start_ms;
+  spec.time_limit_s = j.time_limit_s;
+  spec.signal = j.signal;
+  spec.kill_wait_s = cfg_.kill_wait_s;
+  spec.drop_privileges = as_root_;
   RunPaths paths = run_paths(run_dir_, j.id);
   ::unlink(paths.status.c_str());
-  common::write_file_atomic(paths.spec,
-                            spec.dump(-1, ' ', false, nlohmann::json::error_handler_t::replace),
-                            0600, common::Durability::kNoSync);
+  write_spec(paths.spec, spec);
   Fd lock(::open(paths.lock.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock || flock(lock.get(), LOCK_EX | LOCK_NB) != 0)
     throw std::runtime_error(fmt::format("cannot lock {}: {}", paths.lock, strerror(errno)));

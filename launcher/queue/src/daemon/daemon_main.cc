@@ -10,8 +10,8 @@
 #include <stdexcept>
 
 #include "client/client.h"
-#include "daemon/daemon.h"
 #include "client/env.h"
+#include "daemon/daemon.h"
 #include "gpurun/gpuinfo/gpu_count.h"
 
 namespace gpurun::queue {
@@ -52,21 +52,23 @@ int cmd_daemon(const Args& a) {
       "gpus", po::value<std::string>(),
       "GPU ids to schedule, e.g. 0,1,2,3, or none for CPU jobs only (default: every GPU the "
       "machine has: NVML, else GPURUN_NVIDIA_SMI's or PATH's nvidia-smi, else "
-      "/proc/driver/nvidia)")(
-      "state-dir", po::value<std::string>(),
-      "job store and run files (default: /var/lib/gpuq as "
-      "root, ~/.local/state/gpuq otherwise)")("socket", po::value<std::string>(),
-                                              "Unix socket (default: /run/gpuq.sock as root, "
-                                              "$XDG_RUNTIME_DIR/gpuq.sock otherwise)")(
-      "kill-wait", po::value<int>()->default_value(30), "seconds between SIGTERM and SIGKILL")(
+      "/proc/driver/nvidia)")("state-dir", po::value<std::string>(),
+                              "job store and run files (default: /var/lib/gpuq as "
+                              "root, ~/.local/state/gpuq otherwise)")(
+      "socket", po::value<std::string>(),
+      "Unix socket (default: /run/gpuq.sock as root, "
+      "$XDG_RUNTIME_DIR/gpuq.sock otherwise)")("kill-wait", po::value<int>()->default_value(30),
+                                               "seconds between SIGTERM and SIGKILL")(
       "max-gpus-per-user", po::value<int>()->default_value(0),
       "GPUs one user may hold at once (0 = no limit)")(
       "fairshare-half-life", po::value<double>()->default_value(168),
       "hours for past GPU usage to count half in the fair-share order")(
       "boot-id-file", po::value<std::string>(),
       "where the machine's boot id is read (tests use it to simulate a reboot)")(
-      "sample-interval", po::value<int>()->default_value(10),
-      "seconds between GPU and job usage samples (0 = no sampling)")(
+      "check-invariants",
+      "check the in-memory job maps against the store after every turn and stop when one is "
+      "broken (tests)")("sample-interval", po::value<int>()->default_value(10),
+                        "seconds between GPU and job usage samples (0 = no sampling)")(
       "sample-retention", po::value<double>()->default_value(7),
       "days raw samples are kept (per-job figures are kept with the job)");
   po::variables_map vm;
@@ -108,6 +110,7 @@ int cmd_daemon(const Args& a) {
   if (cfg.kill_wait_s < 0) throw std::invalid_argument("--kill-wait must be >= 0");
   cfg.self_exe = self_exe();
   if (vm.count("boot-id-file")) cfg.boot_id_file = vm["boot-id-file"].as<std::string>();
+  cfg.check_invariants = vm.count("check-invariants") > 0;
   cfg.sample_interval_s = vm["sample-interval"].as<int>();
   if (cfg.sample_interval_s < 0 || cfg.sample_interval_s > 86400)
     throw std::invalid_argument(

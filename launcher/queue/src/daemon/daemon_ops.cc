@@ -9,13 +9,13 @@
 #include <stdexcept>
 
 #include "daemon/daemon.h"
+#include "daemon/store.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/job_json.h"
 #include "gpurun/queue/sbatch.h"
 #include "gpurun/queue/usage_format.h"
 #include "supervise/runfiles.h"
-#include "daemon/store.h"
 
 namespace gpurun::queue {
 namespace {
@@ -88,15 +88,14 @@ nlohmann::json Daemon::handle(const Request& req, const Peer& peer) {
   throw std::logic_error("unhandled request op");
 }
 
-namespace {
-
-// What a job keeps in the daemon's memory and store beyond its fixed fields.
 size_t spec_bytes(const Job& j) {
   size_t n = j.script.size();
   for (const auto& a : j.args) n += a.size();
   for (const auto& [k, v] : j.env) n += k.size() + v.size();
   return n;
 }
+
+namespace {
 
 // A submission that would take a user past their share of the daemon's memory is refused.
 void check_load(size_t jobs, size_t bytes, size_t new_jobs, size_t new_bytes) {
@@ -139,20 +138,11 @@ void Daemon::log_event(const Job& j, const std::string& what) const {
              common::escape_control(j.name), common::escape_control(j.user), what);
 }
 
+// The job's options arrive parsed and bounds-checked (job/request.h: the client read the #SBATCH
+// lines); what is checked here needs the daemon's state: the pool, the user, existing jobs.
 nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
-  const std::string& script = req.script;
-  if (script.rfind("#!", 0) != 0)
-    throw std::invalid_argument(
-        "this does not look like a batch script: the first line must start with #! followed by "
-        "the path to an interpreter (e.g. #!/bin/bash)");
-  JobRequest r = parse_sbatch_script(script);
-  size_t pos = 0;
-  JobRequest cli = parse_sbatch_options(req.options, &pos);
-  if (pos != req.options.size())
-    throw std::invalid_argument(
-        fmt::format("unexpected argument '{}' among options", req.options[pos]));
-  r.merge_from(cli);
-
+  require_batch_script(req.script);
+  const JobRequest& r = req.job;
   const std::string& key = req.submit_key;
   if (!key.empty()) {
     // A client that lost the reply (daemon killed mid-request) retries with the same key.
@@ -160,14 +150,10 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
       auto prior = store_->load_job(*id);
       if (!prior || prior->uid != peer.uid)
         throw std::invalid_argument("submit key already used by another user");
-      return {{"ok", true},
-              {"job_id", *id},
-              {"duplicate", true},
-              {"warnings", r.warnings},
-              {"wait", r.wait.value_or(false)}};
+      return {{"ok", true}, {"job_id", *id}, {"duplicate", true}};
     }
   }
-  Job base = job_from_request(r, req, peer);
+  Job base = job_from_request(req, peer);
   std::vector<int> indices = r.array ? r.array->indices : std::vector<int>{-1};
   const UserLoad& load = load_[peer.uid];
   check_load(load.jobs, load.bytes, indices.size(), indices.size() * spec_bytes(base));
@@ -186,15 +172,11 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
     admit(std::move(j));
   }
   dirty_ = true;
-  return {{"ok", true},
-          {"job_id", first},
-          {"tasks", indices.size()},
-          {"warnings", r.warnings},
-          {"wait", r.wait.value_or(false)}};
+  return {{"ok", true}, {"job_id", first}, {"tasks", indices.size()}};
 }
 
-Job Daemon::job_from_request(const JobRequest& r, const SubmitRequest& req,
-                             const Peer& peer) const {
+Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
+  const JobRequest& r = req.job;
   gid_t gid = 0;
   std::string user = user_name(peer.uid, &gid);
   std::string cwd = req.cwd;

@@ -5,83 +5,28 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <set>
 #include <stdexcept>
+
+#include "job/json_fields.h"
 
 namespace gpurun::queue {
 namespace {
 
 using json = nlohmann::json;
 
-[[noreturn]] void bad_field(const char* key, const std::string& expected, const json& got) {
-  std::string shown = got.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (shown.size() > 60) shown = shown.substr(0, 57) + "...";
-  throw std::invalid_argument(
-      fmt::format("request field '{}': expected {}, got {}", key, expected, shown));
-}
+using json_fields::field;
+using json_fields::get_bool;
+using json_fields::get_count;
+using json_fields::get_int;
+using json_fields::get_object;
+using json_fields::get_string;
+using json_fields::get_strings;
+using json_fields::Obj;
+using json_fields::only_keys;
 
-const json* field(const json& o, const char* key) {
-  auto it = o.find(key);
-  return it == o.end() || it->is_null() ? nullptr : &*it;
-}
-
-// An integer in [lo, hi], compared as the JSON number it is (signed or unsigned), never cast first.
-int64_t get_int(const json& o, const char* key, int64_t lo, int64_t hi, int64_t fallback) {
-  const json* v = field(o, key);
-  if (!v) return fallback;
-  const std::string want = fmt::format("an integer from {} to {}", lo, hi);
-  if (v->is_number_unsigned()) {
-    const uint64_t u = v->get<uint64_t>();
-    if (u > static_cast<uint64_t>(hi) || (lo > 0 && u < static_cast<uint64_t>(lo)))
-      bad_field(key, want, *v);
-    return static_cast<int64_t>(u);
-  }
-  if (!v->is_number_integer()) bad_field(key, want, *v);
-  const int64_t i = v->get<int64_t>();
-  if (i < lo || i > hi) bad_field(key, want, *v);
-  return i;
-}
-
-size_t get_count(const json& o, const char* key, size_t hi, size_t fallback) {
-  return static_cast<size_t>(
-      get_int(o, key, 0, static_cast<int64_t>(hi), static_cast<int64_t>(fallback)));
-}
-
-bool get_bool(const json& o, const char* key, bool fallback) {
-  const json* v = field(o, key);
-  if (!v) return fallback;
-  if (!v->is_boolean()) bad_field(key, "true or false", *v);
-  return v->get<bool>();
-}
-
-std::string get_string(const json& o, const char* key, const std::string& fallback) {
-  const json* v = field(o, key);
-  if (!v) return fallback;
-  if (!v->is_string()) bad_field(key, "a string", *v);
-  return v->get<std::string>();
-}
-
-std::vector<std::string> get_strings(const json& o, const char* key) {
-  std::vector<std::string> out;
-  const json* v = field(o, key);
-  if (!v) return out;
-  if (!v->is_array()) bad_field(key, "a list of strings", *v);
-  for (const auto& s : *v) {
-    if (!s.is_string()) bad_field(key, "a list of strings", s);
-    out.push_back(s.get<std::string>());
-  }
-  return out;
-}
-
-std::map<std::string, std::string> get_env(const json& o) {
-  std::map<std::string, std::string> out;
-  const json* v = field(o, "env");
-  if (!v) return out;
-  if (!v->is_object()) bad_field("env", "an object of strings", *v);
-  for (const auto& [k, s] : v->items()) {
-    if (!s.is_string()) bad_field("env", fmt::format("a string for {}", k), s);
-    out[k] = s.get<std::string>();
-  }
-  return out;
+[[noreturn]] void bad_field(const std::string& name, const std::string& expected, const json& got) {
+  json_fields::bad_field("request field", name, expected, got);
 }
 
 int64_t id_number(const std::string& part, const std::string& text) {
@@ -128,16 +73,123 @@ Op parse_op(const std::string& op) {
   return it->second;
 }
 
+// A name or path the job gave (-J, -o, -e, -D, -A): absent, or a non-empty string.
+std::optional<std::string> get_name(const Obj& o, const char* key) {
+  if (!field(o, key)) return std::nullopt;
+  std::string s = get_string(o, key, "");
+  if (s.empty()) bad_field(o.name(key), "a non-empty string", json(s));
+  return s;
+}
+
+std::optional<int> get_opt_int(const Obj& o, const char* key, int64_t lo, int64_t hi) {
+  if (!field(o, key)) return std::nullopt;
+  return static_cast<int>(get_int(o, key, lo, hi, 0));
+}
+
+std::optional<bool> get_opt_bool(const Obj& o, const char* key) {
+  if (!field(o, key)) return std::nullopt;
+  return get_bool(o, key, false);
+}
+
+std::vector<Dependency> get_dependencies(const Obj& o) {
+  const std::string name = o.name("dependencies");
+  const json& v = *field(o, "dependencies");
+  if (!v.is_array() || v.size() > kMaxIdsPerRequest)
+    bad_field(name, fmt::format("a list of at most {} dependencies", kMaxIdsPerRequest), v);
+  std::vector<Dependency> out;
+  for (size_t i = 0; i < v.size(); ++i) {
+    const std::string at = fmt::format("{}[{}]", name, i);
+    if (!v[i].is_object()) bad_field(at, "an object {\"type\", \"job_id\"}", v[i]);
+    const Obj d(v[i], at + ".");
+    only_keys(d, {"type", "job_id"});
+    Dependency dep;
+    const std::string type = get_string(d, "type", "");
+    bool known = false;
+    for (DepKind k : {DepKind::kAfterOk, DepKind::kAfterAny, DepKind::kAfterNotOk})
+      if (type == dep_kind_name(k)) dep.kind = k, known = true;
+    if (!known) bad_field(d.name("type"), "afterok, afterany or afternotok", json(type));
+    if (!field(d, "job_id")) bad_field(d.name("job_id"), "a job id", json());
+    dep.job_id = get_int(d, "job_id", 1, kMaxDependencyId, 0);
+    out.push_back(dep);
+  }
+  return out;
+}
+
+ArraySpec get_array(const Obj& o) {
+  const Obj a(get_object(o, "array", "an object {\"tasks\", \"max_running\"}"), o.name("array."));
+  only_keys(a, {"tasks", "max_running"});
+  const json* t = field(a, "tasks");
+  const std::string want = fmt::format("a list of 1 to {} task ids", kMaxArrayTasks);
+  if (!t || !t->is_array() || t->empty() || t->size() > kMaxArrayTasks)
+    bad_field(a.name("tasks"), want, t ? *t : json());
+  ArraySpec spec;
+  std::set<int64_t> seen;
+  for (const auto& item : *t) {
+    const int64_t id = json_fields::int_value(a, item, a.name("tasks"), 0, kMaxArrayIndex);
+    if (!seen.insert(id).second) bad_field(a.name("tasks"), "task ids that differ", item);
+    spec.indices.push_back(static_cast<int>(id));
+  }
+  spec.max_running = static_cast<int>(get_int(a, "max_running", 0, kMaxArrayCap, 0));
+  return spec;
+}
+
+SignalSpec get_signal(const Obj& o) {
+  const Obj s(get_object(o, "signal", "an object {\"number\", \"lead_seconds\", \"batch_only\"}"),
+              o.name("signal."));
+  only_keys(s, {"number", "lead_seconds", "batch_only"});
+  SignalSpec spec;
+  if (!field(s, "number")) bad_field(s.name("number"), "a signal number from 1 to 64", json());
+  spec.signal = static_cast<int>(get_int(s, "number", 1, 64, 0));
+  spec.lead_seconds = static_cast<int>(get_int(s, "lead_seconds", 0, kMaxSignalLeadS, 60));
+  spec.batch_only = get_bool(s, "batch_only", false);
+  return spec;
+}
+
+// "job": what the client parsed from #SBATCH lines and its command line (sbatch.h), each field
+// checked against the bounds in job.h; absent fields stay unset, as the parser leaves them.
+JobRequest get_job(const json& top) {
+  const Obj o(get_object(top, "job", "an object: the job's options as gpuq submit parsed them"),
+              "job.");
+  only_keys(o, {"name", "gpus", "time_limit_s", "output", "error", "chdir", "dependencies", "array",
+                "signal", "requeue", "hold", "priority", "account", "cpus_per_task", "ntasks"});
+  JobRequest r;
+  r.job_name = get_name(o, "name");
+  r.gpus = get_opt_int(o, "gpus", 0, kMaxJobGpus);
+  if (field(o, "time_limit_s")) r.time_limit_s = get_int(o, "time_limit_s", 0, kMaxTimeLimitS, 0);
+  r.output = get_name(o, "output");
+  r.error = get_name(o, "error");
+  r.chdir = get_name(o, "chdir");
+  if (field(o, "dependencies")) r.dependencies = get_dependencies(o);
+  if (field(o, "array")) r.array = get_array(o);
+  if (field(o, "signal")) r.signal = get_signal(o);
+  r.requeue = get_opt_bool(o, "requeue");
+  r.hold = get_opt_bool(o, "hold");
+  r.priority = get_opt_int(o, "priority", 0, kMaxPriority);
+  r.account = get_name(o, "account");
+  r.cpus_per_task = get_opt_int(o, "cpus_per_task", 1, kMaxCpusPerTask);
+  r.ntasks = get_opt_int(o, "ntasks", 1, kMaxNtasks);
+  return r;
+}
+
 SubmitRequest decode_submit(const json& o) {
+  // Version 1 sent the command line's options as text, for the daemon to parse with the script's
+  // #SBATCH lines; the daemon parses neither now.
+  if (field(o, "options") || !field(o, "version"))
+    throw std::invalid_argument(fmt::format(
+        "submit request of version 1 (options as text): this gpuq daemon reads version {}, in "
+        "which gpuq submit parses #SBATCH lines and options itself; submit with the gpuq of the "
+        "daemon's version",
+        kSubmitVersion));
+  get_int(o, "version", kSubmitVersion, kSubmitVersion, 0);
   SubmitRequest s;
   if (!field(o, "script")) bad_field("script", "the batch script's text", json());
   s.script = get_string(o, "script", "");
   s.script_name = get_string(o, "script_name", s.script_name);
   s.cwd = get_string(o, "cwd", "");
   s.submit_key = get_string(o, "submit_key", "");
-  s.options = get_strings(o, "options");
+  s.job = get_job(o);
   s.args = get_strings(o, "args");
-  s.env = get_env(o);
+  s.env = json_fields::get_string_map(o, "env");
   if (field(o, "umask")) s.umask = static_cast<uint32_t>(get_int(o, "umask", 0, 0777, 022));
   return s;
 }
@@ -187,7 +239,48 @@ void decode_fields(const json& o, Request& r) {
   }
 }
 
+json encode_job(const JobRequest& r) {
+  json j = json::object();
+  if (r.job_name) j["name"] = *r.job_name;
+  if (r.gpus) j["gpus"] = *r.gpus;
+  if (r.time_limit_s) j["time_limit_s"] = *r.time_limit_s;
+  if (r.output) j["output"] = *r.output;
+  if (r.error) j["error"] = *r.error;
+  if (r.chdir) j["chdir"] = *r.chdir;
+  if (r.dependencies) {
+    j["dependencies"] = json::array();
+    for (const auto& d : *r.dependencies)
+      j["dependencies"].push_back({{"type", dep_kind_name(d.kind)}, {"job_id", d.job_id}});
+  }
+  if (r.array) j["array"] = {{"tasks", r.array->indices}, {"max_running", r.array->max_running}};
+  if (r.signal)
+    j["signal"] = {{"number", r.signal->signal},
+                   {"lead_seconds", r.signal->lead_seconds},
+                   {"batch_only", r.signal->batch_only}};
+  if (r.requeue) j["requeue"] = *r.requeue;
+  if (r.hold) j["hold"] = *r.hold;
+  if (r.priority) j["priority"] = *r.priority;
+  if (r.account) j["account"] = *r.account;
+  if (r.cpus_per_task) j["cpus_per_task"] = *r.cpus_per_task;
+  if (r.ntasks) j["ntasks"] = *r.ntasks;
+  return j;
+}
+
 }  // namespace
+
+json encode_submit(const SubmitRequest& s) {
+  json req = {{"op", "submit"},
+              {"version", kSubmitVersion},
+              {"script", s.script},
+              {"script_name", s.script_name},
+              {"cwd", s.cwd},
+              {"submit_key", s.submit_key},
+              {"job", encode_job(s.job)},
+              {"args", s.args},
+              {"env", s.env}};
+  if (s.umask) req["umask"] = *s.umask;
+  return req;
+}
 
 JobRef parse_job_ref(const std::string& text) {
   JobRef r;

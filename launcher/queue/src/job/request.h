@@ -3,15 +3,22 @@
 // std::invalid_argument that names the field and what was expected. Pure: no daemon state, no
 // system call, so it is the daemon's only reader of what clients send and the fuzz target's
 // subject (tests/queue/fuzz_request.cc).
+//
+// A submission's #SBATCH lines and command-line options are parsed once, by the client
+// (sbatch.h), into a JobRequest that travels typed ("job": {...}, encode_submit); the daemon checks
+// it against the bounds in job.h and never reads #SBATCH text.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "gpurun/queue/job.h"
 
 namespace gpurun::queue {
 
@@ -46,11 +53,16 @@ struct JobRef {
   std::string text;  // as the client wrote it, for messages
 };
 
+// The version of a submission's format: 2 sends the parsed JobRequest ("job"); version 1 sent
+// the command line's options as text for the daemon to parse, and is refused by name.
+constexpr int kSubmitVersion = 2;
+
 struct SubmitRequest {
   std::string script, script_name = "sbatch", cwd, submit_key;
-  std::vector<std::string> options, args;
+  JobRequest job;  // #SBATCH lines and command line, merged by the client; no warnings
+  std::vector<std::string> args;
   std::map<std::string, std::string> env;
-  std::optional<uint32_t> umask;  // the submitter's (0-0777); older clients send none
+  std::optional<uint32_t> umask;  // the submitter's (0-0777)
 };
 
 struct Request {
@@ -71,6 +83,9 @@ struct Request {
 
 // Throws std::invalid_argument ("malformed request: ..." for text that is not JSON).
 Request decode_request(std::string_view payload);
+
+// The submit request the client sends (what decode_request reads back as r.submit).
+nlohmann::json encode_submit(const SubmitRequest& s);
 
 // "12" or "12_3" -> JobRef; throws std::invalid_argument("invalid job id '...'").
 JobRef parse_job_ref(const std::string& text);

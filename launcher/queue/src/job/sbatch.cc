@@ -51,96 +51,88 @@ std::vector<std::string> split_words(const std::string& line) {
   return words;
 }
 
-// Options gpuq knows but ignores (with a warning). true = takes a value.
+// Options gpuq knows but ignores (with a warning), by whether they take a value. gpuq submit's own
+// (--parsable, --socket, --wrap: client.cc) are here too, so a script naming them only warns.
+constexpr const char* kIgnoredWithValue[] = {"-N",
+                                             "--nodes",
+                                             "--mem",
+                                             "--mem-per-cpu",
+                                             "--mem-per-gpu",
+                                             "-p",
+                                             "--partition",
+                                             "-q",
+                                             "--qos",
+                                             "--reservation",
+                                             "--mail-type",
+                                             "--mail-user",
+                                             "--export",
+                                             "--ntasks-per-node",
+                                             "--constraint",
+                                             "-C",
+                                             "--open-mode",
+                                             "--nice",
+                                             "--tasks-per-node",
+                                             "--gpus-per-task",
+                                             "--cpus-per-gpu",
+                                             "-w",
+                                             "--nodelist",
+                                             "-x",
+                                             "--exclude",
+                                             "--comment",
+                                             "-L",
+                                             "--licenses",
+                                             "--begin",
+                                             "-b",
+                                             "--time-min",
+                                             "--deadline",
+                                             "--gpu-bind",
+                                             "--gpu-freq",
+                                             "--cpu-freq",
+                                             "--mem-bind",
+                                             "-m",
+                                             "--distribution",
+                                             "--hint",
+                                             "--threads-per-core",
+                                             "--cores-per-socket",
+                                             "--sockets-per-node",
+                                             "--ntasks-per-core",
+                                             "--ntasks-per-socket",
+                                             "--ntasks-per-gpu",
+                                             "--gpus-per-socket",
+                                             "--gres-flags",
+                                             "--tmp",
+                                             "--mincpus",
+                                             "--kill-on-invalid-dep",
+                                             "--wckey",
+                                             "--profile",
+                                             "--acctg-freq",
+                                             "--switches",
+                                             "--network",
+                                             "--container",
+                                             "-M",
+                                             "--clusters",
+                                             "-i",
+                                             "--input",
+                                             "--export-file",
+                                             "--prefer",
+                                             "--extra",
+                                             "--core-spec",
+                                             "--thread-spec",
+                                             "--socket",
+                                             "--wrap",
+                                             "--propagate"};
+constexpr const char* kIgnoredFlags[] = {
+    "--exclusive",     "-Q",       "--quiet",      "-v",           "--verbose",  "-s",
+    "--oversubscribe", "-O",       "--overcommit", "-k",           "--no-kill",  "--spread-job",
+    "--use-min-nodes", "--reboot", "--test-only",  "--ignore-pbs", "--parsable", "--get-user-env"};
+
 const std::map<std::string, bool>& ignored_options() {
-  static const std::map<std::string, bool> m = {
-      {"-N", true},
-      {"--nodes", true},
-      {"--mem", true},
-      {"--mem-per-cpu", true},
-      {"--mem-per-gpu", true},
-      {"-p", true},
-      {"--partition", true},
-      {"-q", true},
-      {"--qos", true},
-      {"--reservation", true},
-      {"--mail-type", true},
-      {"--mail-user", true},
-      {"--export", true},
-      {"--ntasks-per-node", true},
-      {"--constraint", true},
-      {"-C", true},
-      {"--exclusive", false},
-      {"--open-mode", true},
-      {"--nice", true},
-      {"--tasks-per-node", true},
-      {"--gpus-per-task", true},
-      {"--cpus-per-gpu", true},
-      {"-w", true},
-      {"--nodelist", true},
-      {"-x", true},
-      {"--exclude", true},
-      {"--comment", true},
-      {"-L", true},
-      {"--licenses", true},
-      {"-Q", false},
-      {"--quiet", false},
-      {"-v", false},
-      {"--verbose", false},
-      {"--begin", true},
-      {"-b", true},
-      {"--time-min", true},
-      {"--deadline", true},
-      {"--gpu-bind", true},
-      {"--gpu-freq", true},
-      {"--cpu-freq", true},
-      {"--mem-bind", true},
-      {"-m", true},
-      {"--distribution", true},
-      {"--hint", true},
-      {"--threads-per-core", true},
-      {"--cores-per-socket", true},
-      {"--sockets-per-node", true},
-      {"--ntasks-per-core", true},
-      {"--ntasks-per-socket", true},
-      {"--ntasks-per-gpu", true},
-      {"--gpus-per-socket", true},
-      {"--gres-flags", true},
-      {"--tmp", true},
-      {"--mincpus", true},
-      {"-s", false},
-      {"--oversubscribe", false},
-      {"-O", false},
-      {"--overcommit", false},
-      {"-k", false},
-      {"--no-kill", false},
-      {"--kill-on-invalid-dep", true},
-      {"--wckey", true},
-      {"--profile", true},
-      {"--acctg-freq", true},
-      {"--switches", true},
-      {"--network", true},
-      {"--container", true},
-      {"-M", true},
-      {"--clusters", true},
-      {"-i", true},
-      {"--input", true},
-      {"--export-file", true},
-      {"--spread-job", false},
-      {"--use-min-nodes", false},
-      {"--prefer", true},
-      {"--extra", true},
-      {"--core-spec", true},
-      {"--thread-spec", true},
-      {"--reboot", false},
-      {"--test-only", false},
-      {"--ignore-pbs", false},
-      {"--parsable", false},  // gpuq submit's own, like --socket and --wrap (client.cc)
-      {"--socket", true},
-      {"--wrap", true},
-      {"--get-user-env", false},
-      {"--propagate", true},
-  };
+  static const std::map<std::string, bool> m = [] {
+    std::map<std::string, bool> t;
+    for (const char* name : kIgnoredWithValue) t[name] = true;
+    for (const char* name : kIgnoredFlags) t[name] = false;
+    return t;
+  }();
   return m;
 }
 
@@ -215,15 +207,15 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
   } else if (opt == "--hold") {
     r.hold = true;
   } else if (opt == "--priority") {
-    r.priority = static_cast<int>(to_int(v, "--priority", 1000000));
+    r.priority = static_cast<int>(to_int(v, "--priority", kMaxPriority));
   } else if (opt == "--account") {
     if (v.empty()) bad("--account: empty name");
     r.account = v;
   } else if (opt == "--cpus-per-task") {
-    r.cpus_per_task = static_cast<int>(to_int(v, "--cpus-per-task", 4096));
+    r.cpus_per_task = static_cast<int>(to_int(v, "--cpus-per-task", kMaxCpusPerTask));
     if (*r.cpus_per_task < 1) bad("--cpus-per-task: must be at least 1");
   } else if (opt == "--ntasks") {
-    r.ntasks = static_cast<int>(to_int(v, "--ntasks", 1000000));
+    r.ntasks = static_cast<int>(to_int(v, "--ntasks", kMaxNtasks));
     if (*r.ntasks < 1) bad("--ntasks: must be at least 1");
   } else if (opt == "--wait") {
     r.wait = true;
@@ -310,6 +302,12 @@ JobRequest parse_sbatch_options(const std::vector<std::string>& words, size_t* f
   }
   if (first_positional) *first_positional = i;
   return r;
+}
+
+void require_batch_script(const std::string& script) {
+  if (script.rfind("#!", 0) != 0)
+    bad("this does not look like a batch script: the first line must start with #! followed by "
+        "the path to an interpreter (e.g. #!/bin/bash)");
 }
 
 JobRequest parse_sbatch_script(const std::string& script) {

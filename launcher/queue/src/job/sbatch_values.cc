@@ -87,7 +87,8 @@ SignalSpec parse_signal_spec(const std::string& text) {
   }
   size_t at = rest.find('@');
   if (at != std::string::npos) {
-    s.lead_seconds = static_cast<int>(to_int(rest.substr(at + 1), "--signal seconds", 65535));
+    s.lead_seconds =
+        static_cast<int>(to_int(rest.substr(at + 1), "--signal seconds", kMaxSignalLeadS));
     rest = rest.substr(0, at);
   }
   if (rest.empty()) bad(fmt::format("--signal '{}': no signal", text));
@@ -123,7 +124,7 @@ std::vector<Dependency> parse_dependency(const std::string& text) {
       if (size_t plus = id.find('+'); plus != std::string::npos) id = id.substr(0, plus);
       if (id.find('_') != std::string::npos)
         bad(fmt::format("--dependency '{}': array task ids are not supported", text));
-      int64_t n = to_int(id, fmt::format("--dependency '{}'", text), 1LL << 50);
+      int64_t n = to_int(id, fmt::format("--dependency '{}'", text), kMaxDependencyId);
       if (n == 0) bad(fmt::format("--dependency '{}': job id 0", text));
       out.push_back({kind, n});
     }
@@ -132,13 +133,13 @@ std::vector<Dependency> parse_dependency(const std::string& text) {
 }
 
 ArraySpec parse_array(const std::string& text) {
-  constexpr int64_t kMaxIndex = 1000000;
-  constexpr size_t kMaxTasks = 10000;
+  constexpr int64_t kMaxIndex = kMaxArrayIndex;
+  constexpr size_t kMaxTasks = kMaxArrayTasks;
   ArraySpec a;
   std::string list = text;
   size_t pct = text.find('%');
   if (pct != std::string::npos) {
-    a.max_running = static_cast<int>(to_int(text.substr(pct + 1), "--array %limit", 100000));
+    a.max_running = static_cast<int>(to_int(text.substr(pct + 1), "--array %limit", kMaxArrayCap));
     if (a.max_running == 0) bad(fmt::format("--array '{}': the %limit must be at least 1", text));
     list = text.substr(0, pct);
   }
@@ -186,18 +187,20 @@ int parse_gres_gpus(const std::string& text) {
         total += 1;  // gpu:type
       } else {
         if (parts.size() > 3) bad(fmt::format("--gres '{}': too many ':'", text));
-        total += static_cast<int>(to_int(last, fmt::format("--gres '{}'", text), 1024));
+        total += static_cast<int>(to_int(last, fmt::format("--gres '{}'", text), kMaxJobGpus));
       }
     }
   }
   if (!any) bad(fmt::format("--gres '{}': no gpu entry (expected gpu[:type]:N)", text));
+  if (total > kMaxJobGpus)
+    bad(fmt::format("--gres '{}': {} GPUs, more than {}", text, total, kMaxJobGpus));
   return total;
 }
 
 int parse_gpus(const std::string& text) {
   auto parts = split(text, ':');
   if (parts.size() > 2) bad(fmt::format("--gpus '{}': expected [type:]N", text));
-  return static_cast<int>(to_int(parts.back(), fmt::format("--gpus '{}'", text), 1024));
+  return static_cast<int>(to_int(parts.back(), fmt::format("--gpus '{}'", text), kMaxJobGpus));
 }
 
 std::string expand_output_pattern(const std::string& pattern, const PatternVars& v) {

@@ -25,55 +25,12 @@
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/protocol.h"
 #include "supervise/runfiles.h"
+#include "supervise/supervisor_spec.h"
 
 namespace gpurun::queue {
 static_assert(kForwardSignal == SIGUSR1, "kForwardSignal must be SIGUSR1");
 
 namespace {
-
-struct Spec {
-  int64_t job_id = 0;
-  uid_t uid = 0;
-  gid_t gid = 0;
-  std::string user, cwd, script_path, script, output, error;
-  std::vector<std::string> args;
-  std::vector<std::string> env;  // KEY=VALUE
-  int64_t start_ms = 0, time_limit_s = 0;
-  int signal = 0, lead_s = 60;
-  bool batch_only = false;
-  int kill_wait_s = 30;
-  bool drop_privileges = false;
-  mode_t umask = 022;  // the submitter's
-  std::string host;    // for Slurm's "*** JOB N ON host CANCELLED ***" line
-};
-
-Spec load_spec(const std::string& path) {
-  auto text = read_file(path);
-  if (!text) throw std::runtime_error(fmt::format("job spec {} is missing", path));
-  auto o = nlohmann::json::parse(*text);
-  Spec s;
-  s.job_id = o.at("job_id");
-  s.uid = o.at("uid");
-  s.gid = o.at("gid");
-  s.user = o.at("user");
-  s.cwd = o.at("cwd");
-  s.script_path = o.at("script_path");
-  s.script = o.at("script");
-  s.output = o.at("output");
-  s.error = o.at("error");
-  s.args = o.at("args").get<std::vector<std::string>>();
-  for (auto& [k, v] : o.at("env").items()) s.env.push_back(k + "=" + v.get<std::string>());
-  s.start_ms = o.at("start_ms");
-  s.time_limit_s = o.at("time_limit_s");
-  s.signal = o.at("signal");
-  s.lead_s = o.at("lead_seconds");
-  s.batch_only = o.at("batch_only");
-  s.kill_wait_s = o.at("kill_wait_s");
-  s.drop_privileges = o.at("drop_privileges");
-  s.umask = o.value("umask", 022u) & 0777;
-  s.host = o.value("host", common::hostname());
-  return s;
-}
 
 // Child side between fork and exec: report the failed step on the pipe and exit 1 (Slurm reports
 // setup failures such as an unwritable output file as exit code 1).
@@ -138,7 +95,7 @@ std::string read_setup(int sock, Fd* stderr_fd) {
 
 // Slurm's line in the job's output when it stops a job (slurmstepd's, word for word):
 // "slurmstepd: error: *** JOB 12 ON host CANCELLED AT 2026-11-25T10:00:00 DUE TO TIME LIMIT ***".
-void write_reason_line(int fd, const Spec& s, const char* due_to) {
+void write_reason_line(int fd, const SupervisorSpec& s, const char* due_to) {
   if (fd < 0) return;
   time_t now = time(nullptr);
   tm local{};
@@ -151,7 +108,9 @@ void write_reason_line(int fd, const Spec& s, const char* due_to) {
   (void)ignored;
 }
 
-[[noreturn]] void exec_job(const Spec& s, int pipe_fd) {
+// `env` is s.env as KEY=VALUE lines, made before the fork.
+[[noreturn]] void exec_job(const SupervisorSpec& s, const std::vector<std::string>& env,
+                           int pipe_fd) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -175,7 +134,7 @@ void write_reason_line(int fd, const Spec& s, const char* due_to) {
   for (const auto& a : s.args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
   std::vector<char*> envp;
-  for (const auto& e : s.env) envp.push_back(const_cast<char*>(e.c_str()));
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
   envp.push_back(nullptr);
   execve(s.script_path.c_str(), argv.data(), envp.data());
   child_fail(pipe_fd, "exec", s.script_path);
@@ -183,7 +142,7 @@ void write_reason_line(int fd, const Spec& s, const char* due_to) {
 
 // The script is copied where the (unprivileged) job can execute it: STATE/spool is 0711 and the
 // file belongs to the user, mode 0500.
-void write_script(const Spec& s) {
+void write_script(const SupervisorSpec& s) {
   ::unlink(s.script_path.c_str());
   Fd fd(::open(s.script_path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_NOFOLLOW, 0700));
   if (!fd) throw std::runtime_error(fmt::format("create {}: {}", s.script_path, strerror(errno)));
@@ -200,13 +159,15 @@ namespace {
 
 // Forks the job (exec_job) and waits until it has exec'd or said why it could not. Returns its
 // pid (-1 when it did not start: st->reason says why) and its stderr in *job_stderr.
-pid_t start_job(const Spec& s, SupervisorStatus* st, Fd* job_stderr) {
+pid_t start_job(const SupervisorSpec& s, SupervisorStatus* st, Fd* job_stderr) {
   try {
     write_script(s);
   } catch (const std::exception& e) {
     st->reason = e.what();
     return -1;
   }
+  std::vector<std::string> env;
+  for (const auto& [k, v] : s.env) env.push_back(k + "=" + v);
   int sv[2];
   if (socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) != 0)
     throw std::runtime_error(fmt::format("socketpair: {}", strerror(errno)));
@@ -214,7 +175,7 @@ pid_t start_job(const Spec& s, SupervisorStatus* st, Fd* job_stderr) {
   if (child < 0) throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
   if (child == 0) {
     ::close(sv[0]);
-    exec_job(s, sv[1]);
+    exec_job(s, env, sv[1]);
   }
   setpgid(child, child);  // also from here, so signals never race the child's own setpgid
   // Its start time, read while it cannot have been reaped: with it a later daemon tells the job's
@@ -228,13 +189,13 @@ pid_t start_job(const Spec& s, SupervisorStatus* st, Fd* job_stderr) {
 
 // The job's lifetime: time limit (--signal lead, SIGTERM, SIGKILL after KillWait), cancel,
 // forwarded signals; returns the batch shell's wait status.
-int supervise(const Spec& s, pid_t child, const sigset_t& set, int job_stderr,
+int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job_stderr,
               SupervisorStatus* st) {
   const int64_t kNone = INT64_MAX;
   int64_t signal_at = kNone, limit_at = kNone, kill_at = kNone;
   if (s.time_limit_s > 0) {
     limit_at = s.start_ms + s.time_limit_s * 1000;
-    if (s.signal > 0) signal_at = limit_at - int64_t{s.lead_s} * 1000;
+    if (s.signal.signal > 0) signal_at = limit_at - int64_t{s.signal.lead_seconds} * 1000;
   }
   auto stop = [&](const char* due_to) {  // Slurm's scancel and time limit
     write_reason_line(job_stderr, s, due_to);
@@ -245,7 +206,7 @@ int supervise(const Spec& s, pid_t child, const sigset_t& set, int job_stderr,
   while (true) {
     int64_t now = now_ms();
     if (now >= signal_at) {
-      ::kill(s.batch_only ? child : -child, s.signal);
+      ::kill(s.signal.batch_only ? child : -child, s.signal.signal);
       signal_at = kNone;
     }
     if (now >= limit_at) {
@@ -307,7 +268,7 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   sigprocmask(SIG_BLOCK, &set, nullptr);
 
   RunPaths paths = run_paths(run_dir, job_id);
-  Spec s = load_spec(paths.spec);
+  const SupervisorSpec s = read_spec(paths.spec);
   SupervisorStatus st;
   st.phase = "running";
   st.supervisor_pid = getpid();

@@ -1,5 +1,6 @@
 // Files shared by the gpuq daemon and its per-job supervisors, under STATE/run/:
-//   N.spec    what to run (written by the daemon before it forks the supervisor)
+//   N.spec    what to run (SupervisorSpec, supervisor_spec.h: written by the daemon before it
+//             starts the supervisor)
 //   N.lock    flock held by the daemon, then by the supervisor for its whole life: a restarted
 //             daemon that can take the lock knows the supervisor is gone
 //   N.status  the supervisor's report: "running" (with its pid and the job's process group) and

@@ -38,6 +38,19 @@ struct SignalSpec {
   bool batch_only = false;  // B: signal only the batch shell, not its process group
 };
 
+// What one job may ask for. The #SBATCH parser (sbatch.h) produces nothing beyond these, and the
+// daemon's request decoder (job/request.h) refuses anything beyond them, so the two never disagree.
+constexpr int kMaxJobGpus = 1024;                     // --gres/--gpus, all entries together
+constexpr int64_t kMaxTimeLimitS = int64_t{1} << 40;  // the parser's largest is 3.7e11 s
+constexpr int kMaxArrayIndex = 1000000;
+constexpr size_t kMaxArrayTasks = 10000;
+constexpr int kMaxArrayCap = 100000;  // the %N of --array
+constexpr int64_t kMaxDependencyId = int64_t{1} << 50;
+constexpr int kMaxSignalLeadS = 65535;  // the @SECS of --signal
+constexpr int kMaxPriority = 1000000;
+constexpr int kMaxCpusPerTask = 4096;
+constexpr int kMaxNtasks = 1000000;
+
 // Everything a submission asks for. Optional fields stay unset when neither the script nor the
 // command line gave them, so "command line overrides script" is a field-wise merge.
 struct JobRequest {

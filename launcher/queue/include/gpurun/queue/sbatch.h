@@ -30,6 +30,10 @@ JobRequest parse_sbatch_options(const std::vector<std::string>& words,
 // error.
 JobRequest parse_sbatch_script(const std::string& script);
 
+// Throws unless the script starts with "#!", as sbatch requires (the client checks before it
+// parses, the daemon again before it queues).
+void require_batch_script(const std::string& script);
+
 // Slurm time formats: M, M:S, H:M:S, D-H, D-H:M, D-H:M:S; "0", "UNLIMITED", "INFINITE" = 0 (none).
 int64_t parse_time_limit(const std::string& text);
 

@@ -1,0 +1,150 @@
+// Pins the supervisor spec (launcher/queue/src/supervise/supervisor_spec.h), the file the daemon
+// writes for each job's supervisor: one struct, written and read whole; every field checked on
+// reading, an error naming the file and the field; a file of another version refused by version.
+#include "supervise/supervisor_spec.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <string>
+
+using namespace gpurun::queue;
+
+namespace {
+
+SupervisorSpec sample() {
+  SupervisorSpec s;
+  s.job_id = 42;
+  s.uid = 4294967294u;  // nobody's 65534 elsewhere; the top of the range must survive
+  s.gid = 100;
+  s.user = "alice";
+  s.host = "gpubox";
+  s.umask = 027;
+  s.cwd = "/home/alice/w";
+  s.script_path = "/var/lib/gpuq/spool/42.sh";
+  s.script = "#!/bin/sh\necho \xc3\xa9\n";
+  s.args = {"a b", ""};
+  s.env = {{"PATH", "/bin"}, {"EMPTY", ""}};
+  s.output = "/home/alice/w/slurm-42.out";
+  s.error = "";
+  s.start_ms = 1764000000000;
+  s.time_limit_s = 3600;
+  s.signal = {10, 90, true};
+  s.kill_wait_s = 5;
+  s.drop_privileges = true;
+  return s;
+}
+
+class TempFile {
+ public:
+  TempFile() {
+    char tmpl[] = "/tmp/gpuq-spec-XXXXXX";
+    const int fd = mkstemp(tmpl);
+    EXPECT_GE(fd, 0);
+    close(fd);
+    path_ = tmpl;
+  }
+  ~TempFile() { unlink(path_.c_str()); }
+  const std::string& path() const { return path_; }
+  void write(const std::string& text) const { std::ofstream(path_, std::ios::trunc) << text; }
+
+ private:
+  std::string path_;
+};
+
+std::string read_error(const std::string& path) {
+  try {
+    read_spec(path);
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST(SupervisorSpec, WrittenAndReadWhole) {
+  const SupervisorSpec s = sample();
+  TempFile f;
+  write_spec(f.path(), s);
+  struct stat st {};
+  ASSERT_EQ(stat(f.path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  const SupervisorSpec r = read_spec(f.path());
+  EXPECT_EQ(r.job_id, s.job_id);
+  EXPECT_EQ(r.uid, s.uid);
+  EXPECT_EQ(r.gid, s.gid);
+  EXPECT_EQ(r.user, s.user);
+  EXPECT_EQ(r.host, s.host);
+  EXPECT_EQ(r.umask, s.umask);
+  EXPECT_EQ(r.cwd, s.cwd);
+  EXPECT_EQ(r.script_path, s.script_path);
+  EXPECT_EQ(r.script, s.script);
+  EXPECT_EQ(r.args, s.args);
+  EXPECT_EQ(r.env, s.env);
+  EXPECT_EQ(r.output, s.output);
+  EXPECT_EQ(r.error, s.error);
+  EXPECT_EQ(r.start_ms, s.start_ms);
+  EXPECT_EQ(r.time_limit_s, s.time_limit_s);
+  EXPECT_EQ(r.signal.signal, 10);
+  EXPECT_EQ(r.signal.lead_seconds, 90);
+  EXPECT_TRUE(r.signal.batch_only);
+  EXPECT_EQ(r.kill_wait_s, 5);
+  EXPECT_TRUE(r.drop_privileges);
+  EXPECT_EQ(spec_to_json(r), spec_to_json(s));
+}
+
+// The old reader threw nlohmann's "type must be number, but is string", naming neither.
+TEST(SupervisorSpec, ABadFieldIsRefusedNamingFileAndField) {
+  TempFile f;
+  struct Case {
+    const char* key;
+    nlohmann::json value;
+    const char* want;
+  };
+  const Case cases[] = {
+      {"uid", "root", "field 'uid': expected an integer from 0 to 4294967295, got \"root\""},
+      {"uid", 4294967296, "field 'uid': expected an integer from 0 to 4294967295"},
+      {"job_id", 0, "field 'job_id': expected an integer from 1 to"},
+      {"signal", 65, "field 'signal': expected an integer from 0 to 64, got 65"},
+      {"umask", 512, "field 'umask': expected an integer from 0 to 511"},
+      {"env", {{"A", 1}}, "field 'env': expected a string for A, got 1"},
+      {"args", "a", "field 'args': expected a list of strings"},
+      {"drop_privileges", 1, "field 'drop_privileges': expected true or false, got 1"},
+      {"cwd", nullptr, "field 'cwd': expected a string, got null"},
+      {"version", 2, "field 'version': expected an integer from 1 to 1, got 2"},
+  };
+  for (const auto& c : cases) {
+    nlohmann::json o = spec_to_json(sample());
+    if (c.value.is_null())
+      o.erase(c.key);
+    else
+      o[c.key] = c.value;
+    f.write(o.dump());
+    const std::string err = read_error(f.path());
+    EXPECT_NE(err.find("job spec " + f.path() + ": " + c.want), std::string::npos)
+        << c.key << ": " << err;
+  }
+  f.write("{\"job_id\":");
+  EXPECT_NE(read_error(f.path()).find("job spec " + f.path() + " is not JSON"), std::string::npos);
+  f.write("[1]");
+  EXPECT_NE(read_error(f.path()).find("job spec " + f.path() + ": not a JSON object"),
+            std::string::npos);
+  EXPECT_NE(read_error(f.path() + ".gone").find("is missing"), std::string::npos);
+}
+
+// A spec an older daemon wrote (no "version", no "umask" or "host": its self_exe is this binary
+// after an upgrade) has the same fields and is read as version 1.
+TEST(SupervisorSpec, AnOlderDaemonsSpecIsRead) {
+  nlohmann::json o = spec_to_json(sample());
+  o.erase("version");
+  o.erase("umask");
+  o.erase("host");
+  const SupervisorSpec r = spec_from_json(o, "old.spec");
+  EXPECT_EQ(r.job_id, 42);
+  EXPECT_EQ(r.umask, 022u);
+  EXPECT_FALSE(r.host.empty());
+}
