@@ -1,6 +1,7 @@
 // End-to-end: a real gpuq daemon and the gpuq client as a user runs them. Pins submit/queue/
 // show/log/history/cancel round trips, the job environment contract with gpurun, hold/release,
 // drain/resume, --help everywhere, and that malformed socket requests never stop the daemon.
+#include <fcntl.h>
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/socket.h>
@@ -11,6 +12,7 @@
 #include <random>
 #include <thread>
 
+#include "gpurun/common/posix.h"
 #include "harness.h"
 
 using namespace gpuq_test;
@@ -52,6 +54,23 @@ TEST(GpuqE2E, SubmitQueueLogHistoryRoundTrip) {
   EXPECT_EQ(f["reason"], "NonZeroExitCode");
   EXPECT_EQ(read_text(fmt::format("{}/bad-{}.log", d.dir(), id)), "failing\n");
   EXPECT_NE(d.gpuq("history").out.find("FAILED      3:0"), std::string::npos);
+}
+
+// A job starts with stdin, stdout and stderr and nothing else, as under Slurm: not what whoever
+// started the daemon left open without close-on-exec (here fd 42, as a login shell or a CI
+// runner leaves some), not the supervisor's own. Before, fd 42 reached every job.
+TEST(GpuqE2E, AJobInheritsNoDescriptorButTheStandardThree) {
+  gpurun::common::Fd stray(::open("/dev/null", O_RDONLY));  // inheritable, like the starter's
+  ASSERT_TRUE(stray);
+  ASSERT_EQ(::dup2(stray.get(), 42), 42);
+  Daemon d;
+  ::close(42);
+  // The listing is ls' own (exec), whose one descriptor of its own is the folder it reads, 3.
+  d.script("fds.sh", "#!/bin/sh\nexec ls /proc/self/fd\n");
+  const int64_t id = d.submit("fds.sh");
+  ASSERT_EQ(d.wait_final(id)["state"], "COMPLETED");
+  const std::string out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), id));
+  EXPECT_EQ(out, "0\n1\n2\n3\n") << out;
 }
 
 TEST(GpuqE2E, QueueShowsRunningAndPendingWithReasons) {

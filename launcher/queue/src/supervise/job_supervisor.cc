@@ -3,6 +3,7 @@
 #include "supervise/job_supervisor.h"
 
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <fmt/format.h>
 #include <grp.h>
 #include <signal.h>
@@ -108,6 +109,18 @@ void write_reason_line(int fd, const SupervisorSpec& s, const char* due_to) {
   (void)ignored;
 }
 
+// Nothing but stdin, stdout and stderr reaches the job, as under Slurm: not the supervisor's own
+// descriptors (the report pipe stays usable until the exec) and not what whoever started the
+// daemon left open without close-on-exec. close_range marks them all at once (Linux 5.11); on an
+// older kernel, one fcntl per possible descriptor.
+void close_inherited() {
+  if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
+  rlimit lim{};
+  const rlim_t top = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? std::min<rlim_t>(lim.rlim_cur, 1 << 20)
+                                                          : 1024;
+  for (rlim_t fd = 3; fd < top; ++fd) fcntl(int(fd), F_SETFD, FD_CLOEXEC);
+}
+
 // `env` is s.env as KEY=VALUE lines, made before the fork.
 [[noreturn]] void exec_job(const SupervisorSpec& s, const std::vector<std::string>& env,
                            int pipe_fd) {
@@ -123,13 +136,14 @@ void write_reason_line(int fd, const SupervisorSpec& s, const char* due_to) {
   }
   umask(s.umask);
   if (chdir(s.cwd.c_str()) != 0) child_fail(pipe_fd, "chdir", s.cwd);
-  int in = ::open("/dev/null", O_RDONLY);
+  int in = ::open("/dev/null", O_RDONLY);  // not O_CLOEXEC: it may be fd 0 itself
   if (in < 0 || dup2(in, 0) < 0) child_fail(pipe_fd, "open", "/dev/null");
   int out = open_output(s.output);
   if (out < 0 || dup2(out, 1) < 0) child_fail(pipe_fd, "open output", s.output);
   int err = s.error.empty() ? out : open_output(s.error);
   if (err < 0 || dup2(err, 2) < 0) child_fail(pipe_fd, "open error", s.error);
   send_fd(pipe_fd, 2);
+  close_inherited();
   std::vector<char*> argv{const_cast<char*>(s.script_path.c_str())};
   for (const auto& a : s.args) argv.push_back(const_cast<char*>(a.c_str()));
   argv.push_back(nullptr);
