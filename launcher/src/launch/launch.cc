@@ -174,6 +174,83 @@ std::optional<ContainerSpec> container_for(const Allocation& a, Engine e, const 
   return s;
 }
 
+// srun's command line for the plan: the nodes, the tasks (per node when even, else one host per
+// task from a file), the CPUs, PMIx, labels, and pyxis' container flags.
+void srun_command(const RankPlan& p, const LaunchOptions& o, LaunchCommand& c) {
+  std::vector<std::string> hosts;
+  for (const auto& n : p.nodes) hosts.push_back(n.host);
+  c.argv = {find(o, "srun").value_or("srun"), "--kill-on-bad-exit=1",
+            fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size),
+            "--nodelist=" + compress_hostlist(hosts)};
+  bool uniform = true;
+  for (const auto& n : p.nodes) uniform = uniform && n.ranks == p.nodes.front().ranks;
+  if (uniform) {
+    c.argv.push_back(fmt::format("--ntasks-per-node={}", p.nodes.front().ranks));
+  } else {
+    // Uneven counts: srun's arbitrary distribution reads one host per task from a file.
+    c.argv.push_back("--distribution=arbitrary");
+    for (const auto& r : p.ranks) c.slurm_hostfile.push_back(r.host);
+  }
+  c.argv.push_back(fmt::format("--cpus-per-task={}", p.cpus_per_rank));
+  bool pmix = false;
+  for (const auto& m : o.srun_mpi_plugins) pmix = pmix || m.rfind("pmix", 0) == 0;
+  if (pmix) c.argv.push_back("--mpi=pmix");
+  if (o.tag_output) c.argv.push_back("--label");
+  if (o.cpu_bind != "none") c.argv.push_back("--cpu-bind=none");  // the wrapper binds
+  if (c.container && c.container->runtime == ContainerRuntime::pyxis)
+    append(c.argv, pyxis_srun_flags(c.container->image, o.workdir));
+}
+
+// mpirun with LSF's blaunch as its remote agent; without blaunch, plain mpirun over ssh (or an
+// error when blaunch was asked for by name).
+void blaunch_command(const Allocation& a, const RankPlan& p, const LaunchOptions& o,
+                     LaunchCommand& c) {
+  c.argv = mpirun_argv(a, p, o, find(o, "mpirun").value_or("mpirun"));
+  if (auto bl = find(o, "blaunch")) {
+    c.argv.insert(c.argv.begin() + 1, {"--mca", "plm_rsh_agent", *bl});
+  } else if (o.launcher == "blaunch") {
+    throw Error("--launcher blaunch: blaunch not found in LSF_BINDIR or on PATH");
+  } else {
+    c.engine = Engine::mpirun;
+    c.notes.push_back("blaunch not found in LSF_BINDIR or on PATH: mpirun falls back to ssh");
+  }
+}
+
+void jsrun_command(const RankPlan& p, const LaunchOptions& o, LaunchCommand& c) {
+  // jsrun's resource sets are the same on every host: --rs_per_host cannot say 2 here, 4 there.
+  for (const auto& n : p.nodes)
+    if (n.ranks != p.nodes.front().ranks)
+      throw Error(fmt::format(
+          "--launcher jsrun: the plan puts {} ranks on {} but {} on {}, and jsrun's "
+          "--rs_per_host is one number: use --nproc-per-node N (the same on every node), or "
+          "mpirun",
+          p.nodes.front().ranks, p.nodes.front().host, n.ranks, n.host));
+  c.argv = {find(o, "jsrun").value_or("jsrun"),
+            fmt::format("--nrs={}", p.world_size),
+            "--tasks_per_rs=1",
+            fmt::format("--cpu_per_rs={}", p.cpus_per_rank),
+            fmt::format("--gpu_per_rs={}", p.ranks.front().gpus.size()),
+            fmt::format("--rs_per_host={}", p.nodes.front().ranks),
+            "--launch_distribution=packed"};
+  if (o.tag_output) c.argv.push_back("--stdio_mode=prepended");
+}
+
+void pbsdsh_command(const Allocation& a, const RankPlan& p, const LaunchOptions& o,
+                    LaunchCommand& c) {
+  // pbsdsh numbers its tasks by node-file line; the plan numbers ranks node by node.
+  if (a.host_file_interleaved)
+    throw Error(
+        "--launcher pbsdsh: PBS_NODEFILE names a host's slots apart (a b a ...), and pbsdsh "
+        "numbers ranks by line: ranks would land on other hosts than planned, two on one "
+        "GPU; use mpirun (--launcher mpirun)");
+  if (p.world_size != a.total_slots())
+    throw Error(fmt::format(
+        "--launcher pbsdsh starts one rank per PBS_NODEFILE line ({}), but the plan has {} "
+        "ranks: use mpirun, or request {} slots",
+        a.total_slots(), p.world_size, p.world_size));
+  c.argv = {find(o, "pbsdsh").value_or("pbsdsh"), "-v"};
+}
+
 }  // namespace
 
 LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchOptions& o) {
@@ -200,78 +277,20 @@ LaunchCommand build_launch(const Allocation& a, const RankPlan& p, const LaunchO
       return c;
     case Engine::step:
       return c;
-    case Engine::srun: {
-      std::vector<std::string> hosts;
-      for (const auto& n : p.nodes) hosts.push_back(n.host);
-      c.argv = {find(o, "srun").value_or("srun"), "--kill-on-bad-exit=1",
-                fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size),
-                "--nodelist=" + compress_hostlist(hosts)};
-      bool uniform = true;
-      for (const auto& n : p.nodes) uniform = uniform && n.ranks == p.nodes.front().ranks;
-      if (uniform) {
-        c.argv.push_back(fmt::format("--ntasks-per-node={}", p.nodes.front().ranks));
-      } else {
-        // Uneven counts: srun's arbitrary distribution reads one host per task from a file.
-        c.argv.push_back("--distribution=arbitrary");
-        for (const auto& r : p.ranks) c.slurm_hostfile.push_back(r.host);
-      }
-      c.argv.push_back(fmt::format("--cpus-per-task={}", p.cpus_per_rank));
-      bool pmix = false;
-      for (const auto& m : o.srun_mpi_plugins) pmix = pmix || m.rfind("pmix", 0) == 0;
-      if (pmix) c.argv.push_back("--mpi=pmix");
-      if (o.tag_output) c.argv.push_back("--label");
-      if (o.cpu_bind != "none") c.argv.push_back("--cpu-bind=none");  // the wrapper binds
-      if (c.container && c.container->runtime == ContainerRuntime::pyxis)
-        append(c.argv, pyxis_srun_flags(c.container->image, o.workdir));
+    case Engine::srun:
+      srun_command(p, o, c);
       break;
-    }
     case Engine::mpirun:
       c.argv = mpirun_argv(a, p, o, find(o, "mpirun").value_or("mpirun"));
       break;
-    case Engine::blaunch: {
-      c.argv = mpirun_argv(a, p, o, find(o, "mpirun").value_or("mpirun"));
-      if (auto bl = find(o, "blaunch")) {
-        c.argv.insert(c.argv.begin() + 1, {"--mca", "plm_rsh_agent", *bl});
-      } else if (o.launcher == "blaunch") {
-        throw Error("--launcher blaunch: blaunch not found in LSF_BINDIR or on PATH");
-      } else {
-        c.engine = Engine::mpirun;
-        c.notes.push_back("blaunch not found in LSF_BINDIR or on PATH: mpirun falls back to ssh");
-      }
+    case Engine::blaunch:
+      blaunch_command(a, p, o, c);
       break;
-    }
-    case Engine::jsrun: {
-      // jsrun's resource sets are the same on every host: --rs_per_host cannot say 2 here, 4 there.
-      for (const auto& n : p.nodes)
-        if (n.ranks != p.nodes.front().ranks)
-          throw Error(fmt::format(
-              "--launcher jsrun: the plan puts {} ranks on {} but {} on {}, and jsrun's "
-              "--rs_per_host is one number: use --nproc-per-node N (the same on every node), or "
-              "mpirun",
-              p.nodes.front().ranks, p.nodes.front().host, n.ranks, n.host));
-      c.argv = {find(o, "jsrun").value_or("jsrun"),
-                fmt::format("--nrs={}", p.world_size),
-                "--tasks_per_rs=1",
-                fmt::format("--cpu_per_rs={}", p.cpus_per_rank),
-                fmt::format("--gpu_per_rs={}", p.ranks.front().gpus.size()),
-                fmt::format("--rs_per_host={}", p.nodes.front().ranks),
-                "--launch_distribution=packed"};
-      if (o.tag_output) c.argv.push_back("--stdio_mode=prepended");
+    case Engine::jsrun:
+      jsrun_command(p, o, c);
       break;
-    }
     case Engine::pbsdsh:
-      // pbsdsh numbers its tasks by node-file line; the plan numbers ranks node by node.
-      if (a.host_file_interleaved)
-        throw Error(
-            "--launcher pbsdsh: PBS_NODEFILE names a host's slots apart (a b a ...), and pbsdsh "
-            "numbers ranks by line: ranks would land on other hosts than planned, two on one "
-            "GPU; use mpirun (--launcher mpirun)");
-      if (p.world_size != a.total_slots())
-        throw Error(fmt::format(
-            "--launcher pbsdsh starts one rank per PBS_NODEFILE line ({}), but the plan has {} "
-            "ranks: use mpirun, or request {} slots",
-            a.total_slots(), p.world_size, p.world_size));
-      c.argv = {find(o, "pbsdsh").value_or("pbsdsh"), "-v"};
+      pbsdsh_command(a, p, o, c);
       break;
   }
   append(c.argv, o.launcher_args);

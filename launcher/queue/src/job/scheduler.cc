@@ -12,8 +12,13 @@ double decay_usage(double value, int64_t elapsed_ms, int64_t half_life_ms) {
   return value * std::exp2(-static_cast<double>(elapsed_ms) / static_cast<double>(half_life_ms));
 }
 
-SchedOutput schedule(const SchedInput& in) {
-  SchedOutput out;
+namespace {
+
+constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
+
+// The waiting jobs in the order they are considered: priority, then the user's fair-share usage
+// (less first), then submission time and id.
+std::vector<const SchedJob*> priority_order(const SchedInput& in) {
   std::vector<const SchedJob*> order;
   order.reserve(in.waiting.size());
   for (const auto& j : in.waiting) order.push_back(&j);
@@ -28,13 +33,39 @@ SchedOutput schedule(const SchedInput& in) {
     if (a->submit_ms != b->submit_ms) return a->submit_ms < b->submit_ms;
     return a->id < b->id;
   });
+  return order;
+}
 
+// The top waiting job's reservation: walking the running jobs by expected end, when enough GPUs
+// will be free for it (shadow_ms; kNever when a job without a limit stands in the way) and how
+// many beyond its need will be free then (extra).
+void reserve(const SchedInput& in, int free_now, int need, int64_t& shadow_ms, int& extra) {
+  std::vector<SchedRunning> ends = in.running;
+  std::sort(ends.begin(), ends.end(), [](const SchedRunning& a, const SchedRunning& b) {
+    int64_t ea = a.end_ms ? a.end_ms : kNever, eb = b.end_ms ? b.end_ms : kNever;
+    return ea < eb;
+  });
+  int avail = free_now;
+  for (const auto& r : ends) {
+    if (r.end_ms == 0) break;  // a job without a limit may run forever
+    avail += r.gpus;
+    if (avail >= need) {
+      shadow_ms = std::max(r.end_ms, in.now_ms);
+      extra = avail - need;
+      return;
+    }
+  }
+}
+
+}  // namespace
+
+SchedOutput schedule(const SchedInput& in) {
+  SchedOutput out;
   std::vector<int> free = in.free_gpus;
   std::sort(free.begin(), free.end());
   std::map<uint32_t, int> user_gpus;
   for (const auto& r : in.running) user_gpus[r.uid] += r.gpus;
 
-  constexpr int64_t kNever = std::numeric_limits<int64_t>::max();
   bool have_top = false;
   int64_t shadow_ms = kNever;  // when the top job is guaranteed its GPUs
   int extra = 0;               // GPUs free at shadow time beyond what the top job needs
@@ -46,7 +77,7 @@ SchedOutput schedule(const SchedInput& in) {
     out.starts.push_back(std::move(s));
   };
 
-  for (const SchedJob* jp : order) {
+  for (const SchedJob* jp : priority_order(in)) {
     const SchedJob& j = *jp;
     if (in.max_gpus_per_user > 0 && j.gpus > 0 &&
         user_gpus[j.uid] + j.gpus > in.max_gpus_per_user) {
@@ -61,22 +92,7 @@ SchedOutput schedule(const SchedInput& in) {
       }
       have_top = true;
       out.reasons.emplace_back(j.id, "Resources");
-      // Reserve: walk running jobs by expected end until enough GPUs will be free.
-      std::vector<SchedRunning> ends = in.running;
-      std::sort(ends.begin(), ends.end(), [](const SchedRunning& a, const SchedRunning& b) {
-        int64_t ea = a.end_ms ? a.end_ms : kNever, eb = b.end_ms ? b.end_ms : kNever;
-        return ea < eb;
-      });
-      int avail = static_cast<int>(free.size());
-      for (const auto& r : ends) {
-        if (r.end_ms == 0) break;  // a job without a limit may run forever
-        avail += r.gpus;
-        if (avail >= j.gpus) {
-          shadow_ms = std::max(r.end_ms, in.now_ms);
-          extra = avail - j.gpus;
-          break;
-        }
-      }
+      reserve(in, static_cast<int>(free.size()), j.gpus, shadow_ms, extra);
       continue;
     }
     if (fits) {
