@@ -1,7 +1,6 @@
 // atomic_file.cc: write_file_atomic and the removal of dead writers' temp files (atomic_file.h).
 #include "gpurun/common/atomic_file.h"
 
-#include <dirent.h>
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -9,9 +8,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <memory>
-#include <stdexcept>
 
+#include "gpurun/common/error.h"
 #include "gpurun/common/posix.h"
 
 namespace gpurun::common {
@@ -41,7 +39,7 @@ std::pair<std::string, std::string> split_path(const std::string& path) {
 }
 
 [[noreturn]] void fail(const std::string& path, const std::string& what, int err) {
-  throw std::runtime_error(path + ": " + what + ": " + std::strerror(err));
+  throw Error(path + ": " + what + ": " + std::strerror(err));
 }
 
 void fsync_folder(const std::string& path) {
@@ -91,12 +89,9 @@ void write_file_atomic(const std::string& path, std::string_view content, mode_t
 
 int remove_dead_temp_files(const std::string& path) {
   const auto [folder, name] = split_path(path);
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(folder.c_str()), ::closedir);
-  if (!d) return 0;
   const std::string prefix = name + kTempMarker;
   int removed = 0;
-  while (const dirent* e = ::readdir(d.get())) {
-    const std::string entry = e->d_name;
+  for (const std::string& entry : list_dir(folder).value_or(std::vector<std::string>{})) {
     if (entry.compare(0, prefix.size(), prefix) != 0) continue;
     if (!writer_is_dead(entry.substr(prefix.size()))) continue;
     if (::unlink((folder + "/" + entry).c_str()) == 0) ++removed;

@@ -1,6 +1,7 @@
 // posix.cc: the shared POSIX helpers (posix.h).
 #include "gpurun/common/posix.h"
 
+#include <dirent.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -9,6 +10,7 @@
 #include <cerrno>
 #include <csignal>
 #include <fstream>
+#include <memory>
 #include <sstream>
 
 namespace gpurun::common {
@@ -100,6 +102,17 @@ std::optional<std::string> read_file(const std::string& path) {
   ss << f.rdbuf();
   if (f.bad()) return std::nullopt;
   return ss.str();
+}
+
+std::optional<std::vector<std::string>> list_dir(const std::string& dir) {
+  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(dir.c_str()), ::closedir);
+  if (!d) return std::nullopt;
+  std::vector<std::string> names;
+  while (const dirent* e = ::readdir(d.get())) {
+    const std::string_view name = e->d_name;
+    if (name != "." && name != "..") names.emplace_back(name);
+  }
+  return names;
 }
 
 std::string hostname() {

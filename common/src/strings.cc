@@ -1,7 +1,44 @@
-// strings.cc: split, fnv1a, seconds_since (strings.h).
+// strings.cc: split, fnv1a, percent encoding, seconds_since (strings.h).
 #include "gpurun/common/strings.h"
 
+#include <charconv>
+
 namespace gpurun::common {
+
+std::string percent_encode(std::string_view s, bool (*escape)(unsigned char byte)) {
+  static constexpr char kHex[] = "0123456789ABCDEF";
+  std::string out;
+  out.reserve(s.size());
+  for (char c : s) {
+    const auto u = static_cast<unsigned char>(c);
+    if (c == '%' || escape(u)) {
+      out += '%';
+      out += kHex[u >> 4];
+      out += kHex[u & 15];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+std::optional<std::string> percent_decode(std::string_view s) {
+  std::string out;
+  out.reserve(s.size());
+  for (std::size_t i = 0; i < s.size(); ++i) {
+    if (s[i] != '%') {
+      out += s[i];
+      continue;
+    }
+    unsigned v = 0;
+    if (i + 3 > s.size()) return std::nullopt;
+    auto r = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
+    if (r.ec != std::errc() || r.ptr != s.data() + i + 3) return std::nullopt;
+    out += static_cast<char>(v);
+    i += 2;
+  }
+  return out;
+}
 
 std::vector<std::string> split(std::string_view s, char sep) {
   std::vector<std::string> out;

@@ -1,10 +1,9 @@
 // gpu_count.cc: count_gpus (gpu_count.h).
 #include "gpurun/gpuinfo/gpu_count.h"
 
-#include <dirent.h>
-
 #include <exception>
-#include <memory>
+
+#include "gpurun/common/posix.h"
 
 namespace gpurun::gpuinfo {
 namespace {
@@ -12,11 +11,9 @@ namespace {
 // One folder per GPU, named by its PCI address; numbered here in that order, as the driver
 // numbers them with CUDA_DEVICE_ORDER=PCI_BUS_ID.
 std::vector<int> proc_driver_gpus(const std::string& folder) {
-  std::unique_ptr<DIR, int (*)(DIR*)> d(::opendir(folder.c_str()), ::closedir);
   std::vector<int> ids;
-  if (!d) return ids;
-  while (const dirent* e = ::readdir(d.get()))
-    if (e->d_name[0] != '.') ids.push_back(static_cast<int>(ids.size()));
+  for (const std::string& name : common::list_dir(folder).value_or(std::vector<std::string>{}))
+    if (name[0] != '.') ids.push_back(static_cast<int>(ids.size()));
   return ids;
 }
 

@@ -11,6 +11,7 @@
 #include <cstdlib>
 
 #include "gpurun/common/error.h"
+#include "gpurun/common/strings.h"
 #include "gpurun/gpuinfo/gpu_sampler.h"
 
 namespace gpurun::gpuinfo {
@@ -20,33 +21,18 @@ namespace {
 
 constexpr std::string_view kTag = "gpus/1";
 
+bool escaped(unsigned char c) {
+  return c < '!' || c > '~' || c == ',' || c == '=';
+}
+
 std::string enc(std::string_view s) {
-  std::string out;
-  for (unsigned char c : s) {
-    if (c < '!' || c > '~' || c == '%' || c == ',' || c == '=')
-      out += fmt::format("%{:02X}", c);
-    else
-      out += static_cast<char>(c);
-  }
-  return out;
+  return common::percent_encode(s, escaped);
 }
 
 std::string dec(std::string_view s, std::string_view what) {
-  std::string out;
-  for (size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    unsigned v = 0;
-    auto [p, ec] = i + 2 < s.size() ? std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16)
-                                    : std::from_chars(s.data(), s.data(), v, 16);
-    if (ec != std::errc() || p != s.data() + i + 3)
-      throw Error(fmt::format("GPU sample line: {} has a bad escape in '{}'", what, s));
-    out += static_cast<char>(v);
-    i += 2;
-  }
-  return out;
+  auto out = common::percent_decode(s);
+  if (!out) throw Error(fmt::format("GPU sample line: {} has a bad escape in '{}'", what, s));
+  return *out;
 }
 
 std::string num(const std::optional<double>& v) {

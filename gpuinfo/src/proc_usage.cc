@@ -2,7 +2,6 @@
 // the kernel's cgroup v2 documentation (cpu.stat usage_usec, memory.current, memory.peak).
 #include "gpurun/gpuinfo/proc_usage.h"
 
-#include <dirent.h>
 #include <fmt/format.h>
 #include <unistd.h>
 
@@ -57,16 +56,13 @@ std::optional<ProcStat> read_proc_stat(int pid) {
 
 std::vector<ProcStat> scan_processes(const std::string& proc_root) {
   std::vector<ProcStat> out;
-  DIR* d = opendir(proc_root.c_str());
-  if (!d) return out;
   const long ticks = sysconf(_SC_CLK_TCK), page = sysconf(_SC_PAGESIZE);
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] < '1' || e->d_name[0] > '9') continue;
-    auto text = common::read_file(proc_root + "/" + e->d_name + "/stat");
-    if (!text) continue;  // exited since readdir
+  for (const std::string& name : common::list_dir(proc_root).value_or(std::vector<std::string>{})) {
+    if (name[0] < '1' || name[0] > '9') continue;
+    auto text = common::read_file(proc_root + "/" + name + "/stat");
+    if (!text) continue;  // exited since the listing
     if (auto p = parse_proc_stat(*text, ticks, page)) out.push_back(*p);
   }
-  closedir(d);
   return out;
 }
 

@@ -1,18 +1,22 @@
 // Pins the shared POSIX helpers: signal names both ways, whole writes to pipes and sockets (and
-// the failure when the reader is gone), whole-file reads, the owning descriptor, a process's
-// start time (whatever its name) and the boot id.
+// the failure when the reader is gone), whole-file reads, folder listings, the owning
+// descriptor, a process's start time (whatever its name) and the boot id.
 #include "gpurun/common/posix.h"
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <string>
+#include <vector>
 
 namespace gpurun::common {
 namespace {
@@ -82,6 +86,28 @@ TEST(ReadFile, ReadsWholeFilesAndSaysWhenMissing) {
   EXPECT_EQ(read_file(path), data);
   ::unlink(path);
   EXPECT_FALSE(read_file(path).has_value());
+}
+
+TEST(ListDir, NamesEveryEntryButTheDotsAndSaysWhenMissing) {
+  char dir[] = "/tmp/gpurun-listdir-XXXXXX";
+  ASSERT_NE(::mkdtemp(dir), nullptr);
+  const std::string d = dir;
+  for (const char* name : {"a", ".hidden", "with space"}) {
+    Fd f(::open((d + "/" + name).c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
+    ASSERT_TRUE(f);
+  }
+  ASSERT_EQ(::mkdir((d + "/sub").c_str(), 0700), 0);
+  auto names = list_dir(d);
+  ASSERT_TRUE(names.has_value());
+  std::sort(names->begin(), names->end());
+  EXPECT_EQ(*names, (std::vector<std::string>{".hidden", "a", "sub", "with space"}));
+  for (const char* name : {"a", ".hidden", "with space"}) ::unlink((d + "/" + name).c_str());
+  ::rmdir((d + "/sub").c_str());
+  EXPECT_EQ(list_dir(d), std::vector<std::string>{});
+  ::rmdir(dir);
+  errno = 0;
+  EXPECT_FALSE(list_dir(d).has_value());
+  EXPECT_EQ(errno, ENOENT);
 }
 
 TEST(Fd, ClosesOnDestructionAndMovesOwnership) {

@@ -8,21 +8,17 @@
 #include <type_traits>
 
 #include "gpurun/common/posix.h"
+#include "gpurun/common/strings.h"
 
 namespace gpurun::launcher::control {
 namespace {
 
-std::string escape(std::string_view s, bool word) {
-  std::string out;
-  out.reserve(s.size());
-  for (char c : s) {
-    auto u = static_cast<unsigned char>(c);
-    if (c == '%' || c == '\n' || c == '\r' || (word && (u <= 0x20 || u == 0x7f)))
-      out += fmt::format("%{:02X}", u);
-    else
-      out += c;
-  }
-  return out;
+// What a word escapes besides '%': space and control characters; a Text only CR and LF.
+bool word_byte(unsigned char u) {
+  return u <= 0x20 || u == 0x7f;
+}
+bool text_byte(unsigned char u) {
+  return u == '\n' || u == '\r';
 }
 
 // --- fields out ----------------------------------------------------------------------------
@@ -132,30 +128,16 @@ std::optional<std::variant<Ms...>> parse_variant(std::string_view line, std::var
 }  // namespace
 
 std::string escape_word(std::string_view s) {
-  return s.empty() ? "%" : escape(s, true);
+  return s.empty() ? "%" : common::percent_encode(s, word_byte);
 }
 
 std::string escape_text(std::string_view s) {
-  return escape(s, false);
+  return common::percent_encode(s, text_byte);
 }
 
 std::optional<std::string> unescape(std::string_view s) {
   if (s == "%") return std::string();
-  std::string out;
-  out.reserve(s.size());
-  for (std::size_t i = 0; i < s.size(); ++i) {
-    if (s[i] != '%') {
-      out += s[i];
-      continue;
-    }
-    unsigned v = 0;
-    if (i + 3 > s.size()) return std::nullopt;
-    auto r = std::from_chars(s.data() + i + 1, s.data() + i + 3, v, 16);
-    if (r.ec != std::errc() || r.ptr != s.data() + i + 3) return std::nullopt;
-    out += static_cast<char>(v);
-    i += 2;
-  }
-  return out;
+  return common::percent_decode(s);
 }
 
 std::string encode(const ToSupervisor& m) {

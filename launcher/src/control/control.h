@@ -6,7 +6,9 @@
 // are %XX-escaped, and the empty string is "%". A Text field (always last) runs to the end of the
 // line with only '%', CR and LF escaped, so ordinary text stays readable. A receiver ignores
 // fields after the ones it knows (a newer peer may append some) and returns nothing for a line
-// whose tag it does not know or whose fields do not parse.
+// whose tag it does not know or whose fields do not parse. (Not JSON: a rank's output is bytes,
+// not always UTF-8, and JSON strings would have to replace or base64 what is not; %XX carries
+// every byte and leaves ordinary text readable. The escaping is common::percent_encode.)
 //
 // Adding a message: declare a struct with a unique kTag and a fields() that ties its members in
 // wire order, add it to ToSupervisor or ToWrapper, and handle it where that variant is visited

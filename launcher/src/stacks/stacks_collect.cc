@@ -1,6 +1,5 @@
 // stacks_collect.cc: the wrapper's half of stacks.h: run eu-stack or gdb on every process of a
 // hung rank, and hand Python ranks the faulthandler hook that prints their tracebacks.
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <poll.h>
@@ -22,10 +21,9 @@ namespace {
 // Live processes of group `pgid`, the leader first.
 std::vector<pid_t> group_members(pid_t pgid) {
   std::vector<pid_t> out;
-  DIR* d = opendir("/proc");
-  while (dirent* e = d ? readdir(d) : nullptr) {
-    if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-    auto stat = common::read_file(std::string("/proc/") + e->d_name + "/stat");
+  for (const std::string& name : common::list_dir("/proc").value_or(std::vector<std::string>{})) {
+    if (name[0] < '0' || name[0] > '9') continue;
+    auto stat = common::read_file("/proc/" + name + "/stat");
     if (!stat) continue;
     auto close = stat->rfind(')');
     char state = 0;
@@ -33,9 +31,8 @@ std::vector<pid_t> group_members(pid_t pgid) {
     if (close != std::string::npos &&
         sscanf(stat->c_str() + close + 1, " %c %ld %ld", &state, &ppid, &pgrp) == 3 &&
         pgrp == pgid && state != 'Z' && state != 'X')
-      out.push_back(static_cast<pid_t>(std::atol(e->d_name)));
+      out.push_back(static_cast<pid_t>(std::atol(name.c_str())));
   }
-  if (d) closedir(d);
   std::sort(out.begin(), out.end(),
             [pgid](pid_t a, pid_t b) { return (a == pgid) != (b == pgid) ? a == pgid : a < b; });
   return out;

@@ -17,8 +17,8 @@ enum class Durability { kNoSync, kFsync };
 
 // Writes `content` to `path` through a temp file in the same folder (created with O_EXCL and
 // O_NOFOLLOW, `mode` less the umask) renamed over `path`. A reader sees the old file or the new
-// one, never a part. On failure the temp file is gone, `path` is untouched, and the
-// std::runtime_error names `path` and what failed.
+// one, never a part. On failure the temp file is gone, `path` is untouched, and the Error
+// (error.h; a std::runtime_error) names `path` and what failed.
 void write_file_atomic(const std::string& path, std::string_view content, mode_t mode,
                        Durability durability);
 

@@ -7,6 +7,7 @@
 #include <optional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 namespace gpurun::common {
 
@@ -47,6 +48,10 @@ bool write_all(int fd, std::string_view data);
 
 // The whole file, or nullopt when it cannot be opened or read.
 std::optional<std::string> read_file(const std::string& path);
+
+// The names in folder `dir`, without "." and "..", in readdir's order; nullopt (errno set) when
+// it cannot be opened.
+std::optional<std::vector<std::string>> list_dir(const std::string& dir);
 
 // This machine's host name ("localhost" if gethostname fails).
 std::string hostname();

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -22,6 +23,13 @@ std::uint64_t fnv1a(const void* data, std::size_t n);
 inline std::uint64_t fnv1a(std::string_view s) {
   return fnv1a(s.data(), s.size());
 }
+
+// Percent-encoding, the one escaping of the project's line formats (the control protocol, GPU
+// sample lines): '%' and every byte for which `escape` is true become %XX (upper-case hex), so
+// any bytes (not only UTF-8) survive a line. percent_decode reverses it; nullopt for a '%' not
+// followed by two hex digits.
+std::string percent_encode(std::string_view s, bool (*escape)(unsigned char byte));
+std::optional<std::string> percent_decode(std::string_view s);
 
 // Seconds from `t` to now on the steady clock.
 double seconds_since(std::chrono::steady_clock::time_point t);

@@ -10,7 +10,6 @@
 //             "running" status means it died mid-job, so every process of the job is killed before
 //             its GPUs are released (NODE_FAIL, or back to the queue with --requeue); no status
 //             means the job never started, so it simply waits again.
-#include <dirent.h>
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
@@ -29,6 +28,7 @@
 #include "daemon/daemon.h"
 #include "daemon/store.h"
 #include "gpurun/common/atomic_file.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/scheduler.h"
@@ -432,15 +432,12 @@ void Daemon::recover() {
   remove_cleanup_files();
   // Leftovers of jobs that are no longer running (the daemon died while removing them).
   for (const std::string& dir : {run_dir_, spool_dir_}) {
-    DIR* d = opendir(dir.c_str());
-    if (!d) continue;
-    while (dirent* e = readdir(d)) {
-      if (e->d_name[0] < '0' || e->d_name[0] > '9') continue;
-      auto it = active_.find(std::atoll(e->d_name));
+    for (const std::string& name : common::list_dir(dir).value_or(std::vector<std::string>{})) {
+      if (name[0] < '0' || name[0] > '9') continue;
+      auto it = active_.find(std::atoll(name.c_str()));
       if (it == active_.end() || it->second.state != JobState::kRunning)
-        ::unlink((dir + "/" + e->d_name).c_str());
+        ::unlink((dir + "/" + name).c_str());
     }
-    closedir(d);
   }
   recovering_ = false;
   dirty_ = true;
