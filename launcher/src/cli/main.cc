@@ -388,10 +388,13 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   return lo;
 }
 
-// A duration option's seconds: finite, from 0 (or more than 0 when `positive`) to 10^8 (three
+enum class Zero { kAllowed, kRefused };
+
+// A duration option's seconds: finite, from 0 (more than 0 with Zero::kRefused) to 10^8 (three
 // years: the wrappers' plan carries them in milliseconds).
-double seconds(const po::variables_map& vm, const char* name, bool positive) {
+double seconds(const po::variables_map& vm, const char* name, Zero zero) {
   const double v = vm[name].as<double>();
+  const bool positive = zero == Zero::kRefused;
   if (!std::isfinite(v) || v < 0 || (positive && v == 0) || v > 1e8)
     throw Error(fmt::format("--{} {}: expected seconds {} and at most 100000000", name, v,
                             positive ? "> 0" : ">= 0"));
@@ -405,17 +408,17 @@ RunConfig run_settings(const po::variables_map& vm, const Setup& s, const Launch
   cfg.plan_options = s.popts;
   cfg.launch = lo;
   cfg.env = s.env;
-  cfg.start_timeout = seconds(vm, "start-timeout", true);
-  cfg.kill_grace = seconds(vm, "kill-grace", false);
-  cfg.stop_timeout = seconds(vm, "stop-timeout", false);
-  if (vm.count("time-left")) cfg.time_left = seconds(vm, "time-left", false);
-  cfg.checkpoint_before = seconds(vm, "checkpoint-before", false);
+  cfg.start_timeout = seconds(vm, "start-timeout", Zero::kRefused);
+  cfg.kill_grace = seconds(vm, "kill-grace", Zero::kAllowed);
+  cfg.stop_timeout = seconds(vm, "stop-timeout", Zero::kAllowed);
+  if (vm.count("time-left")) cfg.time_left = seconds(vm, "time-left", Zero::kAllowed);
+  cfg.checkpoint_before = seconds(vm, "checkpoint-before", Zero::kAllowed);
   cfg.checkpoint_signal =
       parse_signal(vm["checkpoint-signal"].as<std::string>(), "--checkpoint-signal");
   if (vm.count("control-addr")) cfg.control_addr = vm["control-addr"].as<std::string>();
   cfg.quiet = vm.count("quiet") > 0;
   cfg.requeue = vm.count("requeue") > 0;
-  cfg.hang_timeout = seconds(vm, "hang-timeout", false);  // 0: off
+  cfg.hang_timeout = seconds(vm, "hang-timeout", Zero::kAllowed);  // 0: off
   cfg.max_restarts = vm["max-restarts"].as<int>();
   if (cfg.max_restarts < 0) throw Error("--max-restarts: expected 0 or more");
   if (vm.count("output-dir")) cfg.output_dir = vm["output-dir"].as<std::string>();

@@ -185,7 +185,7 @@ void RankWrapper::drain_output(double deadline) {
       if (fds[i].revents & (POLLIN | POLLHUP)) on_output(i + 1);
   }
   for (int i = 0; i < 2; ++i)
-    if (auto p = fwd_[static_cast<std::size_t>(i)].take_partial_now()) forward(i + 1, true, *p);
+    if (auto p = fwd_[static_cast<std::size_t>(i)].take_partial_now()) forward(i + 1, Line::kPartial, *p);
 }
 
 // Waits for gpurun's BYE (the answer to EXIT); false if it did not come by `deadline`.

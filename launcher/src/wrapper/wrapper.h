@@ -89,7 +89,8 @@ class RankWrapper {
   void check_reach();
   void stop_program();
   void report(const control::ToSupervisor& m);
-  void forward(int stream, bool partial, const std::string& text);
+  enum class Line { kWhole, kPartial };  // whole lines, or the start of an unfinished one
+  void forward(int stream, Line line, const std::string& text);
 
   // The program (wrapper_program.cc).
   void start_program(const control::Go& go);

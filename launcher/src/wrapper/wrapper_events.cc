@@ -96,8 +96,8 @@ void RankWrapper::on_output(int stream) {
   output_since_beat_ = true;
   double now = proc::now_seconds();
   std::string lines = fwd_[i].take_lines(*bytes, now);
-  if (!lines.empty()) forward(stream, false, lines);
-  if (auto p = fwd_[i].take_partial(now - kPartialDelay)) forward(stream, true, *p);
+  if (!lines.empty()) forward(stream, Line::kWhole, lines);
+  if (auto p = fwd_[i].take_partial(now - kPartialDelay)) forward(stream, Line::kPartial, *p);
   if (auto since = fwd_[i].partial_since(); since && !timers_.armed(Timer::flush))
     timers_.set(Timer::flush, *since + kPartialDelay);
 }
@@ -118,7 +118,7 @@ void RankWrapper::on_timer(Timer t) {
     case Timer::flush:
       for (std::size_t i = 0; i < 2; ++i) {
         if (auto p = fwd_[i].take_partial(now - kPartialDelay + 1e-3))
-          forward(static_cast<int>(i) + 1, true, *p);
+          forward(static_cast<int>(i) + 1, Line::kPartial, *p);
         if (auto since = fwd_[i].partial_since(); since && !timers_.armed(Timer::flush))
           timers_.set(Timer::flush, *since + kPartialDelay);
       }
@@ -165,7 +165,8 @@ void RankWrapper::report(const control::ToSupervisor& m) {
   if (control_) common::write_all(control_.get(), control::encode(m));
 }
 
-void RankWrapper::forward(int stream, bool partial, const std::string& text) {
+void RankWrapper::forward(int stream, Line line, const std::string& text) {
+  const bool partial = line == Line::kPartial;
   if (control_) {
     report(control::Output{stream, partial ? 1 : 0, control::Text{text}});
     return;

@@ -136,7 +136,8 @@ class Daemon {
                                    std::set<int64_t>* via_array = nullptr);
   std::string pending_reason(const Job& j) const;  // squeue's (Reason)
   bool may_control(const Peer& peer, const Job& j) const;
-  std::string output_path(const Job& j, bool error) const;
+  enum class JobStream { kOutput, kError };
+  std::string output_path(const Job& j, JobStream which) const;
 
   // daemon_jobs.cc: running jobs
   void recover();
@@ -144,7 +145,7 @@ class Daemon {
   void mark_running(Job& j, const std::vector<int>& gpus);  // durable with the batch commit
   void spawn_supervisor(Job& j);                            // only after that commit
   ArrayShape shape_of(const Job& j);                        // its array's task ids
-  void watch(int64_t job_id, pid_t pid, bool own_child);
+  void watch(int64_t job_id, pid_t pid);  // a supervisor, started now or adopted at recovery
   void on_supervisor_exit(int64_t job_id);
   void finish(Job& j, JobState state, int exit_code, int exit_signal, int64_t end_ms,
               const std::string& reason);

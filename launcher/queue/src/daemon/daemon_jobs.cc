@@ -222,8 +222,8 @@ void Daemon::spawn_supervisor(Job& j) {
   spec.script = j.script;
   spec.args = j.args;
   spec.env = std::move(env);
-  spec.output = output_path(j, false);
-  spec.error = output_path(j, true);
+  spec.output = output_path(j, JobStream::kOutput);
+  spec.error = output_path(j, JobStream::kError);
   spec.start_ms = j.start_ms;
   spec.time_limit_s = j.time_limit_s;
   spec.signal = j.signal;
@@ -262,12 +262,12 @@ void Daemon::spawn_supervisor(Job& j) {
   posix_spawnattr_destroy(&attr);
   if (rc != 0)
     throw std::runtime_error(fmt::format("spawn {} __supervise: {}", cfg_.self_exe, strerror(rc)));
-  watch(j.id, pid, true);
+  watch(j.id, pid);
   log_event(j, j.gpus.empty() ? std::string("started (no GPU)")
                               : fmt::format("started on GPU(s) {}", ids));
 }
 
-void Daemon::watch(int64_t job_id, pid_t pid, bool) {
+void Daemon::watch(int64_t job_id, pid_t pid) {
   Runner r;
   r.pid = pid;
   r.pidfd = Fd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
@@ -412,7 +412,7 @@ void Daemon::recover() {
         std::this_thread::sleep_for(std::chrono::milliseconds(20));
       }
       if (st && !holder_gone) {
-        watch(id, st->supervisor_pid, false);
+        watch(id, st->supervisor_pid);
         if (active_[id].cancel_requested) ::kill(st->supervisor_pid, SIGTERM);
         fmt::print(stderr, "gpuq daemon: adopted running job {} (supervisor {})\n", id,
                    st->supervisor_pid);

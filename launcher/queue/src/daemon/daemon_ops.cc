@@ -41,8 +41,8 @@ bool Daemon::may_control(const Peer& peer, const Job& j) const {
   return peer.uid == 0 || peer.uid == j.uid || peer.uid == geteuid();
 }
 
-std::string Daemon::output_path(const Job& j, bool error) const {
-  const std::string& pat = error ? j.error_pattern : j.output_pattern;
+std::string Daemon::output_path(const Job& j, JobStream which) const {
+  const std::string& pat = which == JobStream::kError ? j.error_pattern : j.output_pattern;
   if (pat.empty()) return "";
   PatternVars v{j.id, j.array_job_id, j.array_task_id, j.name, j.user, host_};
   std::string p = expand_output_pattern(pat, v);
@@ -360,9 +360,10 @@ nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
     o["nodelist"] = host_;
     o["may_read"] = mine;
     if (mine) {
-      o["stdout_path"] = output_path(*j, false);
-      o["stderr_path"] =
-          j->error_pattern.empty() ? o["stdout_path"] : nlohmann::json(output_path(*j, true));
+      o["stdout_path"] = output_path(*j, JobStream::kOutput);
+      o["stderr_path"] = j->error_pattern.empty()
+                             ? o["stdout_path"]
+                             : nlohmann::json(output_path(*j, JobStream::kError));
     }
     jobs.push_back(std::move(o));
   }
