@@ -87,6 +87,15 @@ TEST(AutoBinding, RanksOnTwoGpusOfDifferentSocketsGetTheirWholeSocket) {
   EXPECT_EQ(format_cpulist(b[1]), "24-47,72-95");
 }
 
+TEST(AutoBinding, RanksFollowTheirGpusSocketNotTheirOrder) {
+  // Split in rank order alone, the three would get thirds of the node; by locality, the two ranks
+  // on socket 1's GPUs halve socket 1 and the rank on GPU 0 has socket 0 to itself.
+  auto b = auto_binding(two_socket_8_gpu(), all_cpus(), gpu_ids({"4", "5", "0"}));
+  EXPECT_EQ(format_cpulist(b[0]), "24-35,72-83");
+  EXPECT_EQ(format_cpulist(b[1]), "36-47,84-95");
+  EXPECT_EQ(format_cpulist(b[2]), "0-23,48-71");
+}
+
 TEST(AutoBinding, TwoRanksPerGpuShareItsSocket) {
   std::vector<std::string> ids;
   for (int g = 0; g < 8; ++g) ids.insert(ids.end(), 2, std::to_string(g));
