@@ -1,13 +1,19 @@
 // test_cpubind.cc: --cpu-bind (launcher/src/sys/cpubind.h) on a fixture of a two-socket 8-GPU node:
 // 2 x 24 cores with 2 hyperthreads each (CPUs 0-47 and their siblings 48-95), GPUs 0-3 on
 // socket 0 (local_cpulist 0-23,48-71) and 4-7 on socket 1 (24-47,72-95), as /proc/driver/nvidia
-// and /sys/bus/pci show them on such a node.
+// and /sys/bus/pci show them on such a node. Also hwloc's view (topology.h) of the same node,
+// loaded from fixtures/topology/two_socket_8_gpu.xml, and of this machine, checked against sysfs.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 
+#include <algorithm>
 #include <map>
 
-#include "sys/cpubind.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
+#include "sys/cpubind.h"
+#include "sys/topology.h"
 
 namespace gpurun::launcher::cpubind {
 namespace {
@@ -43,6 +49,11 @@ Tree two_socket_8_gpu() {
     return out;
   };
   return t;
+}
+
+// hwloc's view of the same node.
+Topology two_socket_8_gpu_topology() {
+  return Topology::from_xml(std::string(GPURUN_FIXTURES) + "/topology/two_socket_8_gpu.xml");
 }
 
 std::vector<int> all_cpus() {
@@ -149,6 +160,85 @@ TEST(Binding, ListsAreCheckedAgainstTheNode) {
   EXPECT_THROW(check_spec("0-3::4"), Error);
   EXPECT_THROW(check_spec("sometimes"), Error);
   EXPECT_NO_THROW(check_spec("auto"));
+}
+
+TEST(Topology, FixtureHasItsCoresAndGpus) {
+  Topology topo = two_socket_8_gpu_topology();
+  EXPECT_EQ(topo.core_of(50), 2) << "CPU 50 is CPU 2's hyperthread sibling";
+  EXPECT_EQ(topo.core_of(2), 2);
+  EXPECT_EQ(topo.core_of(500), 500) << "a CPU hwloc does not know is its own core";
+  EXPECT_EQ(format_cpulist(topo.pci_local_cpus("0000:07:00.0").value_or(std::vector<int>{})),
+            "0-23,48-71");
+  EXPECT_EQ(format_cpulist(topo.pci_local_cpus("0000:BD:00.0").value_or(std::vector<int>{})),
+            "24-47,72-95")
+      << "bus ids compare as numbers";
+  EXPECT_FALSE(topo.pci_local_cpus("0000:08:00.0").has_value());
+}
+
+// The XML fixture is the sysfs one: the same cores and the same CPUs local to each GPU.
+TEST(Topology, XmlFixtureIsTheSysfsFixture) {
+  Topology topo = two_socket_8_gpu_topology();
+  Tree t = two_socket_8_gpu();
+  for (int c = 0; c < 96; ++c) {
+    auto sib = parse_cpulist(
+        t.read(fmt::format("/sys/devices/system/cpu/cpu{}/topology/thread_siblings_list", c))
+            .value(),
+        "t");
+    EXPECT_EQ(topo.core_of(c), sib.front()) << "CPU " << c;
+  }
+  for (const char* bus : kBus)
+    EXPECT_EQ(
+        topo.pci_local_cpus(bus).value_or(std::vector<int>{}),
+        parse_cpulist(t.read(std::string("/sys/bus/pci/devices/") + bus + "/local_cpulist").value(),
+                      "t"))
+        << bus;
+}
+
+TEST(Topology, AnUnreadableXmlFileIsAnErrorNamingIt) {
+  for (std::string path : {std::string("/nonexistent/node.xml"),
+                           std::string(GPURUN_FIXTURES) + "/topology/make_fixtures.py"}) {
+    try {
+      Topology::from_xml(path);
+      FAIL() << path;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("hwloc cannot read the topology in " + path),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
+std::vector<int> my_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
+}
+
+// This machine through hwloc: each PCI device hwloc keeps is local to the CPUs sysfs names for it
+// (less those outside this process's cgroup).
+TEST(Topology, ThisMachineAgreesWithSysfs) {
+  Topology topo = Topology::of_machine();
+  std::vector<int> mine = my_cpus();
+  ASSERT_FALSE(mine.empty());
+  for (int c : mine) EXPECT_LE(topo.core_of(c), c);
+  int seen = 0;
+  for (const auto& dev : real_tree().list("/sys/bus/pci/devices")) {
+    auto cpus = topo.pci_local_cpus(dev);
+    auto text = common::read_file("/sys/bus/pci/devices/" + dev + "/local_cpulist");
+    if (!cpus || !text) continue;
+    ++seen;
+    auto sysfs = parse_cpulist(*text, dev);
+    for (int c : *cpus) EXPECT_TRUE(std::binary_search(sysfs.begin(), sysfs.end(), c)) << dev;
+    for (int c : mine)
+      EXPECT_EQ(std::binary_search(cpus->begin(), cpus->end(), c),
+                std::binary_search(sysfs.begin(), sysfs.end(), c))
+          << dev << " CPU " << c;
+  }
+  std::cout << "hwloc located " << seen << " PCI device(s) of this machine\n";
 }
 
 }  // namespace
