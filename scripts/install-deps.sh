@@ -13,6 +13,7 @@ core=(
   libgtest-dev libgmock-dev libbenchmark-dev
   libopenmpi-dev openmpi-bin
   libopenblas-dev libdnnl-dev libblis-dev zlib1g-dev libsqlite3-dev sqlite3
+  libhwloc-dev
   slurm-wlm munge
   elfutils
   dataset-fashion-mnist

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # e2e_cpubind.sh: --cpu-bind applied to real ranks (CTest launcher_e2e_cpubind). The detection
-# from sysfs is unit-tested on a two-socket 8-GPU fixture (test_cpubind.cc); this checks what a
-# rank sees: its Cpus_allowed_list and OMP_NUM_THREADS, through mpirun and gpurun's own fork.
+# through hwloc is unit-tested on a two-socket 8-GPU XML fixture (test_cpubind.cc); this checks
+# what a rank sees: its Cpus_allowed_list and OMP_NUM_THREADS, through mpirun and gpurun's own fork,
+# and that auto runs unbound, saying so once, when hwloc cannot read the node.
 #
 #   tests/launcher/e2e_cpubind.sh GPURUN BEAT
 set -euo pipefail
@@ -41,6 +42,19 @@ for engine in mpirun local; do
   done
 done
 echo "ok: without --cpu-bind both ranks may run on $mine, through mpirun and the fork"
+
+# hwloc with every discovery component turned off (its own HWLOC_COMPONENTS) cannot read the node:
+# auto then binds nothing and says so in one line. (The fork only: mpirun reads hwloc too.)
+rm -f "$work"/r.*
+HWLOC_COMPONENTS=-linux,-x86,-no_os timeout 60 "$gpurun" -q --scheduler local --launcher local -n 2 \
+  --cpu-bind auto -- sh -c "$prog" 2>"$work/log" || fail "auto without a topology exited $?"
+[[ $(grep -c "cpu-bind auto on .*: hwloc cannot read this machine's topology: .*; the ranks run unbound" "$work/log") == 1 ]] ||
+  fail "auto without a topology: expected one warning"
+for r in 0 1; do
+  [[ $(cut -d' ' -f1 "$work/r.$r") == "$mine" ]] ||
+    fail "auto without a topology: rank $r runs on '$(cat "$work/r.$r")', not on all of $mine"
+done
+echo "ok: auto without a topology warns once and binds nothing"
 
 rc=0
 timeout 60 "$gpurun" --scheduler local -n 2 --cpu-bind 0:4096 -- true 2>"$work/log" || rc=$?

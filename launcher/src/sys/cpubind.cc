@@ -20,29 +20,12 @@ constexpr const char* kNvidiaGpus = "/proc/driver/nvidia/gpus";
 
 using common::split;
 
-// The CPUs of `t`'s NUMA-local set for the GPU at `pci`, or nullopt.
-std::optional<std::vector<int>> local_cpus(const Tree& t, const std::string& pci) {
-  std::string path = "/sys/bus/pci/devices/" + pci + "/local_cpulist";
-  auto text = t.read(path);
-  if (!text) return std::nullopt;
-  return parse_cpulist(*text, path);
-}
-
-// The lowest CPU of `cpu`'s core (its hyperthread siblings), so siblings stay together.
-int core_of(const Tree& t, int cpu) {
-  std::string path =
-      fmt::format("/sys/devices/system/cpu/cpu{}/topology/thread_siblings_list", cpu);
-  auto text = t.read(path);
-  if (!text) return cpu;
-  auto sib = parse_cpulist(*text, path);
-  return sib.empty() ? cpu : *std::min_element(sib.begin(), sib.end());
-}
-
 // `cpus` cut into k contiguous shares: whole cores when there are enough, else single CPUs,
 // else (fewer CPUs than ranks) one shared CPU each.
-std::vector<std::vector<int>> share(const Tree& t, const std::vector<int>& cpus, std::size_t k) {
+std::vector<std::vector<int>> share(const Topology& topo, const std::vector<int>& cpus,
+                                    std::size_t k) {
   std::map<int, std::vector<int>> by_core;
-  for (int c : cpus) by_core[core_of(t, c)].push_back(c);
+  for (int c : cpus) by_core[topo.core_of(c)].push_back(c);
   std::vector<std::vector<int>> units;
   if (by_core.size() >= k) {
     for (auto& [core, threads] : by_core) units.push_back(threads);
@@ -125,14 +108,15 @@ std::optional<std::string> gpu_pci_address(const Tree& t, const std::string& id)
   return std::nullopt;
 }
 
-std::vector<std::vector<int>> auto_binding(const Tree& t, const std::vector<int>& allowed,
+std::vector<std::vector<int>> auto_binding(const Tree& t, const Topology& topo,
+                                           const std::vector<int>& allowed,
                                            const std::vector<std::optional<std::string>>& gpus) {
   // Ranks grouped by the CPU set they draw from, in order of their local rank.
   std::map<std::vector<int>, std::vector<std::size_t>> groups;
   for (std::size_t i = 0; i < gpus.size(); ++i) {
     std::vector<int> set = allowed;
     std::optional<std::string> pci = gpus[i] ? gpu_pci_address(t, *gpus[i]) : std::nullopt;
-    if (auto local = pci ? local_cpus(t, *pci) : std::nullopt) {
+    if (auto local = pci ? topo.pci_local_cpus(*pci) : std::nullopt) {
       std::vector<int> both;
       std::set_intersection(allowed.begin(), allowed.end(), local->begin(), local->end(),
                             std::back_inserter(both));
@@ -143,7 +127,7 @@ std::vector<std::vector<int>> auto_binding(const Tree& t, const std::vector<int>
   std::vector<std::vector<int>> out(gpus.size());
   for (const auto& [set, ranks] : groups) {
     if (set.empty()) continue;
-    auto shares = share(t, set, ranks.size());
+    auto shares = share(topo, set, ranks.size());
     for (std::size_t j = 0; j < ranks.size(); ++j) out[ranks[j]] = shares[j];
   }
   return out;
@@ -159,12 +143,13 @@ void check_spec(const std::string& spec) {
                       spec));
 }
 
-std::vector<std::vector<int>> binding(const std::string& spec, const Tree& t,
+std::vector<std::vector<int>> binding(const std::string& spec, const Tree& t, const Topology* topo,
                                       const std::vector<int>& allowed,
                                       const std::vector<std::optional<std::string>>& gpus,
                                       const std::string& host) {
-  if (spec == "none") return std::vector<std::vector<int>>(gpus.size());
-  if (spec == "auto") return auto_binding(t, allowed, gpus);
+  if (spec == "none" || (spec == "auto" && !topo))
+    return std::vector<std::vector<int>>(gpus.size());
+  if (spec == "auto") return auto_binding(t, *topo, allowed, gpus);
   check_spec(spec);
   std::vector<std::string> lists = split(spec, ':');
   if (lists.size() < gpus.size())

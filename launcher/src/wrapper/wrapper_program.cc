@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "gpurun/common/terminal.h"
 #include "sys/cpubind.h"
 #include "sys/system.h"
 #include "wrapper/wrapper.h"
@@ -26,6 +27,19 @@ std::vector<int> allowed_cpus() {
     for (int c = 0; c < CPU_SETSIZE; ++c)
       if (CPU_ISSET(c, &set)) out.push_back(c);
   return out;
+}
+
+// The node's topology for --cpu-bind auto; nullopt when hwloc cannot read it, which local rank 0
+// reports in one line (the ranks then run unbound).
+std::optional<cpubind::Topology> node_topology(const std::string& host, int local_rank) {
+  try {
+    return cpubind::Topology::of_machine();
+  } catch (const Error& e) {
+    if (local_rank == 0)
+      fmt::print(stderr, "gpurun: --cpu-bind auto on {}: {}; the ranks run unbound\n",
+                 common::escape_control(host), e.what());
+    return std::nullopt;
+  }
 }
 
 // A pipe for one of the program's streams: the read end ours (non-blocking), the write end its.
@@ -60,6 +74,8 @@ void RankWrapper::program_environment(const control::Go& go) {
 // This rank's CPUs under --cpu-bind `spec` (empty: no binding); OMP_NUM_THREADS follows.
 std::vector<int> RankWrapper::cpu_binding(const std::string& spec) const {
   if (spec == "none") return {};
+  std::optional<cpubind::Topology> topo;
+  if (spec == "auto") topo = node_topology(me_.host, me_.local_rank);
   std::vector<std::optional<std::string>> gpus;  // each local rank's first GPU on this node
   for (const auto& r : plan_.plan.ranks) {
     if (r.node_rank != me_.node_rank) continue;
@@ -67,7 +83,8 @@ std::vector<int> RankWrapper::cpu_binding(const std::string& spec) const {
     gpus.push_back(pos < visible_.size() ? std::optional<std::string>(visible_[pos])
                                          : std::nullopt);
   }
-  auto all = cpubind::binding(spec, cpubind::real_tree(), allowed_cpus(), gpus, me_.host);
+  auto all = cpubind::binding(spec, cpubind::real_tree(), topo ? &*topo : nullptr, allowed_cpus(),
+                              gpus, me_.host);
   return all.at(static_cast<std::size_t>(me_.local_rank));
 }
 
