@@ -1,7 +1,6 @@
 // cpubind.cc: see cpubind.h.
 #include "sys/cpubind.h"
 
-#include <dirent.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -51,11 +50,8 @@ Tree real_tree() {
   t.read = [](const std::string& p) { return common::read_file(p); };
   t.list = [](const std::string& dir) {
     std::vector<std::string> out;
-    if (DIR* d = opendir(dir.c_str())) {
-      while (dirent* e = readdir(d))
-        if (e->d_name[0] != '.') out.emplace_back(e->d_name);
-      closedir(d);
-    }
+    for (std::string& name : common::list_dir(dir).value_or(std::vector<std::string>{}))
+      if (name[0] != '.') out.push_back(std::move(name));
     return out;
   };
   return t;
