@@ -47,8 +47,8 @@ TEST(Control, RendezvousAndProgressMessages) {
   EXPECT_EQ(r.iface, "eth0");
   EXPECT_EQ(r.detail.value, "No route to host");
   round_trip(Running{}, parse_to_supervisor);
-  EXPECT_EQ(round_trip(Progress{1234567890123}, parse_to_supervisor).step, 1234567890123);
-  EXPECT_EQ(round_trip(Progress{-1}, parse_to_supervisor).step, -1);
+  EXPECT_EQ(round_trip(StepReport{1234567890123}, parse_to_supervisor).step, 1234567890123);
+  EXPECT_EQ(round_trip(StepReport{-1}, parse_to_supervisor).step, -1);
 }
 
 TEST(Control, OutputAndStacksCarryAnyText) {

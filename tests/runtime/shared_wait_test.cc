@@ -17,7 +17,7 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 TEST(SharedWaits, AWaitEndsWhenEveryRankArrived) {
-  std::vector<RankProgress> progress(2);
+  std::vector<RankArrivals> progress(2);
   Counter c;
   const SharedWaits rank0(progress.data(), 0, 2, 5.0), rank1(progress.data(), 1, 2, 5.0);
   std::thread other([&] {
@@ -34,7 +34,7 @@ TEST(SharedWaits, AWaitEndsWhenEveryRankArrived) {
 }
 
 TEST(SharedWaits, AStuckRankIsNamedAfterTheTimeout) {
-  std::vector<RankProgress> progress(3);
+  std::vector<RankArrivals> progress(3);
   Counter c;
   const SharedWaits r0(progress.data(), 0, 3, 0.3), r2(progress.data(), 2, 3, 0.3);
   progress[1].pid = 4242;  // rank 1 set up, then stopped before its first arrival
@@ -58,7 +58,7 @@ TEST(SharedWaits, AStuckRankIsNamedAfterTheTimeout) {
 }
 
 TEST(SharedWaits, WithNoRankBehindAThreadIsStuck) {
-  std::vector<RankProgress> progress(2);
+  std::vector<RankArrivals> progress(2);
   Counter c;
   const SharedWaits r0(progress.data(), 0, 2, 0.1), r1(progress.data(), 1, 2, 0.1);
   r0.arrive(c);
@@ -69,7 +69,7 @@ TEST(SharedWaits, WithNoRankBehindAThreadIsStuck) {
 }
 
 TEST(SharedWaits, TheTimeoutMustBePositive) {
-  std::vector<RankProgress> progress(1);
+  std::vector<RankArrivals> progress(1);
   EXPECT_THROW(SharedWaits(progress.data(), 0, 1, 0.0), std::invalid_argument);
   EXPECT_THROW(SharedWaits(progress.data(), 0, 1, -1.0), std::invalid_argument);
 }

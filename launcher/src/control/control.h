@@ -81,7 +81,7 @@ struct Running {
 
 // The rank made progress (a new heartbeat step, or output); `step` is its latest step, -1 if it
 // never beat.
-struct Progress {
+struct StepReport {
   static constexpr std::string_view kTag = "PROGRESS";
   std::int64_t step = -1;
   template <class S>
@@ -177,7 +177,7 @@ struct Rendezvous {
 };
 
 // Every rank reached rank 0: start the program. `restart` is GPURUN_RESTART_COUNT;
-// `watch` asks for Progress messages and readiness for DumpStacks (--hang-timeout);
+// `watch` asks for StepReport messages and readiness for DumpStacks (--hang-timeout);
 // `cpu_bind` is --cpu-bind (none, auto or a list); `monitor_ms` (--monitor): each node's local
 // rank 0 samples the node's GPUs this often and sends GpuSamples (0: off).
 struct Go {
@@ -229,8 +229,8 @@ struct Bye {
   }
 };
 
-using ToSupervisor = std::variant<Hello, Port, Reach, Running, Progress, Output, Stacks, GpuSamples,
-                                  GpuSamplesFailed, Exit>;
+using ToSupervisor = std::variant<Hello, Port, Reach, Running, StepReport, Output, Stacks,
+                                  GpuSamples, GpuSamplesFailed, Exit>;
 using ToWrapper = std::variant<Bind, Rendezvous, Go, Stop, Signal, DumpStacks, Bye>;
 
 // One line, '\n' included.

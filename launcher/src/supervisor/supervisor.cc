@@ -221,7 +221,7 @@ void Supervisor::on_message(Conn& c, const control::Running&) {
     timers_.set(Timer::pending_signals, proc::now_seconds() + kPendingSignalSettle);
 }
 
-void Supervisor::on_message(Conn& c, const control::Progress& m) {
+void Supervisor::on_message(Conn& c, const control::StepReport& m) {
   RankState& r = rank(c.rank);
   r.last_progress = proc::now_seconds();
   if (m.step != r.step) r.step_since = r.last_progress;

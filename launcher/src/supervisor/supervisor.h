@@ -94,7 +94,7 @@ class Supervisor {
   void on_message(Conn& c, const control::Port& m);
   void on_message(Conn& c, const control::Reach& m);
   void on_message(Conn& c, const control::Running& m);
-  void on_message(Conn& c, const control::Progress& m);
+  void on_message(Conn& c, const control::StepReport& m);
   void on_message(Conn& c, const control::Output& m);
   void on_abort(int rank, int errorcode);
   void on_message(Conn& c, const control::Stacks& m);

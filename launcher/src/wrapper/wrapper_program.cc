@@ -178,7 +178,7 @@ void RankWrapper::beat() {
     step_ = s;
     progress = true;
   }
-  if (progress) report(control::Progress{step_.value_or(-1)});
+  if (progress) report(control::StepReport{step_.value_or(-1)});
 }
 
 }  // namespace gpurun::launcher

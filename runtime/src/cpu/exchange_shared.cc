@@ -170,10 +170,10 @@ class SharedExchange final : public CpuExchange {
       throw std::logic_error("the shared-memory exchange has no room for its counters");
     }
     control_ = static_cast<Control*>(control);
-    RankProgress* progress = place_progress();
+    RankArrivals* progress = place_progress();
     if (pg_.rank() == 0) {
       new (control) Control{};
-      for (int r = 0; r < pg_.size(); ++r) new (progress + r) RankProgress{};
+      for (int r = 0; r < pg_.size(); ++r) new (progress + r) RankArrivals{};
       start_edges();
     }
     bind_models();
@@ -449,19 +449,19 @@ class SharedExchange final : public CpuExchange {
     p.publish_busy();
   }
 
-  // Room for one RankProgress per rank at whatever 64-byte boundary falls first in it.
+  // Room for one RankArrivals per rank at whatever 64-byte boundary falls first in it.
   std::size_t progress_floats() const {
-    return (std::size_t(pg_.size()) * sizeof(RankProgress) + alignof(RankProgress)) /
+    return (std::size_t(pg_.size()) * sizeof(RankArrivals) + alignof(RankArrivals)) /
            sizeof(float);
   }
-  RankProgress* place_progress() {
+  RankArrivals* place_progress() {
     void* at = base_ + arena_.progress;
     std::size_t room = progress_floats() * sizeof(float);
-    if (!std::align(alignof(RankProgress), std::size_t(pg_.size()) * sizeof(RankProgress), at,
+    if (!std::align(alignof(RankArrivals), std::size_t(pg_.size()) * sizeof(RankArrivals), at,
                     room)) {
       throw std::logic_error("the shared-memory exchange has no room for its ranks' progress");
     }
-    return static_cast<RankProgress*>(at);
+    return static_cast<RankArrivals*>(at);
   }
 
   void lay_out() {

@@ -26,7 +26,7 @@ std::string seconds_text(double s) {
 
 }  // namespace
 
-SharedWaits::SharedWaits(RankProgress* progress, int rank, int ranks, double timeout_s)
+SharedWaits::SharedWaits(RankArrivals* progress, int rank, int ranks, double timeout_s)
     : progress_(progress), rank_(rank), ranks_(ranks), timeout_s_(timeout_s) {
   if (!(timeout_s > 0)) {
     throw std::invalid_argument("CPU options: comm_timeout_s (seconds a shared-memory exchange "

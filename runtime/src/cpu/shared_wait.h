@@ -23,7 +23,7 @@ static_assert(std::atomic<std::uint64_t>::is_always_lock_free,
               "the exchange's counters are shared between processes");
 
 // One per rank, in the shared block: how many times its members arrived anywhere, and its pid.
-struct alignas(64) RankProgress {
+struct alignas(64) RankArrivals {
   std::atomic<std::uint64_t> arrivals{0};
   std::atomic<std::int64_t> pid{0};
 };
@@ -37,7 +37,7 @@ class SharedWaitTimeout : public std::runtime_error {
 // arrival); the constructor records this process's pid in its rank's slot.
 class SharedWaits {
  public:
-  SharedWaits(RankProgress* progress, int rank, int ranks, double timeout_s);
+  SharedWaits(RankArrivals* progress, int rank, int ranks, double timeout_s);
 
   // One of this rank's members arrives on c.
   void arrive(Counter& c) const;
@@ -50,7 +50,7 @@ class SharedWaits {
   std::string behind() const;
 
  private:
-  RankProgress* progress_;
+  RankArrivals* progress_;
   int rank_, ranks_;
   double timeout_s_;
 };
