@@ -247,8 +247,17 @@ TEST(GpuqHostile, ReapingSparesAProcessThatReusedTheJobsPid) {
   ::kill(sup, SIGKILL);
   ::kill(-pgid, SIGKILL);
   ASSERT_TRUE(gone(sup) && gone(pgid)) << "the job's processes did not go away";
-  const pid_t by_sid = spawn_at_pid(sup, bob.uid(), bob.gid());
-  const pid_t by_pgid = spawn_at_pid(pgid, bob.uid(), bob.gid());
+  // The higher pid first: writing ns_last_pid rewinds the pid counter for every process, so a
+  // fork anywhere else (a test running beside this one) would take the pid just above the one
+  // spawned, and keep it. (In one CI run the job's pid, the supervisor's + 1, was lost so.)
+  pid_t by_sid = -1, by_pgid = -1;
+  if (pgid > sup) {
+    by_pgid = spawn_at_pid(pgid, bob.uid(), bob.gid());
+    by_sid = spawn_at_pid(sup, bob.uid(), bob.gid());
+  } else {
+    by_sid = spawn_at_pid(sup, bob.uid(), bob.gid());
+    by_pgid = spawn_at_pid(pgid, bob.uid(), bob.gid());
+  }
   ASSERT_EQ(by_sid, sup) << "could not start a bystander with the supervisor's pid";
   ASSERT_EQ(by_pgid, pgid) << "could not start a bystander with the job's pid";
   d.start();
