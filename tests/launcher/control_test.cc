@@ -1,4 +1,4 @@
-// test_control.cc: the supervisor <-> wrapper control protocol (launcher/src/control/control.h): every
+// control_test.cc: the supervisor <-> wrapper control protocol (launcher/src/control/control.h): every
 // message survives encode + parse, fields with spaces and newlines stay one field, malformed
 // lines are refused, unknown tags and extra trailing fields are tolerated.
 #include <gtest/gtest.h>

@@ -1,4 +1,4 @@
-// test_cpubind.cc: --cpu-bind (launcher/src/sys/cpubind.h, topology.h) on a fixture of a
+// cpubind_test.cc: --cpu-bind (launcher/src/sys/cpubind.h, topology.h) on a fixture of a
 // two-socket 8-GPU node: hwloc loads fixtures/topology/two_socket_8_gpu.xml (2 x 24 cores with 2
 // hyperthreads each, CPUs 0-47 and their siblings 48-95; GPUs 0-3 under socket 0, 0-23,48-71, and
 // 4-7 under socket 1, 24-47,72-95), and /proc/driver/nvidia lists the GPUs as on such a node.

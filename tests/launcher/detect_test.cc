@@ -1,4 +1,4 @@
-// test_detect.cc: allocation detection for every scheduler from injected environments: the shared
+// detect_test.cc: allocation detection for every scheduler from injected environments: the shared
 // fixtures (real variable names and formats) plus cases from the schedulers' documentation, and
 // the contradictions that must be refused with the variable named.
 #include <gtest/gtest.h>

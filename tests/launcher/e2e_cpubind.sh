@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # e2e_cpubind.sh: --cpu-bind applied to real ranks (CTest launcher_e2e_cpubind). The detection
-# through hwloc is unit-tested on a two-socket 8-GPU XML fixture (test_cpubind.cc); this checks
+# through hwloc is unit-tested on a two-socket 8-GPU XML fixture (cpubind_test.cc); this checks
 # what a rank sees: its Cpus_allowed_list and OMP_NUM_THREADS, through mpirun and gpurun's own fork,
 # and that auto runs unbound, saying so once, when hwloc cannot read the node.
 #

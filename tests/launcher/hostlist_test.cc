@@ -1,4 +1,4 @@
-// test_hostlist.cc: Slurm hostlist semantics, driven by the shared vectors (hostlist_vectors.tsv,
+// hostlist_test.cc: Slurm hostlist semantics, driven by the shared vectors (hostlist_vectors.tsv,
 // drawn from Slurm, python-hostlist, submitit, TensorFlow, Lightning) and more from Slurm's docs.
 #include <gtest/gtest.h>
 

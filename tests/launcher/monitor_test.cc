@@ -1,4 +1,4 @@
-// test_monitor.cc: gpurun --monitor's pieces (launcher/src/monitor/monitor.h): which sampled GPUs are the
+// monitor_test.cc: gpurun --monitor's pieces (launcher/src/monitor/monitor.h): which sampled GPUs are the
 // job's and whose, the sampling thread against fake nvidia-smi scripts (fixtures/nvidia-smi; no
 // GPU here, the scripts stand in for the driver), the CSV rows, the per-node summary and the
 // straggler rule, and the control messages that carry samples.

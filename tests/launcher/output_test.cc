@@ -1,4 +1,4 @@
-// test_output.cc: whole lines from each rank (launcher/src/supervisor/output.h): the wrapper's line cutter
+// output_test.cc: whole lines from each rank (launcher/src/supervisor/output.h): the wrapper's line cutter
 // holds an unfinished line until it ends or waits too long; gpurun's sink tags lines, ends an
 // unfinished one on the terminal, and writes each rank's bytes unchanged to its files. Also the
 // heartbeat file's contents (wrapper/rank_folder.h).

@@ -1,4 +1,4 @@
-// test_plan.cc: rank placement, GPU positions, master address/port, and the refusals that must
+// plan_test.cc: rank placement, GPU positions, master address/port, and the refusals that must
 // happen before anything starts (with the numbers in the message).
 #include <gtest/gtest.h>
 

@@ -1,4 +1,4 @@
-// test_proc.cc: the launcher's owning process plumbing (launcher/src/sys/proc_util.h): a child whose
+// proc_test.cc: the launcher's owning process plumbing (launcher/src/sys/proc_util.h): a child whose
 // owner goes is killed with its whole process group, an exec failure is an error naming the
 // program, temp files vanish with their owner, lines are cut right, deadlines fire in order.
 #include <dirent.h>

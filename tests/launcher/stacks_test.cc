@@ -1,4 +1,4 @@
-// test_stacks.cc: where a hung rank is, read from real eu-stack, gdb and faulthandler output
+// stacks_test.cc: where a hung rank is, read from real eu-stack, gdb and faulthandler output
 // (tests/launcher/data/stacks), and the one-line summary that groups ranks by it
 // (launcher/src/stacks/stacks.h); collect_stacks on a live process group.
 #include <gtest/gtest.h>
