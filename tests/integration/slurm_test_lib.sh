@@ -50,7 +50,21 @@ fail() {
   if [[ -n ${out:-} && -f $out ]]; then echo "--- job output ($out):" >&2; tail -n 60 "$out" >&2; fi
   if [[ -n ${jobid:-} ]]; then scontrol show job "$jobid" >&2 2>/dev/null || true; fi
   echo "$name: cluster logs in $dir/log" >&2
+  if wireup_crash; then
+    echo "$name: the job died in Open MPI's TCP wireup (a rank's SIGSEGV right after Open MPI's" \
+      "'failed to TCP connect to a peer'): exit 75, rerun_on_wireup_crash.sh runs the test once more" >&2
+    exit 75
+  fi
   exit 1
+}
+
+# Whether the job's output shows Open MPI's TCP wireup crash on this one-host cluster: Open MPI's
+# own warning that it failed to TCP connect to a peer, and a rank killed by SIGSEGV (see
+# rerun_on_wireup_crash.sh). Any other failure is a failure.
+wireup_crash() {
+  [[ -n ${out:-} && -f $out ]] || return 1
+  grep -q 'Open MPI failed to TCP connect to a peer MPI process' "$out" &&
+    grep -Eq 'was killed by signal 11 \(SIGSEGV\)|Signal: Segmentation fault' "$out"
 }
 
 slurm_test_cleanup() {
