@@ -4,7 +4,6 @@
 // 4-7 under socket 1, 24-47,72-95), and /proc/driver/nvidia lists the GPUs as on such a node.
 // Also hwloc on this machine itself, checked against what sysfs says.
 #include <gtest/gtest.h>
-#include <sched.h>
 
 #include <algorithm>
 #include <map>
@@ -193,21 +192,11 @@ TEST(Topology, AnUnreadableXmlFileIsAnErrorNamingIt) {
   }
 }
 
-std::vector<int> my_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> out;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
-}
-
 // This machine through hwloc: each PCI device hwloc keeps is local to the CPUs sysfs names for it
 // (less those outside this process's cgroup), and two ranks without GPUs split our CPUs.
 TEST(Topology, ThisMachineAgreesWithSysfs) {
   Topology topo = Topology::of_machine();
-  std::vector<int> mine = my_cpus();
+  std::vector<int> mine = allowed_cpus();
   ASSERT_FALSE(mine.empty());
   for (int c : mine) EXPECT_LE(topo.core_of(c), c);
   int seen = 0;

@@ -2,6 +2,7 @@
 #include "sys/cpubind.h"
 
 #include <fmt/format.h>
+#include <sched.h>
 
 #include <algorithm>
 #include <map>
@@ -55,6 +56,16 @@ Tree real_tree() {
     return out;
   };
   return t;
+}
+
+std::vector<int> allowed_cpus() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> out;
+  if (sched_getaffinity(0, sizeof set, &set) == 0)
+    for (int c = 0; c < CPU_SETSIZE; ++c)
+      if (CPU_ISSET(c, &set)) out.push_back(c);
+  return out;
 }
 
 std::vector<int> parse_cpulist(std::string_view text, const std::string& what) {

@@ -27,6 +27,10 @@ struct Tree {
 // The machine's own files (only /proc/driver/nvidia is read).
 Tree real_tree();
 
+// The CPUs this process may run on (its affinity mask, which the kernel keeps inside its
+// cgroup's set), ascending; empty when it cannot be read.
+std::vector<int> allowed_cpus();
+
 // "0-3,8,10-11" <-> {0,1,2,3,8,10,11}; parse throws Error naming `what`.
 std::vector<int> parse_cpulist(std::string_view text, const std::string& what);
 std::string format_cpulist(const std::vector<int>& cpus);

@@ -19,16 +19,6 @@
 namespace gpurun::launcher {
 namespace {
 
-std::vector<int> allowed_cpus() {
-  cpu_set_t set;
-  CPU_ZERO(&set);
-  std::vector<int> out;
-  if (sched_getaffinity(0, sizeof set, &set) == 0)
-    for (int c = 0; c < CPU_SETSIZE; ++c)
-      if (CPU_ISSET(c, &set)) out.push_back(c);
-  return out;
-}
-
 // The node's topology for --cpu-bind auto; nullopt when hwloc cannot read it, which local rank 0
 // reports in one line (the ranks then run unbound).
 std::optional<cpubind::Topology> node_topology(const std::string& host, int local_rank) {
@@ -83,8 +73,8 @@ std::vector<int> RankWrapper::cpu_binding(const std::string& spec) const {
     gpus.push_back(pos < visible_.size() ? std::optional<std::string>(visible_[pos])
                                          : std::nullopt);
   }
-  auto all = cpubind::binding(spec, cpubind::real_tree(), topo ? &*topo : nullptr, allowed_cpus(),
-                              gpus, me_.host);
+  auto all = cpubind::binding(spec, cpubind::real_tree(), topo ? &*topo : nullptr,
+                              cpubind::allowed_cpus(), gpus, me_.host);
   return all.at(static_cast<std::size_t>(me_.local_rank));
 }
 
