@@ -54,32 +54,21 @@ void Daemon::remove_cleanup_files() {
   // Removing a job's run files before its new state is durable would let a crash in between make
   // a finished job look never-started (and run it again), so this runs after each commit.
   for (int64_t id : cleanup_) {
-    auto it = active_.find(id);
-    if (it != active_.end() && it->second.state == JobState::kRunning) continue;  // restarted
+    const Job* j = jobs_->find(id);
+    if (j && j->state == JobState::kRunning) continue;  // restarted
     remove_run_files(run_dir_, id);
   }
   cleanup_.clear();
 }
 
-std::map<uint32_t, double> Daemon::decayed_usage(int64_t now) const {
-  std::map<uint32_t, double> out;
-  const int64_t half_life_ms = cfg_.fairshare_half_life_s * 1000;
-  for (const auto& [uid, u] : usage_)
-    out[uid] = decay_usage(u.gpu_seconds, now - u.updated_ms, half_life_ms);
-  for (const auto& [id, j] : active_)  // running jobs count while they run
-    if (j.state == JobState::kRunning)
-      out[j.uid] += j.gpus.size() * std::max<int64_t>(0, now - j.start_ms) / 1000.0;
-  return out;
-}
-
 const char* Daemon::dependency_reason(const Job& j) const {
   for (const auto& d : j.dependencies) {
     std::vector<int64_t> ids{d.job_id};
-    auto members = array_members_.find(d.job_id);
-    if (members != array_members_.end()) ids = members->second;  // the whole array
+    if (auto members = jobs_->array_members(d.job_id)) ids = *members;  // the whole array
+    const auto& states = jobs_->states();
     for (int64_t id : ids) {
-      auto it = states_.find(id);
-      if (it == states_.end()) return "DependencyNeverSatisfied";
+      auto it = states.find(id);
+      if (it == states.end()) return "DependencyNeverSatisfied";
       if (!is_final(it->second)) return "Dependency";
       bool ok = it->second == JobState::kCompleted;
       if ((d.kind == DepKind::kAfterOk && !ok) || (d.kind == DepKind::kAfterNotOk && ok))
@@ -96,7 +85,7 @@ void Daemon::schedule_pass() {
   in.now_ms = now;
   in.max_gpus_per_user = cfg_.max_gpus_per_user;
   std::map<int64_t, int> array_busy;  // array id -> tasks running or offered in this pass
-  for (const auto& [id, j] : active_) {
+  for (const auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kRunning) continue;
     busy.insert(j.gpus.begin(), j.gpus.end());
     in.running.push_back({static_cast<int>(j.gpus.size()), j.uid,
@@ -105,7 +94,7 @@ void Daemon::schedule_pass() {
   }
   for (int g : cfg_.gpus)
     if (!busy.count(g)) in.free_gpus.push_back(g);
-  for (auto& [id, j] : active_) {
+  for (auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kPending) continue;
     j.sched_reason = nullptr;
     if (draining_) continue;  // pending_reason() says why
@@ -127,13 +116,13 @@ void Daemon::schedule_pass() {
     in.waiting.push_back({id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms});
   }
   if (in.waiting.empty()) return;
-  in.usage = decayed_usage(now);
+  in.usage = accounting_->decayed(*jobs_, now);
   SchedOutput out = schedule(in);
-  for (auto& [id, r] : out.reasons) active_.at(id).sched_reason = r;
+  for (auto& [id, r] : out.reasons) jobs_->active().at(id).sched_reason = r;
   for (const auto& s : out.starts) {
-    auto it = active_.find(s.job_id);
-    if (it == active_.end()) continue;
-    mark_running(it->second, s.gpus);
+    Job* j = jobs_->find(s.job_id);
+    if (!j) continue;
+    mark_running(*j, s.gpus);
     to_spawn_.push_back(s.job_id);
   }
 }
@@ -147,7 +136,7 @@ void Daemon::mark_running(Job& j, const std::vector<int>& gpus) {
   j.boot_id = boot_id_;
   j.usage = {};           // a requeued job is measured afresh, as its GPU-hours are
   store_->update_job(j);  // committed before anything runs: GPUs are never handed out twice
-  states_[j.id] = j.state;
+  jobs_->note_state(j);
 }
 
 namespace {
@@ -184,11 +173,7 @@ void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const 
 ArrayShape Daemon::shape_of(const Job& j) {
   if (!j.array_job_id || j.array.count > 0) return j.array;
   // A task stored before gpuq kept its array's shape: from the array's task ids.
-  std::vector<int> ids;
-  array_task_member(j.array_job_id, j.array_task_id);  // loads the array's task map
-  for (const auto& [task, member] : array_tasks_[j.array_job_id])
-    ids.push_back(static_cast<int>(task));
-  return array_shape(ids);
+  return array_shape(jobs_->array_task_ids(j.array_job_id));
 }
 
 void Daemon::spawn_supervisor(Job& j) {
@@ -287,21 +272,6 @@ void Daemon::reap_orphans(const SupervisorStatus& st) {
   fmt::print(stderr, "gpuq daemon: processes of session {} survive SIGKILL\n", st.supervisor_pid);
 }
 
-// A run of `j` that ended at `end_ms` held its GPUs: its GPU-seconds go to the user's fair-share
-// usage (decayed, in the store) and to the GPU-seconds counter (/metrics), also when the job is
-// requeued and runs again.
-void Daemon::charge(const Job& j, int64_t end_ms) {
-  const double used = gpu_seconds(j, end_ms);
-  finished_gpu_seconds_[j.user] += used;
-  if (j.gpus.empty()) return;
-  auto& u = usage_[j.uid];
-  const int64_t now = now_ms();
-  u.gpu_seconds =
-      decay_usage(u.gpu_seconds, now - u.updated_ms, cfg_.fairshare_half_life_s * 1000) + used;
-  u.updated_ms = now;
-  store_->save_usage(j.uid, {u.gpu_seconds, u.updated_ms});
-}
-
 void Daemon::requeue_or_fail(Job& j, const std::string& why) {
   // Seen live, the run ended now. Found at start-up, it ended while no daemon watched: at its last
   // usage sample (or its start), never billed for the time the daemon or machine was down.
@@ -310,7 +280,7 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
     finish(j, JobState::kNodeFail, 0, 0, end, why);
     return;
   }
-  charge(j, end);
+  accounting_->charge(j, end, now_ms());
   log_event(j, fmt::format("requeued ({})", why));
   j.state = JobState::kPending;
   j.restart_count += 1;
@@ -318,16 +288,16 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
   j.start_ms = 0;
   j.reason = why;
   store_->update_job(j);
-  states_[j.id] = j.state;
+  jobs_->note_state(j);
   cleanup_.push_back(j.id);  // only once the state change is committed
   dirty_ = true;
 }
 
 void Daemon::on_supervisor_exit(int64_t id) {
   runners_.erase(id);
-  auto it = active_.find(id);
-  if (it == active_.end() || it->second.state != JobState::kRunning) return;
-  Job& j = it->second;
+  Job* running = jobs_->find(id);
+  if (!running || running->state != JobState::kRunning) return;
+  Job& j = *running;
   RunPaths paths = run_paths(run_dir_, id);
   auto st = read_status(paths.status);
   if (st && st->phase == "done") {
@@ -358,7 +328,7 @@ void Daemon::on_supervisor_exit(int64_t id) {
   j.gpus.clear();
   j.start_ms = 0;
   store_->update_job(j);
-  states_[id] = j.state;
+  jobs_->note_state(j);
   cleanup_.push_back(id);
   dirty_ = true;
 }
@@ -373,24 +343,24 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
   j.reason = reason;
   Store::Txn txn(*store_);
   store_->update_job(j);
-  if (was_running) charge(j, j.end_ms);
+  if (was_running) accounting_->charge(j, j.end_ms, now_ms());
   txn.commit();
   if (was_running) cleanup_.push_back(j.id);  // only once the state change is committed
-  states_[j.id] = state;
+  jobs_->note_state(j);
   log_event(j, fmt::format("ended {}, exit code {}{}", state_name(state),
                            exit_code_text(exit_code, exit_signal),
                            reason.empty() ? "" : ", " + common::escape_control(reason)));
-  retire(j.id);  // j is gone from here on
+  jobs_->retire(j.id);  // j is gone from here on
   dirty_ = true;
 }
 
 void Daemon::recover() {
   recovering_ = true;
   std::vector<int64_t> running;
-  for (const auto& [id, j] : active_)
+  for (const auto& [id, j] : jobs_->active())
     if (j.state == JobState::kRunning) running.push_back(id);
   for (int64_t id : running) {
-    Job& j = active_.at(id);
+    Job& j = jobs_->active().at(id);
     if (j.boot_id != boot_id_) {  // the machine rebooted: nothing of the job survived
       requeue_or_fail(j, "NodeFail: the machine restarted while the job ran");
       continue;
@@ -413,7 +383,7 @@ void Daemon::recover() {
       }
       if (st && !holder_gone) {
         watch(id, st->supervisor_pid);
-        if (active_[id].cancel_requested) ::kill(st->supervisor_pid, SIGTERM);
+        if (j.cancel_requested) ::kill(st->supervisor_pid, SIGTERM);
         fmt::print(stderr, "gpuq daemon: adopted running job {} (supervisor {})\n", id,
                    st->supervisor_pid);
         continue;
@@ -434,8 +404,8 @@ void Daemon::recover() {
   for (const std::string& dir : {run_dir_, spool_dir_}) {
     for (const std::string& name : common::list_dir(dir).value_or(std::vector<std::string>{})) {
       if (name[0] < '0' || name[0] > '9') continue;
-      auto it = active_.find(std::atoll(name.c_str()));
-      if (it == active_.end() || it->second.state != JobState::kRunning)
+      const Job* j = jobs_->find(std::atoll(name.c_str()));
+      if (!j || j->state != JobState::kRunning)
         ::unlink((dir + "/" + name).c_str());
     }
   }

@@ -1,5 +1,5 @@
 // gpuq daemon: request handlers. Every handler validates its input and throws with a message that
-// names it; daemon.cc turns a throw into an error reply, so a bad request never stops the daemon.
+// names it; connections.cc turns a throw into an error reply, so a bad request never stops the daemon.
 #include <fmt/format.h>
 #include <pwd.h>
 #include <signal.h>
@@ -88,13 +88,6 @@ nlohmann::json Daemon::handle(const Request& req, const Peer& peer) {
   throw std::logic_error("unhandled request op");
 }
 
-size_t spec_bytes(const Job& j) {
-  size_t n = j.script.size();
-  for (const auto& a : j.args) n += a.size();
-  for (const auto& [k, v] : j.env) n += k.size() + v.size();
-  return n;
-}
-
 namespace {
 
 // A submission that would take a user past their share of the daemon's memory is refused.
@@ -113,23 +106,6 @@ void check_load(size_t jobs, size_t bytes, size_t new_jobs, size_t new_bytes) {
 }
 
 }  // namespace
-
-void Daemon::admit(Job j) {
-  auto& l = load_[j.uid];
-  l.jobs += 1;
-  l.bytes += spec_bytes(j);
-  const int64_t id = j.id;
-  active_.emplace(id, std::move(j));
-}
-
-void Daemon::retire(int64_t id) {
-  auto it = active_.find(id);
-  if (it == active_.end()) return;
-  auto& l = load_[it->second.uid];
-  l.jobs -= std::min<size_t>(l.jobs, 1);
-  l.bytes -= std::min(l.bytes, spec_bytes(it->second));
-  active_.erase(it);
-}
 
 void Daemon::log_event(const Job& j, const std::string& what) const {
   const std::string id =
@@ -155,7 +131,7 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
   }
   Job base = job_from_request(req, peer);
   std::vector<int> indices = r.array ? r.array->indices : std::vector<int>{-1};
-  const UserLoad& load = load_[peer.uid];
+  const JobTable::UserLoad load = jobs_->load_of(peer.uid);
   check_load(load.jobs, load.bytes, indices.size(), indices.size() * spec_bytes(base));
   std::vector<Job> jobs = insert_jobs(base, r, key, indices);
   log_event(jobs.front(),
@@ -165,12 +141,7 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
                                   base.gpus_requested)
                     : fmt::format("submitted by uid {}, {} GPU(s)", peer.uid, base.gpus_requested));
   const int64_t first = jobs.front().id;
-  for (auto& j : jobs) {
-    states_[j.id] = j.state;
-    if (j.array_job_id) array_members_[j.array_job_id].push_back(j.id);
-    if (j.array_job_id) array_tasks_[j.array_job_id][j.array_task_id] = j.id;
-    admit(std::move(j));
-  }
+  for (auto& j : jobs) jobs_->add_new(std::move(j));
   dirty_ = true;
   return {{"ok", true}, {"job_id", first}, {"tasks", indices.size()}};
 }
@@ -196,7 +167,7 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
                     gpus, cfg_.max_gpus_per_user));
   std::vector<Dependency> deps = r.dependencies.value_or(std::vector<Dependency>{});
   for (const auto& d : deps)
-    if (!states_.count(d.job_id) && !array_members_.count(d.job_id))
+    if (!jobs_->exists(d.job_id))
       throw std::invalid_argument(
           fmt::format("job dependency problem: job {} does not exist", d.job_id));
   // As in Slurm, where only operators set --priority: else any user could jump the queue.
@@ -270,8 +241,8 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   const int64_t now = now_ms();
   if (req.text) {
     std::vector<QueueRow> rows;
-    rows.reserve(active_.size());
-    for (const auto& [id, j] : active_) {
+    rows.reserve(jobs_->active().size());
+    for (const auto& [id, j] : jobs_->active()) {
       if (!user.empty() && j.user != user) continue;
       QueueRow r;
       r.id = display_id(j);
@@ -290,7 +261,7 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
     return {{"ok", true}, {"text", format_queue(rows, fmt_kind, req.header)}};
   }
   nlohmann::json jobs = nlohmann::json::array();
-  for (const auto& [id, j] : active_) {
+  for (const auto& [id, j] : jobs_->active()) {
     if (!user.empty() && j.user != user) continue;
     auto o = job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic);
     if (j.state == JobState::kPending) o["reason"] = pending_reason(j);
@@ -300,38 +271,19 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}};
 }
 
-std::optional<Job> Daemon::any_job(int64_t id) const {
-  auto a = active_.find(id);
-  return a != active_.end() ? std::optional<Job>(a->second) : store_->load_job(id);
-}
-
-std::optional<int64_t> Daemon::array_task_member(int64_t array_id, int64_t task) {
-  auto members = array_members_.find(array_id);
-  if (members == array_members_.end()) return std::nullopt;
-  auto tasks = array_tasks_.find(array_id);
-  if (tasks == array_tasks_.end()) {  // an array from before this daemon started
-    tasks = array_tasks_.emplace(array_id, std::map<int64_t, int64_t>{}).first;
-    for (int64_t m : members->second)
-      if (auto job = any_job(m)) tasks->second[job->array_task_id] = m;
-  }
-  auto it = tasks->second.find(task);
-  if (it == tasks->second.end()) return std::nullopt;
-  return it->second;
-}
-
 std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
                                          std::set<int64_t>* via_array) {
   std::vector<int64_t> out;
   for (const JobRef& ref : refs) {
-    auto members = array_members_.find(ref.id);
+    const std::vector<int64_t>* members = jobs_->array_members(ref.id);
     if (ref.task) {
-      auto member = array_task_member(ref.id, *ref.task);
+      auto member = jobs_->array_task_member(ref.id, *ref.task);
       if (!member) throw std::invalid_argument(fmt::format("invalid job id '{}'", ref.text));
       out.push_back(*member);
-    } else if (members != array_members_.end()) {
-      out.insert(out.end(), members->second.begin(), members->second.end());
-      if (via_array) via_array->insert(members->second.begin(), members->second.end());
-    } else if (states_.count(ref.id)) {
+    } else if (members) {
+      out.insert(out.end(), members->begin(), members->end());
+      if (via_array) via_array->insert(members->begin(), members->end());
+    } else if (jobs_->states().count(ref.id)) {
       out.push_back(ref.id);
     } else {
       throw std::invalid_argument(fmt::format("invalid job id '{}'", ref.text));
@@ -352,7 +304,7 @@ nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
   // a reply of hundreds of MB.
   const JobView own = req.brief || ids.size() != 1 ? JobView::kOwner : JobView::kFull;
   for (int64_t id : ids) {
-    std::optional<Job> j = any_job(id);
+    std::optional<Job> j = jobs_->any_job(id);
     if (!j) continue;
     bool mine = may_control(peer, *j);
     auto o = job_to_json(*j, mine ? own : JobView::kPublic);
@@ -376,15 +328,15 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
   bool all_ok = true;
   std::set<int64_t> via_array;
   for (int64_t id : resolve_ids(req.ids, &via_array)) {
-    auto it = active_.find(id);
+    Job* active = jobs_->find(id);
     std::string err;
-    if (it == active_.end()) {
+    if (!active) {
       if (via_array.count(id)) continue;  // finished tasks of a cancelled array: nothing to do
       err = fmt::format("job {} has already finished", id);
-    } else if (!may_control(peer, it->second)) {
-      err = fmt::format("permission denied: job {} belongs to {}", id, it->second.user);
+    } else if (!may_control(peer, *active)) {
+      err = fmt::format("permission denied: job {} belongs to {}", id, active->user);
     } else {
-      Job& j = it->second;
+      Job& j = *active;
       if (sig != 0) {
         auto r = runners_.find(id);
         if (j.state != JobState::kRunning || r == runners_.end()) {
@@ -418,17 +370,17 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
   bool all_ok = true;
   std::set<int64_t> via_array;
   for (int64_t id : resolve_ids(req.ids, &via_array)) {
-    auto it = active_.find(id);
+    Job* j = jobs_->find(id);
     std::string err;
-    if ((it == active_.end() || it->second.state != JobState::kPending) && via_array.count(id))
+    if ((!j || j->state != JobState::kPending) && via_array.count(id))
       continue;  // an array's tasks that already started or ended
-    if (it == active_.end() || it->second.state != JobState::kPending)
+    if (!j || j->state != JobState::kPending)
       err = fmt::format("job {} is not pending", id);
-    else if (!may_control(peer, it->second))
-      err = fmt::format("permission denied: job {} belongs to {}", id, it->second.user);
-    else if (it->second.held != hold) {
-      it->second.held = hold;
-      store_->update_job(it->second);
+    else if (!may_control(peer, *j))
+      err = fmt::format("permission denied: job {} belongs to {}", id, j->user);
+    else if (j->held != hold) {
+      j->held = hold;
+      store_->update_job(*j);
       dirty_ = true;
     }
     if (!err.empty()) all_ok = false;

@@ -120,7 +120,7 @@ void Daemon::apply_tick(const UsageSampler::Tick& t) {
     fmt::print(stderr, "gpuq daemon: GPU sampling: {}\n", problem.empty() ? "working" : problem);
   sample_error_ = problem;
   std::vector<Store::Sample> rows;
-  for (auto& [id, j] : active_) {
+  for (auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kRunning || t.time_ms < j.start_ms) continue;
     bool measured = false;
     for (int g : t.gpus ? j.gpus : std::vector<int>{}) {
@@ -187,7 +187,7 @@ nlohmann::json Daemon::op_status(const Request& req) {
   std::map<int, const Job*> holder;
   nlohmann::json running = nlohmann::json::array(), pending = nlohmann::json::array();
   size_t pending_total = 0;
-  for (const auto& [id, j] : active_) {
+  for (const auto& [id, j] : jobs_->active()) {
     if (j.state == JobState::kRunning) {
       for (int g : j.gpus) holder[g] = &j;
       running.push_back(job_brief(j, now));
@@ -202,12 +202,10 @@ nlohmann::json Daemon::op_status(const Request& req) {
   for (auto it = done.rbegin(); it != done.rend(); ++it) history.push_back(job_brief(*it, now));
   constexpr int kStates = static_cast<int>(JobState::kNodeFail) + 1;  // the enum's last
   int64_t counts[kStates] = {};
-  for (const auto& [id, st] : states_) counts[static_cast<int>(st)] += 1;
+  for (const auto& [id, st] : jobs_->states()) counts[static_cast<int>(st)] += 1;
   nlohmann::json by_state = nlohmann::json::object();
   for (int k = 0; k < kStates; ++k) by_state[state_name(static_cast<JobState>(k))] = counts[k];
-  std::map<std::string, double> seconds = finished_gpu_seconds_;
-  for (const auto& [id, j] : active_)
-    if (j.state == JobState::kRunning) seconds[j.user] += gpu_seconds(j, now);
+  const std::map<std::string, double> seconds = accounting_->gpu_seconds_by_user(*jobs_, now);
   nlohmann::json sampler = {{"interval_s", cfg_.sample_interval_s},
                             {"error", sample_error_},
                             {"time_ms", last_gpus_ ? last_gpus_->time_ms : 0},
@@ -232,7 +230,7 @@ nlohmann::json Daemon::op_stats(const Request& req) {
   if (ids.size() != 1)
     throw std::invalid_argument(fmt::format(
         "job {} is an array of {} tasks: ask for one task (ID_TASK)", req.ids[0].text, ids.size()));
-  std::optional<Job> j = any_job(ids[0]);
+  std::optional<Job> j = jobs_->any_job(ids[0]);
   if (!j) throw std::invalid_argument(fmt::format("invalid job id '{}'", ids[0]));
   auto samples = store_->job_samples(j->id);
   // A reply carries at most kMaxSamplesPerReply samples (a week of 8 GPUs every 10 s is 480,000):
