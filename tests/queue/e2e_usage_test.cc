@@ -60,6 +60,37 @@ void wait_samples(const Daemon& d, int64_t id, size_t per_gpu, double timeout_s 
                                        id, have, timeout_s, per_gpu));
 }
 
+// What `gpuq stats ID` and `gpuq stats --csv ID` print for a finished job that held `held`.
+void expect_stats_text(const Daemon& d, int64_t id, const std::set<int>& held, int cores) {
+  double expect_sum = 0, expect_max = 0;
+  for (int g : held) {
+    expect_sum += kFixture.at(g).first;
+    expect_max = std::max(expect_max, kFixture.at(g).first);
+  }
+  Result t = d.gpuq(fmt::format("stats {}", id));
+  ASSERT_EQ(t.rc, 0) << t.err;
+  EXPECT_NE(t.out.find(fmt::format("GPU Utilization: mean {:.1f}%, max {:.1f}%",
+                                   expect_sum / held.size(), expect_max)),
+            std::string::npos)
+      << t.out;
+  for (int g : held)
+    EXPECT_NE(t.out.find(fmt::format("  GPU {}: mean {:.1f}%, max {:.1f}%, memory max {:.0f} of "
+                                     "40960 MiB",
+                                     g, kFixture.at(g).first, kFixture.at(g).first,
+                                     kFixture.at(g).second)),
+              std::string::npos)
+        << t.out;
+  EXPECT_NE(t.out.find("CPU Efficiency: "), std::string::npos);
+  EXPECT_NE(t.out.find(cores == 1 ? "core-walltime (1 core)"
+                                  : fmt::format("core-walltime ({} cores)", cores)),
+            std::string::npos)
+      << t.out;
+  Result csv = d.gpuq(fmt::format("stats --csv {}", id));
+  auto rows = lines(csv.out);
+  ASSERT_GE(rows.size(), 3u);
+  EXPECT_EQ(rows[0], "time,gpu,util,mem_used_mib,power_w,temp_c");
+}
+
 }  // namespace
 
 TEST(GpuqUsage, StatsAndReportShowTheFixturesFigures) {
@@ -99,28 +130,7 @@ TEST(GpuqUsage, StatsAndReportShowTheFixturesFigures) {
       EXPECT_TRUE(held.count(g)) << "a sample of GPU " << g << " the job did not hold";
       EXPECT_EQ(row[2].get<double>(), kFixture.at(g).first);
     }
-    // The text a user reads.
-    Result t = d.gpuq(fmt::format("stats {}", id));
-    ASSERT_EQ(t.rc, 0) << t.err;
-    EXPECT_NE(t.out.find(fmt::format("GPU Utilization: mean {:.1f}%, max {:.1f}%",
-                                     expect_sum / held.size(), expect_max)),
-              std::string::npos)
-        << t.out;
-    for (int g : held)
-      EXPECT_NE(t.out.find(fmt::format("  GPU {}: mean {:.1f}%, max {:.1f}%, memory max {:.0f} of "
-                                       "40960 MiB",
-                                       g, kFixture.at(g).first, kFixture.at(g).first,
-                                       kFixture.at(g).second)),
-                std::string::npos)
-          << t.out;
-    EXPECT_NE(t.out.find("CPU Efficiency: "), std::string::npos);
-    EXPECT_NE(t.out.find(id == c ? "core-walltime (2 cores)" : "core-walltime (1 core)"),
-              std::string::npos)
-        << t.out;
-    Result csv = d.gpuq(fmt::format("stats --csv {}", id));
-    auto rows = lines(csv.out);
-    ASSERT_GE(rows.size(), 3u);
-    EXPECT_EQ(rows[0], "time,gpu,util,mem_used_mib,power_w,temp_c");
+    expect_stats_text(d, id, held, id == c ? 2 : 1);
   }
 
   Result h = d.gpuq("history");
