@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# function-size.sh [BUILD_DIR]: lists every function over 80 lines in the project's C++ sources
-# (not tests, benchmarks or .cu files), with clang-tidy's readability-function-size over the
-# build's compile_commands.json. Exit 1 when there is one. About 10 minutes on 2 cores.
+# function-size.sh [BUILD_DIR]: lists every function over 80 lines in the project's C++ and CUDA
+# sources, tests and benchmarks included, with clang-tidy's readability-function-size over the
+# build's compile_commands.json (configured with CUDA, so the .cu files are in it). Exit 1 when
+# there is one. About 20 minutes on 2 cores.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
@@ -13,7 +14,7 @@ import json, sys
 seen = set()
 for e in json.load(open(sys.argv[1])):
     f = e["file"]
-    if f in seen or f.endswith(".cu") or any(p in f for p in ("/build", "/tests/", "/bench/")):
+    if f in seen or "/build" in f:
         continue
     seen.add(f)
     print(f)
