@@ -16,6 +16,10 @@
 namespace gpurun::launcher {
 namespace {
 
+Attempt::ProgramEnd program_end(const control::Exit& m) {
+  return {m.code, m.signal, m.seconds, m.what.value};
+}
+
 constexpr std::size_t kMaxMessage = 16 << 20;  // a STACKS message of many threads
 constexpr double kEngineLinger = 10;           // after a stop, before the engine gets TERM
 constexpr double kPendingSignalSettle = 5;     // send_pending_signals
@@ -26,7 +30,8 @@ Supervisor::Supervisor(RunConfig& cfg)
     : cfg_(cfg),
       world_(cfg.plan.world_size),
       single_machine_(cfg.alloc.scheduler == Scheduler::local ||
-                      cfg.alloc.scheduler == Scheduler::gpuq) {}
+                      cfg.alloc.scheduler == Scheduler::gpuq),
+      attempt_(world_, cfg.hang_timeout) {}
 
 int Supervisor::run() {
   check_program();
@@ -96,7 +101,7 @@ void Supervisor::on_signal(int sig) {
     begin_stop(fmt::format("second {}: stopping all ranks now", common::signal_name(sig)));
     return;
   }
-  if (running_ < world_ && !stopping_ && signal_before_start(sig)) return;
+  if (!attempt_.all_running() && !attempt_.stopping() && signal_before_start(sig)) return;
   say(fmt::format("forwarding {} to {} rank{}", common::signal_name(sig), world_,
                   world_ == 1 ? "" : "s"));
   broadcast(control::Signal{sig});
@@ -114,7 +119,7 @@ void Supervisor::on_signal(int sig) {
 bool Supervisor::signal_before_start(int sig) {
   if (sig == SIGINT || sig == SIGTERM || sig == SIGHUP) {
     forwarded_stop_signal_ = sig;  // the user asked to stop: no restart
-    failure_ = Failure{-1, "", "was stopped", 128 + sig, proc::now_seconds() - t0_, false};
+    attempt_.fail(-1, "was stopped", 128 + sig, proc::now_seconds() - t0_);
     tell(fmt::format("{} before every rank's program started: stopping the launch",
                      common::signal_name(sig)));
     begin_stop("");
@@ -122,7 +127,7 @@ bool Supervisor::signal_before_start(int sig) {
   }
   if (sig != SIGUSR1 && sig != SIGUSR2) return false;
   hold_signal(sig, fmt::format("{} before every rank's program started ({} of {})",
-                               common::signal_name(sig), running_, world_));
+                               common::signal_name(sig), attempt_.running_count(), world_));
   return true;
 }
 
@@ -166,16 +171,12 @@ void Supervisor::on_readable(Conn& c) {
 }
 
 void Supervisor::on_message(Conn& c, const control::Hello& m) {
-  if (m.token != token_ || m.rank < 0 || m.rank >= world_ || rank(m.rank).started) {
+  if (m.token != token_ || !attempt_.on_hello(m.rank, m.host)) {
     c.fd.reset();  // not one of ours (or of an earlier attempt)
     return;
   }
   c.rank = m.rank;
-  RankState& r = rank(m.rank);
-  r.started = true;
-  r.host = m.host;
-  ++started_;
-  if (stopping_) {
+  if (attempt_.stopping()) {
     send(c, control::Stop{});
     return;
   }
@@ -192,29 +193,20 @@ void Supervisor::on_message(Conn& c, const control::Port& m) {
     say(fmt::format("port {} is busy: MASTER_PORT={}", cfg_.plan.master_port, m.port));
   else if (!m.probe)
     say(fmt::format("--master-port {} is taken on {}: ranks start without checking they reach it",
-                    m.port, rank(0).host));
+                    m.port, attempt_.rank(0).host));
   broadcast(control::Rendezvous{m.port, m.probe});
 }
 
 void Supervisor::on_message(Conn& c, const control::Reach& m) {
-  RankState& r = rank(c.rank);
-  r.iface = m.iface;
-  r.reach_error = m.ok ? "" : m.detail.value;
-  if (!m.ok || r.reached) return;
-  r.reached = true;
-  if (++reached_ == world_ && !go_sent_ && !stopping_) {
-    go_sent_ = true;
-    int monitor_ms = cfg_.monitor_file ? static_cast<int>(cfg_.monitor_interval * 1000 + 0.5) : 0;
-    broadcast(control::Go{restarts_, cfg_.hang_timeout > 0 ? 1 : 0, cfg_.cpu_bind, monitor_ms});
-  }
+  std::optional<std::string> error;
+  if (!m.ok) error = m.detail.value;
+  if (!attempt_.on_reach(c.rank, m.iface, std::move(error))) return;
+  int monitor_ms = cfg_.monitor_file ? static_cast<int>(cfg_.monitor_interval * 1000 + 0.5) : 0;
+  broadcast(control::Go{restarts_, cfg_.hang_timeout > 0 ? 1 : 0, cfg_.cpu_bind, monitor_ms});
 }
 
 void Supervisor::on_message(Conn& c, const control::Running&) {
-  RankState& r = rank(c.rank);
-  if (r.running) return;
-  r.running = true;
-  r.last_progress = proc::now_seconds();
-  if (++running_ < world_) return;
+  if (!attempt_.on_running(c.rank, proc::now_seconds())) return;
   timers_.clear(Timer::start);
   if (cfg_.hang_timeout > 0) timers_.set(Timer::hang_check, proc::now_seconds() + 1);
   if (!pending_signals_.empty())
@@ -222,16 +214,13 @@ void Supervisor::on_message(Conn& c, const control::Running&) {
 }
 
 void Supervisor::on_message(Conn& c, const control::StepReport& m) {
-  RankState& r = rank(c.rank);
-  r.last_progress = proc::now_seconds();
-  if (m.step != r.step) r.step_since = r.last_progress;
-  r.step = m.step;
+  attempt_.on_step(c.rank, m.step, proc::now_seconds());
 }
 
 // A checkpoint signal that came before the programs ran goes out kPendingSignalSettle after the
 // last one started: sooner, a program that has not installed its handler yet would die of it.
 void Supervisor::send_pending_signals() {
-  if (stopping_) return;  // kept for the next attempt (--max-restarts)
+  if (attempt_.stopping()) return;  // kept for the next attempt (--max-restarts)
   for (int sig : pending_signals_) {
     say(fmt::format("forwarding the {} that came before every rank's program started",
                     common::signal_name(sig)));
@@ -259,10 +248,8 @@ void Supervisor::on_abort(int r, int errorcode) {
 }
 
 void Supervisor::on_message(Conn& c, const control::Stacks& m) {
-  rank(c.rank).stacks = m.text.value;
-  if (!hang_ || !timers_.armed(Timer::stacks)) return;
-  for (const auto& r : ranks_)
-    if (r.running && !r.exited && !r.stacks) return;
+  attempt_.on_stacks(c.rank, m.text.value);
+  if (!attempt_.hung() || !timers_.armed(Timer::stacks) || !attempt_.all_stacks_in()) return;
   timers_.clear(Timer::stacks);
   finish_hang();
 }
@@ -271,8 +258,7 @@ void Supervisor::on_message(Conn& c, const control::Stacks& m) {
 // sends it to a whole process group) is part of that stop, not a failure; a SIGINT that reached
 // a rank alone is passed on to the others as if gpurun had got it. True when `m` was such an end.
 bool Supervisor::user_stop(int r, const control::Exit& m) {
-  if (failure_ || !m.what.value.empty() || (m.signal != SIGINT && !forwarded_stop_signal_))
-    return false;
+  if (!attempt_.ended_by_user_stop(program_end(m), forwarded_stop_signal_)) return false;
   if (!forwarded_stop_signal_) on_signal(SIGINT);
   if (m.signal == forwarded_stop_signal_ || m.signal == SIGINT)
     ++ended_by_stop_;
@@ -286,28 +272,13 @@ bool Supervisor::user_stop(int r, const control::Exit& m) {
 
 void Supervisor::on_message(Conn& c, const control::Exit& m) {
   send(c, control::Bye{});
-  RankState& r = rank(c.rank);
-  if (r.exited) return;
-  r.exited = true;
-  if (user_stop(c.rank, m)) return;
-  if (!m.what.value.empty()) {
-    record_failure(c.rank, m.what.value, m.signal ? 128 + m.signal : m.code, -1);
-  } else if (m.code != 0 || m.signal != 0) {
-    std::string what = m.signal ? fmt::format("was killed by signal {} ({})", m.signal,
-                                              common::signal_name(m.signal))
-                                : fmt::format("exited with code {}", m.code);
-    record_failure(c.rank, what, m.signal ? 128 + m.signal : m.code, m.seconds);
-  }
+  if (!attempt_.on_end(c.rank) || user_stop(c.rank, m)) return;
+  if (attempt_.fail_by_end(c.rank, program_end(m))) begin_stop("");
 }
 
 void Supervisor::on_disconnect(Conn& c) {
   c.fd.reset();
-  if (c.rank < 0) return;
-  RankState& r = rank(c.rank);
-  if (r.exited) return;
-  r.exited = true;
-  record_failure(c.rank, "was lost (its wrapper ended without reporting: killed?)", 137,
-                 proc::now_seconds() - t0_);
+  if (c.rank >= 0 && attempt_.on_lost(c.rank, proc::now_seconds() - t0_)) begin_stop("");
 }
 
 void Supervisor::on_timer(Timer t) {
@@ -317,7 +288,8 @@ void Supervisor::on_timer(Timer t) {
       return;
     case Timer::checkpoint:
       checkpoint_at_ = 0;
-      if (running_ < world_ && !stopping_) {  // whatever the signal: it waits, it does not stop
+      // Whatever the signal: it waits, it does not stop.
+      if (!attempt_.all_running() && !attempt_.stopping()) {
         hold_signal(cfg_.checkpoint_signal,
                     "job time nearly over before every rank's program started");
         return;
@@ -353,12 +325,13 @@ void Supervisor::on_timer(Timer t) {
 
 // Not every program started in time: name the ranks, and why where a rank knows.
 void Supervisor::on_start_timeout() {
-  if (stopping_ || running_ == world_) return;
+  if (attempt_.stopping() || attempt_.all_running()) return;
   double now = proc::now_seconds();
   std::string missing;
   int shown = 0, unreachable = 0;
+  const int running = attempt_.running_count();
   for (int r = 0; r < world_; ++r) {
-    const RankState& s = rank(r);
+    const Attempt::Rank& s = attempt_.rank(r);
     if (s.running) continue;
     if (shown < 8) missing += fmt::format("{}{}", shown++ ? ", " : "", r);
     if (s.started && !s.reached && !s.reach_error.empty() && unreachable++ < 8)
@@ -368,10 +341,10 @@ void Supervisor::on_start_timeout() {
                       r, s.host, cfg_.plan.master_addr, port_.value_or(0), s.iface, s.reach_error));
   }
   tell(fmt::format("ranks {}{} did not start within {:.0f} s (of {} ranks {} started); stopping",
-                   missing, world_ - running_ > shown ? ", ..." : "", cfg_.start_timeout, world_,
-                   running_));
+                   missing, world_ - running > shown ? ", ..." : "", cfg_.start_timeout, world_,
+                   running));
   begin_stop("");
-  failure_ = Failure{-1, "", "did not start", 1, now - t0_, false};
+  attempt_.fail(-1, "did not start", 1, now - t0_);
 }
 
 // A line of the engine's own output. Engines print a framed banner ("-----" lines) when their
@@ -393,8 +366,9 @@ void Supervisor::on_engine_output(int stream) {
     std::size_t e = text.find('\n', b) + 1;
     std::string_view line(text.data() + b, e - b);
     bool rule = line.size() > 20 && line.find_first_not_of("-\n") == std::string_view::npos;
-    if (rule && !in_banner_[i]) drop_banner_[i] = stopping_;
-    if (!(drop_banner_[i] && (in_banner_[i] || rule)) && !(stopping_ && is_engine_echo(line)))
+    if (rule && !in_banner_[i]) drop_banner_[i] = attempt_.stopping();
+    if (!(drop_banner_[i] && (in_banner_[i] || rule)) &&
+        !(attempt_.stopping() && is_engine_echo(line)))
       kept.append(line);
     if (rule) in_banner_[i] = !in_banner_[i];
     b = e;
@@ -424,12 +398,7 @@ void Supervisor::broadcast(const control::ToWrapper& m) {
 }
 
 void Supervisor::begin_stop(const std::string& why) {
-  if (stopping_) return;
-  stopping_ = true;
-  for (int r = 0; r < world_; ++r) {
-    const RankState& s = rank(r);
-    if (s.started && !s.exited) stopped_.push_back(r);
-  }
+  if (!attempt_.begin_stop()) return;
   broadcast(control::Stop{});
   // The wrappers end their programs (KILL after --kill-grace); the engine then sees its tasks gone
   // and exits by itself (mpirun takes 1-3 s to wind down an abort, and may crash when signalled
@@ -443,9 +412,7 @@ void Supervisor::begin_stop(const std::string& why) {
 }
 
 void Supervisor::record_failure(int r, const std::string& what, int status, double secs) {
-  if (failure_) return;
-  failure_ = Failure{r, rank(r).host, what, status, secs, running_ == world_};
-  begin_stop("");
+  if (attempt_.fail(r, what, status, secs)) begin_stop("");
 }
 
 void Supervisor::say(const std::string& msg) const {

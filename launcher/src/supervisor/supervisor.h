@@ -9,7 +9,8 @@
 // had started and restarts are left, the next attempt starts; else gpurun prints one line naming
 // that rank and exits with its status. --hang-timeout: when ranks stop making progress, every
 // rank's stacks are collected, summarized and written, and the job stops with kHangStatus.
-// Private to the gpurun binary.
+// What an attempt's events mean for its ranks, its failure and its hang is Attempt's (attempt.h);
+// the Supervisor does the talking, the processes and the timers. Private to the gpurun binary.
 #pragma once
 
 #include <sys/types.h>
@@ -24,6 +25,7 @@
 #include "gpurun/launcher/launch.h"
 #include "monitor/monitor.h"
 #include "sys/net.h"
+#include "supervisor/attempt.h"
 #include "supervisor/output.h"
 #include "sys/proc_util.h"
 #include "cli/run.h"
@@ -54,22 +56,6 @@ class Supervisor {
     common::Fd fd;
     proc::LineReader in;
     int rank = -1;  // -1 until its HELLO arrives
-  };
-  struct RankState {
-    bool started = false, reached = false, running = false, exited = false;
-    std::string host, iface, reach_error;
-    double last_progress = 0;
-    double step_since = 0;    // when `step` took its value
-    double behind_since = 0;  // since when its step is below the highest (0: it is not)
-    std::int64_t step = -1;
-    std::optional<std::string> stacks;
-  };
-  struct Failure {
-    int rank;  // -1: the job as a whole (ranks that never started, a hang)
-    std::string host, what;
-    int status;
-    double seconds;
-    bool all_running;  // every rank's program had started when it failed
   };
 
   // Before and between attempts (supervisor_start.cc).
@@ -117,13 +103,10 @@ class Supervisor {
   void say(const std::string& msg) const;   // a status line (not with --quiet)
   void tell(const std::string& msg) const;  // a failure, hang or restart: always
   bool engine_done() const;
-  RankState& rank(int r) { return ranks_[static_cast<std::size_t>(r)]; }
 
   // Hangs (supervisor_hang.cc).
   void check_hang();
   void begin_hang(const std::string& why);
-  static bool behind(const RankState& r, std::int64_t top);
-  bool stuck_behind(const RankState& r, std::int64_t top, double now) const;
   void finish_hang();
   std::string hang_dir() const;
 
@@ -169,16 +152,11 @@ class Supervisor {
   std::array<LineForwarder, 2> engine_lines_;
   std::array<bool, 2> in_banner_{}, drop_banner_{};
   std::vector<Conn> conns_;
-  std::vector<RankState> ranks_;
+  Attempt attempt_;
   proc::Deadlines<Timer> timers_;
-  std::optional<Failure> failure_;
   std::optional<int> port_;  // the rendezvous port rank 0 holds
   bool port_checkable_ = true;
   double t0_ = 0;
-  int started_ = 0, reached_ = 0, running_ = 0;
-  std::vector<int> stopped_;  // ranks still running when the stop began
-  bool stopping_ = false, go_sent_ = false;
-  std::optional<std::string> hang_;  // why the job is called hung
 };
 
 }  // namespace gpurun::launcher

@@ -12,7 +12,7 @@ namespace gpurun::launcher {
 
 void Supervisor::on_message(Conn& c, const control::GpuSamples& m) {
   if (!monitor_) return;
-  const std::string& node = rank(c.rank).host;
+  const std::string& node = attempt_.rank(c.rank).host;
   std::vector<std::string> problems;
   try {
     problems = monitor_->add(node, m);
@@ -36,7 +36,7 @@ bool Supervisor::first_monitor_failure(const std::string& what) {
 }
 
 void Supervisor::on_message(Conn& c, const control::GpuSamplesFailed& m) {
-  const std::string& node = rank(c.rank).host;
+  const std::string& node = attempt_.rank(c.rank).host;
   if (std::find(monitor_silent_.begin(), monitor_silent_.end(), node) == monitor_silent_.end())
     monitor_silent_.push_back(node);
   // Every node lacking nvidia-smi says the same: once is enough.

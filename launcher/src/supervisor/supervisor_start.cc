@@ -46,15 +46,10 @@ void Supervisor::begin_attempt() {
   cfg_.launch.control = fmt::format("{}:{}:{}", control_host_, control_.port, token_);
   children_.clear();
   conns_.clear();
-  ranks_.assign(static_cast<std::size_t>(world_), RankState{});
+  attempt_ = Attempt(world_, cfg_.hang_timeout);
   timers_ = {};
-  failure_.reset();
   port_.reset();
   port_checkable_ = true;
-  started_ = reached_ = running_ = 0;
-  stopped_.clear();
-  stopping_ = go_sent_ = false;
-  hang_.reset();
   if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
   if (cfg_.max_restarts > 0) output_->mark_attempt(restarts_ + 1);
   start_engine();
@@ -123,21 +118,23 @@ void Supervisor::arm_checkpoint_timer() {
                   common::signal_name(cfg_.checkpoint_signal), checkpoint_at_ - job_t0_));
 }
 
-// After an attempt: restart when a rank failed after every rank had started, the user did not
-// ask to stop, it was not a hang, and restarts are left.
+// After an attempt: Attempt::restart decides; this says so.
 bool Supervisor::should_restart() {
-  if (!failure_ || failure_->rank < 0 || hang_ || forwarded_stop_signal_) return false;
-  if (restarts_ >= cfg_.max_restarts) return false;
-  if (!failure_->all_running) {
-    tell(fmt::format("not restarting: rank {} failed before every rank had started",
-                     failure_->rank));
-    return false;
+  switch (attempt_.restart(restarts_, cfg_.max_restarts, forwarded_stop_signal_)) {
+    case Attempt::Restart::no:
+      return false;
+    case Attempt::Restart::no_failed_before_all_ran:
+      tell(fmt::format("not restarting: rank {} failed before every rank had started",
+                       attempt_.failure()->rank));
+      return false;
+    case Attempt::Restart::yes:
+      break;
   }
+  const Attempt::Failure& f = *attempt_.failure();
   ++restarts_;
-  tell(fmt::format("rank {} on {} {}{}: restarting all {} ranks (restart {} of {})", failure_->rank,
-                   failure_->host, failure_->what,
-                   failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
-                   world_, restarts_, cfg_.max_restarts));
+  tell(fmt::format("rank {} on {} {}{}: restarting all {} ranks (restart {} of {})", f.rank, f.host,
+                   f.what, f.seconds >= 0 ? fmt::format(" after {:.1f} s", f.seconds) : "", world_,
+                   restarts_, cfg_.max_restarts));
   return true;
 }
 
@@ -170,36 +167,38 @@ std::vector<std::string> requeue_command(const Allocation& a) {
 }  // namespace
 
 int Supervisor::result() {
+  const std::optional<Attempt::Failure>& failure = attempt_.failure();
+  const std::vector<int>& stopped = attempt_.stopped();
+  const int running = attempt_.running_count();
   // The failed rank is no other, also when it was stopped with them (after --stop-timeout).
-  const auto stopped_others =
-      static_cast<int>(stopped_.size() - std::count(stopped_.begin(), stopped_.end(),
-                                                    failure_ ? failure_->rank : -1));
+  const auto stopped_others = static_cast<int>(
+      stopped.size() - std::count(stopped.begin(), stopped.end(), failure ? failure->rank : -1));
   if (std::string lost = output_ ? output_->failed_files() : ""; !lost.empty())
     tell(fmt::format("--output-dir: incomplete, writing them failed: {}", lost));
-  if (failure_ && failure_->rank >= 0) {
+  if (failure && failure->rank >= 0) {
     tell(fmt::format(
-        "rank {} on {} {}{}; stopped {} other rank{}{}", failure_->rank, failure_->host,
-        failure_->what,
-        failure_->seconds >= 0 ? fmt::format(" after {:.1f} s", failure_->seconds) : "",
+        "rank {} on {} {}{}; stopped {} other rank{}{}", failure->rank, failure->host,
+        failure->what,
+        failure->seconds >= 0 ? fmt::format(" after {:.1f} s", failure->seconds) : "",
         stopped_others, stopped_others == 1 ? "" : "s",
         restarts_ ? fmt::format(" (after {} restart{})", restarts_, restarts_ == 1 ? "" : "s")
                   : ""));
-    return failure_->status;
+    return failure->status;
   }
-  if (failure_) return failure_->status;
+  if (failure) return failure->status;
   if (ended_by_stop_ > 0 || !ended_otherwise_.empty()) return user_stop_result();
   // No rank failed. The engine's own status still counts (it may have failed to start ranks).
   for (const auto& c : children_) {
     int st = c.status().value_or(0);
     if (proc::exit_code(st) != 0) {
       tell(fmt::format("{} {} ({} of {} ranks started)", to_string(cmd_.engine),
-                       describe_wait_status(st), running_, world_));
+                       describe_wait_status(st), running, world_));
       return proc::exit_code(st);
     }
   }
-  if (running_ < world_) {
+  if (running < world_) {
     tell(fmt::format("{} exited but only {} of {} ranks ever started", to_string(cmd_.engine),
-                     running_, world_));
+                     running, world_));
     return 1;
   }
   if (cfg_.requeue && checkpoint_signal_sent_) return requeue_after_checkpoint();
