@@ -2,7 +2,7 @@
 # function-size.sh [BUILD_DIR]: lists every function over 80 lines in the project's C++ and CUDA
 # sources, tests and benchmarks included, with clang-tidy's readability-function-size over the
 # build's compile_commands.json (configured with CUDA, so the .cu files are in it). Exit 1 when
-# there is one. About 20 minutes on 2 cores.
+# there is one. About 7 to 10 minutes on 2 cores.
 set -euo pipefail
 build=${1:-build}
 cd "$(dirname "$0")/.."
