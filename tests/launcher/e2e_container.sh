@@ -19,7 +19,11 @@ case "$rt $1 ${2:-}" in "podman run "*|"apptainer exec "*) shift ;; *) echo "$rt
 envs=() wd=
 while (($#)); do
   case $1 in
-    --env=*) envs+=("${1#--env=}") ;;
+    --env=*) e=${1#--env=}
+      # apptainer reads --env as CSV: a quoted field ("" for ") is one KEY=VALUE, commas and all.
+      if [[ $rt == apptainer && $e == \"*\" ]]; then e=${e:1:${#e}-2}; e=${e//\"\"/\"}
+      elif [[ $rt == apptainer && $e == *[,\"]* ]]; then echo "$rt: --env $e is cut at a comma or refused" >&2; exit 96; fi
+      envs+=("$e") ;;
     --workdir=* | --pwd=*) wd=${1#*=} ;;
     --rm | --network=host | --ipc=host | --nv | --volume=* | --bind=* | --device=*) ;;
     -*) echo "$rt: unexpected option $1" >&2; exit 98 ;;
