@@ -40,12 +40,13 @@ SHIM
 done
 export PATH="$tmp/bin:$PATH"
 cd "$tmp/work"
-prog='echo "rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK master=$MASTER_ADDR:$MASTER_PORT hb=${GPURUN_HEARTBEAT:+set} home=${HOME:-unset} pwd=$(pwd)"'
+prog='echo "rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK master=$MASTER_ADDR:$MASTER_PORT hb=${GPURUN_HEARTBEAT:+set} home=${HOME:-unset} pwd=$(pwd) tf=$TF_CONFIG"'
 for rt in podman apptainer auto; do
   out=$("$gpurun" -q --scheduler local --launcher local -n 2 --container localhost/gpurun:test \
     --container-runtime $rt -- sh -c "$prog" 2>&1) || { echo "FAIL($rt): gpurun failed:"; echo "$out"; exit 1; }
   for r in 0 1; do
-    grep -q "rank=$r/2 local=$r master=127.0.0.1:[0-9]* hb=set home=unset pwd=$tmp/work" <<<"$out" ||
+    # TF_CONFIG, with its commas and quotes, reaches the program whole.
+    grep -q "rank=$r/2 local=$r master=127.0.0.1:[0-9]* hb=set home=unset pwd=$tmp/work tf={\"cluster\":{\"worker\":\[\"127.0.0.1:[0-9]*\",\"127.0.0.1:[0-9]*\"\]},\"task\":{\"type\":\"worker\",\"index\":$r}}$" <<<"$out" ||
       { echo "FAIL($rt): rank $r's line missing:"; echo "$out"; exit 1; }
   done
   echo "ok: $rt"
