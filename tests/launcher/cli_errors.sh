@@ -15,6 +15,7 @@ expect_fail "      ^" "$gpurun" hostlist expand 'gpu[1-x]'
 expect_fail "-n 99 asks for more ranks" env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x2)' "$gpurun" -n 99 --dry-run -- true
 expect_fail "SLURM_TASKS_PER_NODE=2(x3) describes 3 nodes" env SLURM_JOB_ID=1 SLURM_JOB_NODELIST='n[1-2]' SLURM_TASKS_PER_NODE='2(x3)' "$gpurun" info
 expect_fail "--nproc-per-node 'lots'" "$gpurun" --nproc-per-node lots -- true
+expect_fail "--contract 'torch,mpi': unknown contract 'mpi'; expected a comma-separated list of torch, tf and jax" "$gpurun" --contract torch,mpi -- true
 expect_fail "no program to launch" "$gpurun" -n 2
 expect_fail "cannot run 'no-such-program-xyz'" "$gpurun" --scheduler local -n 1 -- no-such-program-xyz
 expect_fail "unrecognised option" "$gpurun" --bogus -- true
@@ -49,9 +50,9 @@ expect_fail "the rank table is format 1 from an older gpurun, but this rank wrap
 expect_fail "is format 7 from gpurun 0.0.1, but this rank wrapper is gpurun" \
   env GPURUN_RANK=0 "$gpurun" _rank --plan '{"gpurun_rank_table":7,"gpurun":"0.0.1"}' --control none -- true
 expect_fail "the table has no \"master_addr\"" \
-  env GPURUN_RANK=0 "$gpurun" _rank --plan '{"gpurun_rank_table":2,"scheduler":"local","job_id":"%ZZ"}' --control none -- true
+  env GPURUN_RANK=0 "$gpurun" _rank --plan '{"gpurun_rank_table":3,"scheduler":"local","job_id":"%ZZ"}' --control none -- true
 table=$("$gpurun" --scheduler local -n 2 --dry-run -- true | sed -n "s/.* --plan '\([^']*\)'.*/\1/p")
-[[ $table == '{"gpurun_rank_table":2,'* ]] || { echo "FAIL: --dry-run's rank table: $table"; exit 1; }
+[[ $table == '{"gpurun_rank_table":3,'* ]] || { echo "FAIL: --dry-run's rank table: $table"; exit 1; }
 expect_fail "GPURUN_RANK=2 but the plan has 2 ranks" env GPURUN_RANK=2 "$gpurun" _rank --plan "$table" --control none -- true
 # Issue 26, item 5: hostile allocations get an error naming the input, status 2, in under 2 s,
 # with bounded memory (they crashed gpurun with SIGSEGV, grew it to 22 GB, or were taken as hosts).

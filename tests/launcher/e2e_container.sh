@@ -19,7 +19,11 @@ case "$rt $1 ${2:-}" in "podman run "*|"apptainer exec "*) shift ;; *) echo "$rt
 envs=() wd=
 while (($#)); do
   case $1 in
-    --env=*) envs+=("${1#--env=}") ;;
+    --env=*) e=${1#--env=}
+      # apptainer reads --env as CSV: a quoted field ("" for ") is one KEY=VALUE, commas and all.
+      if [[ $rt == apptainer && $e == \"*\" ]]; then e=${e:1:${#e}-2}; e=${e//\"\"/\"}
+      elif [[ $rt == apptainer && $e == *[,\"]* ]]; then echo "$rt: --env $e is cut at a comma or refused" >&2; exit 96; fi
+      envs+=("$e") ;;
     --workdir=* | --pwd=*) wd=${1#*=} ;;
     --rm | --network=host | --ipc=host | --nv | --volume=* | --bind=* | --device=*) ;;
     -*) echo "$rt: unexpected option $1" >&2; exit 98 ;;
@@ -36,12 +40,13 @@ SHIM
 done
 export PATH="$tmp/bin:$PATH"
 cd "$tmp/work"
-prog='echo "rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK master=$MASTER_ADDR:$MASTER_PORT hb=${GPURUN_HEARTBEAT:+set} home=${HOME:-unset} pwd=$(pwd)"'
+prog='echo "rank=$RANK/$WORLD_SIZE local=$LOCAL_RANK master=$MASTER_ADDR:$MASTER_PORT hb=${GPURUN_HEARTBEAT:+set} home=${HOME:-unset} pwd=$(pwd) tf=$TF_CONFIG"'
 for rt in podman apptainer auto; do
   out=$("$gpurun" -q --scheduler local --launcher local -n 2 --container localhost/gpurun:test \
     --container-runtime $rt -- sh -c "$prog" 2>&1) || { echo "FAIL($rt): gpurun failed:"; echo "$out"; exit 1; }
   for r in 0 1; do
-    grep -q "rank=$r/2 local=$r master=127.0.0.1:[0-9]* hb=set home=unset pwd=$tmp/work" <<<"$out" ||
+    # TF_CONFIG, with its commas and quotes, reaches the program whole.
+    grep -q "rank=$r/2 local=$r master=127.0.0.1:[0-9]* hb=set home=unset pwd=$tmp/work tf={\"cluster\":{\"worker\":\[\"127.0.0.1:[0-9]*\",\"127.0.0.1:[0-9]*\"\]},\"task\":{\"type\":\"worker\",\"index\":$r}}$" <<<"$out" ||
       { echo "FAIL($rt): rank $r's line missing:"; echo "$out"; exit 1; }
   done
   echo "ok: $rt"

@@ -2,6 +2,8 @@
 // happen before anything starts (with the numbers in the message).
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include "gpurun/launcher/error.h"
 #include "gpurun/launcher/launch.h"
 #include "gpurun/launcher/plan.h"
@@ -148,4 +150,84 @@ TEST(RankEnvironment, TorchrunContract) {
   EXPECT_EQ(m["GPURUN_JOB_ID"], "42");
   EXPECT_THROW(rank_environment(p, p.ranks[3], Scheduler::slurm, {}, std::vector<std::string>{"0"}),
                Error);
+}
+
+// TensorFlow's TF_CONFIG, byte for byte as its guide writes it: one worker per rank in rank order,
+// each at its node and MASTER_PORT + 1 + its local rank; JAX's coordinator at MASTER_ADDR:PORT.
+// (tests/launcher/contract_test.py parses them and checks every rank of real runs.)
+TEST(RankEnvironment, TfAndJaxContracts) {
+  PlanOptions o;
+  o.master_port = 29500;
+  RankPlan p = make_plan(cluster({{"a", 2, 2}, {"b", 2, 2}}), o);
+  auto env = rank_environment(p, p.ranks[3], Scheduler::slurm, std::string("42"),
+                              std::vector<std::string>{"GPU-x", "GPU-y"});
+  std::map<std::string, std::string> m(env.begin(), env.end());
+  EXPECT_EQ(m["TF_CONFIG"], R"({"cluster":{"worker":["a:29501","a:29502","b:29501","b:29502"]},)"
+                            R"("task":{"type":"worker","index":3}})");
+  EXPECT_EQ(m["JAX_COORDINATOR_ADDRESS"], "a:29500");
+  EXPECT_EQ(m["JAX_LOCAL_DEVICE_IDS"], "0");
+  // One node: every worker at MASTER_ADDR (127.0.0.1 on a bare machine, as torch gets).
+  Allocation one = cluster({{"h", 2, 0}});
+  one.scheduler = Scheduler::local;
+  o.ntasks = 2;
+  p = make_plan(one, o);
+  m.clear();
+  for (auto& kv : rank_environment(p, p.ranks[0], Scheduler::local, {}, std::nullopt)) m.insert(kv);
+  EXPECT_EQ(m["TF_CONFIG"], R"({"cluster":{"worker":["127.0.0.1:29501","127.0.0.1:29502"]},)"
+                            R"("task":{"type":"worker","index":0}})");
+  EXPECT_EQ(m.count("JAX_LOCAL_DEVICE_IDS"), 0u);  // no GPU: JAX's own default
+  p.master_addr = "fe80::1";  // --master-addr: an IPv6 literal goes in brackets
+  m.clear();
+  for (auto& kv : rank_environment(p, p.ranks[0], Scheduler::local, {}, std::nullopt)) m.insert(kv);
+  EXPECT_EQ(m["JAX_COORDINATOR_ADDRESS"], "[fe80::1]:29500");
+  EXPECT_NE(m["TF_CONFIG"].find(R"("[fe80::1]:29502")"), std::string::npos);
+}
+
+// --contract sets exactly its frameworks' variables; the rank numbers come with every one.
+TEST(RankEnvironment, ContractChoosesTheVariables) {
+  for (const auto& [value, want] : std::vector<std::pair<std::string, std::string>>{
+           {"torch", "GROUP_RANK MASTER_ADDR MASTER_PORT"},
+           {"tf", "TF_CONFIG"},
+           {"jax", "JAX_COORDINATOR_ADDRESS JAX_LOCAL_DEVICE_IDS"},
+           {"torch,tf,jax",
+            "GROUP_RANK MASTER_ADDR MASTER_PORT TF_CONFIG "
+            "JAX_COORDINATOR_ADDRESS JAX_LOCAL_DEVICE_IDS"}}) {
+    PlanOptions o;
+    o.contracts = parse_contracts(value);
+    RankPlan p = make_plan(cluster({{"a", 2, 2}}), o);
+    std::string got;
+    for (const auto& [k, v] :
+         rank_environment(p, p.ranks[1], Scheduler::slurm, {}, std::vector<std::string>{"0", "1"}))
+      if (k != "RANK" && k != "WORLD_SIZE" && k != "LOCAL_RANK" && k != "LOCAL_WORLD_SIZE" &&
+          k != "NODE_RANK" && k.rfind("CUDA_", 0) != 0 && k.rfind("GPURUN_", 0) != 0 &&
+          k != "OMP_NUM_THREADS")
+        got += (got.empty() ? "" : " ") + k;
+    EXPECT_EQ(got, want) << "--contract " << value;
+  }
+}
+
+TEST(Plan, ContractRefusals) {
+  for (const auto& [value, want] : std::vector<std::pair<std::string, std::string>>{
+           {"pytorch",
+            "--contract 'pytorch': unknown contract 'pytorch'; expected a comma-separated "
+            "list of torch, tf and jax"},
+           {"", "--contract '': an empty name"},
+           {"torch,,jax", "an empty name"},
+           {"tf,torch,tf", "'tf' twice"}}) {
+    try {
+      parse_contracts(value);
+      ADD_FAILURE() << "accepted --contract " << value;
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(want), std::string::npos) << e.what();
+    }
+  }
+  // TF_CONFIG's ports sit above MASTER_PORT: a port at the top leaves them no room.
+  PlanOptions o;
+  o.master_port = 65534;
+  EXPECT_NE(error_of(cluster({{"a", 2, 2}}), o)
+                .find("--master-port 65534 leaves no room for "
+                      "TF_CONFIG's worker ports"),
+            std::string::npos);
+  o.contracts.tf = false;
+  EXPECT_EQ(error_of(cluster({{"a", 2, 2}}), o), "");
 }

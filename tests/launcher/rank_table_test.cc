@@ -67,6 +67,13 @@ TEST(RankTable, RoundTripsEveryField) {
   }
   t.job_id.reset();
   EXPECT_FALSE(decode_rank_table(encode_rank_table(t)).job_id);
+  // --contract reaches every wrapper, which sets the environment from it.
+  for (const char* c : {"torch,tf,jax", "torch", "tf", "jax,tf"}) {
+    t.plan.contracts = parse_contracts(c);
+    EXPECT_EQ(to_string(decode_rank_table(encode_rank_table(t)).plan.contracts),
+              to_string(parse_contracts(c)));
+  }
+  EXPECT_EQ(to_string(parse_contracts("jax,tf")), "tf,jax");
 }
 
 // Torque's PBS_GPUFILE names every node's GPUs: the wrapper on each node gets its node's list.
@@ -88,7 +95,8 @@ TEST(RankTable, NothingIsReplanned) {
   const std::string text = json{
       {"gpurun_rank_table", kRankTableFormat}, {"gpurun", "test"}, {"scheduler", "local"},
       {"job_id", nullptr}, {"master_addr", "h1"}, {"master_port", 29500},
-      {"cpus_per_rank", 3}, {"stdout_tty", false}, {"kill_grace_ms", 250}, {"world_size", 3},
+      {"cpus_per_rank", 3}, {"stdout_tty", false}, {"kill_grace_ms", 250},
+      {"contracts", "jax,torch"}, {"world_size", 3},
       {"nodes", {{{"host", "h1"}, {"gpus", 4}, {"gpu_ids", json::array()},
                   {"ranks", {{0, 0, {3, 2}}, {1, 1, {1, 0}}}}},
                  {{"host", "h2"}, {"gpus", 1}, {"gpu_ids", {"GPU-x"}}, {"ranks", {{2, 0, {0}}}}}}}}
@@ -104,6 +112,7 @@ TEST(RankTable, NothingIsReplanned) {
   EXPECT_EQ(d.plan.nodes[1].gpu_ids, (std::vector<std::string>{"GPU-x"}));
   EXPECT_EQ(d.plan.cpus_per_rank, 3);
   EXPECT_DOUBLE_EQ(d.wrapper.kill_grace, 0.25);
+  EXPECT_TRUE(d.plan.contracts.torch && d.plan.contracts.jax && !d.plan.contracts.tf);
 }
 
 TEST(RankTable, AnotherFormatIsRefusedNamingBothVersions) {
@@ -112,7 +121,7 @@ TEST(RankTable, AnotherFormatIsRefusedNamingBothVersions) {
   json j = json::parse(encode_rank_table(table_of("slurm_batch.env")));
   j["gpurun_rank_table"] = kRankTableFormat + 1;
   j["gpurun"] = "9.9.9";
-  expect_refused(j.dump(), "is format 3 from gpurun 9.9.9, but this rank wrapper is gpurun ");
+  expect_refused(j.dump(), "is format 4 from gpurun 9.9.9, but this rank wrapper is gpurun ");
   expect_refused(j.dump(), "run the same gpurun build on every node");
 }
 
@@ -147,6 +156,8 @@ TEST(RankTable, MalformedTablesAreErrorsThatSayWhy) {
   expect_refused(with("/world_size", 8), "the table has 7 rank rows for a world of 8");
   expect_refused(with("/nodes/1/host", ""), "node 1 needs a host");
   expect_refused(with("/nodes/1", 5), "node 1 has no \"host\"");
+  expect_refused(without("contracts"), "the table has no \"contracts\"");
+  expect_refused(with("/contracts", "torch,mpi"), "\"contracts\" 'torch,mpi' is not a list of");
   // Long input is quoted only in part.
   const std::string junk(100000, '{');
   try {

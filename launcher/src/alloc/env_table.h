@@ -99,6 +99,10 @@ inline constexpr EnvVar kEnvSet[] = {
     {"GROUP_RANK", "the same, torchrun's name"},
     {"MASTER_ADDR", "rank 0's host"},
     {"MASTER_PORT", "the rendezvous port"},
+    // --contract tf and jax (rank_env.cc says where TensorFlow and JAX read them).
+    {"TF_CONFIG", "TensorFlow's cluster: one worker per rank, host:MASTER_PORT+1+local rank"},
+    {"JAX_COORDINATOR_ADDRESS", "MASTER_ADDR:MASTER_PORT, for jax.distributed.initialize()"},
+    {"JAX_LOCAL_DEVICE_IDS", "0..n-1: the rank's own GPUs, as CUDA_VISIBLE_DEVICES numbers them"},
     {"CUDA_VISIBLE_DEVICES", "this rank's GPUs only"},
     {"CUDA_DEVICE_ORDER", "PCI_BUS_ID"},
     {"OMP_NUM_THREADS", "CPUs per rank"},

@@ -114,6 +114,9 @@ void add_plan_options(po::options_description& d) {
       "master-port", po::value<int>(),
       "rendezvous port (default: derived from the job id, checked free)")(
       "master-addr", po::value<std::string>(), "rendezvous host (default: rank 0's host)")(
+      "contract", po::value<std::string>()->default_value("torch,tf,jax"),
+      "which frameworks' variables each rank gets: torch (MASTER_ADDR...), tf (TF_CONFIG), jax "
+      "(JAX_COORDINATOR_ADDRESS...), comma-separated")(
       "env-file", po::value<std::string>(),
       "read KEY=VALUE lines as the whole environment (explain any job)");
 }
@@ -122,6 +125,7 @@ PlanOptions plan_options(const po::variables_map& vm) {
   PlanOptions o;
   if (vm.count("ntasks")) o.ntasks = vm["ntasks"].as<int>();
   parse_nproc_per_node(vm["nproc-per-node"].as<std::string>(), o);
+  o.contracts = parse_contracts(vm["contract"].as<std::string>());
   if (vm.count("gpus-per-rank")) o.gpus_per_rank = vm["gpus-per-rank"].as<int>();
   if (vm.count("cpus-per-rank")) o.cpus_per_rank = vm["cpus-per-rank"].as<int>();
   if (vm.count("master-port")) {

@@ -128,6 +128,12 @@ RankTable read_table(const json& j) {
     throw Error("master_addr, master_port (1-65535), cpus_per_rank (>= 1) or kill_grace_ms (>= 0) "
                 "is out of range");
   t.wrapper.kill_grace = grace_ms / 1000.0;
+  const auto contracts = field<std::string>(j, "contracts", w);
+  try {
+    p.contracts = parse_contracts(contracts);
+  } catch (const Error&) {
+    throw Error(fmt::format("\"contracts\" '{}' is not a list of torch, tf and jax", contracts));
+  }
   const auto nodes = field<std::vector<json>>(j, "nodes", w);
   if (nodes.empty()) throw Error("the table has no nodes");
   for (std::size_t i = 0; i < nodes.size(); ++i) read_node(nodes[i], static_cast<int>(i), t);
@@ -150,6 +156,7 @@ std::string encode_rank_table(const RankTable& t) {
                   {"cpus_per_rank", p.cpus_per_rank},
                   {"stdout_tty", p.stdout_tty},
                   {"kill_grace_ms", std::llround(t.wrapper.kill_grace * 1000)},
+                  {"contracts", to_string(p.contracts)},
                   {"world_size", p.world_size},
                   {"nodes", std::move(nodes)}};
   std::string text = j.dump(-1, ' ', false, ordered::error_handler_t::replace);

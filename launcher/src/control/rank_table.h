@@ -26,12 +26,13 @@ struct RankTable {
 };
 
 // The format this build writes and reads; bumped whenever a field's meaning changes.
-inline constexpr int kRankTableFormat = 2;
+// 3: "contracts" (--contract), which a format-2 wrapper would ignore, setting no TF_CONFIG.
+inline constexpr int kRankTableFormat = 3;
 
 // One line of JSON:
-//   {"gpurun_rank_table":2,"gpurun":"0.1.0","scheduler":"slurm","job_id":"777",
+//   {"gpurun_rank_table":3,"gpurun":"0.1.0","scheduler":"slurm","job_id":"777",
 //    "master_addr":"node01","master_port":16667,"cpus_per_rank":2,"stdout_tty":false,
-//    "kill_grace_ms":5000,"world_size":3,
+//    "kill_grace_ms":5000,"contracts":"torch,tf,jax","world_size":3,
 //    "nodes":[{"host":"node01","gpus":2,"gpu_ids":[],"ranks":[[0,0,[0]],[1,1,[1]]]},
 //             {"host":"node02","gpus":2,"gpu_ids":[],"ranks":[[2,0,[0]]]}]}
 // A node's ranks are rows [rank, local rank, [GPU positions in the node's visible list]].

@@ -63,10 +63,20 @@ std::vector<std::string> podman_argv(const ContainerSpec& c, const ContainerRank
   return v;
 }
 
+// Apptainer reads --env as CSV (a map flag: `--env A=1,B=2`): a value with a comma (TF_CONFIG,
+// CUDA_VISIBLE_DEVICES=0,1) was cut there, and one with a quote refused ("bare \" in
+// non-quoted-field", apptainer/apptainer#1152). Such a KEY=VALUE goes as one quoted CSV field.
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string q = "\"";
+  for (char ch : s) q += ch == '"' ? std::string("\"\"") : std::string(1, ch);
+  return q + "\"";
+}
+
 std::vector<std::string> apptainer_argv(const ContainerSpec& c, const ContainerRank& r) {
   // --nv binds the node's GPUs and driver; the home and working folders are mounted by default.
   std::vector<std::string> v{"apptainer", "exec", "--nv"};
-  for (const auto& [k, val] : r.env) v.push_back(fmt::format("--env={}={}", k, val));
+  for (const auto& [k, val] : r.env) v.push_back("--env=" + csv_field(k + "=" + val));
   for (const auto& b : r.binds) v.push_back("--bind=" + b);
   v.push_back("--pwd=" + r.workdir);
   v.push_back(c.image);

@@ -26,6 +26,42 @@ void parse_nproc_per_node(const std::string& value, PlanOptions& opts) {
   }
 }
 
+Contracts parse_contracts(const std::string& value) {
+  const auto bad = [&](const std::string& why) {
+    return Error(fmt::format(
+        "--contract '{}': {}; expected a comma-separated list of torch, tf and jax (default "
+        "torch,tf,jax)",
+        value, why));
+  };
+  Contracts c{false, false, false};
+  std::size_t from = 0;
+  while (true) {
+    const std::size_t comma = value.find(',', from);
+    const std::string word = value.substr(from, comma == std::string::npos ? comma : comma - from);
+    bool* set = word == "torch" ? &c.torch
+                : word == "tf"  ? &c.tf
+                : word == "jax" ? &c.jax
+                                : nullptr;
+    if (!set)
+      throw bad(word.empty() ? "an empty name" : fmt::format("unknown contract '{}'", word));
+    if (*set) throw bad(fmt::format("'{}' twice", word));
+    *set = true;
+    if (comma == std::string::npos) return c;
+    from = comma + 1;
+  }
+}
+
+std::string to_string(const Contracts& c) {
+  std::string s;
+  for (const auto& [on, name] : {std::pair{c.torch, "torch"}, {c.tf, "tf"}, {c.jax, "jax"}})
+    if (on) s += (s.empty() ? "" : ",") + std::string(name);
+  return s;
+}
+
+int tf_worker_port(int master_port, int local_rank) {
+  return master_port + 1 + local_rank;
+}
+
 int derive_master_port(const std::string& job_key) {
   std::uint64_t h = 1469598103934665603ull;  // FNV-1a
   for (unsigned char c : job_key) {
@@ -163,6 +199,21 @@ void plan_node(const NodeAlloc& n, int k, const PlanOptions& o, RankPlan& p) {
   }
 }
 
+// TF_CONFIG's worker ports (tf_worker_port()) must all be ports: a --master-port near 65535 leaves
+// no room for a node's workers above it.
+void check_tf_ports(const RankPlan& p) {
+  if (!p.contracts.tf) return;
+  int most = 0;
+  for (const auto& n : p.nodes) most = std::max(most, n.ranks);
+  const int top = tf_worker_port(p.master_port, most - 1);
+  if (top > 65535)
+    throw Error(fmt::format(
+        "--master-port {} leaves no room for TF_CONFIG's worker ports (MASTER_PORT + 1 + local "
+        "rank, up to {} with {} ranks on a node): choose a port below {}, or leave tf out of "
+        "--contract",
+        p.master_port, top, most, 65535 - most));
+}
+
 }  // namespace
 
 RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
@@ -184,6 +235,8 @@ RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
   p.master_port = o.master_port ? *o.master_port
                                 : derive_master_port(fmt::format("{}:{}", to_string(a.scheduler),
                                                                  a.job_id.value_or("none")));
+  p.contracts = o.contracts;
+  check_tf_ports(p);
   if (o.cpus_per_rank) {
     if (*o.cpus_per_rank < 1) throw Error("--cpus-per-rank: expected at least 1");
     p.cpus_per_rank = *o.cpus_per_rank;

@@ -47,7 +47,11 @@ void RankWrapper::on_message(const control::Bind& m) {
 
 void RankWrapper::on_message(const control::Rendezvous& m) {
   master_port_ = m.port;
-  env_["MASTER_PORT"] = std::to_string(m.port);
+  // The port rank 0 holds may be the next free one: MASTER_PORT moves, and with it the variables
+  // derived from it (TF_CONFIG's worker ports, JAX_COORDINATOR_ADDRESS), whatever --contract sets.
+  plan_.plan.master_port = m.port;
+  for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_))
+    env_[k] = v;
   check_reachable_ = m.check != 0;
   check_reach();
 }

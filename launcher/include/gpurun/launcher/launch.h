@@ -59,9 +59,11 @@ struct LaunchCommand {
 
 LaunchCommand build_launch(const Allocation& alloc, const RankPlan& plan, const LaunchOptions& o);
 
-// The environment of one rank: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK GROUP_RANK
-// MASTER_ADDR MASTER_PORT CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER OMP_NUM_THREADS
-// GPURUN_SCHEDULER GPURUN_JOB_ID GPURUN_STDOUT_TTY. `visible` is the node's visible GPU list
+// The environment of one rank: RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK, then what
+// plan.contracts asks for (torch: GROUP_RANK MASTER_ADDR MASTER_PORT; tf: TF_CONFIG; jax:
+// JAX_COORDINATOR_ADDRESS and, for a rank with GPUs, JAX_LOCAL_DEVICE_IDS), then
+// CUDA_VISIBLE_DEVICES CUDA_DEVICE_ORDER OMP_NUM_THREADS GPURUN_SCHEDULER GPURUN_JOB_ID
+// GPURUN_STDOUT_TTY. `visible` is the node's visible GPU list
 // (CUDA_VISIBLE_DEVICES as the scheduler set it there); nullopt prints positions instead (a node we
 // cannot see).
 std::vector<std::pair<std::string, std::string>> rank_environment(

@@ -12,6 +12,20 @@ namespace gpurun::launcher {
 
 enum class NprocMode { automatic, count, gpu };
 
+// --contract: which frameworks' rendezvous variables every rank gets (rank_environment()). The
+// rank numbers RANK WORLD_SIZE LOCAL_RANK LOCAL_WORLD_SIZE NODE_RANK come with every set: JAX
+// reads no variable for its process count or id, and TF_CONFIG users still log by rank.
+struct Contracts {
+  bool torch = true;  // GROUP_RANK MASTER_ADDR MASTER_PORT (torchrun's env://)
+  bool tf = true;     // TF_CONFIG (TensorFlow's multi-worker strategies)
+  bool jax = true;    // JAX_COORDINATOR_ADDRESS JAX_LOCAL_DEVICE_IDS (jax.distributed)
+};
+
+// Parses --contract: a comma-separated list of torch, tf and jax (each at most once).
+Contracts parse_contracts(const std::string& value);
+// "torch,tf,jax" (those set, in that order); "" when none is.
+std::string to_string(const Contracts& c);
+
 struct PlanOptions {
   std::optional<int> ntasks;                    // -n: total ranks
   NprocMode nproc_mode = NprocMode::automatic;  // --nproc-per-node auto|gpu|N
@@ -19,6 +33,7 @@ struct PlanOptions {
   std::optional<int> gpus_per_rank;             // --gpus-per-rank
   std::optional<int> master_port;               // --master-port
   std::optional<int> cpus_per_rank;             // --cpus-per-rank
+  Contracts contracts;                          // --contract
 };
 
 // Parses "auto", "gpu" or a positive count for --nproc-per-node.
@@ -48,6 +63,7 @@ struct RankPlan {
   std::string master_addr;
   int master_port = 0;
   int cpus_per_rank = 1;
+  Contracts contracts;
   // Whether gpurun's own stdout is a terminal. Engines give ranks a pty or a pipe regardless
   // (Open MPI uses a pty), so ranks learn it from GPURUN_STDOUT_TTY, e.g. to draw progress bars.
   bool stdout_tty = false;
@@ -60,5 +76,10 @@ RankPlan make_plan(const Allocation& alloc, const PlanOptions& opts);
 // ephemeral range so outgoing connections never hold it. The launcher checks it is free and
 // moves to the next one if not.
 int derive_master_port(const std::string& job_key);
+
+// TF_CONFIG's port for a worker of local rank `local_rank`: MASTER_PORT + 1 + local rank, so the
+// workers of one host never share a port and none takes MASTER_PORT (JAX's coordinator's, and
+// torch's). Derived, not held: only MASTER_PORT is held by rank 0's wrapper.
+int tf_worker_port(int master_port, int local_rank);
 
 }  // namespace gpurun::launcher
