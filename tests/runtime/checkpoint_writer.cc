@@ -1,5 +1,5 @@
 // checkpoint_writer: rewrites DIR's checkpoint over and over, as fast as it can, so that a kill -9
-// from a test lands in the middle of a write (custom_data_e2e.sh checkpoint_kill).
+// from a test lands in the middle of a write (custom_data_e2e_test.sh checkpoint_kill).
 //   checkpoint_writer DIR
 // Prints "written" once the first rewrite is in place; never returns on its own.
 #include <cstdio>

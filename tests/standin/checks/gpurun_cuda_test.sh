@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# gpurun_cuda.sh: the GPU path as a user runs it, `gpurun -- mnist_cnn --device cuda`, on the
+# gpurun_cuda_test.sh: the GPU path as a user runs it, `gpurun -- mnist_cnn --device cuda`, on the
 # CUDA stand-in (tests/standin: a stand-in run is never a GPU measurement). One mode per test:
-#   gpurun_cuda.sh MODE GPURUN MNIST_CNN DATA_DIR
+#   gpurun_cuda_test.sh MODE GPURUN MNIST_CNN DATA_DIR
 # ranks     1 rank, then 2 ranks through NCCL (two stand-in GPUs) and through the host-staged MPI
 #           sum (two ranks on one GPU), whose losses follow the CPU backend's at the same settings
 #           (OpenBLAS, one thread, the allreduce exchange): the first 25 steps within 1e-4 x

@@ -12,7 +12,7 @@ mkdir "$tmp/bin" "$tmp/work"
 for rt in podman apptainer; do
   cat > "$tmp/bin/$rt" <<'SHIM'
 #!/usr/bin/env bash
-# Stand-in for a container runtime (tests/launcher/e2e_container.sh).
+# Stand-in for a container runtime (tests/launcher/container_e2e_test.sh).
 set -euo pipefail
 rt=$(basename "$0")
 case "$rt $1 ${2:-}" in "podman run "*|"apptainer exec "*) shift ;; *) echo "$rt: unexpected: $*" >&2; exit 98 ;; esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# custom_data_e2e.sh: examples/custom_data, a program of one's own on the runtime library, run
+# custom_data_e2e_test.sh: examples/custom_data, a program of one's own on the runtime library, run
 # as a user runs it.
-#   custom_data_e2e.sh MODE CUSTOM_DATA GPURUN [MNIST_CNN | CHECKPOINT_WRITER]
+#   custom_data_e2e_test.sh MODE CUSTOM_DATA GPURUN [MNIST_CNN | CHECKPOINT_WRITER]
 #   heartbeat        under gpurun --hang-timeout, with nothing copied into the config by hand,
 #                    the rank's GPURUN_HEARTBEAT file advances and the job is not called hung;
 #                    alone with GPURUN_HEARTBEAT set, the file ends at the last global step

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# e2e_output.sh: ranks' output never splits or glues lines, and --output-dir files are complete
+# output_e2e_test.sh: ranks' output never splits or glues lines, and --output-dir files are complete
 # (CTest launcher_e2e_output).
 #
-#   tests/launcher/e2e_output.sh GPURUN BEAT
+#   tests/launcher/output_e2e_test.sh GPURUN BEAT
 #
 # 4 ranks each print 1000 lines of 3000 bytes as fast as they can, every line in three write()
 # calls, odd lines to stderr, then "done RANK" without a newline (beat --lines). Through mpirun

@@ -6,7 +6,7 @@
 # and PMIx's plugin folders, taken from this machine, then `podman import`.
 # Skips (77) and says why: no podman (scripts/install-deps.sh --containers installs it), not root,
 # or podman cannot start a container at all here (the OCI runtime fails before the program).
-#   container_podman_mnist.sh GPURUN MNIST_CNN DATA_DIR
+#   container_podman_mnist_test.sh GPURUN MNIST_CNN DATA_DIR
 set -euo pipefail
 gpurun=$1 mnist=$2 data=$3
 skip() { echo "SKIP: $*"; exit 77; }

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# mnist_cnn_e2e.sh: end-to-end tests that run the real mnist_cnn binary (alone, under mpirun, under
+# mnist_cnn_e2e_test.sh: end-to-end tests that run the real mnist_cnn binary (alone, under mpirun, under
 # gpurun) on the real MNIST digits and check what a user would see. Registered with CTest by
 # tests/runtime/CMakeLists.txt, one mode per test:
-#   mnist_cnn_e2e.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
+#   mnist_cnn_e2e_test.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
 #       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | shared_stuck_peer | gpurun |
 #       lenet

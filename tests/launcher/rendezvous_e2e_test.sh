@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# e2e_rendezvous.sh: the rendezvous port is held, not probed and released (CTest
+# rendezvous_e2e_test.sh: the rendezvous port is held, not probed and released (CTest
 # launcher_e2e_rendezvous).
 #
-#   tests/launcher/e2e_rendezvous.sh GPURUN BEAT
+#   tests/launcher/rendezvous_e2e_test.sh GPURUN BEAT
 #
 # 1. While the ranks run, MASTER_PORT is held on rank 0's host: a plain bind of it fails (nothing
 #    else can take it), while the program's own SO_REUSEADDR bind and listen succeed (as

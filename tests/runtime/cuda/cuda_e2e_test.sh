@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
-# cuda_e2e.sh: the training programs on the GPU as a user runs them, checked from their report
+# cuda_e2e_test.sh: the training programs on the GPU as a user runs them, checked from their report
 # JSON: mnist_cnn --device cuda learns (test accuracy >= 0.85 after one epoch) and names the
 # device "cuda:..."; graph replay and --no-graph give the same loss (cuDNN's heuristics in both); --device auto picks the GPU;
 # lenet (pooling, flatten) learns on the GPU too; a GPU checkpoint resumes on the CPU; with
 # mpirun, two ranks (on one GPU: the host-staged allreduce) finish and agree.
 # Whether it runs is decided by the device probe's exit code (77: no usable device, skipped),
 # never by what the programs print: once the probe finds a device, every failure fails.
-#   cuda_e2e.sh CUDA_PROBE MNIST_CNN LENET DATA_DIR [MPIEXEC]
+#   cuda_e2e_test.sh CUDA_PROBE MNIST_CNN LENET DATA_DIR [MPIEXEC]
 set -euo pipefail
 probe=$1 bin=$2 lenet=$3 data=$4 mpiexec=${5:-}
 "$probe" || exit $?

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# e2e_startup.sh: clear start-up errors (CTest launcher_e2e_startup).
+# startup_e2e_test.sh: clear start-up errors (CTest launcher_e2e_startup).
 #
-#   tests/launcher/e2e_startup.sh GPURUN BEAT
+#   tests/launcher/startup_e2e_test.sh GPURUN BEAT
 #
 # A program that is missing or not executable is refused before any engine starts, in one line
 # naming it and the node (exit 127 / 126, as a shell). One that passes that check but cannot be

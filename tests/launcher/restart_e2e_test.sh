@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# e2e_restart.sh: --max-restarts end to end through mpirun (CTest launcher_e2e_restart).
+# restart_e2e_test.sh: --max-restarts end to end through mpirun (CTest launcher_e2e_restart).
 #
-#   tests/launcher/e2e_restart.sh GPURUN BEAT_MPI
+#   tests/launcher/restart_e2e_test.sh GPURUN BEAT_MPI
 #
 # 1. Rank 1 fails on the first attempt only: gpurun restarts all ranks once, with
 #    GPURUN_RESTART_COUNT=1, and the job succeeds; each rank's --output-dir file shows both, each

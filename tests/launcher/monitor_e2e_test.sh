@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# e2e_monitor.sh: gpurun --monitor[=SECONDS] FILE.csv on one machine (CTest launcher_e2e_monitor).
+# monitor_e2e_test.sh: gpurun --monitor[=SECONDS] FILE.csv on one machine (CTest launcher_e2e_monitor).
 #
-#   tests/launcher/e2e_monitor.sh GPURUN FIXTURES_DIR
+#   tests/launcher/monitor_e2e_test.sh GPURUN FIXTURES_DIR
 #
 # There is no GPU here: the fake nvidia-smi scripts in FIXTURES_DIR/nvidia-smi stand in for the
 # driver (GPURUN_NVIDIA_SMI), nvidia-smi-4gpu with fixed figures (GPU 0-3 at 17, 45, 90, 0%).

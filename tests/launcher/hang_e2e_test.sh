@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# e2e_hang.sh: --hang-timeout end to end (CTest launcher_e2e_hang).
+# hang_e2e_test.sh: --hang-timeout end to end (CTest launcher_e2e_hang).
 #
-#   tests/launcher/e2e_hang.sh GPURUN BEAT BEAT_MPI
+#   tests/launcher/hang_e2e_test.sh GPURUN BEAT BEAT_MPI
 #
 # 1. 4 MPI ranks through mpirun; rank 2 stops itself (SIGSTOP) while the others wait for it in
 #    MPI_Allreduce: with --hang-timeout 5 the job ends with status 124 within 15 s, the summary

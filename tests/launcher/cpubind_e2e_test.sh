@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# e2e_cpubind.sh: --cpu-bind applied to real ranks (CTest launcher_e2e_cpubind). The detection
+# cpubind_e2e_test.sh: --cpu-bind applied to real ranks (CTest launcher_e2e_cpubind). The detection
 # through hwloc is unit-tested on a two-socket 8-GPU XML fixture (cpubind_test.cc); this checks
 # what a rank sees: its Cpus_allowed_list and OMP_NUM_THREADS, through mpirun and gpurun's own fork,
 # and that auto runs unbound, saying so once, when hwloc cannot read the node.
 #
-#   tests/launcher/e2e_cpubind.sh GPURUN BEAT
+#   tests/launcher/cpubind_e2e_test.sh GPURUN BEAT
 set -euo pipefail
 gpurun=$1
 work=$(mktemp -d /tmp/gpurun-cpubind.XXXXXX)

@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
-"""launch_bounds_check.py: every CUDA kernel of the project declares the block it is launched with.
+"""launch_bounds_test.py: every CUDA kernel of the project declares the block it is launched with.
 
 A kernel without __launch_bounds__ may be given more registers than a 1,024-thread block can hold
 (the launch then fails with "too many resources requested"); cuda_support/.../launch.cuh says why
 each kernel declares GPURUN_KERNEL_BOUNDS(threads). With that bound, ptxas fits the registers to
 the block or spills, and the nvcc build fails on spills: together they are the build's check.
-  launch_bounds_check.py FILE.cu...   (exit 1 naming each kernel without a bound)
+  launch_bounds_test.py FILE.cu...   (exit 1 naming each kernel without a bound)
 """
 import re
 import sys

@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# mutations.sh: shows that the stand-in tests catch real bugs. Each mutation below is a deliberate
+# mutations_test.sh: shows that the stand-in tests catch real bugs. Each mutation below is a deliberate
 # bug applied to a scratch copy of the sources; the copy is built against the CUDA stand-in and the
 # named test must then FAIL. A mutation that no longer applies (its text is gone) or that does not
 # compile is an error of this script, never a pass.
-#   mutations.sh SOURCE_DIR SCRATCH_DIR DATA_DIR GPURUN [NAME...]   (default: every mutation)
+#   mutations_test.sh SOURCE_DIR SCRATCH_DIR DATA_DIR GPURUN [NAME...]   (default: every mutation)
 # GPURUN: the gpurun the stand-in build is configured with (its checks are not run here).
 # The copy sits at SCRATCH_DIR/src with its build in SCRATCH_DIR/src/build-standin, the same
 # relative layout as SOURCE_DIR/build-standin, so with ccache (scripts/test.sh sets it up) only
