@@ -97,7 +97,8 @@ TEST(Request, AParsedJobTravelsTypedAndWhole) {
   s.script =
       "#!/bin/bash\n#SBATCH -J train --gres=gpu:2 -t 1-02:03:04 -o o-%j.txt -e e.txt -D sub\n"
       "#SBATCH -d afterok:4:5,afternotok:6 -a 0-6:3%2 --signal=B:USR1@90 --requeue -H\n"
-      "#SBATCH --priority 7 -A physics -c 3 -n 2 --mem 4G\necho hi\n";
+      "#SBATCH --priority 7 -A physics -c 3 -n 2 --mem 4G\n"
+      "#SBATCH --mail-type=END,FAIL --mail-user=ann@example.org\necho hi\n";
   s.script_name = "job.sh";
   s.cwd = "/w";
   s.args = {"a"};
@@ -132,6 +133,8 @@ TEST(Request, AParsedJobTravelsTypedAndWhole) {
   EXPECT_EQ(j.account, "physics");
   EXPECT_EQ(j.cpus_per_task, 3);
   EXPECT_EQ(j.ntasks, 2);
+  EXPECT_EQ(j.mail_events, kMailEnd | kMailFail);
+  EXPECT_EQ(j.mail_user, "ann@example.org");
   EXPECT_FALSE(j.wait);             // the client's own business: it waits, the daemon need not know
   EXPECT_TRUE(j.warnings.empty());  // --mem's warning is the client's to print
   EXPECT_EQ(r.submit.script, s.script);
@@ -142,7 +145,8 @@ TEST(Request, AParsedJobTravelsTypedAndWhole) {
   s.job = parse_sbatch_script("#!/bin/sh\ntrue\n");
   const JobRequest none = decode_request(encode_submit(s).dump()).submit.job;
   EXPECT_FALSE(none.job_name || none.gpus || none.time_limit_s || none.array || none.signal ||
-               none.dependencies || none.hold || none.priority);
+               none.dependencies || none.hold || none.priority || none.mail_events ||
+               none.mail_user);
 }
 
 // The daemon checks every typed field against job.h's bounds, naming it by its path.
@@ -171,6 +175,10 @@ TEST(Request, ATypedJobIsCheckedFieldByField) {
       {R"({"hold":"yes"})", "'job.hold': expected true or false"},
       {R"({"output":""})", "'job.output': expected a non-empty string"},
       {R"({"account":7})", "'job.account': expected a string"},
+      {R"({"mail_type":["END","SOON"]})", "'job.mail_type': expected a list of BEGIN, END"},
+      {R"({"mail_type":["END","END"]})", "'job.mail_type': expected a list of BEGIN, END"},
+      {R"({"mail_type":"END"})", "'job.mail_type': expected a list of BEGIN, END"},
+      {R"({"mail_user":"a@b\nBcc: c@d"})", "'job.mail_user': expected one address"},
       {R"({"options":["-J","x"]})", "'job.options': expected no such field"},
       {R"("-J x")", "request field 'job': expected an object"},
   };

@@ -195,3 +195,23 @@ TEST(OutputPattern, SlurmLetters) {
   EXPECT_EQ(expand_output_pattern("slurm-%A_%a.out", arr), "slurm-128_2.out");
   EXPECT_EQ(expand_output_pattern("%q%", v), "%q%");
 }
+
+// --mail-type's words become MailEvent bits; Slurm's types gpuq does not send are named for a
+// warning; anything else is refused by name. --mail-user takes one plain address.
+TEST(SbatchMail, TypesAndAddresses) {
+  std::vector<std::string> ignored;
+  EXPECT_EQ(parse_mail_type("ALL", &ignored), kMailBegin | kMailEnd | kMailFail | kMailRequeue);
+  EXPECT_EQ(parse_mail_type("NONE", &ignored), 0u);
+  EXPECT_EQ(parse_mail_type("END,FAIL", &ignored), kMailEnd | kMailFail);
+  EXPECT_TRUE(ignored.empty());
+  EXPECT_EQ(parse_mail_type("TIME_LIMIT_80,BEGIN", &ignored), unsigned{kMailBegin});
+  EXPECT_EQ(ignored, std::vector<std::string>{"TIME_LIMIT_80"});
+  EXPECT_THROW(parse_mail_type("END,end", &ignored), std::invalid_argument);
+  EXPECT_EQ(parse_mail_user("alice@example.org"), "alice@example.org");
+  for (const char* bad : {"", "a b", "a,b", "a\nBcc: x", "<a@b>", "-oQ", "a@", "\"a\"@b"})
+    EXPECT_THROW(parse_mail_user(bad), std::invalid_argument) << bad;
+  auto r = parse_sbatch_script("#!/bin/sh\n#SBATCH --mail-type=BEGIN --mail-user=bob\n");
+  EXPECT_EQ(r.mail_events.value(), unsigned{kMailBegin});
+  EXPECT_EQ(r.mail_user.value(), "bob");
+  EXPECT_TRUE(r.warnings.empty());
+}

@@ -271,9 +271,11 @@ int cmd_submit(const Args& a) {
       "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N, -A/--account NAME,\n"
       "  -c/--cpus-per-task N, -n/--ntasks N (SLURM_NTASKS only),\n"
       "  -W/--wait (return when the job ends, with its exit code, as sbatch --wait)\n"
+      "  --mail-type NONE|BEGIN|END|FAIL|REQUEUE|ALL[,...], --mail-user ADDRESS (default: you;\n"
+      "    sent through the daemon's sendmail; an array mails once, when its last task ends)\n"
       "  --wrap CMD (CMD as a /bin/sh script instead of SCRIPT)\n"
       "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
-      "Other Slurm options (--mem, -p, --mail-type, ...) are accepted and ignored with a warning;\n"
+      "Other Slurm options (--mem, -p, --exclusive, ...) are accepted and ignored with a warning;\n"
       "an option gpuq does not know as sbatch's is an error.";
   for (const auto& w : a) {  // --help among the options (before the script) wins
     if (w.empty() || w[0] != '-' || w == "-") break;

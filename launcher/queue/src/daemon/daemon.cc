@@ -56,7 +56,8 @@ void tighten(const std::string& path) {
 Daemon::Daemon(DaemonConfig cfg)
     : cfg_(std::move(cfg)),
       clients_(cfg_.socket_path, geteuid() == 0 ? Connections::Access::kEveryone
-                                                : Connections::Access::kOwnerOnly) {
+                                                : Connections::Access::kOwnerOnly),
+      mailer_(cfg_.sendmail, cfg_.state_dir + "/run") {
   as_root_ = geteuid() == 0;
   // Everything the daemon and its supervisors create is theirs alone unless made otherwise on
   // purpose (the socket, a job's script; a job's output follows the submitter's umask).

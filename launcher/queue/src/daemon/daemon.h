@@ -6,7 +6,7 @@
 //   Accounting (accounting.h)    fair-share usage and GPU-seconds
 //   Daemon, below                what requests mean (daemon_ops.cc, daemon_usage.cc) and the
 //                                jobs' lifecycle: schedule, start, watch, finish, recover
-//                                (daemon_jobs.cc); the invariants between the parts and the store
+//                                (daemon_jobs.cc), mails (daemon_mail.cc); the invariants between the parts and the store
 //                                (daemon_invariants.cc)
 #pragma once
 
@@ -26,6 +26,7 @@
 #include "daemon/accounting.h"
 #include "daemon/connections.h"
 #include "daemon/job_table.h"
+#include "daemon/mailer.h"
 #include "daemon/usage_sampler.h"
 #include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/queue/job.h"
@@ -62,6 +63,7 @@ struct DaemonConfig {
   int sample_interval_s = 10;
   int64_t sample_retention_s = 7 * 24 * 3600;
   gpuinfo::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
+  std::string sendmail = "/usr/sbin/sendmail";  // --mail-type's mails go through it
   // Tests: check the maps against the store after recovery and every turn, and stop with an
   // error naming what is broken (daemon_invariants.cc).
   bool check_invariants = false;
@@ -107,6 +109,9 @@ class Daemon {
                              int64_t now);
   nlohmann::json op_stats(const Request& req);
   nlohmann::json op_report(const Request& req);
+  // What `gpuq stats` shows of `j`: its brief and samples (at most max_points per GPU; 0 = all,
+  // up to kMaxSamplesPerReply).
+  nlohmann::json stats_reply(const Job& j, size_t max_points);
   void start_sampling();   // in run(), once signals are blocked (the thread must not take them)
   void publish_targets();  // running jobs' sessions, to the sampling thread
   void on_usage_ticks();   // inside the batch
@@ -137,6 +142,12 @@ class Daemon {
   // One line of the audit trail in the daemon's log: "job 12 (train, alice): started on GPUs 0,1".
   void log_event(const Job& j, const std::string& what) const;
 
+  // daemon_mail.cc: --mail-type's mails
+  void mail_begin(const Job& j);
+  void mail_requeue(const Job& j, const std::string& why);
+  void mail_end(const Job& j);
+  void mail_array_end(const Job& last);
+
   // daemon_invariants.cc: what the parts owe the store (written down there)
   std::vector<std::string> invariant_violations();
   void check_invariants(const char* when);  // throws std::logic_error when one is broken
@@ -148,6 +159,7 @@ class Daemon {
   Fd lock_fd_, signal_fd_;
   std::unique_ptr<Store> store_;
   Connections clients_;
+  Mailer mailer_;
   // From here on the parts mirror the store; daemon_invariants.cc says exactly how.
   std::unique_ptr<JobTable> jobs_;
   std::unique_ptr<Accounting> accounting_;

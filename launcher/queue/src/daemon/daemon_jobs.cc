@@ -248,6 +248,7 @@ void Daemon::spawn_supervisor(Job& j) {
   if (rc != 0)
     throw std::runtime_error(fmt::format("spawn {} __supervise: {}", cfg_.self_exe, strerror(rc)));
   watch(j.id, pid);
+  mail_begin(j);
   log_event(j, j.gpus.empty() ? std::string("started (no GPU)")
                               : fmt::format("started on GPU(s) {}", ids));
 }
@@ -282,6 +283,7 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
   }
   accounting_->charge(j, end, now_ms());
   log_event(j, fmt::format("requeued ({})", why));
+  mail_requeue(j, why);
   j.state = JobState::kPending;
   j.restart_count += 1;
   j.gpus.clear();
@@ -350,6 +352,7 @@ void Daemon::finish(Job& j, JobState state, int exit_code, int exit_signal, int6
   log_event(j, fmt::format("ended {}, exit code {}{}", state_name(state),
                            exit_code_text(exit_code, exit_signal),
                            reason.empty() ? "" : ", " + common::escape_control(reason)));
+  mail_end(j);
   jobs_->retire(j.id);  // j is gone from here on
   dirty_ = true;
 }

@@ -70,7 +70,10 @@ int cmd_daemon(const Args& a) {
       "broken (tests)")("sample-interval", po::value<int>()->default_value(10),
                         "seconds between GPU and job usage samples (0 = no sampling)")(
       "sample-retention", po::value<double>()->default_value(7),
-      "days raw samples are kept (per-job figures are kept with the job)");
+      "days raw samples are kept (per-job figures are kept with the job)")(
+      "sendmail", po::value<std::string>()->default_value("/usr/sbin/sendmail"),
+      "the program --mail-type's mails go through (run as `sendmail -t -oi`, the message on "
+      "its standard input)");
   po::variables_map vm;
   po::store(po::command_line_parser(a).options(desc).run(), vm);
   if (vm.count("help")) {
@@ -112,6 +115,7 @@ int cmd_daemon(const Args& a) {
   if (vm.count("boot-id-file")) cfg.boot_id_file = vm["boot-id-file"].as<std::string>();
   cfg.check_invariants = vm.count("check-invariants") > 0;
   cfg.sample_interval_s = vm["sample-interval"].as<int>();
+  cfg.sendmail = vm["sendmail"].as<std::string>();
   if (cfg.sample_interval_s < 0 || cfg.sample_interval_s > 86400)
     throw std::invalid_argument(
         fmt::format("--sample-interval {}: expected 0 (off) to 86400 s", cfg.sample_interval_s));

@@ -182,6 +182,7 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   base.name = r.job_name.value_or(basename_of(req.script_name));
   base.priority = r.priority.value_or(0);
   base.account = r.account.value_or("");
+  base.mail = {r.mail_events.value_or(0), r.mail_user.value_or("")};
   base.cpus = r.cpus_per_task.value_or(1);
   base.ntasks = r.ntasks.value_or(1);
   base.gpus_requested = gpus;

@@ -232,11 +232,14 @@ nlohmann::json Daemon::op_stats(const Request& req) {
         "job {} is an array of {} tasks: ask for one task (ID_TASK)", req.ids[0].text, ids.size()));
   std::optional<Job> j = jobs_->any_job(ids[0]);
   if (!j) throw std::invalid_argument(fmt::format("invalid job id '{}'", ids[0]));
-  auto samples = store_->job_samples(j->id);
+  return stats_reply(*j, req.max_points);
+}
+
+nlohmann::json Daemon::stats_reply(const Job& job, size_t max_points) {
+  auto samples = store_->job_samples(job.id);
   // A reply carries at most kMaxSamplesPerReply samples (a week of 8 GPUs every 10 s is 480,000):
   // past it they are averaged down, as max_points asks, and the reply says so.
-  size_t max_points = req.max_points;
-  const size_t per_gpu_cap = kMaxSamplesPerReply / std::max<size_t>(1, j->gpus.size());
+  const size_t per_gpu_cap = kMaxSamplesPerReply / std::max<size_t>(1, job.gpus.size());
   const bool capped =
       samples.size() > kMaxSamplesPerReply && (!max_points || max_points > per_gpu_cap);
   if (capped) max_points = per_gpu_cap;
@@ -245,7 +248,7 @@ nlohmann::json Daemon::op_stats(const Request& req) {
   for (const auto& s : samples) rows.push_back(sample_json(s));
   return {{"ok", true},
           {"now_ms", now_ms()},
-          {"job", job_brief(*j, now_ms())},
+          {"job", job_brief(job, now_ms())},
           {"sample_interval_s", cfg_.sample_interval_s},
           {"sample_retention_s", cfg_.sample_retention_s},
           {"samples_averaged", capped},

@@ -29,6 +29,7 @@ void JobTable::admit(Job j) {
   auto& l = load_[j.uid];
   l.jobs += 1;
   l.bytes += spec_bytes(j);
+  if (j.array_job_id) active_per_array_[j.array_job_id] += 1;
   const int64_t id = j.id;
   active_.emplace(id, std::move(j));
 }
@@ -39,6 +40,10 @@ void JobTable::retire(int64_t id) {
   auto& l = load_[it->second.uid];
   l.jobs -= std::min<size_t>(l.jobs, 1);
   l.bytes -= std::min(l.bytes, spec_bytes(it->second));
+  if (const int64_t array = it->second.array_job_id) {
+    auto a = active_per_array_.find(array);
+    if (a != active_per_array_.end() && --a->second == 0) active_per_array_.erase(a);
+  }
   active_.erase(it);
 }
 
@@ -88,6 +93,11 @@ std::optional<int64_t> JobTable::array_task_member(int64_t array_id, int64_t tas
   auto it = tasks->second.find(task);
   if (it == tasks->second.end()) return std::nullopt;
   return it->second;
+}
+
+size_t JobTable::active_in_array(int64_t array_id) const {
+  auto it = active_per_array_.find(array_id);
+  return it == active_per_array_.end() ? 0 : it->second;
 }
 
 std::vector<int> JobTable::array_task_ids(int64_t array_id) {

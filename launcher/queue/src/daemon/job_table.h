@@ -51,6 +51,8 @@ class JobTable {
   // lookup (or at submit), not at every one (a 10,000-task array took 0.4 s each).
   std::optional<int64_t> array_task_member(int64_t array_id, int64_t task);
   std::vector<int> array_task_ids(int64_t array_id);
+  // How many of the array's tasks are pending or running: 0 once its last one ended.
+  size_t active_in_array(int64_t array_id) const;
 
   // Where this mirror differs from the store: invariants 1 to 5, each line led by its number.
   std::vector<std::string> violations() const;
@@ -62,6 +64,7 @@ class JobTable {
   std::map<int64_t, JobState> states_;  // every job's state, for dependencies
   std::map<int64_t, std::vector<int64_t>> array_members_;
   std::map<int64_t, std::map<int64_t, int64_t>> array_tasks_;  // array -> task -> member
+  std::map<int64_t, size_t> active_per_array_;
 };
 
 }  // namespace gpurun::queue

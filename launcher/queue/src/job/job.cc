@@ -5,6 +5,7 @@
 #include <fmt/ranges.h>
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 
 namespace gpurun::queue {
@@ -73,7 +74,25 @@ void JobRequest::merge_from(const JobRequest& o) {
   if (o.cpus_per_task) cpus_per_task = o.cpus_per_task;
   if (o.ntasks) ntasks = o.ntasks;
   if (o.wait) wait = o.wait;
+  if (o.mail_events) mail_events = o.mail_events;
+  if (o.mail_user) mail_user = o.mail_user;
   warnings.insert(warnings.end(), o.warnings.begin(), o.warnings.end());
+}
+
+std::vector<std::string> mail_event_names(unsigned events) {
+  std::vector<std::string> out;
+  for (const auto& [bit, name] : {std::pair{kMailBegin, "BEGIN"}, {kMailEnd, "END"},
+                                  {kMailFail, "FAIL"}, {kMailRequeue, "REQUEUE"}})
+    if (events & bit) out.emplace_back(name);
+  return out;
+}
+
+bool is_mail_address(const std::string& s) {
+  if (s.empty() || s.size() > kMaxMailUserBytes || s[0] == '-' || s[0] == '@' || s.back() == '@')
+    return false;
+  for (unsigned char c : s)
+    if (c <= ' ' || c >= 0x7f || std::strchr(",;:<>()[]\\\"'`", c)) return false;
+  return true;
 }
 
 ArrayShape array_shape(const std::vector<int>& task_ids) {

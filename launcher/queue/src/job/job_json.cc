@@ -81,6 +81,8 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
     o["output"] = j.output_pattern;
     o["error"] = j.error_pattern;
     o["umask"] = j.umask;
+    o["mail_type"] = mail_event_names(j.mail.events);
+    o["mail_user"] = j.mail.user;
   }
   if (view == JobView::kFull) {
     o["script"] = j.script;
@@ -141,6 +143,10 @@ Job job_from_json(const nlohmann::json& o) {
   j.cpus = o.value("cpus", 1);
   j.ntasks = o.value("ntasks", 1);
   j.umask = o.value("umask", 022u);
+  for (const auto& name : o.value("mail_type", std::vector<std::string>{}))
+    for (unsigned bit : {kMailBegin, kMailEnd, kMailFail, kMailRequeue})
+      if (mail_event_names(bit).front() == name) j.mail.events |= bit;
+  j.mail.user = o.value("mail_user", "");
   if (o.contains("array")) {
     const auto& a = o["array"];
     j.array = {a.value("min", 0), a.value("max", 0), a.value("count", 0), a.value("step", 1)};

@@ -145,13 +145,34 @@ SignalSpec get_signal(const Obj& o) {
   return spec;
 }
 
+// "mail_type": the names of mail_event_names(), each at most once; "mail_user": an address.
+void get_mail(const Obj& o, JobRequest& r) {
+  if (const json* v = field(o, "mail_type")) {
+    const std::string expected = "a list of BEGIN, END, FAIL, REQUEUE";
+    if (!v->is_array() || v->size() > 4) bad_field(o.name("mail_type"), expected, *v);
+    unsigned events = 0;
+    for (const json& name : *v) {
+      unsigned bit = 0;
+      for (unsigned b : {kMailBegin, kMailEnd, kMailFail, kMailRequeue})
+        if (name.is_string() && mail_event_names(b).front() == name.get<std::string>()) bit = b;
+      if (!bit || (events & bit)) bad_field(o.name("mail_type"), expected + ", each once", *v);
+      events |= bit;
+    }
+    r.mail_events = events;
+  }
+  r.mail_user = get_name(o, "mail_user");
+  if (r.mail_user && !is_mail_address(*r.mail_user))
+    bad_field(o.name("mail_user"), "one address, user or user@host", json(*r.mail_user));
+}
+
 // "job": what the client parsed from #SBATCH lines and its command line (sbatch.h), each field
 // checked against the bounds in job.h; absent fields stay unset, as the parser leaves them.
 JobRequest get_job(const json& top) {
   const Obj o(get_object(top, "job", "an object: the job's options as gpuq submit parsed them"),
               "job.");
   only_keys(o, {"name", "gpus", "time_limit_s", "output", "error", "chdir", "dependencies", "array",
-                "signal", "requeue", "hold", "priority", "account", "cpus_per_task", "ntasks"});
+                "signal", "requeue", "hold", "priority", "account", "cpus_per_task", "ntasks",
+                "mail_type", "mail_user"});
   JobRequest r;
   r.job_name = get_name(o, "name");
   r.gpus = get_opt_int(o, "gpus", 0, kMaxJobGpus);
@@ -168,6 +189,7 @@ JobRequest get_job(const json& top) {
   r.account = get_name(o, "account");
   r.cpus_per_task = get_opt_int(o, "cpus_per_task", 1, kMaxCpusPerTask);
   r.ntasks = get_opt_int(o, "ntasks", 1, kMaxNtasks);
+  get_mail(o, r);
   return r;
 }
 
@@ -263,6 +285,8 @@ json encode_job(const JobRequest& r) {
   if (r.account) j["account"] = *r.account;
   if (r.cpus_per_task) j["cpus_per_task"] = *r.cpus_per_task;
   if (r.ntasks) j["ntasks"] = *r.ntasks;
+  if (r.mail_events) j["mail_type"] = mail_event_names(*r.mail_events);
+  if (r.mail_user) j["mail_user"] = *r.mail_user;
   return j;
 }
 

@@ -63,8 +63,6 @@ constexpr const char* kIgnoredWithValue[] = {"-N",
                                              "-q",
                                              "--qos",
                                              "--reservation",
-                                             "--mail-type",
-                                             "--mail-user",
                                              "--export",
                                              "--ntasks-per-node",
                                              "--constraint",
@@ -171,6 +169,8 @@ const std::map<std::string, std::pair<std::string, bool>>& known_options() {
       {"--ntasks", {"--ntasks", true}},
       {"-W", {"--wait", false}},
       {"--wait", {"--wait", false}},
+      {"--mail-type", {"--mail-type", true}},
+      {"--mail-user", {"--mail-user", true}},
   };
   return m;
 }
@@ -219,6 +219,14 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     if (*r.ntasks < 1) bad("--ntasks: must be at least 1");
   } else if (opt == "--wait") {
     r.wait = true;
+  } else if (opt == "--mail-type") {
+    std::vector<std::string> ignored;
+    r.mail_events = parse_mail_type(v, &ignored);
+    for (const auto& type : ignored)
+      r.warnings.push_back(fmt::format(
+          "--mail-type {}: gpuq sends no such mail (it sends BEGIN, END, FAIL, REQUEUE)", type));
+  } else if (opt == "--mail-user") {
+    r.mail_user = parse_mail_user(v);
   }
 }
 

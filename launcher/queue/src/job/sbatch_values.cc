@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "gpurun/common/posix.h"
+#include "gpurun/common/terminal.h"
 #include "gpurun/queue/sbatch.h"
 #include "job/parse_util.h"
 
@@ -94,6 +95,37 @@ SignalSpec parse_signal_spec(const std::string& text) {
   if (rest.empty()) bad(fmt::format("--signal '{}': no signal", text));
   s.signal = parse_signal_name(rest);
   return s;
+}
+
+unsigned parse_mail_type(const std::string& text, std::vector<std::string>* ignored) {
+  static const std::set<std::string> kNotSent = {"TIME_LIMIT",  "TIME_LIMIT_90", "TIME_LIMIT_80",
+                                                 "TIME_LIMIT_50", "ARRAY_TASKS", "INVALID_DEPEND",
+                                                 "STAGE_OUT"};
+  unsigned events = 0;
+  for (const auto& word : split(text, ',')) {
+    if (word == "NONE") continue;
+    if (word == "BEGIN") events |= kMailBegin;
+    else if (word == "END") events |= kMailEnd;
+    else if (word == "FAIL") events |= kMailFail;
+    else if (word == "REQUEUE") events |= kMailRequeue;
+    else if (word == "ALL") events |= kMailBegin | kMailEnd | kMailFail | kMailRequeue;
+    else if (kNotSent.count(word)) {
+      if (ignored) ignored->push_back(word);
+    } else {
+      bad(fmt::format("--mail-type '{}': unknown type '{}' (expected a comma-separated list of "
+                      "NONE, BEGIN, END, FAIL, REQUEUE, ALL)",
+                      common::escape_control(text), common::escape_control(word)));
+    }
+  }
+  return events;
+}
+
+std::string parse_mail_user(const std::string& text) {
+  if (!is_mail_address(text))
+    bad(fmt::format("--mail-user '{}': expected one address, user or user@host, of at most {} "
+                    "bytes, without spaces, commas, brackets, quotes or control characters",
+                    common::escape_control(text), kMaxMailUserBytes));
+  return text;
 }
 
 std::vector<Dependency> parse_dependency(const std::string& text) {

@@ -38,6 +38,18 @@ struct SignalSpec {
   bool batch_only = false;  // B: signal only the batch shell, not its process group
 };
 
+// --mail-type=... and --mail-user: which of a job's events are mailed, and to whom (sbatch.1).
+// ALL is BEGIN, END, FAIL and REQUEUE, as in Slurm. The daemon sends them through sendmail.
+enum MailEvent : unsigned { kMailBegin = 1u, kMailEnd = 2u, kMailFail = 4u, kMailRequeue = 8u };
+struct MailSpec {
+  unsigned events = 0;  // MailEvent bits; 0 = no mail
+  std::string user;     // "" = the submitting user (the local mailbox)
+};
+std::vector<std::string> mail_event_names(unsigned events);  // {"BEGIN", "END"}
+// One address (user or user@host), at most kMaxMailUserBytes, with nothing a mail header or
+// sendmail could take for more: no spaces, commas, brackets, quotes or control characters.
+bool is_mail_address(const std::string& s);
+
 // What one job may ask for. The #SBATCH parser (sbatch.h) produces nothing beyond these, and the
 // daemon's request decoder (job/request.h) refuses anything beyond them, so the two never disagree.
 constexpr int kMaxJobGpus = 1024;                     // --gres/--gpus, all entries together
@@ -50,6 +62,7 @@ constexpr int kMaxSignalLeadS = 65535;  // the @SECS of --signal
 constexpr int kMaxPriority = 1000000;
 constexpr int kMaxCpusPerTask = 4096;
 constexpr int kMaxNtasks = 1000000;
+constexpr size_t kMaxMailUserBytes = 254;  // RFC 5321's longest address
 
 // Everything a submission asks for. Optional fields stay unset when neither the script nor the
 // command line gave them, so "command line overrides script" is a field-wise merge.
@@ -70,6 +83,8 @@ struct JobRequest {
   std::optional<int> cpus_per_task;    // recorded for CPU efficiency in `gpuq stats`; not enforced
   std::optional<int> ntasks;           // -n: only SLURM_NTASKS, for scripts that read it
   std::optional<bool> wait;            // -W/--wait: `gpuq submit` waits for the job's end
+  std::optional<unsigned> mail_events;  // --mail-type (MailEvent bits)
+  std::optional<std::string> mail_user; // --mail-user
   std::vector<std::string> warnings;   // unsupported directives, ignored with a warning
 
   // Fields set in `over` replace ours (command line over #SBATCH).
@@ -128,6 +143,7 @@ struct Job {
   int exit_signal = 0;
   std::vector<Dependency> dependencies;
   SignalSpec signal;
+  MailSpec mail;
   std::string submit_key;
   std::string boot_id;  // the machine's boot while RUNNING: a different one means it rebooted
   const char* sched_reason = nullptr;  // daemon memory only: the last scheduling verdict
