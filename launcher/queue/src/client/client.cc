@@ -258,8 +258,7 @@ std::string default_socket_path() {
   return fmt::format("/tmp/gpuq-{}.sock", getuid());
 }
 
-int cmd_submit(const Args& a) {
-  const char* usage =
+constexpr const char* kSubmitUsage =
       "usage: gpuq submit [OPTIONS] SCRIPT [ARGS...]\n"
       "Submits a batch script. #SBATCH lines are read as sbatch reads them (up to the first\n"
       "command); options given here override them. Without SCRIPT (or with -) the script is read\n"
@@ -277,6 +276,9 @@ int cmd_submit(const Args& a) {
       "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
       "Other Slurm options (--mem, -p, --exclusive, ...) are accepted and ignored with a warning;\n"
       "an option gpuq does not know as sbatch's is an error.";
+
+int cmd_submit(const Args& a) {
+  const char* usage = kSubmitUsage;
   for (const auto& w : a) {  // --help among the options (before the script) wins
     if (w.empty() || w[0] != '-' || w == "-") break;
     if (w == "-h" || w == "--help") {

@@ -44,9 +44,7 @@ std::string self_exe() {
   return std::string(buf, static_cast<size_t>(n));
 }
 
-}  // namespace
-
-int cmd_daemon(const Args& a) {
+po::options_description daemon_options() {
   po::options_description desc("gpuq daemon options");
   desc.add_options()("help,h", "show this help")(
       "gpus", po::value<std::string>(),
@@ -74,6 +72,13 @@ int cmd_daemon(const Args& a) {
       "sendmail", po::value<std::string>()->default_value("/usr/sbin/sendmail"),
       "the program --mail-type's mails go through (run as `sendmail -t -oi`, the message on "
       "its standard input)");
+  return desc;
+}
+
+}  // namespace
+
+int cmd_daemon(const Args& a) {
+  const po::options_description desc = daemon_options();
   po::variables_map vm;
   po::store(po::command_line_parser(a).options(desc).run(), vm);
   if (vm.count("help")) {
