@@ -116,6 +116,31 @@ TEST(GpuqMail, AnArrayMailsOnceWhenItsLastTaskEnds) {
       << mails[0];
 }
 
+// TIME_LIMIT_50 and TIME_LIMIT_80: one mail each, when the run passes that share of its limit
+// (a 5 s limit: at 2.5 s and 4 s), before the job times out; not again from a restarted daemon.
+TEST(GpuqMail, TimeLimitMailsComeOnceAtTheirShareOfTheLimit) {
+  FakeSendmail mta;
+  Daemon d({"--sendmail", mta.path()});
+  d.script("long.sh", "#!/bin/sh\nsleep 30\n");
+  const auto t0 = std::chrono::steady_clock::now();
+  const int64_t id = d.submit("-t 0:05 --mail-type=TIME_LIMIT_50,TIME_LIMIT_80 -J long long.sh");
+  const auto mails50 = mta.wait_for(1);
+  const double at50 =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count() - 0.5;
+  ASSERT_GE(mails50.size(), 1u) << d.log();
+  EXPECT_TRUE(has(mails50[0], fmt::format("Subject: gpuq Job_id={} Name=long Reached 50% of time "
+                                          "limit, Run time 00:00:0",
+                                          id)))
+      << mails50[0];
+  EXPECT_GE(at50, 2.0) << "the 50% mail came before half of the 5 s limit";
+  d.kill9();  // the 50% mail is recorded: the next daemon sends only the 80% one
+  d.start();
+  EXPECT_EQ(d.wait_final(id)["state"], "TIMEOUT");
+  const auto mails = mta.wait_for(2);
+  ASSERT_EQ(mails.size(), 2u) << d.log();
+  EXPECT_TRUE(has(mails[1], "Name=long Reached 80% of time limit, Run time 00:00:0")) << mails[1];
+}
+
 // A sendmail that is missing, or that fails, never affects the job; the daemon says why.
 TEST(GpuqMail, ABrokenSendmailNeverAffectsTheJob) {
   Daemon d({"--sendmail", "/nonexistent/sendmail"});
@@ -147,8 +172,8 @@ TEST(GpuqMail, BadValuesAreRefusedAndUnsentTypesWarn) {
     EXPECT_NE(r.rc, 0) << user;
     EXPECT_TRUE(has(r.err, "--mail-user")) << r.err;
   }
-  d.script("tl.sh", "#!/bin/sh\n#SBATCH --mail-type=TIME_LIMIT_80,END\ntrue\n");
+  d.script("tl.sh", "#!/bin/sh\n#SBATCH --mail-type=ARRAY_TASKS,END\ntrue\n");
   Result tl = sh(fmt::format("cd {} && {} submit tl.sh", d.dir(), d.cli()));
   EXPECT_EQ(tl.rc, 0) << tl.err;
-  EXPECT_TRUE(has(tl.err, "--mail-type TIME_LIMIT_80: gpuq sends no such mail")) << tl.err;
+  EXPECT_TRUE(has(tl.err, "--mail-type ARRAY_TASKS: gpuq sends no such mail")) << tl.err;
 }

@@ -204,8 +204,10 @@ TEST(SbatchMail, TypesAndAddresses) {
   EXPECT_EQ(parse_mail_type("NONE", &ignored), 0u);
   EXPECT_EQ(parse_mail_type("END,FAIL", &ignored), kMailEnd | kMailFail);
   EXPECT_TRUE(ignored.empty());
-  EXPECT_EQ(parse_mail_type("TIME_LIMIT_80,BEGIN", &ignored), unsigned{kMailBegin});
-  EXPECT_EQ(ignored, std::vector<std::string>{"TIME_LIMIT_80"});
+  EXPECT_EQ(parse_mail_type("TIME_LIMIT_80,BEGIN", &ignored), kMailTimeLimit80 | kMailBegin);
+  EXPECT_TRUE(ignored.empty());
+  EXPECT_EQ(parse_mail_type("ARRAY_TASKS,END", &ignored), unsigned{kMailEnd});
+  EXPECT_EQ(ignored, std::vector<std::string>{"ARRAY_TASKS"});
   EXPECT_THROW(parse_mail_type("END,end", &ignored), std::invalid_argument);
   EXPECT_EQ(parse_mail_user("alice@example.org"), "alice@example.org");
   for (const char* bad : {"", "a b", "a,b", "a\nBcc: x", "<a@b>", "-oQ", "a@", "\"a\"@b"})

@@ -147,6 +147,8 @@ class Daemon {
   void mail_requeue(const Job& j, const std::string& why);
   void mail_end(const Job& j);
   void mail_array_end(const Job& last);
+  void mail_time_limits(int64_t now);  // the TIME_LIMIT[_NN] mails now due, once a second
+  int64_t time_limits_checked_ms_ = 0;
 
   // daemon_invariants.cc: what the parts owe the store (written down there)
   std::vector<std::string> invariant_violations();

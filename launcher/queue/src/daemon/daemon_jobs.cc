@@ -135,6 +135,7 @@ void Daemon::mark_running(Job& j, const std::vector<int>& gpus) {
   j.reason.clear();
   j.boot_id = boot_id_;
   j.usage = {};           // a requeued job is measured afresh, as its GPU-hours are
+  j.mail_sent = 0;        // and its time-limit mails are its run's
   store_->update_job(j);  // committed before anything runs: GPUs are never handed out twice
   jobs_->note_state(j);
 }

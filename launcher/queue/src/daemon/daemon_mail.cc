@@ -1,9 +1,12 @@
 // gpuq daemon: the mails of a job's events (--mail-type, --mail-user; daemon.h, mailer.h), with
 // Slurm's subjects ("Slurm Job_id=12 Name=train Ended, Run time 00:01:05, COMPLETED, ExitCode 0")
 // under gpuq's name. The end's mail carries the job's `gpuq stats` summary. An array mails once,
-// when its last task has ended, with each state's count, not once per task.
+// when its last task has ended, with each state's count, not once per task (and no BEGIN or
+// TIME_LIMIT mails). A TIME_LIMIT[_NN] mail is sent once per run, recorded in the job's store
+// document, so a restarted daemon does not send it again.
 #include <fmt/format.h>
 
+#include <iterator>
 #include <map>
 
 #include "daemon/daemon.h"
@@ -40,6 +43,29 @@ void Daemon::mail_requeue(const Job& j, const std::string& why) {
   mailer_.send({recipient(j), fmt::format("{} Requeued", head(j, display_id(j))),
                 fmt::format("Job {} was requeued: {}\n", display_id(j), why)},
                j.id);
+}
+
+void Daemon::mail_time_limits(int64_t now) {
+  if (now - time_limits_checked_ms_ < 1000) return;
+  time_limits_checked_ms_ = now;
+  for (auto& [id, j] : jobs_->active()) {
+    const unsigned due = j.mail.events & kMailTimeLimits & ~j.mail_sent;
+    if (!due || j.state != JobState::kRunning || !j.time_limit_s || j.array_job_id) continue;
+    const int64_t run_ms = now - j.start_ms;
+    for (auto it = std::rbegin(kMailEventNames); it != std::rend(kMailEventNames); ++it) {
+      const MailEventName& e = *it;  // 50% first, when several are due at once
+      if (!(due & e.event) || run_ms * 100 < j.time_limit_s * 1000 * e.percent) continue;
+      j.mail_sent |= e.event;  // once, whether or not sendmail starts
+      mailer_.send({recipient(j),
+                    fmt::format("{} Reached {}time limit, Run time {}", head(j, display_id(j)),
+                                e.percent < 100 ? fmt::format("{}% of ", e.percent) : "",
+                                sacct_elapsed(run_ms / 1000)),
+                    fmt::format("Job {} has run {} of its {} time limit.\n", display_id(j),
+                                sacct_elapsed(run_ms / 1000), sacct_elapsed(j.time_limit_s))},
+                   j.id);
+    }
+    if ((j.mail.events & kMailTimeLimits & ~j.mail_sent) != due) store_->update_job(j);
+  }
 }
 
 // After finish() recorded `j`'s end (still in the job table).

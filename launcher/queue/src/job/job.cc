@@ -79,11 +79,21 @@ void JobRequest::merge_from(const JobRequest& o) {
   warnings.insert(warnings.end(), o.warnings.begin(), o.warnings.end());
 }
 
+const MailEventName kMailEventNames[8] = {
+    {kMailBegin, "BEGIN", 0},
+    {kMailEnd, "END", 0},
+    {kMailFail, "FAIL", 0},
+    {kMailRequeue, "REQUEUE", 0},
+    {kMailTimeLimit, "TIME_LIMIT", 100},
+    {kMailTimeLimit90, "TIME_LIMIT_90", 90},
+    {kMailTimeLimit80, "TIME_LIMIT_80", 80},
+    {kMailTimeLimit50, "TIME_LIMIT_50", 50},
+};
+
 std::vector<std::string> mail_event_names(unsigned events) {
   std::vector<std::string> out;
-  for (const auto& [bit, name] : {std::pair{kMailBegin, "BEGIN"}, {kMailEnd, "END"},
-                                  {kMailFail, "FAIL"}, {kMailRequeue, "REQUEUE"}})
-    if (events & bit) out.emplace_back(name);
+  for (const auto& e : kMailEventNames)
+    if (events & e.event) out.emplace_back(e.name);
   return out;
 }
 

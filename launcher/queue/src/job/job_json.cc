@@ -83,6 +83,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
     o["umask"] = j.umask;
     o["mail_type"] = mail_event_names(j.mail.events);
     o["mail_user"] = j.mail.user;
+    o["mail_sent"] = j.mail_sent;
   }
   if (view == JobView::kFull) {
     o["script"] = j.script;
@@ -144,9 +145,10 @@ Job job_from_json(const nlohmann::json& o) {
   j.ntasks = o.value("ntasks", 1);
   j.umask = o.value("umask", 022u);
   for (const auto& name : o.value("mail_type", std::vector<std::string>{}))
-    for (unsigned bit : {kMailBegin, kMailEnd, kMailFail, kMailRequeue})
-      if (mail_event_names(bit).front() == name) j.mail.events |= bit;
+    for (const auto& e : kMailEventNames)
+      if (name == e.name) j.mail.events |= e.event;
   j.mail.user = o.value("mail_user", "");
+  j.mail_sent = o.value("mail_sent", 0u);
   if (o.contains("array")) {
     const auto& a = o["array"];
     j.array = {a.value("min", 0), a.value("max", 0), a.value("count", 0), a.value("step", 1)};

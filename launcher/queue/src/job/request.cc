@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include <nlohmann/json.hpp>
+#include <iterator>
 #include <set>
 #include <stdexcept>
 
@@ -145,16 +146,17 @@ SignalSpec get_signal(const Obj& o) {
   return spec;
 }
 
-// "mail_type": the names of mail_event_names(), each at most once; "mail_user": an address.
+// "mail_type": names of kMailEventNames, each at most once; "mail_user": an address.
 void get_mail(const Obj& o, JobRequest& r) {
   if (const json* v = field(o, "mail_type")) {
-    const std::string expected = "a list of BEGIN, END, FAIL, REQUEUE";
-    if (!v->is_array() || v->size() > 4) bad_field(o.name("mail_type"), expected, *v);
+    const std::string expected = "a list of BEGIN, END, FAIL, REQUEUE, TIME_LIMIT[_90|_80|_50]";
+    if (!v->is_array() || v->size() > std::size(kMailEventNames))
+      bad_field(o.name("mail_type"), expected, *v);
     unsigned events = 0;
     for (const json& name : *v) {
       unsigned bit = 0;
-      for (unsigned b : {kMailBegin, kMailEnd, kMailFail, kMailRequeue})
-        if (name.is_string() && mail_event_names(b).front() == name.get<std::string>()) bit = b;
+      for (const auto& e : kMailEventNames)
+        if (name.is_string() && name.get<std::string>() == e.name) bit = e.event;
       if (!bit || (events & bit)) bad_field(o.name("mail_type"), expected + ", each once", *v);
       events |= bit;
     }

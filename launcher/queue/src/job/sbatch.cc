@@ -224,7 +224,9 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     r.mail_events = parse_mail_type(v, &ignored);
     for (const auto& type : ignored)
       r.warnings.push_back(fmt::format(
-          "--mail-type {}: gpuq sends no such mail (it sends BEGIN, END, FAIL, REQUEUE)", type));
+          "--mail-type {}: gpuq sends no such mail (it sends BEGIN, END, FAIL, REQUEUE and "
+          "TIME_LIMIT[_90|_80|_50])",
+          type));
   } else if (opt == "--mail-user") {
     r.mail_user = parse_mail_user(v);
   }

@@ -2,6 +2,7 @@
 // file patterns (see sbatch.h), plus the helpers of parse_util.h.
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <cctype>
 #include <csignal>
 #include <set>
@@ -98,24 +99,22 @@ SignalSpec parse_signal_spec(const std::string& text) {
 }
 
 unsigned parse_mail_type(const std::string& text, std::vector<std::string>* ignored) {
-  static const std::set<std::string> kNotSent = {"TIME_LIMIT",  "TIME_LIMIT_90", "TIME_LIMIT_80",
-                                                 "TIME_LIMIT_50", "ARRAY_TASKS", "INVALID_DEPEND",
-                                                 "STAGE_OUT"};
+  static const std::set<std::string> kNotSent = {"ARRAY_TASKS", "INVALID_DEPEND", "STAGE_OUT"};
   unsigned events = 0;
   for (const auto& word : split(text, ',')) {
-    if (word == "NONE") continue;
-    if (word == "BEGIN") events |= kMailBegin;
-    else if (word == "END") events |= kMailEnd;
-    else if (word == "FAIL") events |= kMailFail;
-    else if (word == "REQUEUE") events |= kMailRequeue;
-    else if (word == "ALL") events |= kMailBegin | kMailEnd | kMailFail | kMailRequeue;
-    else if (kNotSent.count(word)) {
-      if (ignored) ignored->push_back(word);
-    } else {
+    const auto named = std::find_if(std::begin(kMailEventNames), std::end(kMailEventNames),
+                                    [&](const MailEventName& e) { return word == e.name; });
+    if (named != std::end(kMailEventNames))
+      events |= named->event;
+    else if (word == "ALL")
+      events |= kMailAll;
+    else if (kNotSent.count(word) && ignored)
+      ignored->push_back(word);
+    else if (word != "NONE" && !kNotSent.count(word))
       bad(fmt::format("--mail-type '{}': unknown type '{}' (expected a comma-separated list of "
-                      "NONE, BEGIN, END, FAIL, REQUEUE, ALL)",
+                      "NONE, BEGIN, END, FAIL, REQUEUE, ALL, TIME_LIMIT, TIME_LIMIT_90, "
+                      "TIME_LIMIT_80, TIME_LIMIT_50)",
                       common::escape_control(text), common::escape_control(word)));
-    }
   }
   return events;
 }

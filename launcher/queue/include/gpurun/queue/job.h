@@ -39,12 +39,32 @@ struct SignalSpec {
 };
 
 // --mail-type=... and --mail-user: which of a job's events are mailed, and to whom (sbatch.1).
-// ALL is BEGIN, END, FAIL and REQUEUE, as in Slurm. The daemon sends them through sendmail.
-enum MailEvent : unsigned { kMailBegin = 1u, kMailEnd = 2u, kMailFail = 4u, kMailRequeue = 8u };
+// ALL is BEGIN, END, FAIL and REQUEUE, as in Slurm (not the TIME_LIMIT ones). The daemon sends
+// them through sendmail.
+enum MailEvent : unsigned {
+  kMailBegin = 1u,
+  kMailEnd = 2u,
+  kMailFail = 4u,
+  kMailRequeue = 8u,
+  kMailTimeLimit = 16u,    // reached the time limit
+  kMailTimeLimit90 = 32u,  // reached 90% of it
+  kMailTimeLimit80 = 64u,
+  kMailTimeLimit50 = 128u,
+};
+constexpr unsigned kMailAll = kMailBegin | kMailEnd | kMailFail | kMailRequeue;
+constexpr unsigned kMailTimeLimits =
+    kMailTimeLimit | kMailTimeLimit90 | kMailTimeLimit80 | kMailTimeLimit50;
 struct MailSpec {
   unsigned events = 0;  // MailEvent bits; 0 = no mail
   std::string user;     // "" = the submitting user (the local mailbox)
 };
+// Each MailEvent with its --mail-type name and, for the time-limit ones, the percent of the limit.
+struct MailEventName {
+  MailEvent event;
+  const char* name;
+  int percent;  // 0: not a time-limit event
+};
+extern const MailEventName kMailEventNames[8];
 std::vector<std::string> mail_event_names(unsigned events);  // {"BEGIN", "END"}
 // One address (user or user@host), at most kMaxMailUserBytes, with nothing a mail header or
 // sendmail could take for more: no spaces, commas, brackets, quotes or control characters.
@@ -144,6 +164,7 @@ struct Job {
   std::vector<Dependency> dependencies;
   SignalSpec signal;
   MailSpec mail;
+  unsigned mail_sent = 0;  // the time-limit mails sent for the current run (MailEvent bits)
   std::string submit_key;
   std::string boot_id;  // the machine's boot while RUNNING: a different one means it rebooted
   const char* sched_reason = nullptr;  // daemon memory only: the last scheduling verdict

@@ -46,9 +46,9 @@ std::vector<Dependency> parse_dependency(const std::string& text);
 ArraySpec parse_array(const std::string& text);  // 0-15:4,20%2
 int parse_gres_gpus(const std::string& text);    // gpu[:type]:N, several comma entries
 int parse_gpus(const std::string& text);         // [type:]N
-// --mail-type: NONE, BEGIN, END, FAIL, REQUEUE, ALL, comma-separated -> MailEvent bits. Slurm's
-// other types (TIME_LIMIT*, ARRAY_TASKS, INVALID_DEPEND, STAGE_OUT) are accepted and named in
-// *ignored: gpuq sends no such mail.
+// --mail-type: NONE, ALL and kMailEventNames' names, comma-separated -> MailEvent bits. Slurm's
+// other types (ARRAY_TASKS, INVALID_DEPEND, STAGE_OUT) are accepted and named in *ignored: gpuq
+// sends no such mail.
 unsigned parse_mail_type(const std::string& text, std::vector<std::string>* ignored);
 // --mail-user: one address (user or user@host), nothing a mail header or sendmail could take for
 // more (no spaces, commas, angle brackets, quotes or control characters).
