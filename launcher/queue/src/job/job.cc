@@ -97,6 +97,12 @@ std::vector<std::string> mail_event_names(unsigned events) {
   return out;
 }
 
+unsigned mail_event_named(const std::string& name) {
+  for (const auto& e : kMailEventNames)
+    if (name == e.name) return e.event;
+  return 0;
+}
+
 bool is_mail_address(const std::string& s) {
   if (s.empty() || s.size() > kMaxMailUserBytes || s[0] == '-' || s[0] == '@' || s.back() == '@')
     return false;

@@ -145,8 +145,7 @@ Job job_from_json(const nlohmann::json& o) {
   j.ntasks = o.value("ntasks", 1);
   j.umask = o.value("umask", 022u);
   for (const auto& name : o.value("mail_type", std::vector<std::string>{}))
-    for (const auto& e : kMailEventNames)
-      if (name == e.name) j.mail.events |= e.event;
+    j.mail.events |= mail_event_named(name);
   j.mail.user = o.value("mail_user", "");
   j.mail_sent = o.value("mail_sent", 0u);
   if (o.contains("array")) {

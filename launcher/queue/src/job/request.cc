@@ -154,9 +154,7 @@ void get_mail(const Obj& o, JobRequest& r) {
       bad_field(o.name("mail_type"), expected, *v);
     unsigned events = 0;
     for (const json& name : *v) {
-      unsigned bit = 0;
-      for (const auto& e : kMailEventNames)
-        if (name.is_string() && name.get<std::string>() == e.name) bit = e.event;
+      const unsigned bit = name.is_string() ? mail_event_named(name.get<std::string>()) : 0;
       if (!bit || (events & bit)) bad_field(o.name("mail_type"), expected + ", each once", *v);
       events |= bit;
     }

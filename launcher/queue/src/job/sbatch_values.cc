@@ -102,10 +102,8 @@ unsigned parse_mail_type(const std::string& text, std::vector<std::string>* igno
   static const std::set<std::string> kNotSent = {"ARRAY_TASKS", "INVALID_DEPEND", "STAGE_OUT"};
   unsigned events = 0;
   for (const auto& word : split(text, ',')) {
-    const auto named = std::find_if(std::begin(kMailEventNames), std::end(kMailEventNames),
-                                    [&](const MailEventName& e) { return word == e.name; });
-    if (named != std::end(kMailEventNames))
-      events |= named->event;
+    if (const unsigned event = mail_event_named(word))
+      events |= event;
     else if (word == "ALL")
       events |= kMailAll;
     else if (kNotSent.count(word) && ignored)

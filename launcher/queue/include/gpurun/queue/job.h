@@ -66,6 +66,7 @@ struct MailEventName {
 };
 extern const MailEventName kMailEventNames[8];
 std::vector<std::string> mail_event_names(unsigned events);  // {"BEGIN", "END"}
+unsigned mail_event_named(const std::string& name);          // "END" -> kMailEnd; 0: no such
 // One address (user or user@host), at most kMaxMailUserBytes, with nothing a mail header or
 // sendmail could take for more: no spaces, commas, brackets, quotes or control characters.
 bool is_mail_address(const std::string& s);
