@@ -59,10 +59,19 @@ void PeriodicThread::drain() {
   }
 }
 
+void PeriodicThread::run_soon() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    soon_ = true;
+  }
+  cv_.notify_all();
+}
+
 void PeriodicThread::loop() {
   auto next = std::chrono::steady_clock::now();
   std::unique_lock<std::mutex> lock(mu_);
   while (!stop_) {
+    soon_ = false;
     lock.unlock();
     const bool again = task_();
     lock.lock();
@@ -70,7 +79,8 @@ void PeriodicThread::loop() {
     next += period_;
     const auto now = std::chrono::steady_clock::now();
     if (next < now) next = now;
-    cv_.wait_until(lock, next, [this] { return stop_; });
+    cv_.wait_until(lock, next, [this] { return stop_ || soon_; });
+    if (soon_) next = std::chrono::steady_clock::now();
   }
 }
 

@@ -6,6 +6,8 @@
 #include <dlfcn.h>
 #include <fmt/format.h>
 
+#include <vector>
+
 #include "gpurun/common/error.h"
 #include "nvml_abi.h"
 
@@ -30,6 +32,7 @@ struct NvmlBackend::Api {
   nvml::DeviceGetMigModeFn mig_mode = nullptr;
   nvml::DeviceGetMaxMigDeviceCountFn max_mig = nullptr;
   nvml::DeviceGetMigDeviceHandleByIndexFn mig_handle = nullptr;
+  nvml::DeviceGetComputeRunningProcessesFn compute_processes = nullptr;  // drivers >= 470
 
   std::string error(nvml::Return rc) const {
     const char* s = error_string ? error_string(rc) : nullptr;
@@ -61,6 +64,30 @@ void read_figures(const NvmlBackend::Api& api, nvml::Device d, GpuSample& g, boo
   unsigned int v = 0;
   if (g.mig < 0 && api.power(d, &v) == nvml::kSuccess) g.power_w = v / 1000.0;
   if (g.mig < 0 && api.temperature(d, nvml::kTemperatureGpu, &v) == nvml::kSuccess) g.temp_c = v;
+}
+
+// The compute processes on one GPU: asked with room for 64, then again with the count NVML says.
+void read_processes(const NvmlBackend::Api& api, nvml::Device d, const GpuSample& g,
+                    GpuSnapshot& out) {
+  std::vector<nvml::ProcessInfoV2> infos(64);
+  nvml::Return rc = nvml::kErrorInsufficientSize;
+  for (int attempt = 0; attempt < 3 && rc == nvml::kErrorInsufficientSize; ++attempt) {
+    unsigned int n = static_cast<unsigned int>(infos.size());
+    rc = api.compute_processes(d, &n, infos.data());
+    if (rc == nvml::kErrorInsufficientSize) infos.resize(n + 16);
+    else infos.resize(rc == nvml::kSuccess ? n : 0);
+  }
+  if (rc != nvml::kSuccess) {
+    out.processes_read = false;
+    out.processes_error = fmt::format("GPU {}: compute processes: {}", g.index, api.error(rc));
+    return;
+  }
+  for (const auto& p : infos)
+    out.processes.push_back(
+        {g.index, g.uuid, static_cast<int>(p.pid),
+         p.usedGpuMemory == nvml::kValueNotAvailable
+             ? std::nullopt
+             : std::optional<double>(static_cast<double>(p.usedGpuMemory) / (1024.0 * 1024.0))});
 }
 
 }  // namespace
@@ -97,6 +124,7 @@ std::unique_ptr<NvmlBackend> NvmlBackend::open(std::string* why) {
   bind(l, "nvmlDeviceGetMigMode", api->mig_mode);
   bind(l, "nvmlDeviceGetMaxMigDeviceCount", api->max_mig);
   bind(l, "nvmlDeviceGetMigDeviceHandleByIndex", api->mig_handle);
+  bind(l, "nvmlDeviceGetComputeRunningProcesses_v2", api->compute_processes);
   nvml::Return rc = api->init();
   if (rc != nvml::kSuccess) {
     *why = fmt::format("nvmlInit failed: {}", api->error(rc));
@@ -105,8 +133,11 @@ std::unique_ptr<NvmlBackend> NvmlBackend::open(std::string* why) {
   return std::unique_ptr<NvmlBackend>(new NvmlBackend(std::move(api)));
 }
 
-void NvmlBackend::sample(GpuSnapshot& out) {
+void NvmlBackend::sample(GpuSnapshot& out, bool processes) {
   const Api& api = *api_;
+  out.processes_read = processes && api.compute_processes;
+  if (processes && !api.compute_processes)
+    out.processes_error = "libnvidia-ml.so.1 lacks nvmlDeviceGetComputeRunningProcesses_v2";
   unsigned int count = 0;
   nvml::Return rc = api.count(&count);
   if (rc != nvml::kSuccess) throw Error(fmt::format("NVML: cannot count GPUs: {}", api.error(rc)));
@@ -123,6 +154,7 @@ void NvmlBackend::sample(GpuSnapshot& out) {
     bool mig = api.mig_mode && api.mig_mode(d, &current, &pending) == nvml::kSuccess &&
                current == nvml::kDeviceMigEnable;
     read_figures(api, d, g, mig);
+    if (out.processes_read) read_processes(api, d, g, out);
     out.gpus.push_back(g);
     unsigned int slots = 0;
     if (!mig || !api.max_mig || !api.mig_handle || api.max_mig(d, &slots) != nvml::kSuccess)

@@ -17,8 +17,9 @@ class NvmlBackend {
   NvmlBackend(const NvmlBackend&) = delete;
   NvmlBackend& operator=(const NvmlBackend&) = delete;
 
-  // Fills gpus and problems; throws Error when NVML cannot even count the devices.
-  void sample(GpuSnapshot& out);
+  // Fills gpus and problems, and with `processes` each GPU's compute processes; throws Error
+  // when NVML cannot even count the devices.
+  void sample(GpuSnapshot& out, bool processes);
 
   struct Api;  // the resolved entry points (gpu_nvml.cc)
 

@@ -68,6 +68,36 @@ void sample_nvidia_smi(const SamplerConfig& cfg, GpuSnapshot& out) {
   }
 }
 
+// --query-compute-apps: a failure leaves processes_read false, naming why; it never fails the
+// sample, whose figures stand on their own. A list with a line that is not a process is no list
+// (an nvidia-smi that does not know the query says so in words); the exit status is not relied
+// on, since an owner that ignores SIGCHLD (gpuq's daemon) cannot have it.
+void sample_nvidia_smi_processes(const SamplerConfig& cfg, GpuSnapshot& out) {
+  Captured c = run_nvidia_smi(cfg, {std::string("--query-compute-apps=") +
+                                        kNvidiaSmiComputeAppsFields,
+                                    "--format=csv,noheader,nounits"});
+  std::vector<std::string> problems;
+  std::vector<GpuProcess> listed = parse_nvidia_smi_compute_apps(c.output, &problems);
+  const bool failed = c.exit_code && *c.exit_code != 0;
+  if (c.timed_out || failed || !problems.empty()) {
+    out.processes_error = fmt::format(
+        "{} --query-compute-apps {}", cfg.nvidia_smi,
+        c.timed_out ? fmt::format("did not answer within {} ms", cfg.timeout_ms)
+        : failed    ? fmt::format("exit {}: {}", *c.exit_code, first_line(c.output))
+                    : "printed what is not a process: " + problems.front());
+    return;
+  }
+  out.processes = std::move(listed);
+  out.processes_read = true;
+}
+
+// The physical GPU of each process, by UUID (a MIG device's UUID names its GPU's index).
+void index_processes(GpuSnapshot& s) {
+  for (auto& p : s.processes)
+    for (const auto& g : s.gpus)
+      if (!g.uuid.empty() && g.uuid == p.gpu_uuid) p.gpu = g.index;
+}
+
 }  // namespace
 
 struct GpuSampler::Impl {
@@ -99,11 +129,13 @@ GpuSnapshot GpuSampler::sample() {
   s.host = impl_->host;
   if (impl_->nvml) {
     s.source = "nvml";
-    impl_->nvml->sample(s);
+    impl_->nvml->sample(s, impl_->cfg.processes);
   } else {
     s.source = "nvidia-smi";
     sample_nvidia_smi(impl_->cfg, s);
+    if (impl_->cfg.processes) sample_nvidia_smi_processes(impl_->cfg, s);
   }
+  index_processes(s);
   return s;
 }
 

@@ -12,6 +12,10 @@
 //  - a GPU that fell off the bus is not a row but a line like "Unable to determine the device
 //    handle for GPU1: 0000:34:00.0: Unknown Error" (seen in public transcripts of driver 550 to
 //    610 failures), and "No devices were found" when none is left.
+//  - --query-compute-apps with the same format: one line per process with a compute context, the
+//    fields in the order asked (nvidia-smi(1), "QUERY COMPUTE APPS": gpu_uuid, pid, used_memory);
+//    nothing, or "No running processes found", when there is none; used_memory reads [N/A] where
+//    the driver cannot attribute memory (MIG, WDDM).
 #include <charconv>
 #include <cstdlib>
 #include <string>
@@ -60,6 +64,14 @@ std::optional<int> small_int(std::string_view v) {
   return n;
 }
 
+// A process id: 1 to 4194304 (2^22, the largest pid_max Linux allows).
+std::optional<int> pid_number(std::string_view v) {
+  int n = 0;
+  auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+  if (ec != std::errc() || p != v.data() + v.size() || n < 1 || n > (1 << 22)) return std::nullopt;
+  return n;
+}
+
 std::string cut(std::string_view line) {
   return std::string(line.substr(0, 200));
 }
@@ -90,6 +102,26 @@ NvidiaSmiCsv parse_nvidia_smi_csv(std::string_view text) {
     g.power_w = figure(f[7]);
     g.temp_c = figure(f[8]);
     out.gpus.push_back(std::move(g));
+  }
+  return out;
+}
+
+std::vector<GpuProcess> parse_nvidia_smi_compute_apps(std::string_view text,
+                                                      std::vector<std::string>* problems) {
+  std::vector<GpuProcess> out;
+  while (!text.empty()) {
+    size_t nl = text.find('\n');
+    std::string_view line = trim(text.substr(0, nl));
+    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
+    if (line.empty() || line == "No running processes found") continue;
+    auto f = split(line, ',');
+    std::optional<int> pid = f.size() == 3 ? pid_number(f[1]) : std::nullopt;
+    bool uuid = f.size() == 3 && (f[0].substr(0, 4) == "GPU-" || f[0].substr(0, 4) == "MIG-");
+    if (!pid || !uuid) {
+      problems->push_back(cut(line));
+      continue;
+    }
+    out.push_back({-1, std::string(f[0]), *pid, figure(f[2])});
   }
   return out;
 }

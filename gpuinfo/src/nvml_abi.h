@@ -29,6 +29,17 @@ struct Memory {  // nvmlMemory_t (v1)
   unsigned long long used;
 };
 
+// nvmlProcessInfo_v2_t, filled by nvmlDeviceGetComputeRunningProcesses_v2. The _v3 entry point's
+// struct gained a field in some releases and not others, so gpuq calls _v2, whose layout is fixed.
+struct ProcessInfoV2 {
+  unsigned int pid;
+  unsigned long long usedGpuMemory;  // kValueNotAvailable where the driver cannot tell
+  unsigned int gpuInstanceId;
+  unsigned int computeInstanceId;
+};
+constexpr unsigned long long kValueNotAvailable = ~0ULL;  // NVML_VALUE_NOT_AVAILABLE
+constexpr Return kErrorInsufficientSize = 7;               // NVML_ERROR_INSUFFICIENT_SIZE
+
 constexpr int kTemperatureGpu = 0;              // NVML_TEMPERATURE_GPU
 constexpr unsigned kDeviceMigEnable = 1;        // NVML_DEVICE_MIG_ENABLE
 constexpr unsigned kDeviceNameBufferSize = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
@@ -49,5 +60,7 @@ using DeviceGetTemperatureFn = Return (*)(Device, int, unsigned int*);
 using DeviceGetMigModeFn = Return (*)(Device, unsigned int*, unsigned int*);
 using DeviceGetMaxMigDeviceCountFn = Return (*)(Device, unsigned int*);
 using DeviceGetMigDeviceHandleByIndexFn = Return (*)(Device, unsigned int, Device*);
+using DeviceGetComputeRunningProcessesFn = Return (*)(Device, unsigned int*,
+                                                      ProcessInfoV2*);  // ..._v2
 
 }  // namespace gpurun::gpuinfo::nvml

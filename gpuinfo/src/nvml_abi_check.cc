@@ -56,3 +56,13 @@ static_assert(std::is_same_v<decltype(&nvmlDeviceGetMaxMigDeviceCount),
                              nvmlReturn_t (*)(nvmlDevice_t, unsigned int*)>);
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetMigDeviceHandleByIndex),
                              nvmlReturn_t (*)(nvmlDevice_t, unsigned int, nvmlDevice_t*)>);
+
+// Compute processes: the _v2 entry point and its struct, whose layout stayed fixed.
+static_assert(NVML_VALUE_NOT_AVAILABLE == n::kValueNotAvailable);
+static_assert(NVML_ERROR_INSUFFICIENT_SIZE == n::kErrorInsufficientSize);
+static_assert(sizeof(nvmlProcessInfo_v2_t) == sizeof(n::ProcessInfoV2));
+static_assert(offsetof(nvmlProcessInfo_v2_t, pid) == offsetof(n::ProcessInfoV2, pid));
+static_assert(offsetof(nvmlProcessInfo_v2_t, usedGpuMemory) ==
+              offsetof(n::ProcessInfoV2, usedGpuMemory));
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetComputeRunningProcesses_v2),
+                             nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_v2_t*)>);

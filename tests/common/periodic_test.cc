@@ -51,6 +51,32 @@ TEST(PeriodicThread, RunsAtOnceThenOncePerPeriodUntilStopped) {
   EXPECT_EQ(runs.load(), at_stop) << "a run after stop()";
 }
 
+TEST(PeriodicThread, RunSoonRunsAtOnceAndAgainAfterARunUnderWay) {
+  std::atomic<int> runs{0};
+  std::atomic<bool> hold{false};
+  PeriodicThread t(milliseconds(100000), [&] {
+    while (hold.load()) std::this_thread::yield();
+    ++runs;
+    return true;
+  });
+  ASSERT_TRUE(eventually([&] { return runs.load() == 1; }));
+  std::this_thread::sleep_for(milliseconds(30));
+  EXPECT_EQ(runs.load(), 1) << "a second run long before its 100 s period";
+  t.run_soon();
+  ASSERT_TRUE(eventually([&] { return runs.load() == 2; })) << "run_soon() did not wake the thread";
+  // Asked while a run is under way: one more run right after it, not a wait of a period.
+  hold = true;
+  t.run_soon();
+  ASSERT_TRUE(eventually([&] { return runs.load() >= 2; }));
+  std::this_thread::sleep_for(milliseconds(20));
+  t.run_soon();
+  hold = false;
+  ASSERT_TRUE(eventually([&] { return runs.load() >= 4; }))
+      << "a run_soon() during a run was lost: " << runs.load() << " runs";
+  std::this_thread::sleep_for(milliseconds(50));
+  EXPECT_LE(runs.load(), 4) << "run_soon() started a burst of runs";
+}
+
 TEST(PeriodicThread, TaskReturningFalseEndsTheThread) {
   std::atomic<int> runs{0};
   PeriodicThread t(milliseconds(5), [&] {

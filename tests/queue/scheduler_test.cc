@@ -28,6 +28,19 @@ TEST(Scheduler, StartsInSubmitOrderOnFreeGpus) {
   EXPECT_EQ(reason(out, 3), "Resources");
 }
 
+TEST(Scheduler, AJobThatFitsButForGpusUsedOutsideTheQueueSaysSo) {
+  SchedInput in;
+  in.free_gpus = {1};
+  in.gpus_outside = 1;  // GPU 0: someone's process, not a job's
+  in.waiting = {job(1, 2), job(2, 3)};
+  auto out = schedule(in);
+  EXPECT_TRUE(out.starts.empty());
+  EXPECT_EQ(reason(out, 1), "GpuBusyOutsideQueue");
+  EXPECT_EQ(reason(out, 2), "Priority");
+  in.waiting = {job(2, 3)};  // would not fit even with GPU 0: the queue's own resources
+  EXPECT_EQ(reason(schedule(in), 2), "Resources");
+}
+
 TEST(Scheduler, PriorityThenFairShareThenSubmitTime) {
   SchedInput in;
   in.free_gpus = {0};

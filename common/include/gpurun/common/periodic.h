@@ -34,6 +34,9 @@ class PeriodicThread {
   bool stopping() const;  // stop() was called
   void notify();          // from the task: fd() turns readable
   void drain();           // from the owner: fd() is no longer readable until the next notify()
+  // From the owner: the next run starts now rather than when due (after the run under way, if
+  // one is), and the period counts from it.
+  void run_soon();
 
  private:
   void loop();
@@ -45,6 +48,7 @@ class PeriodicThread {
   std::mutex mu_;
   std::condition_variable cv_;
   bool stop_ = false;
+  bool soon_ = false;
   std::thread thread_;
 };
 

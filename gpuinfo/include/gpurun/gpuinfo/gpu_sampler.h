@@ -4,7 +4,8 @@
 // through `nvidia-smi --query-gpu=... --format=csv,noheader,nounits`. The parsers are pure
 // functions over nvidia-smi's text, and a snapshot travels as one line of text (encode_snapshot),
 // so the queue's daemon and gpurun's rank wrapper can both sample and pass samples on.
-// Per-process CPU time and memory: proc_usage.h.
+// With SamplerConfig::processes, also the compute processes on each GPU. Per-process CPU time and
+// memory: proc_usage.h.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +32,15 @@ struct GpuSample {
   std::optional<double> temp_c;
 };
 
+// A process with a compute context on a GPU (nvidia-smi's compute apps, NVML's running compute
+// processes). Its pid is in the driver's pid namespace: the host's.
+struct GpuProcess {
+  int gpu = -1;          // the physical GPU's index; -1 when its UUID matched no GPU listed
+  std::string gpu_uuid;  // as the driver listed it (GPU-..., or MIG-... where the driver says)
+  int pid = 0;
+  std::optional<double> used_mib;  // nullopt where the driver cannot tell (MIG, WDDM)
+};
+
 struct GpuSnapshot {
   int64_t time_ms = 0;          // wall clock, milliseconds since the epoch
   std::string host;             // the machine sampled
@@ -38,6 +48,11 @@ struct GpuSnapshot {
   std::vector<GpuSample> gpus;  // physical GPUs in index order, each followed by its MIG devices
   // GPUs that the driver listed but could not read (a GPU fallen off the bus), in its words.
   std::vector<std::string> problems;
+  // Compute processes, read only when SamplerConfig::processes asks. processes_read is false when
+  // they could not be read (processes_error says why): no list is not the same as an empty one.
+  std::vector<GpuProcess> processes;
+  bool processes_read = false;
+  std::string processes_error;
 
   const GpuSample* gpu(int index) const;  // the physical GPU with this index, or nullptr
 };
@@ -52,6 +67,9 @@ struct SamplerConfig {
   // under way is killed then, and sample() throws, so stopping never waits out the timeout.
   // An NVML call cannot be cut short.
   int cancel_fd = -1;
+  // Also list each GPU's compute processes (one more nvidia-smi call per sample): gpuq asks, to
+  // keep GPUs that someone uses outside the queue out of it.
+  bool processes = false;
 };
 
 // Samples this machine's GPUs. Not thread-safe: one sampler per thread.
@@ -86,6 +104,13 @@ struct NvidiaSmiCsv {
 // Parses the output of --query-gpu=kNvidiaSmiQueryFields --format=csv,noheader,nounits. Never
 // throws: a line it cannot read is kept, cut to 200 bytes, in problems.
 NvidiaSmiCsv parse_nvidia_smi_csv(std::string_view text);
+
+// The fields asked of --query-compute-apps, in this order.
+inline constexpr const char* kNvidiaSmiComputeAppsFields = "gpu_uuid,pid,used_memory";
+// Parses --query-compute-apps=kNvidiaSmiComputeAppsFields --format=csv,noheader,nounits (gpu is
+// left -1: the caller maps UUIDs to indices). Never throws: other lines go to *problems.
+std::vector<GpuProcess> parse_nvidia_smi_compute_apps(std::string_view text,
+                                                      std::vector<std::string>* problems);
 
 // Parses `nvidia-smi -L` and returns its MIG devices ("  MIG 1g.10gb Device 0: (UUID: MIG-...)"),
 // each with the index of the GPU line above it. Never throws; other lines are ignored.

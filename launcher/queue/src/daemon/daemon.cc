@@ -57,7 +57,8 @@ Daemon::Daemon(DaemonConfig cfg)
     : cfg_(std::move(cfg)),
       clients_(cfg_.socket_path, geteuid() == 0 ? Connections::Access::kEveryone
                                                 : Connections::Access::kOwnerOnly),
-      mailer_(cfg_.sendmail, cfg_.state_dir + "/run") {
+      mailer_(cfg_.sendmail, cfg_.state_dir + "/run"),
+      watch_(cfg_.watch) {
   as_root_ = geteuid() == 0;
   // Everything the daemon and its supervisors create is theirs alone unless made otherwise on
   // purpose (the socket, a job's script; a job's output follows the submitter's umask).
@@ -84,6 +85,7 @@ Daemon::Daemon(DaemonConfig cfg)
   signal(SIGCHLD, SIG_IGN);
   signal(SIGPIPE, SIG_IGN);
   recover();
+  restore_idle_runs();
   check_invariants("after recovery");
   clients_.open();
 }

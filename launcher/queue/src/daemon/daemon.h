@@ -25,6 +25,7 @@
 
 #include "daemon/accounting.h"
 #include "daemon/connections.h"
+#include "daemon/gpu_watch.h"
 #include "daemon/job_table.h"
 #include "daemon/mailer.h"
 #include "daemon/usage_sampler.h"
@@ -64,6 +65,7 @@ struct DaemonConfig {
   int64_t sample_retention_s = 7 * 24 * 3600;
   gpuinfo::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
   std::string sendmail = "/usr/sbin/sendmail";  // --mail-type's mails go through it
+  GpuWatchConfig watch;  // use outside the queue, idle and busy flags (gpu_watch.h)
   // Tests: check the maps against the store after recovery and every turn, and stop with an
   // error naming what is broken (daemon_invariants.cc).
   bool check_invariants = false;
@@ -116,6 +118,13 @@ class Daemon {
   void publish_targets();  // running jobs' sessions, to the sampling thread
   void on_usage_ticks();   // inside the batch
   void apply_tick(const UsageSampler::Tick& t);
+  std::map<int, int64_t> gpu_holders() const;  // each held GPU -> the running job holding it
+  void watch_gpus(const UsageSampler::Tick& t);
+  // Before GPUs are given out: true when the newest list of GPU processes is recent enough (or
+  // cannot be had); otherwise asks the sampler for a fresh one and returns false.
+  bool outside_use_checked(int64_t now);
+  void restore_idle_runs();  // recovery: each running job's idle run, from its stored samples
+  nlohmann::json outside_json(int gpu) const;
   // "12", "12_3" -> job ids; ids reached through a whole-array id also go into *via_array. At
   // most kMaxIdsPerRequest, an array counting as its tasks.
   std::vector<int64_t> resolve_ids(const std::vector<JobRef>& refs,
@@ -174,6 +183,8 @@ class Daemon {
   std::vector<UsageSampler::Target> published_targets_;
   std::optional<gpuinfo::GpuSnapshot> last_gpus_;  // the newest GPU sample, every GPU
   std::string sample_error_;                       // why the newest sample failed, if it did
+  GpuWatch watch_;
+  int64_t look_requested_ms_ = 0;  // when outside_use_checked() asked for a fresh sample
 };
 
 }  // namespace gpurun::queue

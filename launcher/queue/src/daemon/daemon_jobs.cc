@@ -92,8 +92,13 @@ void Daemon::schedule_pass() {
                           j.time_limit_s ? j.start_ms + j.time_limit_s * 1000 : 0});
     if (j.array_job_id) array_busy[j.array_job_id] += 1;
   }
-  for (int g : cfg_.gpus)
-    if (!busy.count(g)) in.free_gpus.push_back(g);
+  for (int g : cfg_.gpus) {
+    if (busy.count(g)) continue;
+    if (watch_.keeps_out(g))
+      in.gpus_outside += 1;
+    else
+      in.free_gpus.push_back(g);
+  }
   for (auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kPending) continue;
     j.sched_reason = nullptr;
@@ -119,6 +124,7 @@ void Daemon::schedule_pass() {
   in.usage = accounting_->decayed(*jobs_, now);
   SchedOutput out = schedule(in);
   for (auto& [id, r] : out.reasons) jobs_->active().at(id).sched_reason = r;
+  if (!out.starts.empty() && !outside_use_checked(now)) return;  // after a fresh look
   for (const auto& s : out.starts) {
     Job* j = jobs_->find(s.job_id);
     if (!j) continue;

@@ -71,8 +71,39 @@ po::options_description daemon_options() {
       "days raw samples are kept (per-job figures are kept with the job)")(
       "sendmail", po::value<std::string>()->default_value("/usr/sbin/sendmail"),
       "the program --mail-type's mails go through (run as `sendmail -t -oi`, the message on "
-      "its standard input)");
+      "its standard input)")(
+      "gpu-outside-queue", po::value<std::string>()->default_value("avoid"),
+      "avoid: a GPU that a process outside the queue uses is not given out (checked at every "
+      "sample and before GPUs are given out); ignore: it is only shown")(
+      "busy-percent", po::value<double>()->default_value(5),
+      "flag a GPU that no job holds when its utilisation or memory use reaches this percent")(
+      "idle-percent", po::value<double>()->default_value(5),
+      "flag a job whose GPU stays below this utilisation percent ...")(
+      "idle-minutes", po::value<double>()->default_value(10), "... for this many minutes");
   return desc;
+}
+
+// --gpu-outside-queue, --busy-percent, --idle-percent, --idle-minutes.
+GpuWatchConfig watch_options(const po::variables_map& vm) {
+  GpuWatchConfig w;
+  const std::string outside = vm["gpu-outside-queue"].as<std::string>();
+  if (outside != "avoid" && outside != "ignore")
+    throw std::invalid_argument(
+        fmt::format("--gpu-outside-queue '{}': expected avoid or ignore", outside));
+  w.avoid_outside = outside == "avoid";
+  for (const char* name : {"busy-percent", "idle-percent"}) {
+    double v = vm[name].as<double>();
+    if (!(v >= 0 && v <= 100))
+      throw std::invalid_argument(fmt::format("--{} {}: expected a percent, 0 to 100", name, v));
+  }
+  w.busy_percent = vm["busy-percent"].as<double>();
+  w.idle_percent = vm["idle-percent"].as<double>();
+  double minutes = vm["idle-minutes"].as<double>();
+  if (!(minutes > 0 && minutes <= 525600))
+    throw std::invalid_argument(
+        fmt::format("--idle-minutes {}: expected more than 0 and at most a year", minutes));
+  w.idle_after_ms = static_cast<int64_t>(minutes * 60000);
+  return w;
 }
 
 }  // namespace
@@ -129,6 +160,7 @@ int cmd_daemon(const Args& a) {
     throw std::invalid_argument(fmt::format(
         "--sample-retention {}: expected more than 0 and at most 3650 days", retention_days));
   cfg.sample_retention_s = static_cast<int64_t>(retention_days * 86400);
+  cfg.watch = watch_options(vm);
   Daemon d(cfg);
   return d.run();
 }

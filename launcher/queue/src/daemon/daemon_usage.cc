@@ -94,7 +94,9 @@ std::vector<Store::Sample> downsample(const std::vector<Store::Sample>& in, size
 
 void Daemon::start_sampling() {
   if (cfg_.sample_interval_s <= 0) return;
-  sampler_ = std::make_unique<UsageSampler>(cfg_.sampler, cfg_.sample_interval_s);
+  gpuinfo::SamplerConfig sampling = cfg_.sampler;
+  sampling.processes = true;  // whose processes use the GPUs (daemon_watch.cc)
+  sampler_ = std::make_unique<UsageSampler>(sampling, cfg_.sample_interval_s);
 }
 
 void Daemon::publish_targets() {
@@ -115,10 +117,13 @@ void Daemon::apply_tick(const UsageSampler::Tick& t) {
   if (t.gpus) {
     last_gpus_ = *t.gpus;
     for (const auto& p : t.gpus->problems) problem += (problem.empty() ? "" : "; ") + p;
+    if (!t.gpus->processes_error.empty())
+      problem += (problem.empty() ? "" : "; ") + t.gpus->processes_error;
   }
   if (problem != sample_error_)  // said once when it starts, changes or ends, not every tick
     fmt::print(stderr, "gpuq daemon: GPU sampling: {}\n", problem.empty() ? "working" : problem);
   sample_error_ = problem;
+  watch_gpus(t);
   std::vector<Store::Sample> rows;
   for (auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kRunning || t.time_ms < j.start_ms) continue;
@@ -166,8 +171,14 @@ nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder, int 
     auto f = [&](std::optional<double> gpuinfo::GpuSample::*field) {
       return figure(s ? s->*field : std::nullopt);
     };
+    const bool held = h != holder.end();
+    auto idle_since = held ? watch_.low_since(g) : std::nullopt;
     gpus.push_back({{"id", g},
-                    {"state", h != holder.end() ? "busy" : "free"},
+                    {"state", held ? "busy" : watch_.keeps_out(g) ? "outside" : "free"},
+                    {"outside", outside_json(g)},
+                    {"busy_without_job", watch_.busy_flag(g, s, held)},
+                    {"idle", held && watch_.idle_flag(g, now)},
+                    {"idle_since_ms", idle_since ? nlohmann::json(*idle_since) : nlohmann::json()},
                     {"job", h != holder.end() ? job_brief(*h->second, now) : nlohmann::json()},
                     {"seen", s != nullptr},
                     {"name", s ? s->name : ""},
@@ -206,8 +217,14 @@ nlohmann::json Daemon::op_status(const Request& req) {
   nlohmann::json by_state = nlohmann::json::object();
   for (int k = 0; k < kStates; ++k) by_state[state_name(static_cast<JobState>(k))] = counts[k];
   const std::map<std::string, double> seconds = accounting_->gpu_seconds_by_user(*jobs_, now);
+  const GpuWatchConfig& w = watch_.config();
   nlohmann::json sampler = {{"interval_s", cfg_.sample_interval_s},
                             {"error", sample_error_},
+                            {"processes_known", watch_.processes_known()},
+                            {"outside_queue", w.avoid_outside ? "avoid" : "ignore"},
+                            {"busy_percent", w.busy_percent},
+                            {"idle_percent", w.idle_percent},
+                            {"idle_after_s", w.idle_after_ms / 1000.0},
                             {"time_ms", last_gpus_ ? last_gpus_->time_ms : 0},
                             {"source", last_gpus_ ? last_gpus_->source : ""}};
   return {{"ok", true},

@@ -1,6 +1,8 @@
 // usage_sampler.cc: see usage_sampler.h.
 #include "daemon/usage_sampler.h"
 
+#include <pwd.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -11,7 +13,22 @@
 namespace gpurun::queue {
 namespace {
 constexpr size_t kMaxWaitingTicks = 64;  // a stalled daemon loop must not make the thread hoard
+
+std::string user_name(uid_t uid) {
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) return pw.pw_name;
+  return std::to_string(uid);
 }
+
+std::string command_of(int pid) {
+  auto comm = common::read_file("/proc/" + std::to_string(pid) + "/comm");
+  std::string c = comm ? *comm : "";
+  while (!c.empty() && c.back() == '\n') c.pop_back();
+  return c;
+}
+
+}  // namespace
 
 UsageSampler::UsageSampler(gpuinfo::SamplerConfig cfg, int interval_s)
     : own_cgroup_(gpuinfo::process_cgroup(getpid())),
@@ -43,17 +60,48 @@ UsageSampler::Tick UsageSampler::sample_once(const std::vector<Target>& targets)
       t.error = e.what();
     }
   }
-  if (targets.empty()) return t;
-  auto procs = gpuinfo::scan_processes();
-  for (const auto& target : targets) {
-    // A job in a cgroup of its own (a systemd scope, a cgroup-aware wrapper) is measured there:
-    // the kernel's figures include processes that left the session.
-    auto cg = gpuinfo::process_cgroup(target.session);
-    std::optional<gpuinfo::ProcessUsage> u;
-    if (cg && cg != own_cgroup_) u = gpuinfo::cgroup_usage(*cg, common::read_file);
-    t.jobs[target.job_id] = u ? *u : gpuinfo::session_usage(procs, target.session);
+  std::map<int64_t, std::string> own_cgroups;  // targets in a cgroup of their own
+  if (!targets.empty()) {
+    auto procs = gpuinfo::scan_processes();
+    for (const auto& target : targets) {
+      // A job in a cgroup of its own (a systemd scope, a cgroup-aware wrapper) is measured there:
+      // the kernel's figures include processes that left the session.
+      auto cg = gpuinfo::process_cgroup(target.session);
+      std::optional<gpuinfo::ProcessUsage> u;
+      if (cg && cg != own_cgroup_) {
+        own_cgroups[target.job_id] = *cg;
+        u = gpuinfo::cgroup_usage(*cg, common::read_file);
+      }
+      t.jobs[target.job_id] = u ? *u : gpuinfo::session_usage(procs, target.session);
+    }
   }
+  if (t.gpus && t.gpus->processes_read)
+    t.gpu_uses = attribute(t.gpus->processes, targets, own_cgroups);
   return t;
+}
+
+std::vector<UsageSampler::GpuUse> UsageSampler::attribute(
+    const std::vector<gpuinfo::GpuProcess>& processes, const std::vector<Target>& targets,
+    const std::map<int64_t, std::string>& target_cgroups) const {
+  std::vector<GpuUse> out;
+  for (const auto& p : processes) {
+    GpuUse u;
+    u.process = p;
+    struct stat st;
+    if (::stat(("/proc/" + std::to_string(p.pid)).c_str(), &st) == 0) {
+      u.uid = st.st_uid;
+      u.user = user_name(st.st_uid);
+      u.command = command_of(p.pid);
+    }
+    auto ps = gpuinfo::read_proc_stat(p.pid);
+    for (const auto& target : targets)
+      if (ps && ps->sid == target.session) u.job_id = target.job_id;
+    auto cg = u.job_id ? std::nullopt : gpuinfo::process_cgroup(p.pid);
+    for (const auto& [job, dir] : target_cgroups)
+      if (cg && *cg == dir) u.job_id = job;
+    out.push_back(std::move(u));
+  }
+  return out;
 }
 
 bool UsageSampler::tick() {

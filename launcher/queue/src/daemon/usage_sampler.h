@@ -27,15 +27,26 @@ class UsageSampler {
     int session = 0;  // the job's supervisor, its session leader
     bool operator==(const Target& o) const { return job_id == o.job_id && session == o.session; }
   };
+  // A process on a GPU (the snapshot's processes), as /proc tells of it: whose it is, and the
+  // running job it belongs to (its session, or the job's own cgroup; 0 for none).
+  struct GpuUse {
+    gpuinfo::GpuProcess process;
+    std::optional<uint32_t> uid;  // nullopt: gone, or in another pid namespace than gpuq's
+    std::string user;             // the uid's name, or its number; "" when the uid is unknown
+    std::string command;          // /proc/PID/comm
+    int64_t job_id = 0;
+  };
   struct Tick {
-    int64_t time_ms = 0;
+    int64_t time_ms = 0;  // when sampling began: the processes were listed after it
     std::optional<gpuinfo::GpuSnapshot> gpus;  // nullopt when sampling failed (error says why)
     std::string error;
     std::map<int64_t, gpuinfo::ProcessUsage> jobs;  // by job id
+    std::vector<GpuUse> gpu_uses;                   // when gpus->processes_read
   };
 
   // Samples at once, then every interval_s seconds (> 0), in a common::PeriodicThread.
   UsageSampler(gpuinfo::SamplerConfig cfg, int interval_s);
+  void sample_soon() { thread_.run_soon(); }  // a fresh tick now, not when the period says
   UsageSampler(const UsageSampler&) = delete;
   UsageSampler& operator=(const UsageSampler&) = delete;
 
@@ -46,6 +57,10 @@ class UsageSampler {
  private:
   bool tick();  // one run of the thread
   Tick sample_once(const std::vector<Target>& targets);
+  // Whose each GPU process is, and which target's (by session, or the target's own cgroup).
+  std::vector<GpuUse> attribute(const std::vector<gpuinfo::GpuProcess>& processes,
+                                const std::vector<Target>& targets,
+                                const std::map<int64_t, std::string>& target_cgroups) const;
 
   std::optional<std::string> own_cgroup_;
   // The thread's own: the GPU sampler is made in it, from cfg_, on its first run.

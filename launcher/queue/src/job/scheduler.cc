@@ -91,7 +91,8 @@ SchedOutput schedule(const SchedInput& in) {
         continue;
       }
       have_top = true;
-      out.reasons.emplace_back(j.id, "Resources");
+      bool outside = static_cast<int>(free.size()) + in.gpus_outside >= j.gpus;
+      out.reasons.emplace_back(j.id, outside ? "GpuBusyOutsideQueue" : "Resources");
       reserve(in, static_cast<int>(free.size()), j.gpus, shadow_ms, extra);
       continue;
     }

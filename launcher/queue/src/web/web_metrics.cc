@@ -43,6 +43,40 @@ void per_gpu(std::string& out, const nlohmann::json& gpus, const char* name, con
                          number(g[field].get<double>() * scale));
 }
 
+// The flags (issue 30, item 4): processes outside the queue, a busy GPU with no job, a job that
+// holds its GPU idle.
+void flags(std::string& out, const nlohmann::json& gpus, int64_t now_ms) {
+  family(out, "gpuq_gpu_outside_processes", "gauge",
+         "Processes on the GPU that no job holding it owns (newest sample).");
+  for (const auto& g : gpus)
+    out += fmt::format("gpuq_gpu_outside_processes{{gpu=\"{}\"}} {}\n", g["id"].get<int>(),
+                       g.value("outside", nlohmann::json::array()).size());
+  family(out, "gpuq_gpu_busy_without_job", "gauge",
+         "1 when no job holds the GPU but a process or its figures say it is in use.");
+  for (const auto& g : gpus)
+    out += fmt::format("gpuq_gpu_busy_without_job{{gpu=\"{}\"}} {}\n", g["id"].get<int>(),
+                       g.value("busy_without_job", false) ? 1 : 0);
+  // Per held GPU, labelled with its job and user; one family after the other, never interleaved.
+  auto held = [&](const char* name, const char* help, auto value) {
+    family(out, name, "gauge", help);
+    for (const auto& g : gpus)
+      if (g["state"] == "busy")
+        out += fmt::format("{}{{gpu=\"{}\",job=\"{}\",user=\"{}\"}} {}\n", name,
+                           g["id"].get<int>(), label(g["job"]["display_id"].get<std::string>()),
+                           label(g["job"]["user"].get<std::string>()), value(g));
+  };
+  held("gpuq_job_gpu_idle_seconds",
+       "How long the job has held the GPU below the idle threshold without a break (0: not).",
+       [&](const nlohmann::json& g) {
+         const auto& since = g.value("idle_since_ms", nlohmann::json());
+         int64_t ms = since.is_number() ? std::max<int64_t>(0, now_ms - since.get<int64_t>()) : 0;
+         return number(ms / 1000.0);
+       });
+  held("gpuq_job_gpu_idle",
+       "1 when the job has held the GPU below the idle threshold for the idle time or longer.",
+       [](const nlohmann::json& g) { return std::string(g.value("idle", false) ? "1" : "0"); });
+}
+
 }  // namespace
 
 std::string render_metrics(const nlohmann::json& s) {
@@ -64,6 +98,7 @@ std::string render_metrics(const nlohmann::json& s) {
       out += fmt::format("gpuq_gpu_allocated{{gpu=\"{}\",job=\"{}\",user=\"{}\"}} 1\n",
                          g["id"].get<int>(), label(g["job"]["display_id"].get<std::string>()),
                          label(g["job"]["user"].get<std::string>()));
+  flags(out, gpus, s["now_ms"].get<int64_t>());
   family(out, "gpuq_jobs", "gauge", "Jobs the queue knows, by state.");
   for (const auto& [state, n] : s["jobs_by_state"].items())
     out += fmt::format("gpuq_jobs{{state=\"{}\"}} {}\n", label(state), n.get<int64_t>());

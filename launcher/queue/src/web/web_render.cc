@@ -25,7 +25,10 @@ constexpr const char* kStyle =
     "white-space:nowrap}.figures{font-size:.8em;color:#3d4650}table{border-collapse:collapse;"
     "font-size:.9em}th,td{border-bottom:1px solid #e1e4e8;padding:.25em .6em;text-align:left}"
     "th{background:#f1f3f5}td.num{text-align:right}.err{color:#b42318}footer{margin-top:1.5em;"
-    "font-size:.85em;color:#5a6570}";
+    "font-size:.85em;color:#5a6570}.tile.outside{border-color:#d1242f;background:#fff1f0}"
+    ".tile.flagged{border-color:#bf8700;background:#fff8e5}.state.warn,.flag{color:#9a6700;"
+    "font-weight:600}.tile.outside .state{color:#b42318;font-weight:600}.outside-use,.flag"
+    "{font-size:.85em}";
 
 std::string opt_num(const nlohmann::json& v, const char* fmt_spec, const char* unit) {
   if (!v.is_number()) return "-";
@@ -47,27 +50,59 @@ std::string job_link(const nlohmann::json& j) {
   return fmt::format("<a class=\"job-id\" href=\"/job/{0}\">{0}</a>", id);
 }
 
-std::string tile(const nlohmann::json& g, int64_t now_ms) {
-  const bool busy = g["state"] == "busy";
-  std::string cls = busy ? "busy" : "free";
+// The processes outside the queue on a GPU: "pid 4242 bob python 27.9 GB" each.
+std::string outside_uses(const nlohmann::json& g) {
+  std::string out;
+  for (const auto& u : g.value("outside", nlohmann::json::array()))
+    out += fmt::format(
+        "<div class=\"outside-use\">pid {} <span class=\"user\">{}</span> {}{}</div>",
+        u["pid"].get<int>(), html_escape(u["user"].get<std::string>()),
+        html_escape(u["command"].get<std::string>()),
+        u["mem_used_mib"].is_number()
+            ? fmt::format(" &middot; {:.1f} GB", u["mem_used_mib"].get<double>() / 1024.0)
+            : "");
+  return out;
+}
+
+// A running job's line, with a flag when it has held its GPU idle too long.
+std::string tile_job(const nlohmann::json& g, int64_t now_ms, const nlohmann::json& sampler) {
+  const auto& j = g["job"];
+  int64_t elapsed = std::max<int64_t>(0, (now_ms - j["start_ms"].get<int64_t>()) / 1000);
+  std::string out = fmt::format(
+      "<div class=\"job\">job {} <span class=\"user\">{}</span></div><div class=\"job-name\" "
+      "title=\"{}\">{}</div><div class=\"elapsed\">{}</div>",
+      job_link(j), html_escape(j["user"].get<std::string>()),
+      html_escape(j["name"].get<std::string>()), html_escape(j["name"].get<std::string>()),
+      squeue_time(elapsed));
+  if (g.value("idle", false))
+    out += fmt::format(
+        "<div class=\"flag idle-flag\">idle: below {}% for {}</div>",
+        sampler.value("idle_percent", 0.0),
+        squeue_time(std::max<int64_t>(0, (now_ms - g["idle_since_ms"].get<int64_t>()) / 1000)));
+  return out;
+}
+
+std::string tile(const nlohmann::json& g, int64_t now_ms, const nlohmann::json& sampler) {
+  const std::string state = g["state"].get<std::string>();
+  const bool busy = state == "busy";
+  const bool flagged = g.value("idle", false) || g.value("busy_without_job", false);
+  std::string cls = busy ? "busy" : state == "outside" ? "outside" : "free";
+  if (flagged && state != "outside") cls += " flagged";
   if (!g.value("seen", false)) cls += " unseen";
   std::string out = fmt::format(
       "<div class=\"tile {}\" id=\"gpu-{}\" data-gpu=\"{}\"><div class=\"gpu-id\">GPU {}</div>"
       "<div class=\"gpu-name\">{}</div>",
       cls, g["id"].get<int>(), g["id"].get<int>(), g["id"].get<int>(),
       html_escape(g.value("name", std::string())));
-  if (busy) {
-    const auto& j = g["job"];
-    int64_t elapsed = std::max<int64_t>(0, (now_ms - j["start_ms"].get<int64_t>()) / 1000);
-    out += fmt::format(
-        "<div class=\"job\">job {} <span class=\"user\">{}</span></div><div class=\"job-name\" "
-        "title=\"{}\">{}</div><div class=\"elapsed\">{}</div>",
-        job_link(j), html_escape(j["user"].get<std::string>()),
-        html_escape(j["name"].get<std::string>()), html_escape(j["name"].get<std::string>()),
-        squeue_time(elapsed));
-  } else {
+  if (busy)
+    out += tile_job(g, now_ms, sampler);
+  else if (state == "outside")
+    out += "<div class=\"state\">busy outside the queue</div>";
+  else if (g.value("busy_without_job", false))
+    out += "<div class=\"state warn busy-flag\">in use, no job</div>";
+  else
     out += "<div class=\"state\">free</div>";
-  }
+  out += outside_uses(g);
   out += fmt::format(
       "<div class=\"figures\">util {} &middot; mem {} / {} &middot; {} &middot; {}</div>",
       opt_num(g["util_percent"], "{:.0f}", "%"), opt_num(g["mem_used_mib"], "{:.0f}", ""),
@@ -184,7 +219,7 @@ std::string render_status_page(const nlohmann::json& s, int refresh_s) {
     out += fmt::format("<p class=\"err\">GPU sampling: {}</p>",
                        html_escape(smp["error"].get<std::string>()));
   out += "</header><section><h2>GPUs</h2><div id=\"gpus\" class=\"tiles\">";
-  for (const auto& g : s["gpus"]) out += tile(g, now);
+  for (const auto& g : s["gpus"]) out += tile(g, now, smp);
   out += "</div></section><section><h2>Queue</h2>" + queue_table(s, now) + "</section>";
   out += "<section><h2>Recent jobs</h2>" + history_table(s["recent"]) + "</section>";
   return out + footer();

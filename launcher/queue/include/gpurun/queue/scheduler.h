@@ -32,6 +32,9 @@ struct SchedInput {
   int64_t now_ms = 0;
   std::vector<SchedJob> waiting;  // eligible only: not held, dependencies met, array cap free
   std::vector<int> free_gpus;
+  // GPUs no job holds but that are kept out because something outside the queue uses them: a job
+  // that would fit with them waits with the reason GpuBusyOutsideQueue rather than Resources.
+  int gpus_outside = 0;
   std::vector<SchedRunning> running;
   std::map<uint32_t, double> usage;  // decayed GPU-seconds per uid
   int max_gpus_per_user = 0;         // 0 = no limit
