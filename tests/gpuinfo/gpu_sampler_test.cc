@@ -165,6 +165,58 @@ TEST(NvidiaSmiCsv, MigListIgnoresLinesItDoesNotKnow) {
   EXPECT_EQ(m[0].name, "1g.10gb");
 }
 
+TEST(NvidiaSmiComputeApps, ProcessesWithTheirGpuAndMemory) {
+  std::vector<std::string> problems;
+  auto p = gpuinfo::parse_nvidia_smi_compute_apps(
+      "GPU-3f1c2a9e-8b47-4c1d-9e0a-5b6d7c8e9f01, 4242, 27900\n"
+      "MIG-1a2b3c4d-5e6f-5a7b-8c9d-0e1f2a3b4c01, 4194304, [N/A]\n"
+      "\n",
+      &problems);
+  ASSERT_EQ(p.size(), 2u);
+  EXPECT_EQ(p[0].gpu_uuid, "GPU-3f1c2a9e-8b47-4c1d-9e0a-5b6d7c8e9f01");
+  EXPECT_EQ(p[0].pid, 4242);
+  EXPECT_EQ(p[0].used_mib, 27900);
+  EXPECT_EQ(p[0].gpu, -1) << "the parser does not guess the index: the sampler maps UUIDs";
+  EXPECT_EQ(p[1].pid, 4194304);
+  EXPECT_FALSE(p[1].used_mib) << "[N/A] is no figure, not 0";
+  EXPECT_TRUE(problems.empty());
+  EXPECT_TRUE(gpuinfo::parse_nvidia_smi_compute_apps("No running processes found\n", &problems)
+                  .empty());
+  EXPECT_TRUE(problems.empty());
+  auto bad = gpuinfo::parse_nvidia_smi_compute_apps(
+      "GPU-x, 0, 1\nGPU-x, 4194305, 1\nGPU-x, 12\nxyz, 12, 1\nField \"gpu_uuid\" is not valid\n",
+      &problems);
+  EXPECT_TRUE(bad.empty());
+  EXPECT_EQ(problems.size(), 5u);
+}
+
+TEST(GpuSampler, ListsComputeProcessesOnlyWhenAskedAndMapsThemToGpus) {
+  TempDir dir;
+  std::string apps = dir.path + "/apps";
+  std::ofstream(apps) << "GPU-7a2b3c4d-5e6f-4a8b-9c0d-1e2f3a4b5c02, 777, 512\n"
+                         "GPU-not-listed, 778, 1\n";
+  setenv("FAKE_NVIDIA_SMI_APPS", apps.c_str(), 1);
+  gpuinfo::SamplerConfig cfg{fixture("nvidia-smi-4gpu")};
+  auto plain = gpuinfo::GpuSampler(cfg).sample();
+  EXPECT_FALSE(plain.processes_read);
+  EXPECT_TRUE(plain.processes.empty());
+  cfg.processes = true;
+  auto s = gpuinfo::GpuSampler(cfg).sample();
+  ASSERT_TRUE(s.processes_read) << s.processes_error;
+  ASSERT_EQ(s.processes.size(), 2u);
+  EXPECT_EQ(s.processes[0].gpu, 1);
+  EXPECT_EQ(s.processes[0].pid, 777);
+  EXPECT_EQ(s.processes[1].gpu, -1);
+  // An nvidia-smi that does not know the query: no list (not an empty one), and why.
+  cfg.nvidia_smi = fixture("nvidia-smi-node-skew");
+  auto old = gpuinfo::GpuSampler(cfg).sample();
+  unsetenv("FAKE_NVIDIA_SMI_APPS");
+  EXPECT_FALSE(old.gpus.empty());
+  EXPECT_FALSE(old.processes_read);
+  EXPECT_NE(old.processes_error.find("--query-compute-apps"), std::string::npos)
+      << old.processes_error;
+}
+
 TEST(GpuSampler, FailuresNameTheToolAndWhatItSaid) {
   std::string e = error_of([] { sample_with("nvidia-smi-broken"); });
   EXPECT_NE(e.find("nvidia-smi-broken"), std::string::npos) << e;

@@ -4,7 +4,8 @@
 # private temp dir; everything (jobs, daemon, web server, users it created) is stopped and removed
 # on exit.
 #   source web_fixture.sh GPUQ FIXTURES_DIR
-# Sets WORK, SOCK, PORT, URL; defines gpuq, wait_for, submit_as, make_users.
+# Sets WORK, SOCK, PORT, URL, FAKE_NVIDIA_SMI_APPS; defines gpuq, wait_for, submit_as, make_users.
+# GPUQ_DAEMON_ARGS adds options to the daemon's command line.
 USERS=()
 set -euo pipefail
 GPUQ_BIN=$(readlink -f "$1")
@@ -78,8 +79,13 @@ make_users() {
   USERS=("${names[@]:0:$n}")
 }
 
+# The compute processes the fake GPUs list (none until a test writes this file; see the fixtures'
+# README), and extra daemon options from GPUQ_DAEMON_ARGS.
+export FAKE_NVIDIA_SMI_APPS=$WORK/nvidia-smi-apps
+read -r -a daemon_args <<< "${GPUQ_DAEMON_ARGS:-}"
 GPURUN_NVIDIA_SMI=$FIXTURES/nvidia-smi/${FAKE_GPUS:-nvidia-smi-4gpu} "$GPUQ_BIN" daemon --gpus 0,1,2,3 \
-  --state-dir "$WORK/state" --socket "$SOCK" --sample-interval 1 2> "$WORK/daemon.log" &
+  --state-dir "$WORK/state" --socket "$SOCK" --sample-interval 1 \
+  "${daemon_args[@]+"${daemon_args[@]}"}" 2> "$WORK/daemon.log" &
 DAEMON_PID=$!
 wait_for 20 "the gpuq daemon to answer" gpuq queue
 "$GPUQ_BIN" web --socket "$SOCK" --listen 127.0.0.1:0 > "$WORK/web.out" 2> "$WORK/web.err" &
