@@ -44,6 +44,10 @@ constexpr int kTemperatureGpu = 0;              // NVML_TEMPERATURE_GPU
 constexpr unsigned kDeviceMigEnable = 1;        // NVML_DEVICE_MIG_ENABLE
 constexpr unsigned kDeviceNameBufferSize = 96;  // NVML_DEVICE_NAME_V2_BUFFER_SIZE
 constexpr unsigned kDeviceUuidBufferSize = 96;  // NVML_DEVICE_UUID_V2_BUFFER_SIZE
+// The health query (gpu_health_nvml.cc).
+constexpr int kMemoryErrorTypeUncorrected = 1;  // NVML_MEMORY_ERROR_TYPE_UNCORRECTED
+constexpr int kVolatileEcc = 0;                 // NVML_VOLATILE_ECC
+constexpr int kFeatureEnabled = 1;              // NVML_FEATURE_ENABLED (nvmlEnableState_t)
 
 // Signatures of the entry points, by their exported names.
 using InitFn = Return (*)();                                         // nvmlInit_v2
@@ -62,5 +66,12 @@ using DeviceGetMaxMigDeviceCountFn = Return (*)(Device, unsigned int*);
 using DeviceGetMigDeviceHandleByIndexFn = Return (*)(Device, unsigned int, Device*);
 using DeviceGetComputeRunningProcessesFn = Return (*)(Device, unsigned int*,
                                                       ProcessInfoV2*);  // ..._v2
+// nvmlDeviceGetTotalEccErrors(device, nvmlMemoryErrorType_t, nvmlEccCounterType_t, count)
+using DeviceGetTotalEccErrorsFn = Return (*)(Device, int, int, unsigned long long*);
+// nvmlDeviceGetRetiredPagesPendingStatus(device, nvmlEnableState_t* isPending)
+using DeviceGetRetiredPagesPendingStatusFn = Return (*)(Device, int*);
+// nvmlDeviceGetRemappedRows(device, corrRows, uncRows, isPending, failureOccurred)
+using DeviceGetRemappedRowsFn = Return (*)(Device, unsigned int*, unsigned int*, unsigned int*,
+                                           unsigned int*);
 
 }  // namespace gpurun::gpuinfo::nvml

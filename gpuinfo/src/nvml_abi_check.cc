@@ -23,6 +23,12 @@ static_assert(sizeof(nvmlTemperatureSensors_t) == sizeof(int));
 static_assert(NVML_DEVICE_MIG_ENABLE == n::kDeviceMigEnable);
 static_assert(NVML_DEVICE_NAME_V2_BUFFER_SIZE == n::kDeviceNameBufferSize);
 static_assert(NVML_DEVICE_UUID_V2_BUFFER_SIZE == n::kDeviceUuidBufferSize);
+static_assert(NVML_MEMORY_ERROR_TYPE_UNCORRECTED == n::kMemoryErrorTypeUncorrected);
+static_assert(NVML_VOLATILE_ECC == n::kVolatileEcc);
+static_assert(NVML_FEATURE_ENABLED == n::kFeatureEnabled);
+static_assert(sizeof(nvmlMemoryErrorType_t) == sizeof(int));
+static_assert(sizeof(nvmlEccCounterType_t) == sizeof(int));
+static_assert(sizeof(nvmlEnableState_t) == sizeof(int));
 
 static_assert(sizeof(nvmlUtilization_t) == sizeof(n::Utilization));
 static_assert(offsetof(nvmlUtilization_t, gpu) == offsetof(n::Utilization, gpu));
@@ -66,3 +72,11 @@ static_assert(offsetof(nvmlProcessInfo_v2_t, usedGpuMemory) ==
               offsetof(n::ProcessInfoV2, usedGpuMemory));
 static_assert(std::is_same_v<decltype(&nvmlDeviceGetComputeRunningProcesses_v2),
                              nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, nvmlProcessInfo_v2_t*)>);
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetTotalEccErrors),
+                             nvmlReturn_t (*)(nvmlDevice_t, nvmlMemoryErrorType_t,
+                                              nvmlEccCounterType_t, unsigned long long*)>);
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetRetiredPagesPendingStatus),
+                             nvmlReturn_t (*)(nvmlDevice_t, nvmlEnableState_t*)>);
+static_assert(std::is_same_v<decltype(&nvmlDeviceGetRemappedRows),
+                             nvmlReturn_t (*)(nvmlDevice_t, unsigned int*, unsigned int*,
+                                              unsigned int*, unsigned int*)>);

@@ -74,6 +74,48 @@ TEST(Attempt, GoOnceEveryRankReachedRankZero) {
   EXPECT_FALSE(a.on_reach(1, "eth1", std::nullopt)) << "GO goes out once";
 }
 
+// --preflight: GO waits for every node's report as well as every rank's reach, in either order.
+TEST(Attempt, PreflightGoWaitsForEveryNodesReport) {
+  Attempt a(4, kHangTimeout);
+  a.expect_preflight({0, 2}, true);  // two nodes, ranks 0 and 2 their local rank 0
+  for (int r = 0; r < 4; ++r) a.on_hello(r, r < 2 ? "n1" : "n2");
+  EXPECT_FALSE(a.preflight_done());
+  EXPECT_FALSE(a.on_preflight(2, {}));
+  for (int r = 0; r < 4; ++r) EXPECT_FALSE(a.on_reach(r, "eth0", std::nullopt)) << r;
+  EXPECT_FALSE(a.go_sent()) << "node n1 has not reported";
+  EXPECT_FALSE(a.on_preflight(1, {})) << "rank 1 does not check a node";
+  EXPECT_FALSE(a.preflight_done());
+  EXPECT_TRUE(a.on_preflight(0, {{}, {"GPUs not checked: no nvidia-smi"}, -1}))
+      << "a note is no failure";
+  EXPECT_TRUE(a.go_sent());
+  EXPECT_TRUE(a.preflight_done());
+  EXPECT_FALSE(a.preflight_refused());
+  EXPECT_FALSE(a.on_preflight(0, {})) << "a repeat changes nothing";
+  EXPECT_EQ(a.rank(0).preflight->notes.size(), 1u);
+}
+
+TEST(Attempt, PreflightFailureRefusesGoOnlyWhenFailing) {
+  for (bool refuse : {true, false}) {
+    Attempt a(2, kHangTimeout);
+    a.expect_preflight({0, 1}, refuse);
+    for (int r = 0; r < 2; ++r) a.on_hello(r, "n" + std::to_string(r));
+    for (int r = 0; r < 2; ++r) a.on_reach(r, "eth0", std::nullopt);
+    EXPECT_FALSE(a.on_preflight(1, {{"GPU 0 (rank 1): 2 uncorrected ECC errors"}, {}, 900}));
+    EXPECT_EQ(a.on_preflight(0, {{}, {}, -1}), !refuse) << refuse;
+    EXPECT_EQ(a.preflight_refused(), refuse);
+    EXPECT_EQ(a.go_sent(), !refuse);
+    EXPECT_DOUBLE_EQ(a.rank(1).preflight->mb_per_s, 900);
+  }
+}
+
+TEST(Attempt, WithoutPreflightGoNeedsOnlyTheReach) {
+  Attempt a(1, kHangTimeout);
+  EXPECT_TRUE(a.preflight_done());
+  a.on_hello(0, "h");
+  EXPECT_FALSE(a.on_preflight(0, {{"x"}, {}, -1})) << "not expected: ignored";
+  EXPECT_TRUE(a.on_reach(0, "lo", std::nullopt));
+}
+
 TEST(Attempt, NoGoOnceStopping) {
   Attempt a(2, kHangTimeout);
   a.on_hello(0, "a");

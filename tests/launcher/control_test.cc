@@ -41,7 +41,8 @@ TEST(Control, ExitRoundTripKeepsSecondsAndWhy) {
 }
 
 TEST(Control, RendezvousAndProgressMessages) {
-  EXPECT_EQ(encode(Port{29500, 1}), "PORT 29500 1\n");
+  EXPECT_EQ(encode(Port{29500, 1}), "PORT 29500 1 0\n");
+  EXPECT_EQ(round_trip(Port{29500, 1, 41234}, parse_to_supervisor).bw_port, 41234);
   Reach r = round_trip(Reach{0, "eth0", Text{"No route to host"}}, parse_to_supervisor);
   EXPECT_EQ(r.ok, 0);
   EXPECT_EQ(r.iface, "eth0");
@@ -49,6 +50,20 @@ TEST(Control, RendezvousAndProgressMessages) {
   round_trip(Running{}, parse_to_supervisor);
   EXPECT_EQ(round_trip(StepReport{1234567890123}, parse_to_supervisor).step, 1234567890123);
   EXPECT_EQ(round_trip(StepReport{-1}, parse_to_supervisor).step, -1);
+}
+
+// --preflight's answer: reasons one a line (newlines inside a word field), a figure, notes.
+TEST(Control, PreflightCarriesReasonsFigureAndNotes) {
+  std::string failures = "GPU 1 (rank 1): 2 uncorrected ECC errors\nTMPDIR /tmp has 5 MiB free";
+  Preflight p =
+      round_trip(Preflight{failures, 1234.5, Text{"a note\nanother"}}, parse_to_supervisor);
+  EXPECT_EQ(p.failures, failures);
+  EXPECT_DOUBLE_EQ(p.mb_per_s, 1234.5);
+  EXPECT_EQ(p.notes.value, "a note\nanother");
+  Preflight none = round_trip(Preflight{"", -1, Text{""}}, parse_to_supervisor);
+  EXPECT_EQ(none.failures, "");
+  EXPECT_DOUBLE_EQ(none.mb_per_s, -1);
+  EXPECT_EQ(encode(Preflight{"", -1, Text{""}}), "PREFLIGHT % -1 \n");
 }
 
 TEST(Control, OutputAndStacksCarryAnyText) {
@@ -73,6 +88,12 @@ TEST(Control, WrapperMessages) {
   EXPECT_EQ(b.port, 29500);
   EXPECT_EQ(b.fixed, 1);
   EXPECT_EQ(round_trip(Rendezvous{29501, 0}, parse_to_wrapper).check, 0);
+  EXPECT_EQ(round_trip(Bind{29500, 0, 1}, parse_to_wrapper).bandwidth, 1);
+  Rendezvous rv =
+      round_trip(Rendezvous{29501, 1, 1, std::int64_t{1} << 40, 41234}, parse_to_wrapper);
+  EXPECT_EQ(rv.preflight, 1);
+  EXPECT_EQ(rv.min_tmp, std::int64_t{1} << 40);
+  EXPECT_EQ(rv.bw_port, 41234);
   Go g = round_trip(Go{2, 1, "0-3:4-7"}, parse_to_wrapper);
   EXPECT_EQ(g.restart, 2);
   EXPECT_EQ(g.watch, 1);
@@ -123,7 +144,7 @@ TEST(Control, SignalNumbersOutOfRangeAreRefused) {
 TEST(Control, UnknownTagsAreNotParsedAndExtraFieldsAreIgnored) {
   EXPECT_FALSE(parse_to_supervisor("BOGUS 1 2").has_value());
   EXPECT_FALSE(parse_to_wrapper("HELLO t 1 h 2").has_value()) << "HELLO goes the other way";
-  auto m = parse_to_supervisor("PORT 29500 1 newer-field 7");
+  auto m = parse_to_supervisor("PORT 29500 1 0 newer-field 7");
   ASSERT_TRUE(m.has_value());
   EXPECT_EQ(std::get<Port>(*m).port, 29500);
 }

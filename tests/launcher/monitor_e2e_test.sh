@@ -134,11 +134,12 @@ FAKE_NVIDIA_SMI_STATE=$state GPURUN_NVIDIA_SMI=$fixtures/nvidia-smi-vanish \
 echo "ok: a GPU lost mid-job: $(grep -m1 "GPU 2 of the job" "$work/vanish.err")"
 
 # An nvidia-smi that hangs is killed when the job ends: the EXIT does not wait out its 10 s.
+# (--preflight off: the preflight's own query would wait those 10 s before the job starts.)
 printf '#!/bin/sh\nexec sleep 60\n' >"$work/hung-nvidia-smi"
 chmod +x "$work/hung-nvidia-smi"
 start=$(date +%s.%N)
 GPURUN_NVIDIA_SMI=$work/hung-nvidia-smi CUDA_VISIBLE_DEVICES=0 timeout 60 "$gpurun" \
-  --scheduler local -n 1 --monitor "$work/hung.csv" -- sh -c 'sleep 0.5' 2>"$work/hung.err" ||
+  --scheduler local -n 1 --preflight off --monitor "$work/hung.csv" -- sh -c 'sleep 0.5' 2>"$work/hung.err" ||
   fail "with a hung nvidia-smi the job exited $?"
 took=$(python3 -c "import sys; print(round(float(sys.argv[2]) - float(sys.argv[1]), 1))" "$start" "$(date +%s.%N)")
 python3 -c "import sys; sys.exit(float(sys.argv[1]) >= 6)" "$took" ||

@@ -75,12 +75,15 @@ inline constexpr EnvVar kEnvRead[] = {
     {"LD_LIBRARY_PATH", "exported with PATH to remote ranks (mpirun -x)"},
     {"GPURUN_RANK", "a rank's number when gpurun forks the wrappers itself"},
     {"GPURUN_NVIDIA_SMI",
-     "--monitor and a bare machine's GPU count: an nvidia-smi to run instead of NVML (tests)"},
+     "--monitor, --preflight and a bare machine's GPU count: an nvidia-smi to run instead of "
+     "NVML (tests)"},
     {"OMPI_COMM_WORLD_RANK", "a rank's number (mpirun)"},
     {"OMPI_COMM_WORLD_LOCAL_RANK", "a rank's local rank (mpirun), checked against the plan"},
     {"PMIX_RANK", "a rank's number (PMIx)"},
     {"PMI_RANK", "a rank's number (PMI)"},
-    {"TMPDIR", "where the wrapper keeps a rank's folder (heartbeat file; default /tmp)"},
+    {"TMPDIR",
+     "where the wrapper keeps a rank's folder (heartbeat file; default /tmp); --preflight checks "
+     "its free space"},
     {"NCCL_SOCKET_IFNAME", "the user's choice, kept; else set to the interface to MASTER_ADDR"},
     {"GLOO_SOCKET_IFNAME", "the same for Gloo"},
     {"PYTHONPATH", "kept after the wrapper's sitecustomize folder (--hang-timeout)"},

@@ -282,6 +282,19 @@ po::options_description launch_options() {
       "after the option (--monitor=0.5 gpus.csv), one row per GPU and sample with the columns "
       "time, node, rank, gpu, util, mem_used_mib, power_w, temp_c; at the end one line per "
       "node, and GPUs under half the job's median utilisation named")(
+      "preflight", po::value<std::string>()->default_value("fail"),
+      "off|warn|fail: before any program starts, each node's first rank checks the node: the "
+      "GPUs the plan gave it are there, with no uncorrected ECC error, no page retirement or row "
+      "remap pending and none fallen off the bus (NVML or nvidia-smi), and TMPDIR has room. "
+      "fail (default) names each failing node and starts no program, since a job started on a "
+      "bad GPU wastes its allocation or hangs in NCCL; warn names them and starts; a check that "
+      "cannot run (no NVML, no nvidia-smi) is only said")(
+      "preflight-min-tmp", po::value<std::string>()->default_value("1G"),
+      "SIZE (K, M, G, T: binary) that TMPDIR (else /tmp) must have free on every node; 0: not "
+      "checked")(
+      "preflight-bandwidth",
+      "also time an exchange of 8 MiB each way between each node and rank 0's node over the "
+      "rendezvous network: one figure per node, and a link under a quarter of the median named")(
       "cpu-bind", po::value<std::string>()->default_value("none"),
       "auto|none|LIST: auto puts each rank on the CPUs next to its GPU; LIST is one CPU list "
       "per local rank, 0-3:4-7")(
@@ -405,6 +418,23 @@ double seconds(const po::variables_map& vm, const char* name, Zero zero) {
   return v;
 }
 
+// --preflight, --preflight-min-tmp, --preflight-bandwidth.
+void preflight_settings(const po::variables_map& vm, RunConfig& cfg) {
+  const std::string& mode = vm["preflight"].as<std::string>();
+  auto m = parse_preflight_mode(mode);
+  if (!m) throw Error(fmt::format("--preflight '{}': expected off, warn or fail", mode));
+  cfg.preflight = *m;
+  const std::string& tmp = vm["preflight-min-tmp"].as<std::string>();
+  auto bytes = parse_size(tmp);
+  if (!bytes)
+    throw Error(fmt::format(
+        "--preflight-min-tmp '{}': expected a size such as 1G, 512M or 0 (no check)", tmp));
+  cfg.preflight_min_tmp = *bytes;
+  cfg.preflight_bandwidth = vm.count("preflight-bandwidth") > 0;
+  if (cfg.preflight_bandwidth && cfg.preflight == PreflightMode::off)
+    throw Error("--preflight-bandwidth needs --preflight warn or fail, not off");
+}
+
 RunConfig run_settings(const po::variables_map& vm, const Setup& s, const LaunchOptions& lo) {
   RunConfig cfg;
   cfg.alloc = s.alloc;
@@ -431,6 +461,7 @@ RunConfig run_settings(const po::variables_map& vm, const Setup& s, const Launch
     cfg.monitor_interval = monitor_interval(vm["monitor"].as<std::string>());
     cfg.monitor_file = vm[kMonitorFile].as<std::string>();
   }
+  preflight_settings(vm, cfg);
   return cfg;
 }
 

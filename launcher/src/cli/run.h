@@ -3,6 +3,7 @@
 // reports (control.h), forwards signals, and ends the whole job when one rank fails. Private.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "gpurun/launcher/allocation.h"
 #include "gpurun/launcher/launch.h"
 #include "gpurun/launcher/plan.h"
+#include "supervisor/preflight.h"
 
 namespace gpurun::launcher {
 
@@ -39,6 +41,13 @@ struct RunConfig {
   // --monitor[=SECONDS] FILE.csv: every node's GPUs sampled into this file (monitor.h).
   std::optional<std::string> monitor_file;
   double monitor_interval = 1;
+  // --preflight: each node's local rank 0 checks the node before any program starts (its GPUs,
+  // TMPDIR's free space; wrapper/node_checks.h); a failing node refuses GO (fail) or is named
+  // (warn). --preflight-min-tmp in bytes (0: not checked); --preflight-bandwidth also times an
+  // exchange with rank 0's node.
+  PreflightMode preflight = PreflightMode::fail;
+  std::uint64_t preflight_min_tmp = std::uint64_t{1} << 30;
+  bool preflight_bandwidth = false;
 };
 
 int run_supervisor(RunConfig& cfg);

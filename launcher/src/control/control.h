@@ -47,13 +47,15 @@ struct Hello {
 
 // Rank 0's wrapper holds this rendezvous port (the answer to Bind); `probe`: it listens there
 // for the other ranks' reach checks (0 when a fixed port was taken by something else).
+// `bw_port`: where it serves --preflight-bandwidth's exchanges (0: it does not).
 struct Port {
   static constexpr std::string_view kTag = "PORT";
   int port = 0;
   int probe = 1;
+  int bw_port = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.port, s.probe);
+    return std::tie(s.port, s.probe, s.bw_port);
   }
 };
 
@@ -67,6 +69,22 @@ struct Reach {
   template <class S>
   static auto fields(S& s) {
     return std::tie(s.ok, s.iface, s.detail);
+  }
+};
+
+// --preflight, from each node's local rank 0, before its REACH: what is wrong with the node
+// (`failures`: the GPUs the plan gave it missing, unhealthy or unreadable, too little space in
+// TMPDIR; one reason a line, none: it passed), the link's speed to rank 0's node
+// (--preflight-bandwidth, MB/s; -1: not measured), and what could not be checked (`notes`, one a
+// line: no NVML and no nvidia-smi, a bandwidth exchange that failed).
+struct Preflight {
+  static constexpr std::string_view kTag = "PREFLIGHT";
+  std::string failures;
+  double mb_per_s = -1;
+  Text notes;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.failures, s.mb_per_s, s.notes);
   }
 };
 
@@ -153,26 +171,33 @@ struct Exit {
 // --- gpurun -> wrapper ---------------------------------------------------------------------
 
 // To rank 0: take and hold the rendezvous port (`fixed`: exactly this one, else the first free
-// one from it), and answer with Port.
+// one from it), and answer with Port; `bandwidth`: also serve --preflight-bandwidth's exchanges
+// until GO.
 struct Bind {
   static constexpr std::string_view kTag = "BIND";
   int port = 0;
   int fixed = 0;
+  int bandwidth = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.port, s.fixed);
+    return std::tie(s.port, s.fixed, s.bandwidth);
   }
 };
 
 // MASTER_PORT; find the interface that routes to MASTER_ADDR, check (if `check`) that a TCP
-// connection reaches rank 0's host on that port, and answer with Reach.
+// connection reaches rank 0's host on that port, and answer with Reach. `preflight`: a node's
+// local rank 0 first checks its node (its GPUs; at least `min_tmp` bytes free in TMPDIR, 0: not
+// checked; with `bw_port`, an exchange with rank 0's wrapper there) and answers with Preflight.
 struct Rendezvous {
   static constexpr std::string_view kTag = "RENDEZVOUS";
   int port = 0;
   int check = 1;
+  int preflight = 0;
+  std::int64_t min_tmp = 0;
+  int bw_port = 0;
   template <class S>
   static auto fields(S& s) {
-    return std::tie(s.port, s.check);
+    return std::tie(s.port, s.check, s.preflight, s.min_tmp, s.bw_port);
   }
 };
 
@@ -229,8 +254,8 @@ struct Bye {
   }
 };
 
-using ToSupervisor = std::variant<Hello, Port, Reach, Running, StepReport, Output, Stacks,
-                                  GpuSamples, GpuSamplesFailed, Exit>;
+using ToSupervisor = std::variant<Hello, Port, Reach, Preflight, Running, StepReport, Output,
+                                  Stacks, GpuSamples, GpuSamplesFailed, Exit>;
 using ToWrapper = std::variant<Bind, Rendezvous, Go, Stop, Signal, DumpStacks, Bye>;
 
 // One line, '\n' included.

@@ -28,7 +28,30 @@ bool Attempt::on_reach(int r, std::string iface, std::optional<std::string> erro
   s.reach_error = error.value_or("");
   if (error || s.reached) return false;
   s.reached = true;
-  if (++reached_ < world() || go_sent_ || stopping_) return false;
+  ++reached_;
+  return go_due();
+}
+
+void Attempt::expect_preflight(const std::vector<int>& ranks, bool refuse) {
+  refuse_ = refuse;
+  for (int r : ranks)
+    if (r >= 0 && r < world() && !rank(r).checks_node) {
+      at(r).checks_node = true;
+      ++preflight_expected_;
+    }
+}
+
+bool Attempt::on_preflight(int r, PreflightReport report) {
+  if (r < 0 || r >= world() || !rank(r).checks_node || rank(r).preflight) return false;
+  if (!report.failures.empty()) ++preflight_failed_;
+  at(r).preflight = std::move(report);
+  ++preflight_in_;
+  return go_due();
+}
+
+bool Attempt::go_due() {
+  if (reached_ < world() || !preflight_done() || preflight_refused() || go_sent_ || stopping_)
+    return false;
   go_sent_ = true;
   return true;
 }

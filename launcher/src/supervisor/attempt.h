@@ -1,9 +1,9 @@
 // attempt.h: one attempt's bookkeeping (supervisor.h), apart from the sockets, processes and
 // printing: which ranks said HELLO, reached rank 0's host, run their program, report steps and
-// ended; the attempt's first failure; when GO is due; which ranks the stop found running; the hang
-// rules; whether to restart. No I/O and no clock: every time is a `now` the caller passes in
-// (seconds, above 0), so each rule is unit-tested (tests/launcher/attempt_test.cc).
-// Private to the gpurun binary.
+// ended; the nodes' preflight reports; the attempt's first failure; when GO is due; which ranks the
+// stop found running; the hang rules; whether to restart. No I/O and no clock: every time is a
+// `now` the caller passes in (seconds, above 0), so each rule is unit-tested
+// (tests/launcher/attempt_test.cc). Private to the gpurun binary.
 #pragma once
 
 #include <cstdint>
@@ -15,6 +15,11 @@ namespace gpurun::launcher {
 
 class Attempt {
  public:
+  // --preflight: what a node's local rank 0 found there (control::Preflight).
+  struct PreflightReport {
+    std::vector<std::string> failures, notes;
+    double mb_per_s = -1;  // --preflight-bandwidth's figure; -1: none
+  };
   struct Rank {
     bool started = false, reached = false, running = false, exited = false;
     std::string host, iface, reach_error;
@@ -23,6 +28,8 @@ class Attempt {
     double behind_since = 0;  // since when its step is below the highest (0: it is not)
     std::int64_t step = -1;
     std::optional<std::string> stacks;
+    bool checks_node = false;  // reports its node's preflight
+    std::optional<PreflightReport> preflight;
   };
   struct Failure {
     int rank;  // -1: the job as a whole (ranks that never started, a hang, a stop before start)
@@ -57,6 +64,16 @@ class Attempt {
   // REACH: `error` is why the rank cannot reach rank 0's host (nullopt: it can). True once, when
   // the last rank reached it and the attempt is not stopping: GO is due.
   bool on_reach(int rank, std::string iface, std::optional<std::string> error);
+  // --preflight: `ranks` (each node's local rank 0) report their node's checks, and GO waits for
+  // every one; with `refuse` (--preflight fail), a failure on any node refuses GO.
+  void expect_preflight(const std::vector<int>& ranks, bool refuse);
+  // PREFLIGHT from `rank` (ignored from a rank not expected to send one, or a repeat). True once,
+  // when it was the last report, every rank reached rank 0, and GO is not refused: GO is due.
+  bool on_preflight(int rank, PreflightReport report);
+  // Every expected report came (also when none was expected).
+  bool preflight_done() const { return preflight_in_ == preflight_expected_; }
+  // Done, and with `refuse` some node failed: GO never comes.
+  bool preflight_refused() const { return preflight_done() && refuse_ && preflight_failed_ > 0; }
   // RUNNING: the rank's program started. True when it was the last rank's.
   bool on_running(int rank, double now);
   // A step report (PROGRESS): progress now, and the step's start when it changed.
@@ -115,6 +132,7 @@ class Attempt {
   Rank& at(int r) { return ranks_[static_cast<std::size_t>(r)]; }
   static bool behind(const Rank& r, std::int64_t top);
   bool stuck_behind(const Rank& r, std::int64_t top, double now) const;
+  bool go_due();  // every rank reached, every preflight in and not refused: marks GO sent
 
   double hang_timeout_;
   std::vector<Rank> ranks_;
@@ -122,6 +140,8 @@ class Attempt {
   std::optional<Failure> failure_;
   std::vector<int> stopped_;
   bool stopping_ = false, go_sent_ = false;
+  int preflight_expected_ = 0, preflight_in_ = 0, preflight_failed_ = 0;
+  bool refuse_ = false;
   std::optional<std::string> hang_;  // why the job is called hung
 };
 

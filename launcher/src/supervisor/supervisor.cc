@@ -180,27 +180,35 @@ void Supervisor::on_message(Conn& c, const control::Hello& m) {
     send(c, control::Stop{});
     return;
   }
-  if (m.rank == 0)
-    send(c, control::Bind{cfg_.plan.master_port, cfg_.plan_options.master_port ? 1 : 0});
-  if (port_) send(c, control::Rendezvous{*port_, port_checkable_ ? 1 : 0});
+  if (m.rank == 0) {
+    const bool bandwidth = cfg_.preflight != PreflightMode::off && cfg_.preflight_bandwidth &&
+                           cfg_.plan.nodes.size() > 1;
+    send(c, control::Bind{cfg_.plan.master_port, cfg_.plan_options.master_port ? 1 : 0,
+                          bandwidth ? 1 : 0});
+  }
+  if (port_) send(c, rendezvous());
 }
 
 void Supervisor::on_message(Conn& c, const control::Port& m) {
   if (c.rank != 0 || port_) return;
   port_ = m.port;
   port_checkable_ = m.probe != 0;
+  bw_port_ = m.bw_port;
   if (m.port != cfg_.plan.master_port)
     say(fmt::format("port {} is busy: MASTER_PORT={}", cfg_.plan.master_port, m.port));
   else if (!m.probe)
     say(fmt::format("--master-port {} is taken on {}: ranks start without checking they reach it",
                     m.port, attempt_.rank(0).host));
-  broadcast(control::Rendezvous{m.port, m.probe});
+  broadcast(rendezvous());
 }
 
 void Supervisor::on_message(Conn& c, const control::Reach& m) {
   std::optional<std::string> error;
   if (!m.ok) error = m.detail.value;
-  if (!attempt_.on_reach(c.rank, m.iface, std::move(error))) return;
+  if (attempt_.on_reach(c.rank, m.iface, std::move(error))) send_go();
+}
+
+void Supervisor::send_go() {
   int monitor_ms = cfg_.monitor_file ? static_cast<int>(cfg_.monitor_interval * 1000 + 0.5) : 0;
   broadcast(control::Go{restarts_, cfg_.hang_timeout > 0 ? 1 : 0, cfg_.cpu_bind, monitor_ms});
 }
@@ -340,6 +348,7 @@ void Supervisor::on_start_timeout() {
                       "through interface {}: {}",
                       r, s.host, cfg_.plan.master_addr, port_.value_or(0), s.iface, s.reach_error));
   }
+  preflight_timeout_lines();
   tell(fmt::format("ranks {}{} did not start within {:.0f} s (of {} ranks {} started); stopping",
                    missing, world_ - running > shown ? ", ..." : "", cfg_.start_timeout, world_,
                    running));

@@ -3,7 +3,8 @@
 //
 // A launch is one or more attempts (--max-restarts). In each, gpurun starts the engine, every
 // wrapper says HELLO, rank 0's holds the rendezvous port, every rank checks it reaches rank 0's
-// host, and GO starts all programs at once (control.h). Fail-fast: the first rank that exits
+// host (with --preflight each node's local rank 0 first checks its node, and a failing node
+// refuses GO), and GO starts all programs at once (control.h). Fail-fast: the first rank that exits
 // non-zero, is killed, or whose wrapper vanishes ends the attempt: every other wrapper gets STOP
 // (TERM, KILL after --kill-grace) and the engine TERM, then KILL after --kill-grace. If every rank
 // had started and restarts are left, the next attempt starts; else gpurun prints one line naming
@@ -79,6 +80,7 @@ class Supervisor {
   void on_message(Conn& c, const control::Hello& m);
   void on_message(Conn& c, const control::Port& m);
   void on_message(Conn& c, const control::Reach& m);
+  void on_message(Conn& c, const control::Preflight& m);
   void on_message(Conn& c, const control::Running& m);
   void on_message(Conn& c, const control::StepReport& m);
   void on_message(Conn& c, const control::Output& m);
@@ -109,6 +111,13 @@ class Supervisor {
   void begin_hang(const std::string& why);
   void finish_hang();
   std::string hang_dir() const;
+
+  // --preflight (supervisor_preflight.cc).
+  void expect_preflight();
+  control::Rendezvous rendezvous() const;
+  void report_preflight();
+  void preflight_timeout_lines();
+  void send_go();
 
   // --monitor's lines at the end (supervisor_monitor.cc).
   void monitor_summary();
@@ -156,6 +165,7 @@ class Supervisor {
   proc::Deadlines<Timer> timers_;
   std::optional<int> port_;  // the rendezvous port rank 0 holds
   bool port_checkable_ = true;
+  int bw_port_ = 0;  // where rank 0's wrapper serves --preflight-bandwidth (0: it does not)
   double t0_ = 0;
 };
 

@@ -50,6 +50,8 @@ void Supervisor::begin_attempt() {
   timers_ = {};
   port_.reset();
   port_checkable_ = true;
+  bw_port_ = 0;
+  expect_preflight();
   if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
   if (cfg_.max_restarts > 0) output_->mark_attempt(restarts_ + 1);
   start_engine();

@@ -6,7 +6,8 @@
 // JSM_NAMESPACE_RANK, PMI_RANK, PBS_VNODENUM, or GPURUN_RANK from gpurun's own fork), checks the
 // engine placed it where the plan says, and gives it its GPUs from this node's visible list. Then,
 // talking to gpurun (control.h): HELLO; rank 0 holds the rendezvous port (BIND/PORT); every rank
-// checks it reaches rank 0's host and picks the interface that routes there (RENDEZVOUS/REACH);
+// checks it reaches rank 0's host and picks the interface that routes there (RENDEZVOUS/REACH),
+// each node's local rank 0 having first checked its node under --preflight (PREFLIGHT);
 // once all did, GO starts the program in its own process group, its output forwarded as whole
 // lines, its heartbeat watched; EXIT at the end. If gpurun goes away, the program is stopped
 // too: no orphan keeps a GPU. The wrapper is a child subreaper: what the program leaves running
@@ -16,6 +17,7 @@
 #pragma once
 
 #include <array>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -23,6 +25,7 @@
 #include "control/control.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/launch.h"
+#include "wrapper/node_checks.h"
 #include "wrapper/rank_folder.h"
 #include "monitor/monitor.h"
 #include "sys/net.h"
@@ -87,6 +90,10 @@ class RankWrapper {
   void on_output(int stream);
   void on_timer(Timer t);
   void check_reach();
+
+  // --preflight (wrapper_preflight.cc).
+  int serve_bandwidth();
+  void run_preflight(const control::Rendezvous& m);
   void stop_program();
   void report(const control::ToSupervisor& m);
   enum class Line { kWhole, kPartial };  // whole lines, or the start of an unfinished one
@@ -117,6 +124,8 @@ class RankWrapper {
   int master_port_ = 0;
   bool check_reachable_ = false;
   std::string iface_, reach_error_;
+  bool preflight_done_ = false;
+  std::unique_ptr<node_checks::BandwidthServer> bandwidth_;  // rank 0, until GO
 
   std::optional<RankDir> dir_;
   proc::Child child_;

@@ -42,7 +42,7 @@ void RankWrapper::on_control_readable() {
 
 void RankWrapper::on_message(const control::Bind& m) {
   port_ = net::hold_port(m.port, m.fixed != 0);
-  report(control::Port{port_.port, port_.probe ? 1 : 0});
+  report(control::Port{port_.port, port_.probe ? 1 : 0, m.bandwidth ? serve_bandwidth() : 0});
 }
 
 void RankWrapper::on_message(const control::Rendezvous& m) {
@@ -53,12 +53,14 @@ void RankWrapper::on_message(const control::Rendezvous& m) {
   for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_))
     env_[k] = v;
   check_reachable_ = m.check != 0;
+  if (m.preflight && me_.local_rank == 0 && !preflight_done_) run_preflight(m);
   check_reach();
 }
 
 void RankWrapper::on_message(const control::Go& m) {
   timers_.clear(Timer::reach);
   port_.probe.reset();  // the program takes the port over; the holder keeps it meanwhile
+  bandwidth_.reset();   // every node's exchange is over (GO waits for them); no thread at fork
   start_program(m);
 }
 
