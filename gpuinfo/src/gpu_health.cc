@@ -18,6 +18,7 @@
 #include <charconv>
 
 #include "gpu_health_nvml.h"
+#include "nvidia_smi_text.h"
 #include "gpurun/common/error.h"
 #include "gpurun/common/run_capture.h"
 
@@ -27,33 +28,13 @@ using common::Error;
 
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
+using smi::trim;
 
 std::vector<std::string_view> fields(std::string_view line) {
-  std::vector<std::string_view> out;
-  while (true) {
-    size_t at = line.find(',');
-    out.push_back(trim(line.substr(0, at)));
-    if (at == std::string_view::npos) return out;
-    line.remove_prefix(at + 1);
-  }
+  return smi::split(line, ',');
 }
 
-// Calls f on each non-empty line (trimmed).
-template <class F>
-void for_each_line(std::string_view text, F f) {
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = trim(text.substr(0, nl));
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (!line.empty()) f(line);
-  }
-}
+using smi::for_each_line;
 
 template <class N>
 std::optional<N> number(std::string_view v) {
@@ -69,33 +50,16 @@ std::optional<bool> yes_no(std::string_view v) {
   return std::nullopt;  // [N/A], [Not Supported], anything else
 }
 
-std::string first_line(const std::string& text) {
-  std::string line = text.substr(0, text.find('\n'));
-  return line.size() > 200 ? line.substr(0, 200) : line;
-}
-
 common::Captured run_smi(const SamplerConfig& cfg, const char* query, const char* fields) {
-  return common::run_capture({cfg.nvidia_smi, fmt::format("--query-{}={}", query, fields),
-                              "--format=csv,noheader,nounits"},
-                             cfg.timeout_ms, common::kCaptureMaxBytes, cfg.cancel_fd);
+  return smi::run(cfg, {fmt::format("--query-{}={}", query, fields), "--format=csv,noheader,nounits"});
 }
 
 HealthReport nvidia_smi_health(const SamplerConfig& cfg) {
   HealthReport r;
   r.source = "nvidia-smi " + cfg.nvidia_smi;
   common::Captured c = run_smi(cfg, "gpu", kNvidiaSmiHealthFields);
-  if (c.timed_out || c.cancelled)
-    throw Error(
-        fmt::format("{} did not answer within {} ms (killed)", cfg.nvidia_smi, cfg.timeout_ms));
   HealthCsv csv = parse_nvidia_smi_health_csv(c.output);
-  // As the sampler: an empty answer is fine when the driver says why (no devices, GPUs lost).
-  bool explained = c.output.find("No devices were found") != std::string::npos;
-  for (const auto& p : csv.problems)
-    explained = explained || p.find("device handle") != std::string::npos;
-  if (csv.gpus.empty() && !explained)
-    throw Error(fmt::format("{} --query-gpu printed no GPU (exit {}): {}", cfg.nvidia_smi,
-                            c.exit_code ? std::to_string(*c.exit_code) : "unknown",
-                            c.output.empty() ? "nothing" : first_line(c.output)));
+  smi::expect_gpu_rows(cfg, c, !csv.gpus.empty(), csv.problems);
   r.gpus = std::move(csv.gpus);
   r.problems = std::move(csv.problems);
   if (r.gpus.empty()) return r;

@@ -6,6 +6,7 @@
 #include <chrono>
 
 #include "gpu_nvml.h"
+#include "nvidia_smi_text.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/common/error.h"
 #include "gpurun/common/run_capture.h"
@@ -23,42 +24,18 @@ int64_t wall_ms() {
   return duration_cast<milliseconds>(system_clock::now().time_since_epoch()).count();
 }
 
-std::string first_line(const std::string& text) {
-  std::string line = text.substr(0, text.find('\n'));
-  return line.size() > 200 ? line.substr(0, 200) : line;
-}
-
-// One call of the configured nvidia-smi; throws when the sampler's owner stops it.
-Captured run_nvidia_smi(const SamplerConfig& cfg, std::vector<std::string> args) {
-  args.insert(args.begin(), cfg.nvidia_smi);
-  Captured c = run_capture(args, cfg.timeout_ms, kCaptureMaxBytes, cfg.cancel_fd);
-  if (c.cancelled) throw Error(fmt::format("{} stopped: the sampler is ending", cfg.nvidia_smi));
-  return c;
-}
-
 // nvidia-smi's CSV, and `nvidia-smi -L` for the MIG devices of GPUs in MIG mode.
 void sample_nvidia_smi(const SamplerConfig& cfg, GpuSnapshot& out) {
-  Captured c = run_nvidia_smi(
+  Captured c = smi::run(
       cfg, {std::string("--query-gpu=") + kNvidiaSmiQueryFields, "--format=csv,noheader,nounits"});
-  if (c.timed_out)
-    throw Error(
-        fmt::format("{} did not answer within {} ms (killed)", cfg.nvidia_smi, cfg.timeout_ms));
   NvidiaSmiCsv csv = parse_nvidia_smi_csv(c.output);
-  // An empty answer is fine when the driver says why (no devices, or every GPU lost); anything
-  // else means this nvidia-smi does not speak the query (too old, or not nvidia-smi at all).
-  bool explained = c.output.find("No devices were found") != std::string::npos;
-  for (const auto& p : csv.problems)
-    explained = explained || p.find("device handle") != std::string::npos;
-  if (csv.gpus.empty() && !explained)
-    throw Error(fmt::format("{} --query-gpu printed no GPU (exit {}): {}", cfg.nvidia_smi,
-                            c.exit_code ? std::to_string(*c.exit_code) : "unknown",
-                            c.output.empty() ? "nothing" : first_line(c.output)));
+  smi::expect_gpu_rows(cfg, c, !csv.gpus.empty(), csv.problems);
   out.problems = std::move(csv.problems);
   if (csv.mig_enabled.empty()) {
     out.gpus = std::move(csv.gpus);
     return;
   }
-  Captured list = run_nvidia_smi(cfg, {"-L"});
+  Captured list = smi::run(cfg, {"-L"});
   std::vector<GpuSample> migs = parse_nvidia_smi_mig_list(list.output);
   for (auto& g : csv.gpus) {
     int index = g.index;
@@ -73,7 +50,7 @@ void sample_nvidia_smi(const SamplerConfig& cfg, GpuSnapshot& out) {
 // (an nvidia-smi that does not know the query says so in words); the exit status is not relied
 // on, since an owner that ignores SIGCHLD (gpuq's daemon) cannot have it.
 void sample_nvidia_smi_processes(const SamplerConfig& cfg, GpuSnapshot& out) {
-  Captured c = run_nvidia_smi(cfg, {std::string("--query-compute-apps=") +
+  Captured c = smi::run(cfg, {std::string("--query-compute-apps=") +
                                         kNvidiaSmiComputeAppsFields,
                                     "--format=csv,noheader,nounits"});
   std::vector<std::string> problems;
@@ -83,7 +60,7 @@ void sample_nvidia_smi_processes(const SamplerConfig& cfg, GpuSnapshot& out) {
     out.processes_error = fmt::format(
         "{} --query-compute-apps {}", cfg.nvidia_smi,
         c.timed_out ? fmt::format("did not answer within {} ms", cfg.timeout_ms)
-        : failed    ? fmt::format("exit {}: {}", *c.exit_code, first_line(c.output))
+        : failed    ? fmt::format("exit {}: {}", *c.exit_code, smi::first_line(c.output))
                     : "printed what is not a process: " + problems.front());
     return;
   }

@@ -21,26 +21,13 @@
 #include <string>
 
 #include "gpurun/gpuinfo/gpu_sampler.h"
+#include "nvidia_smi_text.h"
 
 namespace gpurun::gpuinfo {
 namespace {
 
-std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
-    s.remove_suffix(1);
-  return s;
-}
-
-std::vector<std::string_view> split(std::string_view s, char sep) {
-  std::vector<std::string_view> out;
-  while (true) {
-    size_t at = s.find(sep);
-    out.push_back(trim(s.substr(0, at)));
-    if (at == std::string_view::npos) return out;
-    s.remove_prefix(at + 1);
-  }
-}
+using smi::split;
+using smi::trim;
 
 // A finite number, optionally followed by the unit nvidia-smi prints without `nounits`. Anything
 // else ("[N/A]", "[Not Supported]", "N/A", garbage) is no figure.
@@ -80,16 +67,13 @@ std::string cut(std::string_view line) {
 
 NvidiaSmiCsv parse_nvidia_smi_csv(std::string_view text) {
   NvidiaSmiCsv out;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = trim(text.substr(0, nl));
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (line.empty() || line == "No devices were found") continue;
+  smi::for_each_line(text, [&](std::string_view line) {
+    if (line == "No devices were found") return;
     auto f = split(line, ',');
     std::optional<int> index = f.size() == 9 ? small_int(f[0]) : std::nullopt;
     if (!index) {
       out.problems.push_back(cut(line));
-      continue;
+      return;
     }
     GpuSample g;
     g.index = *index;
@@ -102,27 +86,24 @@ NvidiaSmiCsv parse_nvidia_smi_csv(std::string_view text) {
     g.power_w = figure(f[7]);
     g.temp_c = figure(f[8]);
     out.gpus.push_back(std::move(g));
-  }
+  });
   return out;
 }
 
 std::vector<GpuProcess> parse_nvidia_smi_compute_apps(std::string_view text,
                                                       std::vector<std::string>* problems) {
   std::vector<GpuProcess> out;
-  while (!text.empty()) {
-    size_t nl = text.find('\n');
-    std::string_view line = trim(text.substr(0, nl));
-    text.remove_prefix(nl == std::string_view::npos ? text.size() : nl + 1);
-    if (line.empty() || line == "No running processes found") continue;
+  smi::for_each_line(text, [&](std::string_view line) {
+    if (line == "No running processes found") return;
     auto f = split(line, ',');
     std::optional<int> pid = f.size() == 3 ? pid_number(f[1]) : std::nullopt;
     bool uuid = f.size() == 3 && (f[0].substr(0, 4) == "GPU-" || f[0].substr(0, 4) == "MIG-");
     if (!pid || !uuid) {
       problems->push_back(cut(line));
-      continue;
+      return;
     }
     out.push_back({-1, std::string(f[0]), *pid, figure(f[2])});
-  }
+  });
   return out;
 }
 
