@@ -37,7 +37,8 @@ edge_calls = re.compile(r"(?<!os\.)\b(getenv|secure_getenv|setenv|putenv|unseten
 edges = {"launcher/src/sys/system.cc", "launcher/queue/src/client/env.cc"}
 # posix_spawn(..., environ): the environment passed through to a child, no variable read.
 passthrough = {"launcher/queue/src/daemon/daemon_jobs.cc", "common/src/run_capture.cc",
-               "launcher/queue/src/client/client_usage.cc", "launcher/queue/src/daemon/mailer.cc"}
+               "launcher/queue/src/client/client_usage.cc", "launcher/queue/src/daemon/mailer.cc",
+               "launcher/queue/src/daemon/mps.cc"}
 scanned = 0
 for d in ("launcher/src", "launcher/queue/src", "gpuinfo/src", "common/src"):
     for f in sorted((root / d).rglob("*.[ch]*")):

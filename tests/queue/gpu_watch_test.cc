@@ -39,10 +39,13 @@ UsageSampler::GpuUse use(int gpu, int pid, int64_t job = 0) {
 
 TEST(GpuWatch, ProcessesNotOwnedByTheJobHoldingTheGpuAreOutside) {
   GpuWatch w({});
-  std::map<int, int64_t> holder = {{0, 7}};
-  // GPU 0: job 7's own process and job 8's (which holds no GPU 0); GPU 1: nobody's.
-  auto changed = w.on_sample(tick(1000, {{0, 50}, {1, 0}}, {use(0, 10, 7), use(0, 11, 8), use(1, 12)}),
-                             holder);
+  GpuWatch::Holders holder = {{0, {7}}};
+  // GPU 0: job 7's own process and job 8's (which holds no GPU 0); GPU 1: nobody's. Shard jobs
+  // 20 and 21 share GPU 2, each with its process.
+  holder[2] = {20, 21};
+  auto changed = w.on_sample(
+      tick(1000, {{0, 50}, {1, 0}}, {use(0, 10, 7), use(0, 11, 8), use(1, 12), use(2, 13, 20), use(2, 14, 21)}),
+      holder);
   EXPECT_EQ(changed, (std::set<int>{0, 1}));
   ASSERT_EQ(w.outside(0).size(), 1u);
   EXPECT_EQ(w.outside(0)[0].process.pid, 11);
@@ -68,7 +71,7 @@ TEST(GpuWatch, AnIdleRunStartsBelowTheThresholdAndBreaksAtOrAboveIt) {
   c.idle_percent = 5;
   c.idle_after_ms = 10'000;
   GpuWatch w(c);
-  std::map<int, int64_t> holder = {{0, 7}};
+  GpuWatch::Holders holder = {{0, {7}}};
   w.on_sample(tick(1000, {{0, 50}}), holder);
   EXPECT_FALSE(w.low_since(0));
   w.on_sample(tick(2000, {{0, 4.9}}), holder);
@@ -86,10 +89,12 @@ TEST(GpuWatch, AnIdleRunStartsBelowTheThresholdAndBreaksAtOrAboveIt) {
   EXPECT_FALSE(w.low_since(0)) << "5% is not below 5%";
   w.on_sample(tick(6000, {{0, 1}}), holder);
   EXPECT_EQ(w.low_since(0), 6000);
-  w.on_sample(tick(7000, {{0, 1}}), {{0, 9}});  // another job holds it now: a new run
+  w.on_sample(tick(7000, {{0, 1}}), {{0, {9}}});  // another job holds it now: a new run
   EXPECT_EQ(w.low_since(0), 7000);
   w.on_sample(tick(8000, {{0, 1}}), {});
   EXPECT_FALSE(w.low_since(0)) << "a GPU no job holds has no idle run";
+  w.on_sample(tick(9000, {{0, 1}}), {{0, {9, 10}}});
+  EXPECT_FALSE(w.low_since(0)) << "a GPU shard jobs share has no one job's idle run";
 }
 
 TEST(GpuWatch, TheIdleRunIsRebuiltFromStoredSamples) {

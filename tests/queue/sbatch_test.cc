@@ -162,9 +162,9 @@ TEST(Arrays, RangesStepsListsAndCap) {
 
 // A count that is not one ("gpu:-1", "gpu:2x") is refused; it was taken for a type: 1 GPU.
 TEST(Gres, MalformedCountsAreNotTypes) {
-  EXPECT_THROW(parse_gres_gpus("gpu:-1"), std::invalid_argument);
-  EXPECT_THROW(parse_gres_gpus("gpu:2x"), std::invalid_argument);
-  EXPECT_EQ(parse_gres_gpus("gpu:v100-sxm2"), 1);
+  EXPECT_THROW(parse_gres("gpu:-1"), std::invalid_argument);
+  EXPECT_THROW(parse_gres("gpu:2x"), std::invalid_argument);
+  EXPECT_EQ(parse_gres("gpu:v100-sxm2").gpus, 1);
   try {
     parse_sbatch_options({"--priority=-5"});
     FAIL() << "--priority=-5 was accepted";
@@ -176,12 +176,19 @@ TEST(Gres, MalformedCountsAreNotTypes) {
 }
 
 TEST(Gres, GpuCounts) {
-  EXPECT_EQ(parse_gres_gpus("gpu"), 1);
-  EXPECT_EQ(parse_gres_gpus("gpu:2"), 2);
-  EXPECT_EQ(parse_gres_gpus("gpu:P4:1"), 1);
-  EXPECT_EQ(parse_gres_gpus("gpu:p4:3"), 3);
-  EXPECT_EQ(parse_gres_gpus("gpu:a100"), 1);
-  EXPECT_THROW(parse_gres_gpus("mps:100"), std::invalid_argument);
+  EXPECT_EQ(parse_gres("gpu").gpus, 1);
+  EXPECT_EQ(parse_gres("gpu:2").gpus, 2);
+  EXPECT_EQ(parse_gres("gpu:P4:1").gpus, 1);
+  EXPECT_EQ(parse_gres("gpu:p4:3").gpus, 3);
+  EXPECT_EQ(parse_gres("gpu:a100").gpus, 1);
+  EXPECT_THROW(parse_gres("mps:100"), std::invalid_argument);
+  // Shards (Slurm's gres/shard): K shards of one GPU; not with whole GPUs in the same job.
+  EXPECT_EQ(parse_gres("shard:3").shards, 3);
+  EXPECT_EQ(parse_gres("shard:3").gpus, 0);
+  EXPECT_EQ(parse_gres("shard").shards, 1);
+  EXPECT_THROW(parse_gres("gpu:1,shard:2"), std::invalid_argument);
+  EXPECT_THROW(parse_gres("shard:-1"), std::invalid_argument);
+  EXPECT_THROW(parse_gres("shard:5000"), std::invalid_argument);
   EXPECT_EQ(parse_gpus("a100:2"), 2);
 }
 

@@ -108,3 +108,58 @@ TEST(Scheduler, DecayHalvesPerHalfLife) {
   EXPECT_DOUBLE_EQ(decay_usage(100.0, 1000, 1000), 50.0);
   EXPECT_DOUBLE_EQ(decay_usage(100.0, 0, 1000), 100.0);
 }
+
+namespace {
+SchedJob shard_job(int64_t id, int shards, int64_t limit_s = 0) {
+  SchedJob j = job(id, 0, 1, limit_s);
+  j.shards = shards;
+  return j;
+}
+}  // namespace
+
+TEST(Scheduler, FourShardJobsShareOneGpuWhileAWholeGpuJobWaits) {
+  SchedInput in;
+  in.free_gpus = {0};
+  in.shards_total = {{0, 4}};
+  in.waiting = {shard_job(1, 1), shard_job(2, 1), shard_job(3, 1), shard_job(4, 1), job(5, 1),
+                shard_job(6, 1)};
+  auto out = schedule(in);
+  ASSERT_EQ(out.starts.size(), 4u);
+  for (const auto& s : out.starts) EXPECT_EQ(s.gpus, std::vector<int>{0}) << s.job_id;
+  EXPECT_EQ(reason(out, 5), "Resources");
+  EXPECT_EQ(reason(out, 6), "Priority") << "no fifth shard";
+  // While any shard is held, the GPU is not whole: the gpu:1 job waits; once none is, it starts.
+  in.free_gpus = {};
+  in.shards_held = {{0, 1}};
+  in.waiting = {job(5, 1)};
+  EXPECT_TRUE(schedule(in).starts.empty());
+  in.free_gpus = {0};
+  in.shards_held = {};
+  EXPECT_EQ(schedule(in).starts.at(0).gpus, std::vector<int>{0});
+}
+
+TEST(Scheduler, ShardJobsFillASharedGpuBeforeOpeningAWholeOne) {
+  SchedInput in;
+  in.free_gpus = {1, 2};
+  in.shards_total = {{0, 4}, {1, 4}, {2, 2}};
+  in.shards_held = {{0, 3}};  // GPU 0: one shard left
+  in.waiting = {shard_job(1, 1), shard_job(2, 2), shard_job(3, 3), shard_job(4, 4)};
+  auto out = schedule(in);
+  // Job 1 takes GPU 0's last shard (fill before opening); job 2 opens GPU 1 (the lowest free GPU
+  // with room); job 3 needs 3: GPU 1 has 2 left and GPU 2 offers only 2, so it waits; job 4 (4
+  // shards) fits nowhere either.
+  ASSERT_EQ(out.starts.size(), 2u);
+  EXPECT_EQ(out.starts[0].gpus, std::vector<int>{0});
+  EXPECT_EQ(out.starts[1].gpus, std::vector<int>{1});
+  EXPECT_EQ(reason(out, 3), "Resources");
+}
+
+TEST(Scheduler, AShardJobNeverGetsAWholeJobsGpuNorAGpuWithoutShards) {
+  SchedInput in;
+  in.free_gpus = {1};  // GPU 0 is a whole job's; GPU 1 offers no shards
+  in.shards_total = {{0, 4}};
+  in.waiting = {shard_job(1, 1)};
+  auto out = schedule(in);
+  EXPECT_TRUE(out.starts.empty());
+  EXPECT_EQ(reason(out, 1), "Resources");
+}

@@ -4,7 +4,8 @@
 # when run as root) is listed on GPU 1, and one job holds GPU 0 below --idle-percent 20 for longer
 # than --idle-minutes 0.05. Headless Chromium's DOM must show GPU 0's job flagged idle, GPU 1 as
 # busy outside the queue naming the process's user, GPU 2 (90%, no job) as in use with no job, and
-# GPU 3 plainly free; /metrics must say the same. Then the process exits and GPU 1 is given out.
+# GPU 3 (--shards-per-gpu 3:2) shared by a --gres=shard:1 job, its shards and job on its tile;
+# /metrics must say the same. Then the process exits and GPU 1 is given out.
 #   web_flags_browser_test.sh GPUQ FIXTURES_DIR
 # Exit 77 (skipped) when chromium or python3's prometheus_client is missing.
 chromium=$(command -v chromium || command -v chromium-browser || true)
@@ -17,7 +18,7 @@ if [ -z "$chromium" ] || [ -z "$py" ]; then
   exit 77
 fi
 export FAKE_GPUS=nvidia-smi-4gpu
-export GPUQ_DAEMON_ARGS="--idle-percent 20 --idle-minutes 0.05"
+export GPUQ_DAEMON_ARGS="--idle-percent 20 --idle-minutes 0.05 --shards-per-gpu 3:2"
 source "$(dirname "$0")/web_fixture.sh" "$1" "$2"
 
 make_users 2
@@ -45,15 +46,17 @@ printf '#!/bin/sh\nsleep 120\n' > "$WORK/sleep.sh"
 chmod 755 "$WORK/sleep.sh"
 job=$(submit_as "${USERS[0]}" -J idle-one --gres=gpu:1 "$WORK/sleep.sh")
 wait_for 30 "job $job flagged idle on GPU 0" status_has 'g[0]["state"] == "busy" and g[0]["idle"]'
+shard=$(submit_as "${USERS[0]}" -J shard-one --gres=shard:1 "$WORK/sleep.sh")
+wait_for 20 "job $shard on GPU 3's shards" status_has 'g[3]["state"] == "shared" and g[3]["shards"]["held"] == 1'
 
 profile=$(mktemp -d "$WORK/chromium-XXXXXX")
 timeout 90 "$chromium" --headless --no-sandbox --disable-gpu --disable-quic --no-first-run \
   --disable-background-networking --disable-component-update --disable-sync \
   --user-data-dir="$profile" --dump-dom "$URL/" > "$WORK/dom.html" 2> "$WORK/chromium.log"
-"$py" - "$WORK/dom.html" "$outsider" "$outsider_user" "$job" <<'PY'
+"$py" - "$WORK/dom.html" "$outsider" "$outsider_user" "$job" "$shard" <<'PY'
 import sys
 from html.parser import HTMLParser
-dom, pid, user, job = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4]
+dom, pid, user, job, shard = open(sys.argv[1]).read(), sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[5]
 
 class Tiles(HTMLParser):
     """Per GPU tile: its class, and the text under each class inside it."""
@@ -92,16 +95,18 @@ check(f"pid {pid}" in use and user in use and "sleep" in use and "27.2 GB" in us
       f"GPU 1 does not name the process {pid} of {user}: {use!r}")
 check("flagged" in classes("gpu-2") and text("gpu-2", "state") == "in use, no job",
       f"GPU 2 (90%, no job): {classes('gpu-2')} {text('gpu-2', 'state')!r}")
-check("flagged" not in classes("gpu-3") and text("gpu-3", "state") == "free",
-      f"GPU 3 (0%, no job): {classes('gpu-3')} {text('gpu-3', 'state')!r}")
+check("shared" in classes("gpu-3") and text("gpu-3", "shards") == "shards 1 of 2 held",
+      f"GPU 3 (2 shards, one held): {classes('gpu-3')} {text('gpu-3', 'shards')!r}")
+check(text("gpu-3", "shard-job").startswith(f"job {shard}") and "1 shard" in text("gpu-3", "shard-job"),
+      f"GPU 3's shard job: {text('gpu-3', 'shard-job')!r}")
 if errors: print("\n".join(errors)); print(dom[:4000]); sys.exit(1)
-print("DOM OK: idle job, use outside the queue with its user, busy GPU with no job, free GPU")
+print("DOM OK: idle job, use outside the queue with its user, busy GPU with no job, shared GPU")
 PY
 
-"$py" - "$URL" "$job" <<'PY'
+"$py" - "$URL" "$job" "$shard" <<'PY'
 import sys, urllib.request
 from prometheus_client.parser import text_string_to_metric_families
-url, job = sys.argv[1], sys.argv[2]
+url, job, shard = sys.argv[1], sys.argv[2], sys.argv[3]
 fams = {f.name: f for f in text_string_to_metric_families(
     urllib.request.urlopen(url + "/metrics", timeout=5).read().decode())}
 def values(name, key="gpu"): return {s.labels[key]: s.value for s in fams[name].samples}
@@ -110,6 +115,10 @@ def check(cond, msg):
     if not cond: errors.append(msg)
 check(values("gpuq_gpu_outside_processes") == {"0": 0, "1": 1, "2": 0, "3": 0},
       f"outside processes {values('gpuq_gpu_outside_processes')}")
+check(values("gpuq_gpu_shards_total") == {"3": 2} and values("gpuq_gpu_shards_held") == {"3": 1},
+      f"shards {values('gpuq_gpu_shards_total')} {values('gpuq_gpu_shards_held')}")
+alloc = {s.labels["job"]: (s.labels["gpu"], s.value) for s in fams["gpuq_gpu_allocated"].samples}
+check(alloc.get(shard) == ("3", 0.5) and alloc.get(job) == ("0", 1), f"allocated {alloc}")
 check(values("gpuq_gpu_busy_without_job") == {"0": 0, "1": 1, "2": 1, "3": 0},
       f"busy without job {values('gpuq_gpu_busy_without_job')}")
 idle = [s for s in fams["gpuq_job_gpu_idle"].samples]

@@ -26,6 +26,7 @@ QueueEnv queue_env_from(const std::map<std::string, std::string>& env) {
   q.state_home = get(env, "XDG_STATE_HOME");
   q.home = get(env, "HOME");
   q.nvidia_smi = get(env, "GPURUN_NVIDIA_SMI");
+  q.path = get(env, "PATH");
   if (auto r = get(env, "GPUQ_RETRY_SECONDS")) {
     char* end = nullptr;
     q.retry_seconds = std::strtod(r->c_str(), &end);

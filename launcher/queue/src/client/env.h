@@ -20,6 +20,7 @@ inline constexpr QueueEnvVar kQueueEnvRead[] = {
     {"XDG_STATE_HOME", "where a per-user daemon keeps its state"},
     {"HOME", "~/.local/state/gpuq when XDG_STATE_HOME is unset"},
     {"GPURUN_NVIDIA_SMI", "an nvidia-smi for the daemon's GPU sampler to run instead of NVML"},
+    {"PATH", "where the daemon finds nvidia-cuda-mps-control (--mps)"},
 };
 
 struct QueueEnv {
@@ -29,6 +30,7 @@ struct QueueEnv {
   std::optional<std::string> state_home;   // XDG_STATE_HOME
   std::optional<std::string> home;         // HOME
   std::optional<std::string> nvidia_smi;   // GPURUN_NVIDIA_SMI
+  std::optional<std::string> path;         // PATH
   // The whole environment: `gpuq submit` hands it to the job, as sbatch does.
   std::map<std::string, std::string> all;
 };

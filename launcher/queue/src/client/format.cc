@@ -193,6 +193,9 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
                      ts(j["start_ms"]), ts(j["end_ms"]));
   out += fmt::format("   NodeList={} NumGPUs={} GPUs={}\n", str(j, "nodelist"),
                      j["gpus_requested"].get<int>(), id_list(j["gpus"]));
+  if (j.value("shards", 0) > 0)
+    out += fmt::format("   Gres=shard:{} ShardsPerGPU={}\n", j["shards"].get<int>(),
+                       j.value("shards_per_gpu", 0));
   int sig = j["signal"]["signal"].get<int>();
   if (sig)
     out +=

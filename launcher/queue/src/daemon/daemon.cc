@@ -58,6 +58,7 @@ Daemon::Daemon(DaemonConfig cfg)
       clients_(cfg_.socket_path, geteuid() == 0 ? Connections::Access::kEveryone
                                                 : Connections::Access::kOwnerOnly),
       mailer_(cfg_.sendmail, cfg_.state_dir + "/run"),
+      mps_(cfg_.mps_control, cfg_.state_dir + "/mps"),
       watch_(cfg_.watch) {
   as_root_ = geteuid() == 0;
   // Everything the daemon and its supervisors create is theirs alone unless made otherwise on

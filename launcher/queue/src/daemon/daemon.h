@@ -28,6 +28,7 @@
 #include "daemon/gpu_watch.h"
 #include "daemon/job_table.h"
 #include "daemon/mailer.h"
+#include "daemon/mps.h"
 #include "daemon/usage_sampler.h"
 #include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/queue/job.h"
@@ -66,6 +67,9 @@ struct DaemonConfig {
   gpuinfo::SamplerConfig sampler;  // nvidia_smi from GPURUN_NVIDIA_SMI (daemon_main.cc)
   std::string sendmail = "/usr/sbin/sendmail";  // --mail-type's mails go through it
   GpuWatchConfig watch;  // use outside the queue, idle and busy flags (gpu_watch.h)
+  // --shards-per-gpu: GPU id -> the shards it offers to --gres=shard:K jobs (absent: none).
+  std::map<int, int> shards_per_gpu;
+  std::string mps_control;  // --mps: the nvidia-cuda-mps-control to run ("" = no MPS)
   // Tests: check the maps against the store after recovery and every turn, and stop with an
   // error naming what is broken (daemon_invariants.cc).
   bool check_invariants = false;
@@ -107,8 +111,12 @@ class Daemon {
   nlohmann::json op_drain(const Peer& peer, bool drain);
   // daemon_usage.cc: sampling and the usage requests (status, stats, report)
   nlohmann::json op_status(const Request& req);
-  nlohmann::json status_gpus(const std::map<int, const Job*>& holder, int spark_points,
-                             int64_t now);
+  // A shared GPU's shards: total, held, the shard jobs' briefs (null for a GPU without shards).
+  nlohmann::json shards_json(int gpu, const std::vector<const Job*>* jobs, int64_t now);
+  // holder: each GPU a whole-GPU job holds; sharers: the shard jobs on each shared GPU.
+  nlohmann::json status_gpus(const std::map<int, const Job*>& holder,
+                             const std::map<int, std::vector<const Job*>>& sharers,
+                             int spark_points, int64_t now);
   nlohmann::json op_stats(const Request& req);
   nlohmann::json op_report(const Request& req);
   // What `gpuq stats` shows of `j`: its brief and samples (at most max_points per GPU; 0 = all,
@@ -118,7 +126,7 @@ class Daemon {
   void publish_targets();  // running jobs' sessions, to the sampling thread
   void on_usage_ticks();   // inside the batch
   void apply_tick(const UsageSampler::Tick& t);
-  std::map<int, int64_t> gpu_holders() const;  // each held GPU -> the running job holding it
+  GpuWatch::Holders gpu_holders() const;  // each held GPU -> the running jobs holding it
   void watch_gpus(const UsageSampler::Tick& t);
   // Before GPUs are given out: true when the newest list of GPU processes is recent enough (or
   // cannot be had); otherwise asks the sampler for a fresh one and returns false.
@@ -130,6 +138,12 @@ class Daemon {
   std::vector<int64_t> resolve_ids(const std::vector<JobRef>& refs,
                                    std::set<int64_t>* via_array = nullptr);
   std::string pending_reason(const Job& j) const;  // squeue's (Reason)
+  int shards_of(int gpu) const;                    // its --shards-per-gpu, 0 when none
+  // --mps: an MPS daemon for the GPU of shard job `j` (started when it is the first there), and
+  // its variables in the job's environment; mps_release() stops those of GPUs no shard job holds.
+  void mps_for(const Job& j, std::map<std::string, std::string>& env);
+  void mps_release();
+  int most_shards() const;                         // the most any GPU offers
   bool may_control(const Peer& peer, const Job& j) const;
   enum class JobStream { kOutput, kError };
   std::string output_path(const Job& j, JobStream which) const;
@@ -171,6 +185,8 @@ class Daemon {
   std::unique_ptr<Store> store_;
   Connections clients_;
   Mailer mailer_;
+  Mps mps_;
+  std::set<int> mps_gpus_;  // GPUs whose MPS daemon gpuq started (or, after a restart, assumes)
   // From here on the parts mirror the store; daemon_invariants.cc says exactly how.
   std::unique_ptr<JobTable> jobs_;
   std::unique_ptr<Accounting> accounting_;

@@ -13,7 +13,8 @@
 //  5. Its array task map, a cache filled per array at first use, names only members of its array.
 //  6. runners_ watches only RUNNING active jobs. (A RUNNING job may lack a runner: recover()
 //     leaves one whose supervisor holds its lock but wrote no status, and logs it.)
-//  7. No GPU is held by two RUNNING jobs.
+//  7. No GPU is held by two RUNNING jobs, except by shard jobs together, whose shards add up to at
+//     most the GPU's --shards-per-gpu.
 //  8. The accounting's fair-share GPU-seconds per user equal the store's usage table.
 //
 // 1 to 5 are checked by JobTable::violations(), 8 by Accounting::violations(), 6 and 7 here.
@@ -38,11 +39,21 @@ std::vector<std::string> Daemon::invariant_violations() {
     if (it == active.end() || it->second.state != JobState::kRunning)
       out.push_back(fmt::format("6: a supervisor is watched for job {}, which is not running", id));
   }
-  std::map<int, int64_t> holder;  // 7
-  for (const auto& [id, j] : active)
-    for (int gpu : j.state == JobState::kRunning ? j.gpus : std::vector<int>{})
+  std::map<int, int64_t> holder;  // 7: whole GPUs
+  std::map<int, int> shards;      // 7: shards held per GPU
+  for (const auto& [id, j] : active) {
+    if (j.state != JobState::kRunning) continue;
+    for (int gpu : j.shards ? std::vector<int>{} : j.gpus)
       if (!holder.emplace(gpu, id).second)
         out.push_back(fmt::format("7: GPU {} is held by jobs {} and {}", gpu, holder[gpu], id));
+    for (int gpu : j.shards ? j.gpus : std::vector<int>{}) shards[gpu] += j.shards;
+  }
+  for (const auto& [gpu, n] : shards) {
+    if (holder.count(gpu))
+      out.push_back(fmt::format("7: GPU {} is held by job {} and by shard jobs", gpu, holder[gpu]));
+    if (n > shards_of(gpu))
+      out.push_back(fmt::format("7: GPU {} has {} shards held of {}", gpu, n, shards_of(gpu)));
+  }
   for (auto& v : accounting_->violations()) out.push_back(std::move(v));
   return out;
 }

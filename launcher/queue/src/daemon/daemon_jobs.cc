@@ -80,6 +80,7 @@ const char* Daemon::dependency_reason(const Job& j) const {
 
 void Daemon::schedule_pass() {
   const int64_t now = now_ms();
+  mps_release();
   std::set<int> busy;
   SchedInput in;
   in.now_ms = now;
@@ -88,16 +89,18 @@ void Daemon::schedule_pass() {
   for (const auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kRunning) continue;
     busy.insert(j.gpus.begin(), j.gpus.end());
-    in.running.push_back({static_cast<int>(j.gpus.size()), j.uid,
+    for (int g : j.shards ? j.gpus : std::vector<int>{}) in.shards_held[g] += j.shards;
+    in.running.push_back({j.shards ? 0 : static_cast<int>(j.gpus.size()), j.uid,
                           j.time_limit_s ? j.start_ms + j.time_limit_s * 1000 : 0});
     if (j.array_job_id) array_busy[j.array_job_id] += 1;
   }
   for (int g : cfg_.gpus) {
-    if (busy.count(g)) continue;
-    if (watch_.keeps_out(g))
-      in.gpus_outside += 1;
-    else
-      in.free_gpus.push_back(g);
+    if (watch_.keeps_out(g)) {
+      in.gpus_outside += !busy.count(g);
+      continue;
+    }
+    if (shards_of(g)) in.shards_total[g] = shards_of(g);
+    if (!busy.count(g)) in.free_gpus.push_back(g);
   }
   for (auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kPending) continue;
@@ -118,7 +121,8 @@ void Daemon::schedule_pass() {
       }
       n += 1;
     }
-    in.waiting.push_back({id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms});
+    in.waiting.push_back(
+        {id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms, j.shards});
   }
   if (in.waiting.empty()) return;
   in.usage = accounting_->decayed(*jobs_, now);
@@ -136,6 +140,7 @@ void Daemon::schedule_pass() {
 void Daemon::mark_running(Job& j, const std::vector<int>& gpus) {
   j.state = JobState::kRunning;
   j.gpus = gpus;
+  j.shards_per_gpu = j.shards && !gpus.empty() ? shards_of(gpus[0]) : 0;
   j.start_ms = now_ms();
   j.end_ms = 0;
   j.reason.clear();
@@ -175,6 +180,18 @@ void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const 
   }
 }
 
+// A shard job's share of its GPU: Slurm's SLURM_SHARDS_ON_NODE, and the fraction of the GPU's
+// memory it may use (a framework's per-process memory fraction: PyTorch's
+// torch.cuda.set_per_process_memory_fraction, TensorFlow's memory limit). Nothing enforces it
+// without MPS (README, "Sharing a GPU").
+void set_shard_env(std::map<std::string, std::string>& env, const Job& j) {
+  env["SLURM_SHARDS_ON_NODE"] = std::to_string(j.shards);
+  env["GPUQ_SHARDS"] = std::to_string(j.shards);
+  env["GPUQ_SHARDS_PER_GPU"] = std::to_string(j.shards_per_gpu);
+  const double fraction = j.shards_per_gpu ? double(j.shards) / j.shards_per_gpu : 1.0;
+  env["GPUQ_GPU_MEMORY_FRACTION"] = fmt::format("{:.4g}", fraction);
+}
+
 }  // namespace
 
 ArrayShape Daemon::shape_of(const Job& j) {
@@ -202,6 +219,8 @@ void Daemon::spawn_supervisor(Job& j) {
   }
   env["CUDA_VISIBLE_DEVICES"] = ids;  // empty for CPU-only jobs: they see no GPU
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  if (j.shards) set_shard_env(env, j);
+  mps_for(j, env);
   SupervisorSpec spec;
   spec.job_id = j.id;
   spec.uid = j.uid;
@@ -419,6 +438,7 @@ void Daemon::recover() {
         ::unlink((dir + "/" + name).c_str());
     }
   }
+  mps_release();  // while recovering_: takes the shared GPUs' MPS daemons as running
   recovering_ = false;
   dirty_ = true;
 }

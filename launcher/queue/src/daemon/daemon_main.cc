@@ -2,7 +2,9 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <charconv>
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -12,6 +14,7 @@
 #include "client/client.h"
 #include "client/env.h"
 #include "daemon/daemon.h"
+#include "gpurun/common/strings.h"
 #include "gpurun/gpuinfo/gpu_count.h"
 
 namespace gpurun::queue {
@@ -79,8 +82,62 @@ po::options_description daemon_options() {
       "flag a GPU that no job holds when its utilisation or memory use reaches this percent")(
       "idle-percent", po::value<double>()->default_value(5),
       "flag a job whose GPU stays below this utilisation percent ...")(
-      "idle-minutes", po::value<double>()->default_value(10), "... for this many minutes");
+      "idle-minutes", po::value<double>()->default_value(10), "... for this many minutes")(
+      "shards-per-gpu", po::value<std::string>(),
+      "N, or ID:N,ID:N...: each GPU (or each one named) offers N shards that --gres=shard:K jobs "
+      "share; a --gres=gpu job gets such a GPU only while none of its shards is held")(
+      "mps", po::value<std::string>()->implicit_value("nvidia-cuda-mps-control"),
+      "run an MPS control daemon (this nvidia-cuda-mps-control, found on PATH) for each GPU while "
+      "shard jobs share it; each job gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for its share");
   return desc;
+}
+
+// --shards-per-gpu N (every GPU) or ID:N,ID:N (those GPUs).
+std::map<int, int> shard_options(const std::string& text, const std::vector<int>& gpus) {
+  auto count = [&](const std::string& v) {
+    int n = 0;
+    auto [p, ec] = std::from_chars(v.data(), v.data() + v.size(), n);
+    if (ec != std::errc() || p != v.data() + v.size() || n < 1 || n > kMaxShardsPerGpu)
+      throw std::invalid_argument(fmt::format(
+          "--shards-per-gpu '{}': expected N or ID:N,... with N from 1 to {}", text,
+          kMaxShardsPerGpu));
+    return n;
+  };
+  std::map<int, int> out;
+  if (text.find(':') == std::string::npos) {
+    for (int g : gpus) out[g] = count(text);
+    return out;
+  }
+  for (const std::string& entry : common::split(text, ',')) {
+    size_t colon = entry.find(':');
+    std::vector<int> id = parse_id_list(entry.substr(0, colon == std::string::npos ? 0 : colon));
+    if (colon == std::string::npos || id.size() != 1 ||
+        std::find(gpus.begin(), gpus.end(), id[0]) == gpus.end())
+      throw std::invalid_argument(fmt::format(
+          "--shards-per-gpu '{}': '{}' is not ID:N for a GPU of the pool ({})", text, entry,
+          join_ids(gpus)));
+    out[id[0]] = count(entry.substr(colon + 1));
+  }
+  return out;
+}
+
+// --mps [PATH]: the program, found on PATH when it has no '/'; only with shared GPUs.
+std::string find_mps_control(const std::string& name, const DaemonConfig& cfg) {
+  if (cfg.shards_per_gpu.empty())
+    throw std::invalid_argument("--mps: no GPU is shared (add --shards-per-gpu N)");
+  std::optional<std::string> path;
+  if (name.find('/') != std::string::npos) {
+    if (::access(name.c_str(), X_OK) == 0) path = name;
+  } else {
+    for (const std::string& dir : common::split(queue_env().path.value_or("/usr/bin:/bin"), ':'))
+      if (!dir.empty() && ::access((dir + "/" + name).c_str(), X_OK) == 0 && !path)
+        path = dir + "/" + name;
+  }
+  if (!path)
+    throw std::invalid_argument(fmt::format(
+        "--mps: {} not found{} (it comes with NVIDIA's driver)", name,
+        name.find('/') == std::string::npos ? " on PATH" : ""));
+  return *path;
 }
 
 // --gpu-outside-queue, --busy-percent, --idle-percent, --idle-minutes.
@@ -161,6 +218,9 @@ int cmd_daemon(const Args& a) {
         "--sample-retention {}: expected more than 0 and at most 3650 days", retention_days));
   cfg.sample_retention_s = static_cast<int64_t>(retention_days * 86400);
   cfg.watch = watch_options(vm);
+  if (vm.count("shards-per-gpu"))
+    cfg.shards_per_gpu = shard_options(vm["shards-per-gpu"].as<std::string>(), cfg.gpus);
+  if (vm.count("mps")) cfg.mps_control = find_mps_control(vm["mps"].as<std::string>(), cfg);
   Daemon d(cfg);
   return d.run();
 }

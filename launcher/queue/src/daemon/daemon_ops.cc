@@ -35,6 +35,12 @@ std::string basename_of(const std::string& p) {
   return slash == std::string::npos ? p : p.substr(slash + 1);
 }
 
+// "2 GPU(s)" or "3 shard(s)", for the audit lines.
+std::string asked_for(const Job& j) {
+  return j.shards ? fmt::format("{} shard(s)", j.shards)
+                  : fmt::format("{} GPU(s)", j.gpus_requested);
+}
+
 }  // namespace
 
 bool Daemon::may_control(const Peer& peer, const Job& j) const {
@@ -136,10 +142,10 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
   std::vector<Job> jobs = insert_jobs(base, r, key, indices);
   log_event(jobs.front(),
             r.array ? fmt::format("submitted by uid {}: an array of {} tasks "
-                                  "(ids {} to {}), {} GPU(s) each",
+                                  "(ids {} to {}), {} each",
                                   peer.uid, jobs.size(), jobs.front().id, jobs.back().id,
-                                  base.gpus_requested)
-                    : fmt::format("submitted by uid {}, {} GPU(s)", peer.uid, base.gpus_requested));
+                                  asked_for(base))
+                    : fmt::format("submitted by uid {}, {}", peer.uid, asked_for(base)));
   const int64_t first = jobs.front().id;
   for (auto& j : jobs) jobs_->add_new(std::move(j));
   dirty_ = true;
@@ -154,6 +160,15 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   if (cwd.empty() || cwd[0] != '/') throw std::invalid_argument("cwd must be an absolute path");
   if (r.chdir) cwd = (*r.chdir)[0] == '/' ? *r.chdir : cwd + "/" + *r.chdir;
   int gpus = r.gpus.value_or(0);
+  const int shards = r.shards.value_or(0);
+  if (shards > most_shards())
+    throw std::invalid_argument(
+        most_shards() == 0
+            ? fmt::format("--gres=shard:{}: this gpuq pool shares no GPU (gpuq daemon "
+                          "--shards-per-gpu N offers N shards of each)",
+                          shards)
+            : fmt::format("--gres=shard:{}: no GPU of this pool offers {} shards (the most is {})",
+                          shards, shards, most_shards()));
   if (gpus > static_cast<int>(cfg_.gpus.size()))
     throw std::invalid_argument(
         fmt::format("the job asks for {} GPUs but this gpuq pool has {} "
@@ -186,6 +201,7 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   base.cpus = r.cpus_per_task.value_or(1);
   base.ntasks = r.ntasks.value_or(1);
   base.gpus_requested = gpus;
+  base.shards = shards;
   base.time_limit_s = r.time_limit_s.value_or(0);
   base.held = r.hold.value_or(false);
   base.requeue = r.requeue.value_or(false);

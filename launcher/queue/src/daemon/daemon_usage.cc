@@ -38,6 +38,8 @@ nlohmann::json job_brief(const Job& j, int64_t now) {
           {"reason", public_reason(j.reason)},
           {"gpus", j.gpus},
           {"gpus_requested", j.gpus_requested},
+          {"shards", j.shards},
+          {"shards_per_gpu", j.shards_per_gpu},
           {"cpus", j.cpus},
           {"priority", j.priority},
           {"submit_ms", j.submit_ms},
@@ -154,8 +156,20 @@ void Daemon::apply_tick(const UsageSampler::Tick& t) {
   store_->delete_samples_before(t.time_ms - cfg_.sample_retention_s * 1000);
 }
 
-nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder, int spark_points,
-                                   int64_t now) {
+nlohmann::json Daemon::shards_json(int gpu, const std::vector<const Job*>* jobs, int64_t now) {
+  if (!shards_of(gpu)) return nullptr;
+  nlohmann::json briefs = nlohmann::json::array();
+  int held = 0;
+  for (const Job* j : jobs ? *jobs : std::vector<const Job*>{}) {
+    held += j->shards;
+    briefs.push_back(job_brief(*j, now));
+  }
+  return {{"total", shards_of(gpu)}, {"held", held}, {"jobs", briefs}};
+}
+
+nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder,
+                                   const std::map<int, std::vector<const Job*>>& sharers,
+                                   int spark_points, int64_t now) {
   // Sparklines: each busy GPU's samples of the job that holds it now.
   std::map<int, nlohmann::json> spark;
   if (sampler_ && spark_points > 0)
@@ -171,10 +185,15 @@ nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder, int 
     auto f = [&](std::optional<double> gpuinfo::GpuSample::*field) {
       return figure(s ? s->*field : std::nullopt);
     };
-    const bool held = h != holder.end();
+    auto sh = sharers.find(g);
+    const bool held = h != holder.end() || sh != sharers.end();
     auto idle_since = held ? watch_.low_since(g) : std::nullopt;
     gpus.push_back({{"id", g},
-                    {"state", held ? "busy" : watch_.keeps_out(g) ? "outside" : "free"},
+                    {"state", h != holder.end()      ? "busy"
+                              : sh != sharers.end()  ? "shared"
+                              : watch_.keeps_out(g) ? "outside"
+                                                     : "free"},
+                    {"shards", shards_json(g, sh == sharers.end() ? nullptr : &sh->second, now)},
                     {"outside", outside_json(g)},
                     {"busy_without_job", watch_.busy_flag(g, s, held)},
                     {"idle", held && watch_.idle_flag(g, now)},
@@ -196,11 +215,17 @@ nlohmann::json Daemon::op_status(const Request& req) {
   const int64_t now = now_ms();
   const size_t max_pending = req.max_pending;
   std::map<int, const Job*> holder;
+  std::map<int, std::vector<const Job*>> sharers;
   nlohmann::json running = nlohmann::json::array(), pending = nlohmann::json::array();
   size_t pending_total = 0;
   for (const auto& [id, j] : jobs_->active()) {
     if (j.state == JobState::kRunning) {
-      for (int g : j.gpus) holder[g] = &j;
+      for (int g : j.gpus) {
+        if (j.shards)
+          sharers[g].push_back(&j);
+        else
+          holder[g] = &j;
+      }
       running.push_back(job_brief(j, now));
     } else if (pending_total++ < max_pending) {
       auto b = job_brief(j, now);
@@ -232,7 +257,7 @@ nlohmann::json Daemon::op_status(const Request& req) {
           {"now_ms", now},
           {"draining", draining_},
           {"sampler", sampler},
-          {"gpus", status_gpus(holder, static_cast<int>(req.spark_points), now)},
+          {"gpus", status_gpus(holder, sharers, static_cast<int>(req.spark_points), now)},
           {"running", running},
           {"pending", pending},
           {"pending_total", pending_total},

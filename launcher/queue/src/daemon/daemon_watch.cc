@@ -24,12 +24,12 @@ std::string describe(const UsageSampler::GpuUse& u) {
 
 }  // namespace
 
-std::map<int, int64_t> Daemon::gpu_holders() const {
-  std::map<int, int64_t> holder;
+GpuWatch::Holders Daemon::gpu_holders() const {
+  GpuWatch::Holders holders;
   for (const auto& [id, j] : jobs_->active())
     if (j.state == JobState::kRunning)
-      for (int g : j.gpus) holder[g] = id;
-  return holder;
+      for (int g : j.gpus) holders[g].push_back(id);
+  return holders;
 }
 
 void Daemon::watch_gpus(const UsageSampler::Tick& t) {

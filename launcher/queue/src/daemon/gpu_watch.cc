@@ -1,13 +1,14 @@
 // gpu_watch.cc: see gpu_watch.h.
 #include "daemon/gpu_watch.h"
 
+#include <algorithm>
+
 namespace gpurun::queue {
 
-std::set<int> GpuWatch::on_sample(const UsageSampler::Tick& t,
-                                  const std::map<int, int64_t>& holder) {
+std::set<int> GpuWatch::on_sample(const UsageSampler::Tick& t, const Holders& holders) {
   std::set<int> changed;
   sampled_ = true;
-  if (t.gpus) track_low(*t.gpus, t.time_ms, holder);
+  if (t.gpus) track_low(*t.gpus, t.time_ms, holders);
   // A sample that failed, or could not list the processes, tells nothing of them: the GPUs last
   // seen used outside stay out, and nothing waits for a fresh look that cannot come.
   known_ = t.gpus && t.gpus->processes_read;
@@ -15,8 +16,9 @@ std::set<int> GpuWatch::on_sample(const UsageSampler::Tick& t,
   processes_ms_ = t.time_ms;
   std::map<int, std::vector<UsageSampler::GpuUse>> outside;
   for (const auto& u : t.gpu_uses) {
-    auto h = holder.find(u.process.gpu);
-    bool owned = u.job_id && h != holder.end() && h->second == u.job_id;
+    auto h = holders.find(u.process.gpu);
+    bool owned = u.job_id && h != holders.end() &&
+                 std::find(h->second.begin(), h->second.end(), u.job_id) != h->second.end();
     if (!owned && u.process.gpu >= 0) outside[u.process.gpu].push_back(u);
   }
   for (const auto& [gpu, uses] : outside)
@@ -27,10 +29,11 @@ std::set<int> GpuWatch::on_sample(const UsageSampler::Tick& t,
   return changed;
 }
 
-void GpuWatch::track_low(const gpuinfo::GpuSnapshot& s, int64_t time_ms,
-                         const std::map<int, int64_t>& holder) {
+void GpuWatch::track_low(const gpuinfo::GpuSnapshot& s, int64_t time_ms, const Holders& holders) {
   std::map<int, Low> low;
-  for (const auto& [gpu, job] : holder) {
+  for (const auto& [gpu, jobs] : holders) {
+    if (jobs.size() != 1) continue;
+    const int64_t job = jobs[0];
     auto was = low_.find(gpu);
     bool same_job = was != low_.end() && was->second.job == job;
     const gpuinfo::GpuSample* g = s.gpu(gpu);

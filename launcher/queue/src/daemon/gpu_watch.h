@@ -35,9 +35,10 @@ class GpuWatch {
   explicit GpuWatch(GpuWatchConfig cfg) : cfg_(cfg) {}
   const GpuWatchConfig& config() const { return cfg_; }
 
-  // One sample; holder maps each held GPU to the job holding it. Returns the GPUs whose use
-  // outside the queue began or ended with this sample.
-  std::set<int> on_sample(const UsageSampler::Tick& t, const std::map<int, int64_t>& holder);
+  // Each held GPU -> the running jobs holding it (one, or the shard jobs sharing it).
+  using Holders = std::map<int, std::vector<int64_t>>;
+  // One sample. Returns the GPUs whose use outside the queue began or ended with it.
+  std::set<int> on_sample(const UsageSampler::Tick& t, const Holders& holders);
 
   // Whether the newest sample listed the GPUs' processes, and when it began. While they cannot be
   // listed (a failed sample, a driver or nvidia-smi that cannot tell), the GPUs last seen used
@@ -49,7 +50,8 @@ class GpuWatch {
   const std::vector<UsageSampler::GpuUse>& outside(int gpu) const;
   bool keeps_out(int gpu) const { return cfg_.avoid_outside && !outside(gpu).empty(); }
 
-  // Since when the job holding `gpu` has kept it below idle_percent (nullopt: not now).
+  // Since when the job holding `gpu` has kept it below idle_percent (nullopt: not now). A GPU
+  // that several shard jobs share has no idle run: its utilisation is no one job's.
   std::optional<int64_t> low_since(int gpu) const;
   bool idle_flag(int gpu, int64_t now_ms) const;
   // No job holds the GPU but its newest figures reach busy_percent, or a process uses it.
@@ -62,8 +64,7 @@ class GpuWatch {
     int64_t job = 0;
     int64_t since_ms = 0;
   };
-  void track_low(const gpuinfo::GpuSnapshot& s, int64_t time_ms,
-                 const std::map<int, int64_t>& holder);
+  void track_low(const gpuinfo::GpuSnapshot& s, int64_t time_ms, const Holders& holders);
 
   GpuWatchConfig cfg_;
   bool sampled_ = false;

@@ -60,6 +60,7 @@ const char* dep_kind_name(DepKind k) {
 void JobRequest::merge_from(const JobRequest& o) {
   if (o.job_name) job_name = o.job_name;
   if (o.gpus) gpus = o.gpus;
+  if (o.shards) shards = o.shards;
   if (o.time_limit_s) time_limit_s = o.time_limit_s;
   if (o.output) output = o.output;
   if (o.error) error = o.error;
@@ -131,8 +132,10 @@ std::optional<double> util_mean(const JobUsage& u) {
 double gpu_seconds(const Job& j, int64_t now_ms) {
   if (j.start_ms == 0) return 0;
   int64_t end = j.end_ms ? j.end_ms : now_ms;
-  return static_cast<double>(j.gpus.size()) *
-         static_cast<double>(std::max<int64_t>(0, end - j.start_ms)) / 1000.0;
+  const double gpus = j.shards > 0 && j.shards_per_gpu > 0
+                           ? static_cast<double>(j.shards) / j.shards_per_gpu
+                           : static_cast<double>(j.gpus.size());
+  return gpus * static_cast<double>(std::max<int64_t>(0, end - j.start_ms)) / 1000.0;
 }
 
 std::string display_id(const Job& j) {

@@ -55,6 +55,8 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"reason", view == JobView::kPublic ? public_reason(j.reason) : j.reason},
       {"priority", j.priority},
       {"gpus_requested", j.gpus_requested},
+      {"shards", j.shards},
+      {"shards_per_gpu", j.shards_per_gpu},
       {"time_limit_s", j.time_limit_s},
       {"held", j.held},
       {"requeue", j.requeue},
@@ -108,6 +110,8 @@ Job job_from_json(const nlohmann::json& o) {
   j.reason = o.value("reason", "");
   j.priority = o.value("priority", 0);
   j.gpus_requested = o.value("gpus_requested", 1);
+  j.shards = o.value("shards", 0);
+  j.shards_per_gpu = o.value("shards_per_gpu", 0);
   j.time_limit_s = o.value("time_limit_s", int64_t{0});
   j.held = o.value("held", false);
   j.requeue = o.value("requeue", false);

@@ -180,9 +180,12 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     if (v.empty()) bad("--job-name: empty name");
     r.job_name = v;
   } else if (opt == "--gres") {
-    r.gpus = parse_gres_gpus(v);
+    GresRequest g = parse_gres(v);
+    r.gpus = g.gpus;
+    r.shards = g.shards;
   } else if (opt == "--gpus") {
     r.gpus = parse_gpus(v);
+    r.shards = 0;
   } else if (opt == "--time") {
     r.time_limit_s = parse_time_limit(v);
   } else if (opt == "--output") {

@@ -197,33 +197,45 @@ ArraySpec parse_array(const std::string& text) {
   return a;
 }
 
-int parse_gres_gpus(const std::string& text) {
-  int total = 0;
+namespace {
+
+// The count of one --gres entry: "gpu" (1), "gpu:type" (1), "gpu:N", "gpu:type:N"; likewise shard.
+int gres_count(const std::vector<std::string>& parts, const std::string& text, int max) {
+  if (parts.size() == 1) return 1;
+  const std::string& last = parts.back();
+  // A type is a name (a100, v100-sxm2); what starts with a digit or '-' was meant as a count:
+  // "gpu:-1" or "gpu:2x" ran with one GPU as if it named a type.
+  const bool type_name =
+      !last.empty() && !std::isdigit(static_cast<unsigned char>(last[0])) && last[0] != '-';
+  if (parts.size() == 2 && type_name) return 1;
+  if (parts.size() > 3) bad(fmt::format("--gres '{}': too many ':'", text));
+  return static_cast<int>(to_int(last, fmt::format("--gres '{}'", text), max));
+}
+
+}  // namespace
+
+GresRequest parse_gres(const std::string& text) {
+  GresRequest g;
   bool any = false;
   for (const auto& entry : split(text, ',')) {
     auto parts = split(entry, ':');
-    if (parts[0] != "gpu") continue;  // other GRES are not managed here
-    any = true;
-    if (parts.size() == 1) {
-      total += 1;
-    } else {
-      const std::string& last = parts.back();
-      // A type is a name (a100, v100-sxm2); what starts with a digit or '-' was meant as a
-      // count: "gpu:-1" or "gpu:2x" ran with one GPU as if it named a type.
-      const bool type_name =
-          !last.empty() && !std::isdigit(static_cast<unsigned char>(last[0])) && last[0] != '-';
-      if (parts.size() == 2 && type_name) {
-        total += 1;  // gpu:type
-      } else {
-        if (parts.size() > 3) bad(fmt::format("--gres '{}': too many ':'", text));
-        total += static_cast<int>(to_int(last, fmt::format("--gres '{}'", text), kMaxJobGpus));
-      }
-    }
+    if (parts[0] == "shard") {
+      g.shards += gres_count(parts, text, kMaxShardsPerGpu);
+      any = true;
+    } else if (parts[0] == "gpu") {
+      g.gpus += gres_count(parts, text, kMaxJobGpus);
+      any = true;
+    }  // other GRES are not managed here
   }
-  if (!any) bad(fmt::format("--gres '{}': no gpu entry (expected gpu[:type]:N)", text));
-  if (total > kMaxJobGpus)
-    bad(fmt::format("--gres '{}': {} GPUs, more than {}", text, total, kMaxJobGpus));
-  return total;
+  if (!any)
+    bad(fmt::format("--gres '{}': no gpu or shard entry (expected gpu[:type]:N or shard:K)", text));
+  if (g.gpus > kMaxJobGpus)
+    bad(fmt::format("--gres '{}': {} GPUs, more than {}", text, g.gpus, kMaxJobGpus));
+  if (g.shards > kMaxShardsPerGpu)
+    bad(fmt::format("--gres '{}': {} shards, more than {}", text, g.shards, kMaxShardsPerGpu));
+  if (g.gpus && g.shards)
+    bad(fmt::format("--gres '{}': whole GPUs or shards of one, not both", text));
+  return g;
 }
 
 int parse_gpus(const std::string& text) {

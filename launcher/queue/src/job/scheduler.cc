@@ -59,10 +59,56 @@ void reserve(const SchedInput& in, int free_now, int need, int64_t& shadow_ms, i
 
 }  // namespace
 
+namespace {
+
+// Where jobs can go during one pass: the whole free GPUs and the shards held so far.
+struct Room {
+  const SchedInput& in;
+  std::vector<int> free;
+  std::map<int, int> held;
+
+  // The GPU a shard job would get now: the shared GPU with the fewest shards left that fit it,
+  // else the lowest free GPU that offers enough; -1 when none.
+  int shard_gpu(int shards) const {
+    int best = -1, best_left = std::numeric_limits<int>::max();
+    for (const auto& [g, n] : held) {
+      int left = total(g) - n;
+      if (n > 0 && left >= shards && left < best_left) best = g, best_left = left;
+    }
+    if (best >= 0) return best;
+    for (int g : free)
+      if (total(g) >= shards) return g;
+    return -1;
+  }
+  int total(int g) const {
+    auto it = in.shards_total.find(g);
+    return it == in.shards_total.end() ? 0 : it->second;
+  }
+  bool is_free(int g) const { return std::find(free.begin(), free.end(), g) != free.end(); }
+  bool fits(const SchedJob& j) const {
+    return j.shards ? shard_gpu(j.shards) >= 0 : static_cast<int>(free.size()) >= j.gpus;
+  }
+  // The whole free GPUs the job would take: its GPUs, 1 for a shard job opening a GPU, else 0.
+  int whole(const SchedJob& j) const { return j.shards ? is_free(shard_gpu(j.shards)) : j.gpus; }
+  std::vector<int> take(const SchedJob& j) {
+    if (!j.shards) {
+      std::vector<int> gpus(free.begin(), free.begin() + j.gpus);
+      free.erase(free.begin(), free.begin() + j.gpus);
+      return gpus;
+    }
+    int g = shard_gpu(j.shards);
+    if (is_free(g)) free.erase(std::find(free.begin(), free.end(), g));
+    held[g] += j.shards;
+    return {g};
+  }
+};
+
+}  // namespace
+
 SchedOutput schedule(const SchedInput& in) {
   SchedOutput out;
-  std::vector<int> free = in.free_gpus;
-  std::sort(free.begin(), free.end());
+  Room room{in, in.free_gpus, in.shards_held};
+  std::sort(room.free.begin(), room.free.end());
   std::map<uint32_t, int> user_gpus;
   for (const auto& r : in.running) user_gpus[r.uid] += r.gpus;
 
@@ -71,10 +117,8 @@ SchedOutput schedule(const SchedInput& in) {
   int extra = 0;               // GPUs free at shadow time beyond what the top job needs
 
   auto take = [&](const SchedJob& j) {
-    SchedStart s{j.id, std::vector<int>(free.begin(), free.begin() + j.gpus)};
-    free.erase(free.begin(), free.begin() + j.gpus);
+    out.starts.push_back({j.id, room.take(j)});
     user_gpus[j.uid] += j.gpus;
-    out.starts.push_back(std::move(s));
   };
 
   for (const SchedJob* jp : priority_order(in)) {
@@ -84,27 +128,25 @@ SchedOutput schedule(const SchedInput& in) {
       out.reasons.emplace_back(j.id, "QOSMaxGRESPerUser");
       continue;
     }
-    bool fits = static_cast<int>(free.size()) >= j.gpus;
+    const bool fits = room.fits(j);
     if (!have_top) {
       if (fits) {
         take(j);
         continue;
       }
       have_top = true;
-      bool outside = static_cast<int>(free.size()) + in.gpus_outside >= j.gpus;
+      const int free = static_cast<int>(room.free.size());
+      bool outside = !j.shards && free + in.gpus_outside >= j.gpus;
       out.reasons.emplace_back(j.id, outside ? "GpuBusyOutsideQueue" : "Resources");
-      reserve(in, static_cast<int>(free.size()), j.gpus, shadow_ms, extra);
+      reserve(in, free, j.shards ? 1 : j.gpus, shadow_ms, extra);
       continue;
     }
     if (fits) {
       bool ends_in_time = j.time_limit_s > 0 && shadow_ms != kNever &&
                           in.now_ms + j.time_limit_s * 1000 <= shadow_ms;
-      if (ends_in_time) {
-        take(j);
-        continue;
-      }
-      if (j.gpus <= extra) {
-        extra -= j.gpus;
+      const int whole = room.whole(j);
+      if (ends_in_time || whole <= extra) {
+        if (!ends_in_time) extra -= whole;
         take(j);
         continue;
       }

@@ -43,6 +43,20 @@ void per_gpu(std::string& out, const nlohmann::json& gpus, const char* name, con
                          number(g[field].get<double>() * scale));
 }
 
+// Shared GPUs (--shards-per-gpu): each one's shards, and those held.
+void shards(std::string& out, const nlohmann::json& gpus) {
+  for (const char* field : {"total", "held"}) {
+    std::string name = std::string("gpuq_gpu_shards_") + field;
+    family(out, name.c_str(), "gauge",
+           *field == 't' ? "Shards the GPU offers to shard jobs (--shards-per-gpu)."
+                         : "Shards of the GPU that running shard jobs hold.");
+    for (const auto& g : gpus)
+      if (g.value("shards", nlohmann::json()).is_object())
+        out += fmt::format("{}{{gpu=\"{}\"}} {}\n", name, g["id"].get<int>(),
+                           g["shards"][field].get<int>());
+  }
+}
+
 // The flags (issue 30, item 4): processes outside the queue, a busy GPU with no job, a job that
 // holds its GPU idle.
 void flags(std::string& out, const nlohmann::json& gpus, int64_t now_ms) {
@@ -92,12 +106,20 @@ std::string render_metrics(const nlohmann::json& s) {
           1.0);
   per_gpu(out, gpus, "gpuq_gpu_temperature_celsius", "GPU temperature in the newest sample.",
           "temp_c", 1.0);
-  family(out, "gpuq_gpu_allocated", "gauge", "1 while a job holds the GPU.");
-  for (const auto& g : gpus)
-    if (g["state"] == "busy")
-      out += fmt::format("gpuq_gpu_allocated{{gpu=\"{}\",job=\"{}\",user=\"{}\"}} 1\n",
-                         g["id"].get<int>(), label(g["job"]["display_id"].get<std::string>()),
-                         label(g["job"]["user"].get<std::string>()));
+  family(out, "gpuq_gpu_allocated", "gauge",
+         "1 while a job holds the GPU; for a shard job, the share of the GPU it holds.");
+  for (const auto& g : gpus) {
+    auto line = [&](const nlohmann::json& j, double share) {
+      out += fmt::format("gpuq_gpu_allocated{{gpu=\"{}\",job=\"{}\",user=\"{}\"}} {}\n",
+                         g["id"].get<int>(), label(j["display_id"].get<std::string>()),
+                         label(j["user"].get<std::string>()), number(share));
+    };
+    if (g["state"] == "busy") line(g["job"], 1);
+    if (g["state"] == "shared")
+      for (const auto& j : g["shards"]["jobs"])
+        line(j, double(j["shards"].get<int>()) / g["shards"]["total"].get<int>());
+  }
+  shards(out, gpus);
   flags(out, gpus, s["now_ms"].get<int64_t>());
   family(out, "gpuq_jobs", "gauge", "Jobs the queue knows, by state.");
   for (const auto& [state, n] : s["jobs_by_state"].items())

@@ -82,11 +82,26 @@ std::string tile_job(const nlohmann::json& g, int64_t now_ms, const nlohmann::js
   return out;
 }
 
+// A shared GPU's shards: how many are held, and one line per shard job.
+std::string tile_shards(const nlohmann::json& g) {
+  const auto& sh = g["shards"];
+  std::string out = fmt::format("<div class=\"shards\">shards {} of {} held</div>",
+                                sh["held"].get<int>(), sh["total"].get<int>());
+  for (const auto& j : sh["jobs"])
+    out += fmt::format(
+        "<div class=\"job shard-job\">job {} <span class=\"user\">{}</span> &middot; {} "
+        "shard{}</div>",
+        job_link(j), html_escape(j["user"].get<std::string>()), j["shards"].get<int>(),
+        j["shards"].get<int>() == 1 ? "" : "s");
+  return out;
+}
+
 std::string tile(const nlohmann::json& g, int64_t now_ms, const nlohmann::json& sampler) {
   const std::string state = g["state"].get<std::string>();
   const bool busy = state == "busy";
   const bool flagged = g.value("idle", false) || g.value("busy_without_job", false);
-  std::string cls = busy ? "busy" : state == "outside" ? "outside" : "free";
+  std::string cls = busy || state == "shared" ? "busy" : state == "outside" ? "outside" : "free";
+  if (state == "shared") cls += " shared";
   if (flagged && state != "outside") cls += " flagged";
   if (!g.value("seen", false)) cls += " unseen";
   std::string out = fmt::format(
@@ -96,12 +111,16 @@ std::string tile(const nlohmann::json& g, int64_t now_ms, const nlohmann::json& 
       html_escape(g.value("name", std::string())));
   if (busy)
     out += tile_job(g, now_ms, sampler);
+  else if (state == "shared")
+    out += tile_shards(g);
   else if (state == "outside")
     out += "<div class=\"state\">busy outside the queue</div>";
   else if (g.value("busy_without_job", false))
     out += "<div class=\"state warn busy-flag\">in use, no job</div>";
   else
     out += "<div class=\"state\">free</div>";
+  if (state != "shared" && g.value("shards", nlohmann::json()).is_object())
+    out += fmt::format("<div class=\"shards\">{} shards</div>", g["shards"]["total"].get<int>());
   out += outside_uses(g);
   out += fmt::format(
       "<div class=\"figures\">util {} &middot; mem {} / {} &middot; {} &middot; {}</div>",
@@ -199,7 +218,7 @@ std::string render_status_page(const nlohmann::json& s, int refresh_s) {
   const int64_t now = s["now_ms"].get<int64_t>();
   const std::string host = s["host"].get<std::string>();
   size_t busy = 0;
-  for (const auto& g : s["gpus"]) busy += g["state"] == "busy";
+  for (const auto& g : s["gpus"]) busy += g["state"] == "busy" || g["state"] == "shared";
   const auto& smp = s["sampler"];
   std::string sampling =
       smp["interval_s"].get<int>() > 0

@@ -74,6 +74,7 @@ bool is_mail_address(const std::string& s);
 // What one job may ask for. The #SBATCH parser (sbatch.h) produces nothing beyond these, and the
 // daemon's request decoder (job/request.h) refuses anything beyond them, so the two never disagree.
 constexpr int kMaxJobGpus = 1024;                     // --gres/--gpus, all entries together
+constexpr int kMaxShardsPerGpu = 1024;                // --gres=shard:K, --shards-per-gpu
 constexpr int64_t kMaxTimeLimitS = int64_t{1} << 40;  // the parser's largest is 3.7e11 s
 constexpr int kMaxArrayIndex = 1000000;
 constexpr size_t kMaxArrayTasks = 10000;
@@ -90,6 +91,9 @@ constexpr size_t kMaxMailUserBytes = 254;  // RFC 5321's longest address
 struct JobRequest {
   std::optional<std::string> job_name;
   std::optional<int> gpus;
+  // --gres=shard:K: K shards of one GPU, shared with other shard jobs (gpuq daemon
+  // --shards-per-gpu). A --gres or --gpus sets both fields, so the later one wins whole.
+  std::optional<int> shards;
   std::optional<int64_t> time_limit_s;  // 0 = unlimited
   std::optional<std::string> output;
   std::optional<std::string> error;
@@ -150,6 +154,8 @@ struct Job {
   std::string reason;  // squeue's (Reason) for pending jobs, or why a job failed
   int priority = 0;
   int gpus_requested = 1;
+  int shards = 0;          // > 0: a shard job, holding this many shards of its one GPU
+  int shards_per_gpu = 0;  // its GPU's shards when it started: it is charged shards / this
   int64_t time_limit_s = 0;
   bool held = false;
   bool requeue = false;
@@ -180,8 +186,8 @@ struct Job {
 
 // Mean GPU utilisation (percent) over the job's samples; nullopt when it has none.
 std::optional<double> util_mean(const JobUsage& u);
-// GPU-seconds the job held: its GPUs times its run time (until now_ms while it runs), as Slurm
-// bills allocated GPUs, however busy they were.
+// GPU-seconds the job held: its GPUs (a shard job: the share of its GPU it held) times its run
+// time (until now_ms while it runs), as Slurm bills allocated GPUs, however busy they were.
 double gpu_seconds(const Job& j, int64_t now_ms);
 
 // "12" or "12_3" for array tasks (squeue's JOBID column).

@@ -44,7 +44,13 @@ std::string signal_name(int sig);  // 10 -> "USR1"
 SignalSpec parse_signal_spec(const std::string& text);  // [{R|B}:]SIG[@SECS]
 std::vector<Dependency> parse_dependency(const std::string& text);
 ArraySpec parse_array(const std::string& text);  // 0-15:4,20%2
-int parse_gres_gpus(const std::string& text);    // gpu[:type]:N, several comma entries
+// --gres: gpu[:type][:N] entries (summed), or shard[:K]: a job asks for whole GPUs or for shards
+// of one, not both. Other GRES are refused.
+struct GresRequest {
+  int gpus = 0;
+  int shards = 0;
+};
+GresRequest parse_gres(const std::string& text);
 int parse_gpus(const std::string& text);         // [type:]N
 // --mail-type: NONE, ALL and kMailEventNames' names, comma-separated -> MailEvent bits. Slurm's
 // other types (ARRAY_TASKS, INVALID_DEPEND, STAGE_OUT) are accepted and named in *ignored: gpuq

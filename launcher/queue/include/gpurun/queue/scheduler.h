@@ -20,6 +20,7 @@ struct SchedJob {
   int gpus = 1;
   int64_t time_limit_s = 0;  // 0 = unlimited
   int64_t submit_ms = 0;
+  int shards = 0;  // > 0: a shard job (gpus is 0), which needs this many shards of one GPU
 };
 
 struct SchedRunning {
@@ -31,7 +32,14 @@ struct SchedRunning {
 struct SchedInput {
   int64_t now_ms = 0;
   std::vector<SchedJob> waiting;  // eligible only: not held, dependencies met, array cap free
-  std::vector<int> free_gpus;
+  std::vector<int> free_gpus;  // whole GPUs: no job and no shard job holds them
+  // Shared GPUs (gpuq daemon --shards-per-gpu): each one's shards, and those that running shard
+  // jobs hold. A shard job goes to the shared GPU with the fewest shards left that still fit it
+  // (so whole GPUs stay whole), else to a free GPU; a whole-GPU job never gets a GPU with shards
+  // held. Running shard jobs count for nothing in the reservation (a GPU they share frees at no
+  // time the scheduler can tell), so backfill behind a job waiting on them is conservative.
+  std::map<int, int> shards_total;
+  std::map<int, int> shards_held;
   // GPUs no job holds but that are kept out because something outside the queue uses them: a job
   // that would fit with them waits with the reason GpuBusyOutsideQueue rather than Resources.
   int gpus_outside = 0;
