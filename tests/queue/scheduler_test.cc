@@ -8,7 +8,14 @@ using namespace gpurun::queue;
 
 namespace {
 SchedJob job(int64_t id, int gpus, uint32_t uid = 1, int64_t limit_s = 0, int prio = 0) {
-  return {id, uid, prio, gpus, limit_s, id * 10};
+  SchedJob j;
+  j.id = id;
+  j.uid = uid;
+  j.priority = prio;
+  j.gpus = gpus;
+  j.time_limit_s = limit_s;
+  j.submit_ms = id * 10;
+  return j;
 }
 std::string reason(const SchedOutput& out, int64_t id) {
   for (const auto& [j, r] : out.reasons)
@@ -162,4 +169,23 @@ TEST(Scheduler, AShardJobNeverGetsAWholeJobsGpuNorAGpuWithoutShards) {
   auto out = schedule(in);
   EXPECT_TRUE(out.starts.empty());
   EXPECT_EQ(reason(out, 1), "Resources");
+}
+
+TEST(Scheduler, AMigProfileTakesOnlyDevicesOfItAndPlainJobsTakeWholeGpusFirst) {
+  SchedInput in;
+  in.free_gpus = {1011, 1, 1010, 1012};
+  in.profiles = {{1010, "3g.40gb"}, {1011, "1g.10gb"}, {1012, "1g.10gb"}};
+  SchedJob small = job(1, 2);
+  small.profile = "1g.10gb";
+  SchedJob big = job(2, 1);
+  big.profile = "3g.40gb";
+  SchedJob none = job(4, 1);
+  none.profile = "2g.20gb";
+  in.waiting = {small, big, job(3, 1), none};
+  auto out = schedule(in);
+  ASSERT_EQ(out.starts.size(), 3u);
+  EXPECT_EQ(out.starts[0].gpus, (std::vector<int>{1011, 1012}));
+  EXPECT_EQ(out.starts[1].gpus, std::vector<int>{1010});
+  EXPECT_EQ(out.starts[2].gpus, std::vector<int>{1}) << "a plain job gets the whole GPU";
+  EXPECT_EQ(reason(out, 4), "Resources");
 }

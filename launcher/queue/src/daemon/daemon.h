@@ -39,6 +39,14 @@ namespace gpurun::queue {
 
 class Store;
 
+// A MIG device's gpuq id: 1000 + 10 x its GPU's index + its number under it (at most 7 per GPU),
+// so it is the same after a restart and never a whole GPU's id.
+constexpr int kMigIdBase = 1000;
+inline int mig_id(int gpu, int mig) { return kMigIdBase + 10 * gpu + mig; }
+// The GPU pool with each GPU in MIG mode replaced by its MIG devices (as a snapshot lists them).
+std::vector<int> with_mig_devices(const std::vector<int>& gpus, const gpuinfo::GpuSnapshot& s,
+                                  std::map<int, gpuinfo::GpuSample>* mig);
+
 // What one user may make the daemon hold (README "Security"), besides one request at a time
 // (kMaxRequestBytes in, kMaxReplyBytes out, kMaxIdsPerRequest jobs): pending and running jobs,
 // and their scripts, arguments and environments (spec_bytes, job_table.h); bytes of unfinished
@@ -70,6 +78,9 @@ struct DaemonConfig {
   // --shards-per-gpu: GPU id -> the shards it offers to --gres=shard:K jobs (absent: none).
   std::map<int, int> shards_per_gpu;
   std::string mps_control;  // --mps: the nvidia-cuda-mps-control to run ("" = no MPS)
+  // MIG devices scheduled as GPUs: their gpuq id (mig_id()) -> the device (its GPU's index, its
+  // number under it, its MIG- UUID, its profile as name). Their ids are in `gpus`, their GPU's not.
+  std::map<int, gpuinfo::GpuSample> mig;
   // Tests: check the maps against the store after recovery and every turn, and stop with an
   // error naming what is broken (daemon_invariants.cc).
   bool check_invariants = false;
@@ -139,6 +150,11 @@ class Daemon {
                                    std::set<int64_t>* via_array = nullptr);
   std::string pending_reason(const Job& j) const;  // squeue's (Reason)
   int shards_of(int gpu) const;                    // its --shards-per-gpu, 0 when none
+  // A schedulable id's figures in a snapshot: a whole GPU's, or a MIG device's.
+  const gpuinfo::GpuSample* sample_of(const gpuinfo::GpuSnapshot& s, int id) const;
+  std::string visible_devices(const std::vector<int>& ids) const;  // MIG devices by UUID
+  nlohmann::json mig_json(int id) const;  // a MIG device's GPU, number, profile, UUID; else null
+  int mig_devices_of(const std::string& profile) const;  // how many the pool has
   // --mps: an MPS daemon for the GPU of shard job `j` (started when it is the first there), and
   // its variables in the job's environment; mps_release() stops those of GPUs no shard job holds.
   void mps_for(const Job& j, std::map<std::string, std::string>& env);

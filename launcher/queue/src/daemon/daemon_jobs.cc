@@ -100,6 +100,7 @@ void Daemon::schedule_pass() {
       continue;
     }
     if (shards_of(g)) in.shards_total[g] = shards_of(g);
+    if (cfg_.mig.count(g)) in.profiles[g] = cfg_.mig.at(g).name;
     if (!busy.count(g)) in.free_gpus.push_back(g);
   }
   for (auto& [id, j] : jobs_->active()) {
@@ -121,8 +122,8 @@ void Daemon::schedule_pass() {
       }
       n += 1;
     }
-    in.waiting.push_back(
-        {id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms, j.shards});
+    in.waiting.push_back({id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms,
+                          j.shards, j.mig_profile});
   }
   if (in.waiting.empty()) return;
   in.usage = accounting_->decayed(*jobs_, now);
@@ -217,7 +218,7 @@ void Daemon::spawn_supervisor(Job& j) {
     env["GPUQ_ARRAY_JOB_ID"] = std::to_string(j.array_job_id);
     env["GPUQ_ARRAY_TASK_ID"] = std::to_string(j.array_task_id);
   }
-  env["CUDA_VISIBLE_DEVICES"] = ids;  // empty for CPU-only jobs: they see no GPU
+  env["CUDA_VISIBLE_DEVICES"] = visible_devices(gpus);  // empty for CPU-only jobs: no GPU
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   if (j.shards) set_shard_env(env, j);
   mps_for(j, env);

@@ -32,6 +32,17 @@ std::vector<int> detect_gpus(const gpuinfo::SamplerConfig& cfg) {
   return c.ids;
 }
 
+// GPUs in MIG mode become their MIG devices (daemon_mig.cc), as one sample lists them now; where
+// nothing can be sampled (no NVML, no nvidia-smi), the GPUs stay whole.
+std::vector<int> split_mig_gpus(const std::vector<int>& gpus, const gpuinfo::SamplerConfig& cfg,
+                                std::map<int, gpuinfo::GpuSample>* mig) {
+  try {
+    return with_mig_devices(gpus, gpuinfo::GpuSampler(cfg).sample(), mig);
+  } catch (const std::exception&) {
+    return gpus;  // the daemon's sampler says why, once it runs
+  }
+}
+
 std::string default_state_dir() {
   if (geteuid() == 0) return "/var/lib/gpuq";
   const QueueEnv& env = queue_env();
@@ -190,6 +201,7 @@ int cmd_daemon(const Args& a) {
   } else {
     cfg.gpus = detect_gpus(cfg.sampler);
   }
+  cfg.gpus = split_mig_gpus(cfg.gpus, cfg.sampler, &cfg.mig);
   std::set<int> uniq(cfg.gpus.begin(), cfg.gpus.end());
   if (uniq.size() != cfg.gpus.size())
     throw std::invalid_argument(fmt::format("--gpus '{}' lists an id twice", join_ids(cfg.gpus)));

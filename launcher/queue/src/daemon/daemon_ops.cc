@@ -202,6 +202,13 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   base.ntasks = r.ntasks.value_or(1);
   base.gpus_requested = gpus;
   base.shards = shards;
+  if (r.gpu_type && is_mig_profile(*r.gpu_type)) {
+    base.mig_profile = *r.gpu_type;
+    if (mig_devices_of(base.mig_profile) < std::max(gpus, 1))
+      throw std::invalid_argument(fmt::format(
+          "--gres=gpu:{}:{}: this gpuq pool has {} MIG device(s) of profile {}", *r.gpu_type,
+          gpus, mig_devices_of(base.mig_profile), base.mig_profile));
+  }
   base.time_limit_s = r.time_limit_s.value_or(0);
   base.held = r.hold.value_or(false);
   base.requeue = r.requeue.value_or(false);

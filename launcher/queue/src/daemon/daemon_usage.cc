@@ -131,7 +131,7 @@ void Daemon::apply_tick(const UsageSampler::Tick& t) {
     if (j.state != JobState::kRunning || t.time_ms < j.start_ms) continue;
     bool measured = false;
     for (int g : t.gpus ? j.gpus : std::vector<int>{}) {
-      const gpuinfo::GpuSample* s = t.gpus->gpu(g);
+      const gpuinfo::GpuSample* s = sample_of(*t.gpus, g);
       if (!s) continue;  // vanished or not listed: no figure rather than a zero
       rows.push_back({t.time_ms, g, id, s->util_percent, s->mem_used_mib, s->mem_total_mib,
                       s->power_w, s->temp_c});
@@ -167,6 +167,15 @@ nlohmann::json Daemon::shards_json(int gpu, const std::vector<const Job*>* jobs,
   return {{"total", shards_of(gpu)}, {"held", held}, {"jobs", briefs}};
 }
 
+nlohmann::json Daemon::mig_json(int id) const {
+  auto m = cfg_.mig.find(id);
+  if (m == cfg_.mig.end()) return nullptr;
+  return {{"gpu", m->second.index},
+          {"device", m->second.mig},
+          {"profile", m->second.name},
+          {"uuid", m->second.uuid}};
+}
+
 nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder,
                                    const std::map<int, std::vector<const Job*>>& sharers,
                                    int spark_points, int64_t now) {
@@ -180,7 +189,7 @@ nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder,
     }
   nlohmann::json gpus = nlohmann::json::array();
   for (int g : cfg_.gpus) {
-    const gpuinfo::GpuSample* s = last_gpus_ ? last_gpus_->gpu(g) : nullptr;
+    const gpuinfo::GpuSample* s = last_gpus_ ? sample_of(*last_gpus_, g) : nullptr;
     auto h = holder.find(g);
     auto f = [&](std::optional<double> gpuinfo::GpuSample::*field) {
       return figure(s ? s->*field : std::nullopt);
@@ -200,7 +209,8 @@ nlohmann::json Daemon::status_gpus(const std::map<int, const Job*>& holder,
                     {"idle_since_ms", idle_since ? nlohmann::json(*idle_since) : nlohmann::json()},
                     {"job", h != holder.end() ? job_brief(*h->second, now) : nlohmann::json()},
                     {"seen", s != nullptr},
-                    {"name", s ? s->name : ""},
+                    {"name", s ? s->name : cfg_.mig.count(g) ? cfg_.mig.at(g).name : ""},
+                    {"mig", mig_json(g)},
                     {"util_percent", f(&gpuinfo::GpuSample::util_percent)},
                     {"mem_used_mib", f(&gpuinfo::GpuSample::mem_used_mib)},
                     {"mem_total_mib", f(&gpuinfo::GpuSample::mem_total_mib)},

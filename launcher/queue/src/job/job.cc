@@ -2,6 +2,8 @@
 #include "gpurun/queue/job.h"
 
 #include <fmt/format.h>
+
+#include <regex>
 #include <fmt/ranges.h>
 
 #include <algorithm>
@@ -61,6 +63,7 @@ void JobRequest::merge_from(const JobRequest& o) {
   if (o.job_name) job_name = o.job_name;
   if (o.gpus) gpus = o.gpus;
   if (o.shards) shards = o.shards;
+  if (o.gpu_type) gpu_type = o.gpu_type;
   if (o.time_limit_s) time_limit_s = o.time_limit_s;
   if (o.output) output = o.output;
   if (o.error) error = o.error;
@@ -136,6 +139,11 @@ double gpu_seconds(const Job& j, int64_t now_ms) {
                            ? static_cast<double>(j.shards) / j.shards_per_gpu
                            : static_cast<double>(j.gpus.size());
   return gpus * static_cast<double>(std::max<int64_t>(0, end - j.start_ms)) / 1000.0;
+}
+
+bool is_mig_profile(const std::string& type) {
+  static const std::regex profile(R"(\d+g\.\d+gb(\+me)?)");
+  return type.size() <= 32 && std::regex_match(type, profile);
 }
 
 std::string display_id(const Job& j) {

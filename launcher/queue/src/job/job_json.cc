@@ -57,6 +57,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"gpus_requested", j.gpus_requested},
       {"shards", j.shards},
       {"shards_per_gpu", j.shards_per_gpu},
+      {"mig_profile", j.mig_profile},
       {"time_limit_s", j.time_limit_s},
       {"held", j.held},
       {"requeue", j.requeue},
@@ -112,6 +113,7 @@ Job job_from_json(const nlohmann::json& o) {
   j.gpus_requested = o.value("gpus_requested", 1);
   j.shards = o.value("shards", 0);
   j.shards_per_gpu = o.value("shards_per_gpu", 0);
+  j.mig_profile = o.value("mig_profile", "");
   j.time_limit_s = o.value("time_limit_s", int64_t{0});
   j.held = o.value("held", false);
   j.requeue = o.value("requeue", false);

@@ -170,13 +170,16 @@ void get_mail(const Obj& o, JobRequest& r) {
 JobRequest get_job(const json& top) {
   const Obj o(get_object(top, "job", "an object: the job's options as gpuq submit parsed them"),
               "job.");
-  only_keys(o, {"name", "gpus", "shards", "time_limit_s", "output", "error", "chdir", "dependencies", "array",
+  only_keys(o, {"name", "gpus", "shards", "gpu_type", "time_limit_s", "output", "error", "chdir", "dependencies", "array",
                 "signal", "requeue", "hold", "priority", "account", "cpus_per_task", "ntasks",
                 "mail_type", "mail_user"});
   JobRequest r;
   r.job_name = get_name(o, "name");
   r.gpus = get_opt_int(o, "gpus", 0, kMaxJobGpus);
   r.shards = get_opt_int(o, "shards", 0, kMaxShardsPerGpu);
+  r.gpu_type = get_name(o, "gpu_type");
+  if (r.gpu_type && (r.gpu_type->size() > 64 || r.gpu_type->find_first_of(":,\n") != std::string::npos))
+    bad_field(o.name("gpu_type"), "a GPU type (at most 64 bytes, no ':' or ',')", json(*r.gpu_type));
   if (field(o, "time_limit_s")) r.time_limit_s = get_int(o, "time_limit_s", 0, kMaxTimeLimitS, 0);
   r.output = get_name(o, "output");
   r.error = get_name(o, "error");
@@ -267,6 +270,7 @@ json encode_job(const JobRequest& r) {
   if (r.job_name) j["name"] = *r.job_name;
   if (r.gpus) j["gpus"] = *r.gpus;
   if (r.shards) j["shards"] = *r.shards;
+  if (r.gpu_type && !r.gpu_type->empty()) j["gpu_type"] = *r.gpu_type;
   if (r.time_limit_s) j["time_limit_s"] = *r.time_limit_s;
   if (r.output) j["output"] = *r.output;
   if (r.error) j["error"] = *r.error;

@@ -183,9 +183,11 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     GresRequest g = parse_gres(v);
     r.gpus = g.gpus;
     r.shards = g.shards;
+    r.gpu_type = g.type;
   } else if (opt == "--gpus") {
     r.gpus = parse_gpus(v);
     r.shards = 0;
+    r.gpu_type = v.find(':') == std::string::npos ? "" : v.substr(0, v.find(':'));
   } else if (opt == "--time") {
     r.time_limit_s = parse_time_limit(v);
   } else if (opt == "--output") {

@@ -224,6 +224,9 @@ GresRequest parse_gres(const std::string& text) {
       any = true;
     } else if (parts[0] == "gpu") {
       g.gpus += gres_count(parts, text, kMaxJobGpus);
+      const bool named = parts.size() == 3 || (parts.size() == 2 && !parts[1].empty() &&
+                                               !std::isdigit(static_cast<unsigned char>(parts[1][0])));
+      if (named) g.type = parts[1];
       any = true;
     }  // other GRES are not managed here
   }

@@ -85,15 +85,26 @@ struct Room {
     return it == in.shards_total.end() ? 0 : it->second;
   }
   bool is_free(int g) const { return std::find(free.begin(), free.end(), g) != free.end(); }
+  // The free GPUs a whole-GPU job may take, in the order it takes them.
+  std::vector<int> usable(const SchedJob& j) const {
+    if (j.profile.empty()) return free;
+    std::vector<int> out;
+    for (int g : free) {
+      auto p = in.profiles.find(g);
+      if (p != in.profiles.end() && p->second == j.profile) out.push_back(g);
+    }
+    return out;
+  }
   bool fits(const SchedJob& j) const {
-    return j.shards ? shard_gpu(j.shards) >= 0 : static_cast<int>(free.size()) >= j.gpus;
+    return j.shards ? shard_gpu(j.shards) >= 0 : static_cast<int>(usable(j).size()) >= j.gpus;
   }
   // The whole free GPUs the job would take: its GPUs, 1 for a shard job opening a GPU, else 0.
   int whole(const SchedJob& j) const { return j.shards ? is_free(shard_gpu(j.shards)) : j.gpus; }
   std::vector<int> take(const SchedJob& j) {
     if (!j.shards) {
-      std::vector<int> gpus(free.begin(), free.begin() + j.gpus);
-      free.erase(free.begin(), free.begin() + j.gpus);
+      std::vector<int> gpus = usable(j);
+      gpus.resize(j.gpus);
+      for (int g : gpus) free.erase(std::find(free.begin(), free.end(), g));
       return gpus;
     }
     int g = shard_gpu(j.shards);

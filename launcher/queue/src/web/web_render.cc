@@ -104,10 +104,14 @@ std::string tile(const nlohmann::json& g, int64_t now_ms, const nlohmann::json& 
   if (state == "shared") cls += " shared";
   if (flagged && state != "outside") cls += " flagged";
   if (!g.value("seen", false)) cls += " unseen";
+  const auto& mig = g.value("mig", nlohmann::json());
+  const std::string title =
+      mig.is_object() ? fmt::format("GPU {} MIG {}", mig["gpu"].get<int>(), mig["device"].get<int>())
+                      : fmt::format("GPU {}", g["id"].get<int>());
   std::string out = fmt::format(
-      "<div class=\"tile {}\" id=\"gpu-{}\" data-gpu=\"{}\"><div class=\"gpu-id\">GPU {}</div>"
+      "<div class=\"tile {}\" id=\"gpu-{}\" data-gpu=\"{}\"><div class=\"gpu-id\">{}</div>"
       "<div class=\"gpu-name\">{}</div>",
-      cls, g["id"].get<int>(), g["id"].get<int>(), g["id"].get<int>(),
+      cls, g["id"].get<int>(), g["id"].get<int>(), title,
       html_escape(g.value("name", std::string())));
   if (busy)
     out += tile_job(g, now_ms, sampler);

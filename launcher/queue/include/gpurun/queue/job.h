@@ -94,6 +94,9 @@ struct JobRequest {
   // --gres=shard:K: K shards of one GPU, shared with other shard jobs (gpuq daemon
   // --shards-per-gpu). A --gres or --gpus sets both fields, so the later one wins whole.
   std::optional<int> shards;
+  // The type of --gres=gpu:TYPE:N. A MIG profile ("1g.10gb") picks MIG devices of that profile;
+  // other types are accepted and ignored, as before.
+  std::optional<std::string> gpu_type;
   std::optional<int64_t> time_limit_s;  // 0 = unlimited
   std::optional<std::string> output;
   std::optional<std::string> error;
@@ -156,6 +159,7 @@ struct Job {
   int gpus_requested = 1;
   int shards = 0;          // > 0: a shard job, holding this many shards of its one GPU
   int shards_per_gpu = 0;  // its GPU's shards when it started: it is charged shards / this
+  std::string mig_profile;  // --gres=gpu:PROFILE:N: only MIG devices of that profile
   int64_t time_limit_s = 0;
   bool held = false;
   bool requeue = false;
@@ -189,6 +193,10 @@ std::optional<double> util_mean(const JobUsage& u);
 // GPU-seconds the job held: its GPUs (a shard job: the share of its GPU it held) times its run
 // time (until now_ms while it runs), as Slurm bills allocated GPUs, however busy they were.
 double gpu_seconds(const Job& j, int64_t now_ms);
+
+// Whether a --gres GPU type names a MIG profile: "1g.10gb", "3g.40gb", "1g.10gb+me" (NVIDIA's MIG
+// User Guide, "Supported MIG Profiles").
+bool is_mig_profile(const std::string& type);
 
 // "12" or "12_3" for array tasks (squeue's JOBID column).
 std::string display_id(const Job& j);

@@ -49,6 +49,7 @@ ArraySpec parse_array(const std::string& text);  // 0-15:4,20%2
 struct GresRequest {
   int gpus = 0;
   int shards = 0;
+  std::string type;  // gpu:TYPE[:N], when one entry names one
 };
 GresRequest parse_gres(const std::string& text);
 int parse_gpus(const std::string& text);         // [type:]N

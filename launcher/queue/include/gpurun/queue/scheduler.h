@@ -21,6 +21,7 @@ struct SchedJob {
   int64_t time_limit_s = 0;  // 0 = unlimited
   int64_t submit_ms = 0;
   int shards = 0;  // > 0: a shard job (gpus is 0), which needs this many shards of one GPU
+  std::string profile;  // a MIG profile: only MIG devices of it (SchedInput::profiles)
 };
 
 struct SchedRunning {
@@ -40,6 +41,9 @@ struct SchedInput {
   // time the scheduler can tell), so backfill behind a job waiting on them is conservative.
   std::map<int, int> shards_total;
   std::map<int, int> shards_held;
+  // MIG devices: id -> profile. A job with a profile takes only devices of it; a job without one
+  // takes any GPU, whole GPUs first (their ids are lower).
+  std::map<int, std::string> profiles;
   // GPUs no job holds but that are kept out because something outside the queue uses them: a job
   // that would fit with them waits with the reason GpuBusyOutsideQueue rather than Resources.
   int gpus_outside = 0;
