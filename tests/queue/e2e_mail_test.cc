@@ -99,6 +99,13 @@ TEST(GpuqMail, FailMailsOnlyTheJobThatFailed) {
   EXPECT_TRUE(has(mails[0], fmt::format("Subject: gpuq Job_id={} Name=bad Failed, Run time ", bad)))
       << mails[0];
   EXPECT_TRUE(has(mails[0], ", FAILED, ExitCode 3\n")) << mails[0];
+  // `gpuq show` says it as scontrol does: the submitter when no --mail-user was given.
+  EXPECT_TRUE(has(d.gpuq(fmt::format("show {}", bad)).out,
+                  fmt::format("   MailUser={} MailType=FAIL\n", user)));
+  const int64_t quiet = d.submit("--mail-user=ops@example.org good.sh");
+  EXPECT_TRUE(has(d.gpuq(fmt::format("show {}", quiet)).out,
+                  "   MailUser=ops@example.org MailType=NONE\n"))
+      << d.gpuq(fmt::format("show {}", quiet)).out;
 }
 
 // An array mails once, when its last task ends, with each state's count: not once per task.

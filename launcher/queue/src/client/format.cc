@@ -203,6 +203,14 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
                     j["signal"]["batch_only"].get<bool>() ? " (batch shell only)" : "");
   // Paths only reach their owner (and root): the daemon leaves them out for anyone else.
   if (j.contains("cwd")) out += fmt::format("   WorkDir={}\n", str(j, "cwd"));
+  // As scontrol: MailUser (the submitter when --mail-user was not given), MailType (NONE).
+  if (j.contains("mail_type")) {
+    std::string types;
+    for (const auto& t : j["mail_type"]) types += (types.empty() ? "" : ",") + t.get<std::string>();
+    const std::string user = str(j, "mail_user");
+    out += fmt::format("   MailUser={} MailType={}\n", user.empty() ? str(j, "user") : user,
+                       types.empty() ? "NONE" : types);
+  }
   if (j.contains("stdout_path")) {
     out += fmt::format("   StdOut={}\n", str(j, "stdout_path"));
     out += fmt::format("   StdErr={}\n", str(j, "stderr_path"));
