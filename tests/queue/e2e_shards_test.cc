@@ -58,6 +58,14 @@ TEST(GpuqShards, FourShardJobsShareAGpuWhileAWholeGpuJobWaits) {
     EXPECT_NEAR(hours * 3600, run_s * 0.25, 0.01) << "a shard job is charged its quarter";
   }
   EXPECT_EQ(read_text(fmt::format("{}/seen.{}", d.dir(), whole)), "0  \n");
+  // `gpuq report` (the store's own sum) charges the same shares as the jobs' figures.
+  double expected = 0;
+  for (int64_t id : shard)
+    expected += nlohmann::json::parse(d.gpuq(fmt::format("stats --json {}", id)).out)["job"]["gpu_hours"].get<double>();
+  expected += nlohmann::json::parse(d.gpuq(fmt::format("stats --json {}", whole)).out)["job"]["gpu_hours"].get<double>();
+  auto report = d.request(R"({"op":"report","since_ms":0,"by":"user"})");
+  ASSERT_EQ(report["rows"].size(), 1u) << report.dump();
+  EXPECT_NEAR(report["rows"][0]["gpu_hours"].get<double>(), expected, 1e-6) << report.dump();
   EXPECT_EQ(d.log().find("invariants broken"), std::string::npos) << d.log();
 }
 

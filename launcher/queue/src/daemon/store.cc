@@ -152,7 +152,8 @@ void Store::commit_batch() {
 
 namespace {
 // The columns both insert_job and update_job write, bound from parameter `first` on: state,
-// array_job_id, data, user, account, start_ms, end_ms, ngpus, util_sum, util_n.
+// array_job_id, data, user, account, start_ms, end_ms, ngpus (the GPUs charged: gpu_share), util_sum,
+// util_n.
 void bind_job_columns(sqlite3_stmt* st, int first, const Job& j, const std::string& data) {
   sqlite3_bind_text(st, first, state_name(j.state), -1, SQLITE_STATIC);
   sqlite3_bind_int64(st, first + 1, j.array_job_id);
@@ -161,7 +162,7 @@ void bind_job_columns(sqlite3_stmt* st, int first, const Job& j, const std::stri
   sqlite3_bind_text(st, first + 4, j.account.c_str(), -1, SQLITE_TRANSIENT);
   sqlite3_bind_int64(st, first + 5, j.start_ms);
   sqlite3_bind_int64(st, first + 6, j.end_ms);
-  sqlite3_bind_int64(st, first + 7, static_cast<int64_t>(j.gpus.size()));
+  sqlite3_bind_double(st, first + 7, gpu_share(j));  // a shard job's share, for reports
   sqlite3_bind_double(st, first + 8, j.usage.util_sum);
   sqlite3_bind_int64(st, first + 9, j.usage.util_samples);
 }

@@ -132,13 +132,15 @@ std::optional<double> util_mean(const JobUsage& u) {
   return u.util_sum / static_cast<double>(u.util_samples);
 }
 
+double gpu_share(const Job& j) {
+  return j.shards > 0 && j.shards_per_gpu > 0 ? static_cast<double>(j.shards) / j.shards_per_gpu
+                                              : static_cast<double>(j.gpus.size());
+}
+
 double gpu_seconds(const Job& j, int64_t now_ms) {
   if (j.start_ms == 0) return 0;
   int64_t end = j.end_ms ? j.end_ms : now_ms;
-  const double gpus = j.shards > 0 && j.shards_per_gpu > 0
-                           ? static_cast<double>(j.shards) / j.shards_per_gpu
-                           : static_cast<double>(j.gpus.size());
-  return gpus * static_cast<double>(std::max<int64_t>(0, end - j.start_ms)) / 1000.0;
+  return gpu_share(j) * static_cast<double>(std::max<int64_t>(0, end - j.start_ms)) / 1000.0;
 }
 
 bool is_mig_profile(const std::string& type) {

@@ -193,6 +193,8 @@ std::optional<double> util_mean(const JobUsage& u);
 // GPU-seconds the job held: its GPUs (a shard job: the share of its GPU it held) times its run
 // time (until now_ms while it runs), as Slurm bills allocated GPUs, however busy they were.
 double gpu_seconds(const Job& j, int64_t now_ms);
+// The GPUs a job is charged for holding: its GPUs, or a shard job's share of its one GPU.
+double gpu_share(const Job& j);
 
 // Whether a --gres GPU type names a MIG profile: "1g.10gb", "3g.40gb", "1g.10gb+me" (NVIDIA's MIG
 // User Guide, "Supported MIG Profiles").
