@@ -42,6 +42,31 @@ TEST(Request, DecodesEachOpsFields) {
   r = decode_request(R"({"op":"history","limit":5,"all_users":true,"user":"bob"})");
   EXPECT_EQ(r.limit, 5u);
   EXPECT_EQ(r.user, "bob");
+  r = decode_request(R"({"op":"budget_set","subject":"@physics","hours":12.5,"period":"month"})");
+  EXPECT_EQ(r.op, Op::kBudgetSet);
+  EXPECT_EQ(r.subject, "@physics");
+  EXPECT_EQ(r.hours, 12.5);
+  EXPECT_EQ(r.period, "month");
+  r = decode_request(R"({"op":"budget_set","subject":"bob","clear":true})");
+  EXPECT_FALSE(r.hours);
+  r = decode_request(R"({"op":"submit","version":2,"script":"x","cwd":"/w",
+                         "job":{"shards":2,"gpu_type":"1g.10gb"}})");
+  EXPECT_EQ(r.submit.job.shards, 2);
+  EXPECT_EQ(r.submit.job.gpu_type, "1g.10gb");
+}
+
+TEST(Request, BudgetFieldsAreChecked) {
+  for (const char* bad : {R"({"op":"budget_set","subject":"bob","hours":-1})",
+                          R"({"op":"budget_set","subject":"bob","hours":1e12})",
+                          R"({"op":"budget_set","subject":"bob","hours":"5"})",
+                          R"({"op":"budget_set","subject":"bob"})",
+                          R"({"op":"budget_set","subject":"","hours":1})",
+                          R"({"op":"budget_set","subject":"@","hours":1})",
+                          R"({"op":"budget_set","subject":"a b","hours":1})",
+                          R"({"op":"budget_set","subject":"bob","hours":1,"period":"day"})",
+                          R"({"op":"submit","version":2,"script":"x","cwd":"/w","job":{"gpu_type":"a:b"}})",
+                          R"({"op":"submit","version":2,"script":"x","cwd":"/w","job":{"shards":5000}})"})
+    EXPECT_THROW(decode_request(bad), std::invalid_argument) << bad;
 }
 
 // 4294967305 = 2^32 + 9: a cast to int first made it SIGKILL.

@@ -47,6 +47,7 @@ bool parse(const Args& a, boost::program_options::options_description& desc,
 // Usage commands (client_usage.cc) and the web page (web.cc).
 int cmd_stats(const Args& a);
 int cmd_report(const Args& a);
+int cmd_budget(const Args& a);
 int cmd_web(const Args& a);
 
 }  // namespace gpurun::queue

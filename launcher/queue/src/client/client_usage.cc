@@ -20,6 +20,7 @@
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/usage_format.h"
+#include "job/request.h"
 #include "supervise/runfiles.h"
 
 extern char** environ;
@@ -149,6 +150,81 @@ int cmd_report(const Args& a) {
     std::cout << reply.dump(2) << "\n";
   else
     std::cout << format_report(reply);
+  return 0;
+}
+
+}  // namespace gpurun::queue
+
+namespace gpurun::queue {
+
+namespace {
+
+// One line per budget: subject, period, budget, spent, left (GPU-hours).
+std::string format_budgets(const nlohmann::json& reply) {
+  std::string out = fmt::format("{:<20} {:>7} {:>10} {:>10} {:>10}\n", "SUBJECT", "PERIOD",
+                                "GPU-HOURS", "SPENT", "LEFT");
+  for (const auto& b : reply["budgets"])
+    out += fmt::format("{:<20} {:>7} {:>10.2f} {:>10.2f} {:>10.2f}\n",
+                       b["subject"].get<std::string>(), b["period"].get<std::string>(),
+                       b["hours"].get<double>(), b["spent_hours"].get<double>(),
+                       b["left_hours"].get<double>());
+  if (reply["budgets"].empty()) out += "(no budget set)\n";
+  return out;
+}
+
+double parse_hours(const std::string& text) {
+  size_t used = 0;
+  double h = -1;
+  try {
+    h = std::stod(text, &used);
+  } catch (const std::exception&) {
+  }
+  if (used != text.size() || !(h >= 0) || h > kMaxBudgetHours)
+    throw std::invalid_argument(
+        fmt::format("gpuq budget set: '{}' is not a number of GPU-hours (0 to {:g})", text,
+                    kMaxBudgetHours));
+  return h;
+}
+
+}  // namespace
+
+int cmd_budget(const Args& a) {
+  po::options_description desc("gpuq budget options");
+  desc.add_options()("per", po::value<std::string>()->default_value("total"),
+                     "set: the period, week (from Monday 00:00 UTC), month or total")(
+      "json", "the daemon's JSON reply")("words", po::value<std::vector<std::string>>(), "");
+  po::positional_options_description pos;
+  pos.add("words", -1);
+  Parsed p;
+  if (!parse(a, desc, &pos,
+             "usage: gpuq budget [USER|@ACCOUNT]\n"
+             "       gpuq budget set USER|@ACCOUNT HOURS [--per week|month|total]\n"
+             "       gpuq budget clear USER|@ACCOUNT\n"
+             "GPU-hour budgets (credits): what each user or account may spend per period, what\n"
+             "it spent and what is left. A job that would start past a budget waits with the\n"
+             "reason AssocGrpGRESMinutes. Only root or the daemon's owner sets budgets.",
+             &p))
+    return 0;
+  auto words = p.vm.count("words") ? p.vm["words"].as<std::vector<std::string>>()
+                                   : std::vector<std::string>{};
+  nlohmann::json req = {{"op", "budget"}};
+  if (!words.empty() && (words[0] == "set" || words[0] == "clear")) {
+    const bool set = words[0] == "set";
+    if (words.size() != (set ? 3u : 2u))
+      throw std::invalid_argument(set ? "usage: gpuq budget set USER|@ACCOUNT HOURS [--per P]"
+                                      : "usage: gpuq budget clear USER|@ACCOUNT");
+    req = {{"op", "budget_set"}, {"subject", words[1]}, {"period", p.vm["per"].as<std::string>()}};
+    if (set)
+      req["hours"] = parse_hours(words[2]);
+    else
+      req["clear"] = true;
+  } else if (words.size() == 1) {
+    req["subject"] = words[0];
+  } else if (!words.empty()) {
+    throw std::invalid_argument("usage: gpuq budget [USER|@ACCOUNT] (see gpuq budget --help)");
+  }
+  auto reply = call(p.socket, req);
+  std::cout << (p.vm.count("json") ? reply.dump(2) + "\n" : format_budgets(reply));
   return 0;
 }
 

@@ -26,6 +26,7 @@ constexpr const char* kUsage =
     "  history                         finished jobs (sacct columns)\n"
     "  stats ID [--csv|--plot F.png]   what a job used (like seff)\n"
     "  report [--since T] [--by user]  GPU usage per user or account (like sreport)\n"
+    "  budget [set|clear] [SUBJECT]    GPU-hour budgets: spent, left; set one (root)\n"
     "  web [--listen 127.0.0.1:8080]   read-only status page, /api/status, /metrics\n"
     "  hold ID... | release ID...      keep pending jobs from starting / let them start\n"
     "  drain | resume                  stop starting jobs / start again (root)\n"
@@ -42,6 +43,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "history") return cmd_history(args);
   if (cmd == "stats") return cmd_stats(args);
   if (cmd == "report") return cmd_report(args);
+  if (cmd == "budget") return cmd_budget(args);
   if (cmd == "web") return cmd_web(args);
   if (cmd == "hold") return cmd_hold(args, true);
   if (cmd == "release") return cmd_hold(args, false);

@@ -29,6 +29,7 @@
 #include "daemon/job_table.h"
 #include "daemon/mailer.h"
 #include "daemon/mps.h"
+#include "daemon/store.h"
 #include "daemon/usage_sampler.h"
 #include "gpurun/gpuinfo/gpu_sampler.h"
 #include "gpurun/queue/job.h"
@@ -38,6 +39,9 @@
 namespace gpurun::queue {
 
 class Store;
+
+// The start (ms, UTC) of the budget period ("week", "month", "total") that holds now_ms.
+int64_t budget_period_start(const std::string& period, int64_t now_ms);
 
 // A MIG device's gpuq id: 1000 + 10 x its GPU's index + its number under it (at most 7 per GPU),
 // so it is the same after a restart and never a whole GPU's id.
@@ -81,6 +85,7 @@ struct DaemonConfig {
   // MIG devices scheduled as GPUs: their gpuq id (mig_id()) -> the device (its GPU's index, its
   // number under it, its MIG- UUID, its profile as name). Their ids are in `gpus`, their GPU's not.
   std::map<int, gpuinfo::GpuSample> mig;
+  bool enforce_budgets = false;  // --enforce-budgets: cancel running jobs past their budget
   // Tests: check the maps against the store after recovery and every turn, and stop with an
   // error naming what is broken (daemon_invariants.cc).
   bool check_invariants = false;
@@ -188,6 +193,20 @@ class Daemon {
   void mail_array_end(const Job& last);
   void mail_time_limits(int64_t now);  // the TIME_LIMIT[_NN] mails now due, once a second
   int64_t time_limits_checked_ms_ = 0;
+
+  // daemon_budgets.cc: GPU-hour budgets
+  struct BudgetUse {
+    Store::Budget budget;
+    double spent_hours = 0;
+    int64_t period_start_ms = 0;
+  };
+  std::vector<BudgetUse> budget_uses(int64_t now);
+  const char* budget_reason(const Job& j, const std::vector<BudgetUse>& uses) const;
+  nlohmann::json budgets_json(int64_t now);
+  nlohmann::json op_budget(const Request& req);
+  nlohmann::json op_budget_set(const Request& req, const Peer& peer);
+  void enforce_budgets(int64_t now);  // with --enforce-budgets, once a second
+  int64_t budgets_checked_ms_ = 0;
 
   // daemon_invariants.cc: what the parts owe the store (written down there)
   std::vector<std::string> invariant_violations();

@@ -86,6 +86,7 @@ void Daemon::schedule_pass() {
   in.now_ms = now;
   in.max_gpus_per_user = cfg_.max_gpus_per_user;
   std::map<int64_t, int> array_busy;  // array id -> tasks running or offered in this pass
+  std::optional<std::vector<BudgetUse>> budgets;  // read once, when a job may need them
   for (const auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kRunning) continue;
     busy.insert(j.gpus.begin(), j.gpus.end());
@@ -109,6 +110,10 @@ void Daemon::schedule_pass() {
     if (draining_) continue;  // pending_reason() says why
     if (j.held) continue;
     const char* why = dependency_reason(j);
+    if (!why) {
+      if (!budgets) budgets = budget_uses(now);
+      why = budget_reason(j, *budgets);
+    }
     if (why) {
       j.sched_reason = why;
       continue;

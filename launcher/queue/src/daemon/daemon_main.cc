@@ -97,6 +97,9 @@ po::options_description daemon_options() {
       "shards-per-gpu", po::value<std::string>(),
       "N, or ID:N,ID:N...: each GPU (or each one named) offers N shards that --gres=shard:K jobs "
       "share; a --gres=gpu job gets such a GPU only while none of its shards is held")(
+      "enforce-budgets",
+      "cancel running jobs whose user's or account's GPU-hour budget is spent (by default they "
+      "run on, as in Slurm, and only new jobs wait)")(
       "mps", po::value<std::string>()->implicit_value("nvidia-cuda-mps-control"),
       "run an MPS control daemon (this nvidia-cuda-mps-control, found on PATH) for each GPU while "
       "shard jobs share it; each job gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE for its share");
@@ -230,6 +233,7 @@ int cmd_daemon(const Args& a) {
         "--sample-retention {}: expected more than 0 and at most 3650 days", retention_days));
   cfg.sample_retention_s = static_cast<int64_t>(retention_days * 86400);
   cfg.watch = watch_options(vm);
+  cfg.enforce_budgets = vm.count("enforce-budgets") > 0;
   if (vm.count("shards-per-gpu"))
     cfg.shards_per_gpu = shard_options(vm["shards-per-gpu"].as<std::string>(), cfg.gpus);
   if (vm.count("mps")) cfg.mps_control = find_mps_control(vm["mps"].as<std::string>(), cfg);

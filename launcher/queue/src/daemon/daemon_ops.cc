@@ -90,6 +90,10 @@ nlohmann::json Daemon::handle(const Request& req, const Peer& peer) {
       return op_stats(req);
     case Op::kReport:
       return op_report(req);
+    case Op::kBudget:
+      return op_budget(req);
+    case Op::kBudgetSet:
+      return op_budget_set(req, peer);
   }
   throw std::logic_error("unhandled request op");
 }

@@ -273,7 +273,8 @@ nlohmann::json Daemon::op_status(const Request& req) {
           {"pending_total", pending_total},
           {"recent", history},
           {"jobs_by_state", by_state},
-          {"user_gpu_seconds", seconds}};
+          {"user_gpu_seconds", seconds},
+          {"budgets", budgets_json(now)}};
 }
 
 nlohmann::json Daemon::op_stats(const Request& req) {

@@ -46,6 +46,9 @@ Store::Store(const std::string& path) : path_(path) {
   exec(
       "CREATE TABLE IF NOT EXISTS usage(uid INTEGER PRIMARY KEY, gpu_seconds REAL NOT NULL,"
       " updated_ms INTEGER NOT NULL)");
+  exec(
+      "CREATE TABLE IF NOT EXISTS budgets(subject TEXT PRIMARY KEY, hours REAL NOT NULL,"
+      " period TEXT NOT NULL, set_ms INTEGER NOT NULL)");
   migrate();
 }
 
@@ -410,6 +413,38 @@ std::vector<Store::ReportRow> Store::report(int64_t since_ms, int64_t now_ms, Re
                    sqlite3_column_double(st, 3), sqlite3_column_int64(st, 4)});
   }
   if (rc != SQLITE_DONE) fail("report");
+  return out;
+}
+
+void Store::set_budget(const Budget& b) {
+  auto* st = prepare(
+      "INSERT OR REPLACE INTO budgets(subject, hours, period, set_ms) VALUES(?, ?, ?, ?)");
+  Reset r{st};
+  sqlite3_bind_text(st, 1, b.subject.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_double(st, 2, b.hours);
+  sqlite3_bind_text(st, 3, b.period.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 4, b.set_ms);
+  if (sqlite3_step(st) != SQLITE_DONE) fail("set budget");
+}
+
+void Store::clear_budget(const std::string& subject) {
+  auto* st = prepare("DELETE FROM budgets WHERE subject = ?");
+  Reset r{st};
+  sqlite3_bind_text(st, 1, subject.c_str(), -1, SQLITE_TRANSIENT);
+  if (sqlite3_step(st) != SQLITE_DONE) fail("clear budget");
+}
+
+std::vector<Store::Budget> Store::budgets() {
+  auto* st = prepare("SELECT subject, hours, period, set_ms FROM budgets ORDER BY subject");
+  Reset r{st};
+  std::vector<Budget> out;
+  while (sqlite3_step(st) == SQLITE_ROW) {
+    auto text = [&](int c) {
+      const char* t = reinterpret_cast<const char*>(sqlite3_column_text(st, c));
+      return std::string(t ? t : "");
+    };
+    out.push_back({text(0), sqlite3_column_double(st, 1), text(2), sqlite3_column_int64(st, 3)});
+  }
   return out;
 }
 

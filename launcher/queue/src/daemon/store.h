@@ -104,6 +104,18 @@ class Store {
   enum class ReportBy { kUser, kAccount };
   std::vector<ReportRow> report(int64_t since_ms, int64_t now_ms, ReportBy by);
 
+  // GPU-hour budgets (gpuq budget set): a user's name, or "@" and an account, to its hours per
+  // period ("week", "month" or "total").
+  struct Budget {
+    std::string subject;
+    double hours = 0;
+    std::string period = "total";
+    int64_t set_ms = 0;
+  };
+  void set_budget(const Budget& b);
+  void clear_budget(const std::string& subject);  // no such budget: nothing happens
+  std::vector<Budget> budgets();                   // by subject
+
   // GPU-seconds of every finished job, by user (the daemon adds running jobs and keeps it current).
   std::map<std::string, double> finished_gpu_seconds_by_user();
 

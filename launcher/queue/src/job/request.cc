@@ -64,6 +64,7 @@ Op parse_op(const std::string& op) {
       {"ping", Op::kPing},       {"submit", Op::kSubmit},   {"queue", Op::kQueue},
       {"show", Op::kShow},       {"cancel", Op::kCancel},   {"hold", Op::kHold},
       {"release", Op::kRelease}, {"history", Op::kHistory}, {"drain", Op::kDrain},
+      {"budget", Op::kBudget},   {"budget_set", Op::kBudgetSet},
       {"resume", Op::kResume},   {"status", Op::kStatus},   {"stats", Op::kStats},
       {"report", Op::kReport}};
   auto it = ops.find(op);
@@ -220,6 +221,26 @@ SubmitRequest decode_submit(const json& o) {
   return s;
 }
 
+// "subject": a user name or "@account" (1 to 64 printable bytes, no spaces); budget_set's
+// "hours": 0 to kMaxBudgetHours (or "clear": true), "period": week, month or total.
+void decode_budget(const json& o, Request& r) {
+  r.subject = get_string(o, "subject", "");
+  const bool printable = std::all_of(r.subject.begin(), r.subject.end(),
+                                     [](unsigned char c) { return c > ' ' && c < 0x7f; });
+  if (r.subject.size() > 64 || !printable || r.subject == "@" ||
+      (r.op == Op::kBudgetSet && r.subject.empty()))
+    bad_field("subject", "a user name or @account (at most 64 printable bytes)", json(r.subject));
+  if (r.op != Op::kBudgetSet) return;
+  if (get_bool(o, "clear", false)) return;
+  const json* h = field(o, "hours");
+  if (!h || !h->is_number() || !(h->get<double>() >= 0) || h->get<double>() > kMaxBudgetHours)
+    bad_field("hours", fmt::format("0 to {:g} GPU-hours", kMaxBudgetHours), h ? *h : json());
+  r.hours = h->get<double>();
+  r.period = get_string(o, "period", "total");
+  if (r.period != "week" && r.period != "month" && r.period != "total")
+    bad_field("period", "week, month or total", json(r.period));
+}
+
 void decode_fields(const json& o, Request& r) {
   switch (r.op) {
     case Op::kSubmit:
@@ -257,6 +278,10 @@ void decode_fields(const json& o, Request& r) {
       r.since_ms = get_int(o, "since_ms", 0, INT64_MAX, 0);
       r.by = get_string(o, "by", "user");
       if (r.by != "user" && r.by != "account") bad_field("by", "user or account", json(r.by));
+      break;
+    case Op::kBudget:
+    case Op::kBudgetSet:
+      decode_budget(o, r);
       break;
     case Op::kPing:
     case Op::kDrain:

@@ -43,7 +43,9 @@ enum class Op {
   kResume,
   kStatus,
   kStats,
-  kReport
+  kReport,
+  kBudget,     // list budgets (one subject's, or all)
+  kBudgetSet,  // set or clear one (root or the daemon's owner)
 };
 
 // "12" (a job, or a whole array) or "12_3" (task 3 of array 12).
@@ -79,7 +81,12 @@ struct Request {
   size_t max_points = 0;                                     // stats: 0 = every sample
   int64_t since_ms = 0;                                      // report
   std::string by = "user";                                   // report: user or account
+  // budget, budget_set: "alice", or "@physics" for an account (budget: empty = all).
+  std::string subject;
+  std::optional<double> hours;   // budget_set: GPU-hours per period; nullopt ("clear") clears
+  std::string period = "total";  // budget_set: week, month or total
 };
+constexpr double kMaxBudgetHours = 1e9;
 
 // Throws std::invalid_argument ("malformed request: ..." for text that is not JSON).
 Request decode_request(std::string_view payload);

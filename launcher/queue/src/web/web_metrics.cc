@@ -43,6 +43,20 @@ void per_gpu(std::string& out, const nlohmann::json& gpus, const char* name, con
                          number(g[field].get<double>() * scale));
 }
 
+// GPU-hour budgets (gpuq budget): each one, and what its subject spent in the current period.
+void budgets(std::string& out, const nlohmann::json& rows) {
+  for (const char* field : {"hours", "spent_hours"}) {
+    std::string name = std::string("gpuq_budget_") + (*field == 'h' ? "gpu_hours" : "spent_gpu_hours");
+    family(out, name.c_str(), "gauge",
+           *field == 'h' ? "A user's (or @account's) GPU-hour budget for its period."
+                         : "GPU-hours the user (or @account) spent in the budget's current period.");
+    for (const auto& b : rows)
+      out += fmt::format("{}{{subject=\"{}\",period=\"{}\"}} {}\n", name,
+                         label(b["subject"].get<std::string>()), label(b["period"].get<std::string>()),
+                         number(b[field].get<double>()));
+  }
+}
+
 // Shared GPUs (--shards-per-gpu): each one's shards, and those held.
 void shards(std::string& out, const nlohmann::json& gpus) {
   for (const char* field : {"total", "held"}) {
@@ -129,6 +143,7 @@ std::string render_metrics(const nlohmann::json& s) {
   for (const auto& [user, secs] : s["user_gpu_seconds"].items())
     out += fmt::format("gpuq_user_gpu_seconds_total{{user=\"{}\"}} {}\n", label(user),
                        number(secs.get<double>()));
+  budgets(out, s.value("budgets", nlohmann::json::array()));
   family(out, "gpuq_sample_timestamp_seconds", "gauge",
          "When the GPUs were last sampled (0: not yet, or sampling off).");
   out += fmt::format("gpuq_sample_timestamp_seconds {}\n",

@@ -96,6 +96,22 @@ std::string tile_shards(const nlohmann::json& g) {
   return out;
 }
 
+// GPU-hour budgets: subject, period, budget, spent, left (nothing when none is set).
+std::string budget_table(const nlohmann::json& rows) {
+  if (rows.empty()) return "";
+  std::string out =
+      "<section><h2>Budgets</h2><table id=\"budgets\"><tr><th>User or @account</th><th>Period</th>"
+      "<th>GPU-hours</th><th>Spent</th><th>Left</th></tr>";
+  for (const auto& b : rows)
+    out += fmt::format(
+        "<tr class=\"budget{}\"><td>{}</td><td>{}</td><td class=\"num\">{:.2f}</td>"
+        "<td class=\"num\">{:.2f}</td><td class=\"num\">{:.2f}</td></tr>",
+        b["left_hours"].get<double>() <= 0 ? " spent" : "", html_escape(b["subject"].get<std::string>()),
+        html_escape(b["period"].get<std::string>()), b["hours"].get<double>(),
+        b["spent_hours"].get<double>(), b["left_hours"].get<double>());
+  return out + "</table></section>";
+}
+
 std::string tile(const nlohmann::json& g, int64_t now_ms, const nlohmann::json& sampler) {
   const std::string state = g["state"].get<std::string>();
   const bool busy = state == "busy";
@@ -244,6 +260,7 @@ std::string render_status_page(const nlohmann::json& s, int refresh_s) {
   out += "</header><section><h2>GPUs</h2><div id=\"gpus\" class=\"tiles\">";
   for (const auto& g : s["gpus"]) out += tile(g, now, smp);
   out += "</div></section><section><h2>Queue</h2>" + queue_table(s, now) + "</section>";
+  out += budget_table(s.value("budgets", nlohmann::json::array()));
   out += "<section><h2>Recent jobs</h2>" + history_table(s["recent"]) + "</section>";
   return out + footer();
 }

@@ -1,0 +1,145 @@
+// gpuq daemon: GPU-hour budgets (issue 29, item 4). Root or the daemon's owner gives a user, or an
+// account ("@physics"), GPU-hours per week, per month or in total (`gpuq budget set`). What is
+// spent is the GPU time (a shard job's share: gpu_share) of the subject's jobs inside the current
+// period, running jobs up to now, as `gpuq report` sums it. A pending job whose start would take
+// its user or its account past a budget (what is spent, plus its GPUs times its time limit when
+// it has one) waits with Slurm's reason AssocGrpGRESMinutes; raising the budget lets it start.
+// Running jobs go on when a budget runs out, as in Slurm, unless the daemon runs with
+// --enforce-budgets, which cancels them. Budgets live in the store: restarts and kill -9 keep them.
+#include <fmt/format.h>
+#include <pwd.h>
+#include <signal.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <cmath>
+#include <stdexcept>
+
+#include "daemon/daemon.h"
+#include "daemon/store.h"
+#include "supervise/runfiles.h"
+
+namespace gpurun::queue {
+
+namespace {
+
+constexpr int64_t kDayMs = 86'400'000;
+
+bool user_exists(const std::string& name) {
+  struct passwd pw, *found = nullptr;
+  char buf[4096];
+  return getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &found) == 0 && found;
+}
+
+}  // namespace
+
+// The start of the period that holds now_ms, in UTC: Monday 00:00 of the week, the 1st of the
+// month at 00:00, or the epoch for a total.
+int64_t budget_period_start(const std::string& period, int64_t now_ms) {
+  if (period == "week") {
+    const int64_t day = now_ms / kDayMs;  // day 0, 1970-01-01, was a Thursday
+    return (day - (day + 3) % 7) * kDayMs;
+  }
+  if (period != "month") return 0;
+  time_t t = static_cast<time_t>(now_ms / 1000);
+  struct tm tm {};
+  gmtime_r(&t, &tm);
+  tm.tm_mday = 1;
+  tm.tm_hour = tm.tm_min = tm.tm_sec = 0;
+  return static_cast<int64_t>(timegm(&tm)) * 1000;
+}
+
+std::vector<Daemon::BudgetUse> Daemon::budget_uses(int64_t now) {
+  std::vector<BudgetUse> out;
+  for (auto& b : store_->budgets()) {
+    const bool account = b.subject[0] == '@';
+    const int64_t since = budget_period_start(b.period, now);
+    double seconds = 0;
+    for (const auto& row : store_->report(since, now, account ? Store::ReportBy::kAccount
+                                                               : Store::ReportBy::kUser))
+      if (row.key == (account ? b.subject.substr(1) : b.subject)) seconds = row.gpu_seconds;
+    out.push_back({std::move(b), seconds / 3600.0, since});
+  }
+  return out;
+}
+
+const char* Daemon::budget_reason(const Job& j, const std::vector<BudgetUse>& uses) const {
+  const double need_h = j.time_limit_s > 0
+                            ? (j.shards ? double(j.shards) / std::max(1, most_shards())
+                                        : double(j.gpus_requested)) *
+                                  j.time_limit_s / 3600.0
+                            : 0.0;
+  for (const auto& u : uses) {
+    const bool mine = u.budget.subject == j.user ||
+                      (!j.account.empty() && u.budget.subject == "@" + j.account);
+    if (mine && (u.spent_hours >= u.budget.hours || u.spent_hours + need_h > u.budget.hours))
+      return "AssocGrpGRESMinutes";
+  }
+  return nullptr;
+}
+
+nlohmann::json Daemon::budgets_json(int64_t now) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (const auto& u : budget_uses(now))
+    rows.push_back({{"subject", u.budget.subject},
+                    {"hours", u.budget.hours},
+                    {"period", u.budget.period},
+                    {"period_start_ms", u.period_start_ms},
+                    {"spent_hours", u.spent_hours},
+                    {"left_hours", std::max(0.0, u.budget.hours - u.spent_hours)},
+                    {"set_ms", u.budget.set_ms}});
+  return rows;
+}
+
+nlohmann::json Daemon::op_budget(const Request& req) {
+  nlohmann::json rows = nlohmann::json::array();
+  for (auto& row : budgets_json(now_ms()))
+    if (req.subject.empty() || row["subject"] == req.subject) rows.push_back(std::move(row));
+  return {{"ok", true}, {"now_ms", now_ms()}, {"budgets", rows}};
+}
+
+nlohmann::json Daemon::op_budget_set(const Request& req, const Peer& peer) {
+  if (peer.uid != 0 && peer.uid != geteuid())
+    throw std::invalid_argument(
+        "permission denied: only root or the user the gpuq daemon runs as sets budgets");
+  if (req.subject[0] != '@' && !user_exists(req.subject))
+    throw std::invalid_argument(fmt::format(
+        "budget for '{}': no such user on this machine (an account is written @NAME)",
+        req.subject));
+  if (!req.hours) {
+    store_->clear_budget(req.subject);
+    fmt::print(stderr, "gpuq daemon: budget of {} cleared by uid {}\n", req.subject, peer.uid);
+  } else {
+    store_->set_budget({req.subject, *req.hours, req.period, now_ms()});
+    fmt::print(stderr, "gpuq daemon: budget of {}: {:g} GPU-hours {} (set by uid {})\n",
+               req.subject, *req.hours, req.period == "total" ? "in total" : "per " + req.period,
+               peer.uid);
+  }
+  dirty_ = true;  // a raised budget may start jobs now
+  return op_budget(req);
+}
+
+void Daemon::enforce_budgets(int64_t now) {
+  if (!cfg_.enforce_budgets || now - budgets_checked_ms_ < 1000) return;
+  budgets_checked_ms_ = now;
+  const auto uses = budget_uses(now);
+  if (uses.empty()) return;
+  for (auto& [id, j] : jobs_->active()) {
+    if (j.state != JobState::kRunning || j.cancel_requested) continue;
+    for (const auto& u : uses) {
+      const bool mine = u.budget.subject == j.user ||
+                        (!j.account.empty() && u.budget.subject == "@" + j.account);
+      if (!mine || u.spent_hours < u.budget.hours) continue;
+      log_event(j, fmt::format("cancelled: the budget of {} is spent ({:.2f} of {:g} GPU-hours; "
+                               "--enforce-budgets)",
+                               u.budget.subject, u.spent_hours, u.budget.hours));
+      j.cancel_requested = true;
+      j.reason = fmt::format("AssocGrpGRESMinutes: the budget of {} is spent", u.budget.subject);
+      store_->update_job(j);  // durable first: a restarted daemon re-sends the cancel
+      if (auto r = runners_.find(id); r != runners_.end()) ::kill(r->second.pid, SIGTERM);
+      break;
+    }
+  }
+}
+
+}  // namespace gpurun::queue

@@ -1,0 +1,107 @@
+// End-to-end: GPU-hour budgets (issue 29, item 4) with a real daemon and two real Unix users
+// (useradd; needs root). A job that would take its user past a budget waits with
+// AssocGrpGRESMinutes while another user's job runs; raising the budget starts it; budgets
+// survive kill -9; only root sets them and never for an unknown user; --enforce-budgets cancels a
+// running job whose budget is spent; the page's status and /metrics show spent and left.
+#include <fmt/format.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "gpurun/queue/web_render.h"
+#include "harness.h"
+
+using namespace gpuq_test;
+
+namespace {
+
+int64_t submit_as(const TestUser& u, const Daemon& d, const std::string& args) {
+  const std::string work = d.dir() + "/" + u.name();
+  sh(fmt::format("mkdir -p {0} && chown {1} {0}", work, u.name()));
+  Result r = u.run(fmt::format(
+      "cd {} && printf \"#!/bin/sh\\nsleep 30\\n\" > job.sh && {} submit --parsable {} job.sh",
+      work, d.cli(), args));
+  if (r.rc != 0) throw std::runtime_error("submit as " + u.name() + " failed: " + r.err);
+  return std::stoll(r.out);
+}
+
+std::string reason_of(const Daemon& d, int64_t id) {
+  const auto status = d.request(R"({"op":"status"})");
+  for (const auto& j : status["pending"])
+    if (j["job_id"] == id) return j["reason"].get<std::string>();
+  return "<not pending>";
+}
+
+}  // namespace
+
+TEST(GpuqBudget, AJobPastItsUsersBudgetWaitsUntilTheBudgetIsRaised) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d({}, "0,1");
+  TestUser alice("gba"), bob("gbb");
+  Result set = d.gpuq(fmt::format("budget set {} 0.01 --per week", alice.name()));
+  ASSERT_EQ(set.rc, 0) << set.err;
+  EXPECT_NE(set.out.find(fmt::format("{:<20}    week       0.01       0.00       0.01",
+                                     alice.name())),
+            std::string::npos)
+      << set.out;
+  // One GPU for a minute is 0.0167 GPU-hours: past alice's 0.01, so her job waits.
+  int64_t a = submit_as(alice, d, "--gres=gpu:1 --time=1");
+  int64_t b = submit_as(bob, d, "--gres=gpu:1 --time=1");
+  d.wait_state(b, "RUNNING", 20);
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(reason_of(d, a), "AssocGrpGRESMinutes") << d.gpuq("queue").out << d.log();
+  EXPECT_NE(d.gpuq("queue").out.find("(AssocGrpGRESMinutes)"), std::string::npos);
+
+  d.kill9();
+  d.start();
+  std::this_thread::sleep_for(std::chrono::milliseconds(500));
+  EXPECT_EQ(reason_of(d, a), "AssocGrpGRESMinutes") << "the budget was lost in the restart";
+  auto status = d.request(R"({"op":"status"})");
+  ASSERT_EQ(status["budgets"].size(), 1u) << status.dump();
+  EXPECT_EQ(status["budgets"][0]["subject"], alice.name());
+  EXPECT_EQ(status["budgets"][0]["left_hours"], 0.01);
+  const std::string metrics = gpurun::queue::render_metrics(status);
+  EXPECT_NE(metrics.find(fmt::format("gpuq_budget_gpu_hours{{subject=\"{}\",period=\"week\"}} 0.01",
+                                     alice.name())),
+            std::string::npos)
+      << metrics;
+  EXPECT_NE(gpurun::queue::render_status_page(status, 0).find("<h2>Budgets</h2>"),
+            std::string::npos);
+
+  ASSERT_EQ(d.gpuq(fmt::format("budget set {} 1 --per week", alice.name())).rc, 0);
+  EXPECT_EQ(d.wait_state(a, "RUNNING", 20)["user"], alice.name());
+  EXPECT_EQ(d.show(b)["state"], "RUNNING") << "nothing happened to bob's job";
+
+  Result by_bob = bob.run(fmt::format("{} budget set {} 100", d.cli(), bob.name()));
+  EXPECT_NE(by_bob.rc, 0);
+  EXPECT_NE(by_bob.err.find("only root or the user the gpuq daemon runs as sets budgets"),
+            std::string::npos)
+      << by_bob.err;
+  Result nobody = d.gpuq("budget set no-such-user-gb 1");
+  EXPECT_NE(nobody.rc, 0);
+  EXPECT_NE(nobody.err.find("budget for 'no-such-user-gb': no such user"), std::string::npos)
+      << nobody.err;
+  Result bad = d.gpuq(fmt::format("budget set {} lots", alice.name()));
+  EXPECT_NE(bad.err.find("'lots' is not a number of GPU-hours"), std::string::npos) << bad.err;
+  EXPECT_EQ(d.gpuq("budget set @physics 2 --per month").rc, 0);
+  EXPECT_NE(d.gpuq("budget @physics").out.find("@physics"), std::string::npos);
+  ASSERT_EQ(d.gpuq(fmt::format("budget clear {}", alice.name())).rc, 0);
+  EXPECT_EQ(d.gpuq(fmt::format("budget {}", alice.name())).out.find(alice.name()), std::string::npos);
+  for (int64_t id : {a, b}) d.gpuq(fmt::format("cancel {}", id));
+}
+
+TEST(GpuqBudget, EnforcingCancelsARunningJobOnceItsBudgetIsSpent) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d({"--enforce-budgets"}, "0");
+  TestUser carol("gbc");
+  // 0.0005 GPU-hours is 1.8 GPU-seconds: carol's job (no time limit) starts, then runs past it.
+  ASSERT_EQ(d.gpuq(fmt::format("budget set {} 0.0005", carol.name())).rc, 0);
+  int64_t id = submit_as(carol, d, "--gres=gpu:1");
+  d.wait_state(id, "RUNNING", 20);
+  auto j = d.wait_final(id, 30);
+  EXPECT_EQ(j["state"], "CANCELLED");
+  EXPECT_NE(d.log().find(fmt::format("cancelled: the budget of {} is spent", carol.name())),
+            std::string::npos)
+      << d.log();
+}
