@@ -11,6 +11,7 @@
 #include <sstream>
 #include <thread>
 
+#include "gpurun/queue/format.h"
 #include "harness.h"
 
 using namespace gpuq_test;
@@ -220,4 +221,38 @@ TEST(GpuqE2E, ArrayIdActsOnEveryTask) {
   for (int i = 1; i < 4; ++i) EXPECT_EQ(d.wait_final(a + i)["state"], "CANCELLED");
   EXPECT_EQ(d.show(a)["state"], "COMPLETED");
   EXPECT_NE(d.gpuq(fmt::format("cancel {}_0", a)).rc, 0);  // one finished task, by name: an error
+}
+
+// squeue --start: each pending job's place in the order and its expected start, from the time
+// limits of the jobs ahead, in `gpuq queue --start`, `gpuq show` and /api/status.
+TEST(GpuqSched, PendingJobsShowTheirPositionAndExpectedStart) {
+  Daemon d({}, "0");
+  d.script("long.sh", "#!/bin/sh\nsleep 60\n");
+  int64_t a = d.submit("--gres=gpu:1 --time=10 long.sh");
+  auto running = d.wait_state(a, "RUNNING", 20);
+  int64_t b = d.submit("--gres=gpu:1 --time=5 long.sh");
+  int64_t c = d.submit("--gres=gpu:1 --time=5 long.sh");
+  const int64_t start_a = running["start_ms"].get<int64_t>();
+  nlohmann::json pending;
+  for (int i = 0; i < 50; ++i) {  // the scheduler's pass after the submits
+    pending = d.request(R"({"op":"status"})")["pending"];
+    if (pending.size() == 2 && pending[1].value("position", 0) == 2) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  }
+  ASSERT_EQ(pending.size(), 2u);
+  EXPECT_EQ(pending[0]["job_id"], b);
+  EXPECT_EQ(pending[0]["position"], 1);
+  EXPECT_EQ(pending[0]["expected_start_ms"], start_a + 600'000);
+  EXPECT_EQ(pending[1]["position"], 2);
+  EXPECT_EQ(pending[1]["expected_start_ms"], start_a + 900'000);
+  const std::string when_b = gpurun::queue::local_time(start_a + 600'000);
+  Result q = d.gpuq("queue --start");
+  EXPECT_NE(q.out.find("START_TIME  POS"), std::string::npos) << q.out;
+  EXPECT_NE(q.out.find(when_b + "    1"), std::string::npos) << q.out;
+  Result s = d.gpuq(fmt::format("show {}", c));
+  EXPECT_NE(s.out.find("StartTime=" + gpurun::queue::local_time(start_a + 900'000)),
+            std::string::npos)
+      << s.out;
+  EXPECT_NE(s.out.find("Position=2"), std::string::npos) << s.out;
+  for (int64_t id : {a, b, c}) d.gpuq(fmt::format("cancel {}", id));
 }

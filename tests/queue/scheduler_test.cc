@@ -189,3 +189,26 @@ TEST(Scheduler, AMigProfileTakesOnlyDevicesOfItAndPlainJobsTakeWholeGpusFirst) {
   EXPECT_EQ(out.starts[2].gpus, std::vector<int>{1}) << "a plain job gets the whole GPU";
   EXPECT_EQ(reason(out, 4), "Resources");
 }
+
+TEST(Scheduler, EstimatesEachWaitingJobsPositionAndStart) {
+  SchedInput in;
+  in.now_ms = 1'000'000;
+  in.free_gpus = {3};
+  in.running = {{1, 1, 1'000'000 + 600'000}, {2, 1, 1'000'000 + 1'200'000}, {1, 1, 0}};
+  // Job 1 (1 GPU, 10 min) starts now on GPU 3. At +10 min it and the first running job end: job
+  // 2 (2 GPUs, 30 min) gets both. At +20 min the second running job ends: job 3 (1 GPU, no
+  // limit) gets that one, for good. Job 4 (4 GPUs) never: one GPU runs a job without a limit.
+  in.waiting = {job(1, 1, 1, 600), job(2, 2, 1, 1800), job(3, 1, 1, 0), job(4, 4, 1, 60)};
+  SchedOutput out = schedule(in);
+  ASSERT_EQ(out.starts.size(), 1u);
+  auto est = estimate_starts(in, out);
+  ASSERT_EQ(est.size(), 3u);
+  EXPECT_EQ(est[0].job_id, 2);
+  EXPECT_EQ(est[0].position, 1);
+  EXPECT_EQ(est[0].start_ms, 1'000'000 + 600'000);
+  EXPECT_EQ(est[1].job_id, 3);
+  EXPECT_EQ(est[1].position, 2);
+  EXPECT_EQ(est[1].start_ms, 1'000'000 + 1'200'000);
+  EXPECT_EQ(est[2].job_id, 4);
+  EXPECT_EQ(est[2].start_ms, 0) << "4 GPUs are never free: one runs without a limit";
+}

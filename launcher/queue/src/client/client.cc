@@ -348,10 +348,11 @@ int cmd_queue(const Args& a) {
   po::options_description desc("gpuq queue options");
   desc.add_options()("user,u", po::value<std::string>(), "only this user's jobs")(
       "me", "only my jobs")("long,l", "add TIME_LIMIT and the GPU ids")(
+      "start", "add pending jobs' expected START_TIME and their place in the order (POS)")(
       "noheader", "no header line")("json", "the daemon's JSON document");
   Parsed p;
   if (!parse(a, desc, nullptr,
-             "usage: gpuq queue [-u USER | --me] [-l] [--noheader] [--json]\n"
+             "usage: gpuq queue [-u USER | --me] [-l | --start] [--noheader] [--json]\n"
              "Lists pending and running jobs with squeue's columns.",
              &p))
     return 0;
@@ -369,6 +370,7 @@ int cmd_queue(const Args& a) {
   }
   req["text"] = true;
   req["long"] = p.vm.count("long") > 0;
+  req["start"] = p.vm.count("start") > 0;
   req["header"] = p.vm.count("noheader") == 0;
   auto reply = call(p.socket, req);
   const std::string& text = reply["text"].get_ref<const std::string&>();

@@ -76,6 +76,15 @@ std::string exit_code_text(int code, int signal) {
   return fmt::format("{}:{}", code, signal);
 }
 
+std::string local_time(int64_t ms) {
+  time_t t = static_cast<time_t>(ms / 1000);
+  struct tm tm {};
+  localtime_r(&t, &tm);
+  char buf[32];
+  strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", &tm);
+  return buf;
+}
+
 QueueRow queue_row_from_json(const nlohmann::json& j, int64_t now_ms) {
   QueueRow r;
   r.id = j.at("display_id").get<std::string>();
@@ -88,17 +97,21 @@ QueueRow queue_row_from_json(const nlohmann::json& j, int64_t now_ms) {
   r.time_limit_s = j.value("time_limit_s", int64_t{0});
   r.gpus_requested = j.value("gpus_requested", 0);
   r.gpus = j.value("gpus", std::vector<int>{});
+  r.position = j.value("position", 0);
+  r.expected_start_ms = j.value("expected_start_ms", int64_t{0});
   return r;
 }
 
 std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool header) {
   const bool lng = f == QueueFormat::kLong;
+  const bool start = f == QueueFormat::kStart;
   std::string out;
   out.reserve((rows.size() + 1) * 80);
   if (header) {
     out += right("JOBID", 18) + " " + right("NAME", 8) + " " + right("USER", 8) + " " +
            right("ST", 2) + " " + right("TIME", 10) + " ";
     if (lng) out += right("TIME_LIMIT", 10) + " ";
+    if (start) out += right("START_TIME", 19) + " " + right("POS", 4) + " ";
     out += right("GPUS", 4) + " NODELIST(REASON)\n";
   }
   for (int pass = 0; pass < 2; ++pass) {
@@ -113,6 +126,11 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
       out += right(squeue_time(r.elapsed_s), 10);
       out += ' ';
       if (lng) out += right(time_limit_text(r.time_limit_s), 10) + " ";
+      if (start) {
+        const bool known = !r.running && r.expected_start_ms;
+        out += right(known ? local_time(r.expected_start_ms) : "N/A", 19) + " ";
+        out += right(r.running || !r.position ? "-" : std::to_string(r.position), 4) + " ";
+      }
       out += right(std::to_string(r.gpus_requested), 4);
       out += ' ';
       if (r.running) {
@@ -161,13 +179,7 @@ std::string format_history(const nlohmann::json& jobs, bool header) {
 }
 
 std::string format_show(const nlohmann::json& j, int64_t now_ms) {
-  auto ts = [](int64_t ms) {
-    if (ms == 0) return std::string("None");
-    time_t t = static_cast<time_t>(ms / 1000);
-    char buf[32];
-    strftime(buf, sizeof(buf), "%Y-%m-%dT%H:%M:%S", localtime(&t));
-    return std::string(buf);
-  };
+  auto ts = [](int64_t ms) { return ms == 0 ? std::string("None") : local_time(ms); };
   std::string deps;
   for (const auto& d : j["dependencies"])
     deps += (deps.empty() ? "" : ",") +
@@ -189,8 +201,14 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
                      exit_code_text(j["exit_code"].get<int>(), j["exit_signal"].get<int>()));
   out += fmt::format("   RunTime={} TimeLimit={}\n", squeue_time(elapsed_s(j, now_ms)),
                      time_limit_text(j["time_limit_s"].get<int64_t>()));
+  // A pending job's StartTime is its expected start, as scontrol shows it (Unknown: none yet).
+  const bool pending = str(j, "state") == "PENDING";
+  const int64_t expected = j.value("expected_start_ms", int64_t{0});
   out += fmt::format("   SubmitTime={} StartTime={} EndTime={}\n", ts(j["submit_ms"]),
-                     ts(j["start_ms"]), ts(j["end_ms"]));
+                     pending ? (expected ? local_time(expected) : "Unknown") : ts(j["start_ms"]),
+                     ts(j["end_ms"]));
+  if (pending && j.value("position", 0) > 0)
+    out += fmt::format("   Position={} (next to start: 1)\n", j["position"].get<int>());
   out += fmt::format("   NodeList={} NumGPUs={} GPUs={}\n", str(j, "nodelist"),
                      j["gpus_requested"].get<int>(), id_list(j["gpus"]));
   if (j.value("shards", 0) > 0)

@@ -107,6 +107,8 @@ void Daemon::schedule_pass() {
   for (auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kPending) continue;
     j.sched_reason = nullptr;
+    j.position = 0;
+    j.expected_start_ms = 0;
     if (draining_) continue;  // pending_reason() says why
     if (j.held) continue;
     const char* why = dependency_reason(j);
@@ -134,6 +136,11 @@ void Daemon::schedule_pass() {
   in.usage = accounting_->decayed(*jobs_, now);
   SchedOutput out = schedule(in);
   for (auto& [id, r] : out.reasons) jobs_->active().at(id).sched_reason = r;
+  for (const auto& e : estimate_starts(in, out)) {
+    Job& w = jobs_->active().at(e.job_id);
+    w.position = e.position;
+    w.expected_start_ms = e.start_ms;
+  }
   if (!out.starts.empty() && !outside_use_checked(now)) return;  // after a fresh look
   for (const auto& s : out.starts) {
     Job* j = jobs_->find(s.job_id);

@@ -278,6 +278,8 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
       r.user = j.user;
       r.running = j.state == JobState::kRunning;
       if (!r.running) r.reason = pending_reason(j);
+      r.position = j.position;
+      r.expected_start_ms = j.expected_start_ms;
       r.nodelist = host_;
       r.elapsed_s = r.running ? std::max<int64_t>(0, (now - j.start_ms) / 1000) : 0;
       r.time_limit_s = j.time_limit_s;
@@ -285,7 +287,9 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
       r.gpus = j.gpus;
       rows.push_back(std::move(r));
     }
-    auto fmt_kind = req.long_format ? QueueFormat::kLong : QueueFormat::kDefault;
+    auto fmt_kind = req.start     ? QueueFormat::kStart
+                    : req.long_format ? QueueFormat::kLong
+                                      : QueueFormat::kDefault;
     return {{"ok", true}, {"text", format_queue(rows, fmt_kind, req.header)}};
   }
   nlohmann::json jobs = nlohmann::json::array();
@@ -336,7 +340,11 @@ nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
     if (!j) continue;
     bool mine = may_control(peer, *j);
     auto o = job_to_json(*j, mine ? own : JobView::kPublic);
-    if (j->state == JobState::kPending) o["reason"] = pending_reason(*j);
+    if (j->state == JobState::kPending) {
+      o["reason"] = pending_reason(*j);
+      o["position"] = j->position;
+      o["expected_start_ms"] = j->expected_start_ms;
+    }
     o["nodelist"] = host_;
     o["may_read"] = mine;
     if (mine) {

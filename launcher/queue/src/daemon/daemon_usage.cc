@@ -240,6 +240,8 @@ nlohmann::json Daemon::op_status(const Request& req) {
     } else if (pending_total++ < max_pending) {
       auto b = job_brief(j, now);
       b["reason"] = pending_reason(j);
+      b["position"] = j.position;
+      b["expected_start_ms"] = j.expected_start_ms;
       pending.push_back(std::move(b));
     }
   }

@@ -262,6 +262,7 @@ void decode_fields(const json& o, Request& r) {
       if (field(o, "user")) r.user = get_string(o, "user", "");
       r.text = get_bool(o, "text", false);
       r.long_format = get_bool(o, "long", false);
+      r.start = get_bool(o, "start", false);
       r.header = get_bool(o, "header", true);
       break;
     case Op::kHistory:

@@ -75,6 +75,7 @@ struct Request {
   int signal = 0;                   // cancel: 0 cancels, 1-64 only signals
   std::optional<std::string> user;  // queue, history
   bool text = false, long_format = false, header = true;  // queue
+  bool start = false;  // queue: START_TIME and POS columns (squeue --start)
   bool all_users = false;                                 // history
   size_t limit = 0;                                       // history: 0 = as many as a reply holds
   size_t max_pending = 500, recent = 20, spark_points = 30;  // status

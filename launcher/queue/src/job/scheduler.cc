@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <set>
 
 namespace gpurun::queue {
 
@@ -165,6 +166,70 @@ SchedOutput schedule(const SchedInput& in) {
     out.reasons.emplace_back(j.id, "Priority");
   }
   return out;
+}
+
+namespace {
+
+// GPUs free over time: a step function, as (time, change) events from now on.
+struct Timeline {
+  int64_t now;
+  int free_now;
+  std::map<int64_t, int> changes;  // time -> GPUs freed (+) or taken (-) then
+
+  int free_at(int64_t t) const {
+    int n = free_now;
+    for (auto it = changes.begin(); it != changes.end() && it->first <= t; ++it) n += it->second;
+    return n;
+  }
+  // The earliest time from which `need` GPUs stay free for `duration_ms` (0: for good).
+  int64_t earliest(int need, int64_t duration_ms) const {
+    std::vector<int64_t> candidates = {now};
+    for (const auto& [t, d] : changes) candidates.push_back(t);
+    for (int64_t t : candidates) {
+      const int64_t end = duration_ms ? t + duration_ms : kNever;
+      bool ok = free_at(t) >= need;
+      for (auto it = changes.upper_bound(t); ok && it != changes.end() && it->first < end; ++it)
+        ok = free_at(it->first) >= need;
+      if (ok) return t;
+    }
+    return kNever;
+  }
+};
+
+}  // namespace
+
+std::vector<SchedEstimate> estimate_starts(const SchedInput& in, const SchedOutput& out) {
+  std::map<int64_t, const SchedJob*> by_id;
+  for (const auto& j : in.waiting) by_id[j.id] = &j;
+  std::set<int> free(in.free_gpus.begin(), in.free_gpus.end());
+  std::set<int64_t> started;
+  Timeline tl{in.now_ms, 0, {}};
+  for (const auto& r : in.running)
+    if (r.end_ms) tl.changes[std::max(r.end_ms, in.now_ms)] += r.gpus;
+  for (const auto& s : out.starts) {  // started in this pass: theirs now, until their limit
+    const SchedJob& j = *by_id.at(s.job_id);
+    started.insert(j.id);
+    for (int g : s.gpus) free.erase(g);
+    if (j.time_limit_s && !j.shards) tl.changes[in.now_ms + j.time_limit_s * 1000] += j.gpus;
+  }
+  tl.free_now = static_cast<int>(free.size());
+  std::vector<SchedEstimate> est;
+  int position = 0;
+  for (const SchedJob* j : priority_order(in)) {
+    if (started.count(j->id)) continue;
+    SchedEstimate e{j->id, ++position, 0};
+    if (position <= kMaxEstimates && !j->shards && j->profile.empty()) {
+      // A job without a limit that gets its GPUs keeps them: the timeline never gives them back.
+      const int64_t t = tl.earliest(j->gpus, j->time_limit_s * 1000);
+      if (t != kNever) {
+        e.start_ms = t;
+        tl.changes[t] -= j->gpus;
+        if (j->time_limit_s) tl.changes[t + j->time_limit_s * 1000] += j->gpus;
+      }
+    }
+    est.push_back(e);
+  }
+  return est;
 }
 
 }  // namespace gpurun::queue

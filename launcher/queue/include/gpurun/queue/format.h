@@ -14,7 +14,7 @@ std::string time_limit_text(int64_t seconds);      // UNLIMITED, or squeue_time
 std::string sacct_elapsed(int64_t seconds);        // 00:00:21, 2-01:43:21
 std::string exit_code_text(int code, int signal);  // "1:0", "0:9"
 
-enum class QueueFormat { kDefault, kLong };
+enum class QueueFormat { kDefault, kLong, kStart };  // kStart: squeue --start's START_TIME
 
 // One line of `gpuq queue`.
 struct QueueRow {
@@ -23,7 +23,10 @@ struct QueueRow {
   int64_t elapsed_s = 0, time_limit_s = 0;
   int gpus_requested = 0;
   std::vector<int> gpus;
+  int position = 0;               // pending: its place in the scheduling order (1 = next)
+  int64_t expected_start_ms = 0;  // pending: when it should start (0: unknown)
 };
+std::string local_time(int64_t ms);  // 2026-11-27T14:20:00 in the local zone, as squeue prints
 QueueRow queue_row_from_json(const nlohmann::json& job, int64_t now_ms);  // a queue --json entry
 // Running rows first, then pending ones, each group in the given order (squeue sorts by state).
 // The daemon formats text itself, so listing 10,000 jobs never serializes them to JSON.

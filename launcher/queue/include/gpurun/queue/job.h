@@ -179,6 +179,8 @@ struct Job {
   std::string submit_key;
   std::string boot_id;  // the machine's boot while RUNNING: a different one means it rebooted
   const char* sched_reason = nullptr;  // daemon memory only: the last scheduling verdict
+  int position = 0;                    // daemon memory only: its place in the order (1 = next)
+  int64_t expected_start_ms = 0;       // daemon memory only: squeue --start's (0: unknown)
   // Spec fields that are only needed to start the job.
   std::string script;
   std::vector<std::string> args;

@@ -66,6 +66,20 @@ struct SchedOutput {
 
 SchedOutput schedule(const SchedInput& in);
 
+// Where each job still waiting after `out` stands: its place in the scheduling order (1 = next)
+// and when it is expected to start (squeue --start), from the running jobs' time limits and,
+// in order, each job ahead taking its GPUs for its own limit (for good when it has none); 0 when
+// that cannot be told (jobs without a limit hold the GPUs it needs, a shard or MIG-profile job,
+// or past the first kMaxEstimates in the order). Like Slurm's, an estimate, not a promise:
+// jobs end early, and new ones of higher priority come.
+struct SchedEstimate {
+  int64_t job_id = 0;
+  int position = 0;
+  int64_t start_ms = 0;
+};
+constexpr int kMaxEstimates = 100;
+std::vector<SchedEstimate> estimate_starts(const SchedInput& in, const SchedOutput& out);
+
 // Exponential decay of past usage: value * 2^(-elapsed / half_life).
 double decay_usage(double value, int64_t elapsed_ms, int64_t half_life_ms);
 
