@@ -2,6 +2,7 @@
 // happen before anything starts (with the numbers in the message).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "gpurun/launcher/error.h"
@@ -277,4 +278,20 @@ TEST(Plan, NnodesCapsAndRefuses) {
       << error_of(a, o);
   o.nnodes = NodeRange{2, 2};
   EXPECT_EQ(make_plan(a, o).world_size, 2) << "-n with a fixed node count is fine";
+}
+
+// A node left out by --nnodes: srun is told --exclude, so the step cannot land there.
+TEST(Plan, SrunExcludesTheNodesLeftOut) {
+  const Allocation a = cluster({{"node1", 2, 2}, {"node3", 2, 2}});
+  LaunchOptions o;
+  o.launcher = "srun";
+  o.program = {"prog"};
+  o.find_tool = [](const std::string& t) { return std::optional<std::string>("/usr/bin/" + t); };
+  o.exclude_hosts = {"node2", "node4"};
+  const LaunchCommand c = build_launch(a, make_plan(a, {}), o);
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "--exclude=node[2,4]"), c.argv.end());
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "--nodelist=node[1,3]"), c.argv.end());
+  o.exclude_hosts.clear();
+  const LaunchCommand d = build_launch(a, make_plan(a, {}), o);
+  for (const auto& w : d.argv) EXPECT_EQ(w.rfind("--exclude", 0), std::string::npos) << w;
 }
