@@ -147,6 +147,7 @@ class Supervisor {
   std::vector<std::string> monitor_failures_;          // what nodes said, each said once
   std::vector<std::string> monitor_silent_;            // nodes that could not be sampled
   int restarts_ = 0;
+  int attempts_ = 0;  // begun so far (--output-dir's '==> attempt K <==')
   // --nnodes: the nodes left out so far, and those the preflight just failed (left out before
   // the next attempt, which does not count as a restart: no program ran); the first plan's size.
   std::vector<LeftOut> left_out_, preflight_left_out_;

@@ -53,7 +53,8 @@ void Supervisor::begin_attempt() {
   bw_port_ = 0;
   expect_preflight();
   if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
-  if (cfg_.max_restarts > 0) output_->mark_attempt(restarts_ + 1);
+  ++attempts_;  // restarts, and attempts without a failed preflight's nodes (--nnodes)
+  if (cfg_.max_restarts > 0 || cfg_.plan_options.nnodes) output_->mark_attempt(attempts_);
   start_engine();
 }
 
