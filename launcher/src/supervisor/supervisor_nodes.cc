@@ -48,7 +48,7 @@ bool Supervisor::leave_out(const std::vector<LeftOut>& nodes) {
     }
   }
   if (refused) {
-    tell(fmt::format("not going on without {}: {}", hosts_of(nodes), *refused));
+    tell(fmt::format("cannot leave {} out: {}", hosts_of(nodes), *refused));
     return false;
   }
   // The rendezvous port stays; the address follows rank 0's node unless --master-addr set it.

@@ -123,7 +123,7 @@ void Supervisor::arm_checkpoint_timer() {
 
 // After an attempt: Attempt::restart decides; this says so.
 // With --nnodes, a failed preflight's nodes, or the node a failure says died (node_loss.h), are
-// left out of the next attempt, which runs on the rest (or none runs: fewer than MIN left).
+// left out of the next attempt, which runs on the rest.
 bool Supervisor::should_restart() {
   if (restart_without_preflight_failures()) return true;
   switch (attempt_.restart(restarts_, cfg_.max_restarts, forwarded_stop_signal_)) {
@@ -138,9 +138,10 @@ bool Supervisor::should_restart() {
   }
   const Attempt::Failure f = *attempt_.failure();
   std::string which = fmt::format("all {} ranks", world_);
+  // A dead node that cannot be left out (fewer than MIN would be left) restarts as without
+  // --nnodes, on the same nodes: a rank the OOM killer took runs again there.
   if (cfg_.plan_options.nnodes)
-    if (std::optional<LeftOut> dead = dead_node(attempt_)) {
-      if (!leave_out({*dead})) return false;
+    if (std::optional<LeftOut> dead = dead_node(attempt_); dead && leave_out({*dead})) {
       which = fmt::format("{} rank{} on the other {} node{}, without {}", world_,
                           world_ == 1 ? "" : "s", cfg_.plan.nodes.size(),
                           cfg_.plan.nodes.size() == 1 ? "" : "s", dead->host);
