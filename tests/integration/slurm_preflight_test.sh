@@ -11,6 +11,9 @@
 #     node1 in none, and no rank's program ran.
 #  2. --preflight warn --preflight-bandwidth: node2 is named, the job runs all 4 programs, and
 #     node2 reports a figure for its link to node1 (rank 0's node): the 8 MiB echo crossed nodes.
+#  3. --nnodes 1:2: node2 is named and left out; the job runs on node1 alone (srun
+#     --exclude=node2): 2 programs, each with WORLD_SIZE 2 and GPURUN_RESTART_COUNT 0, COMPLETED,
+#     and gpurun's final lines say node2 was left out and why.
 # (slurm_test_lib.sh takes the program as its second argument and a data directory as its third.)
 # Exit 77 (skipped) without root, slurm-wlm or munge.
 set -euo pipefail
@@ -33,7 +36,7 @@ submit() {
   cat >"$work/$job.sbatch" <<EOS
 #!/bin/bash
 export GPURUN_NVIDIA_SMI=$fixture
-exec "$gpurun" $* -- "$sh_bin" -c 'touch "\$0/ran.\$RANK"' "$work/$job"
+exec "$gpurun" $* -- "$sh_bin" -c 'echo "\$WORLD_SIZE \$GPURUN_RESTART_COUNT \$SLURMD_NODENAME" >"\$0/ran.\$RANK"' "$work/$job"
 EOS
   jobid=$(sbatch --parsable --nodes=2 --ntasks-per-node=2 --gres=gpu:2 --cpus-per-task=1 --time=5 \
     --job-name="gpurun-$job" -o "$out" "$work/$job.sbatch") || fail "sbatch $job"
@@ -59,4 +62,22 @@ grep -Fxq "$line" "$out" || fail "warn: node2 is not named"
 bw=$(grep -E "^gpurun: preflight: node node2: [0-9]+ MB/s to rank 0's node node1 \(8 MiB each way\)$" "$out") ||
   fail "no bandwidth figure for node2"
 ! grep -q "MB/s to rank 0's node node1" <(grep "node node1:" "$out") || fail "a figure for rank 0's own node"
-echo "$name: PASS (warn ran 4 programs; $bw)"
+echo "$name: ok: warn ran 4 programs; $bw"
+
+submit nnodes --nnodes 1:2
+[[ $st == COMPLETED ]] || fail "job $jobid (--nnodes 1:2) ended $st"
+grep -Fxq "$line" "$out" || fail "nnodes: node2 is not named"
+grep -Fxq "gpurun: preflight failed on 1 of 2 nodes: leaving it out (--nnodes 1:2)" "$out" ||
+  fail "nnodes: no line that leaves node2 out"
+grep -Fxq "gpurun: starting 2 ranks on the other 1 node, without node2 (--nnodes 1:2)" "$out" ||
+  fail "nnodes: no line that starts on node1"
+[[ $(ran nnodes) == 2 ]] || fail "nnodes: $(ran nnodes) programs ran, want 2"
+for r in 0 1; do
+  [[ $(cat "$work/nnodes/ran.$r") == "2 0 node1" ]] ||
+    fail "nnodes: rank $r had WORLD_SIZE, GPURUN_RESTART_COUNT, node '$(cat "$work/nnodes/ran.$r")', want '2 0 node1'"
+done
+grep -Fxq "gpurun: --nnodes 1:2: node node2 was left out: failed its preflight: GPU 1 (rank 3): 3 uncorrected ECC errors since the driver loaded" \
+  "$out" || fail "nnodes: no final line naming node2 and why"
+grep -Fxq "gpurun: --nnodes 1:2: the last attempt ran on 1 of 2 nodes with WORLD_SIZE 2 (the first had 4)" "$out" ||
+  fail "nnodes: no final line with the WORLD_SIZE"
+echo "$name: PASS (refused; warn ran 4 programs; --nnodes 1:2 ran 2 on node1 without node2)"

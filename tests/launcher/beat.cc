@@ -1,8 +1,8 @@
 // beat.cc: a stand-in rank for gpurun's hang, restart and output tests (built as `beat`, and as
 // `beat_mpi` with an MPI_Allreduce every step).
 //
-//   beat [--steps N] [--interval-ms MS] [--hang-rank R --hang-step S --hang stop|sleep|exit|abort
-//        [--on-attempt K]] [--lines N --line-bytes B]
+//   beat [--steps N] [--interval-ms MS] [--hang-rank R --hang-step S
+//        --hang stop|sleep|exit|abort|kill [--on-attempt K]] [--lines N --line-bytes B]
 //
 // Each step it writes the step number to $GPURUN_HEARTBEAT (the contract of
 // launcher/src/wrapper/rank_folder.h: decimal at offset 0, fixed width), then (beat_mpi) joins an
@@ -97,6 +97,7 @@ void hang(const std::string& how) {
   if (how == "abort") MPI_Abort(MPI_COMM_WORLD, 5);
 #endif
   if (how == "stop") raise(SIGSTOP);
+  if (how == "kill") raise(SIGKILL);  // as the OOM killer, or a node that goes
   for (;;) {
     timespec t{3600, 0};
     nanosleep(&t, nullptr);

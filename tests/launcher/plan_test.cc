@@ -2,6 +2,7 @@
 // happen before anything starts (with the numbers in the message).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 
 #include "gpurun/launcher/error.h"
@@ -230,4 +231,67 @@ TEST(Plan, ContractRefusals) {
             std::string::npos);
   o.contracts.tf = false;
   EXPECT_EQ(error_of(cluster({{"a", 2, 2}}), o), "");
+}
+
+// --nnodes N or MIN:MAX: counts from 1, MIN <= MAX; anything else is refused by name.
+TEST(Plan, NnodesParsesAndRefuses) {
+  NodeRange r = parse_nnodes("1:2");
+  EXPECT_EQ(r.min, 1);
+  EXPECT_EQ(r.max, 2);
+  r = parse_nnodes("3");
+  EXPECT_EQ(r.min, 3);
+  EXPECT_EQ(r.max, 3);
+  const auto error = [](const std::string& text) {
+    try {
+      parse_nnodes(text);
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  for (const char* bad : {"", ":", "0:2", "2:1", "1:", ":2", "a", "1:2:3", "-1:2", "1.5"})
+    EXPECT_EQ(error(bad).rfind(std::string("--nnodes '") + bad + "': ", 0), 0u) << error(bad);
+  EXPECT_EQ(error("2:1"), "--nnodes '2:1': MAX (1) is below MIN (2)");
+  EXPECT_EQ(error("0"), "--nnodes '0': MIN must be at least 1 node");
+}
+
+// MAX caps the nodes used (the first MAX, in the allocation's order); fewer than MIN nodes in the
+// allocation, or -n with a world size that must follow the nodes, are refused before any start.
+TEST(Plan, NnodesCapsAndRefuses) {
+  const Allocation a = cluster({{"n1", 2, 2}, {"n2", 2, 2}, {"n3", 2, 2}});
+  PlanOptions o;
+  o.nnodes = NodeRange{1, 2};
+  RankPlan p = make_plan(a, o);
+  ASSERT_EQ(p.nodes.size(), 2u);
+  EXPECT_EQ(p.nodes[1].host, "n2");
+  EXPECT_EQ(p.world_size, 4);
+  o.nnodes = NodeRange{1, 5};
+  EXPECT_EQ(make_plan(a, o).world_size, 6) << "MAX above the allocation: every node";
+  o.nnodes = NodeRange{4, 4};
+  EXPECT_EQ(
+      error_of(a, o),
+      "--nnodes 4 needs at least 4 nodes, but the Slurm allocation has 3 (n1: 2, n2: 2, n3: 2)");
+  o.nnodes = NodeRange{1, 2};
+  o.ntasks = 2;
+  EXPECT_NE(error_of(a, o).find("-n 2 with --nnodes 1:2: the world size follows the nodes"),
+            std::string::npos)
+      << error_of(a, o);
+  o.nnodes = NodeRange{2, 2};
+  EXPECT_EQ(make_plan(a, o).world_size, 2) << "-n with a fixed node count is fine";
+}
+
+// A node left out by --nnodes: srun is told --exclude, so the step cannot land there.
+TEST(Plan, SrunExcludesTheNodesLeftOut) {
+  const Allocation a = cluster({{"node1", 2, 2}, {"node3", 2, 2}});
+  LaunchOptions o;
+  o.launcher = "srun";
+  o.program = {"prog"};
+  o.find_tool = [](const std::string& t) { return std::optional<std::string>("/usr/bin/" + t); };
+  o.exclude_hosts = {"node2", "node4"};
+  const LaunchCommand c = build_launch(a, make_plan(a, {}), o);
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "--exclude=node[2,4]"), c.argv.end());
+  EXPECT_NE(std::find(c.argv.begin(), c.argv.end(), "--nodelist=node[1,3]"), c.argv.end());
+  o.exclude_hosts.clear();
+  const LaunchCommand d = build_launch(a, make_plan(a, {}), o);
+  for (const auto& w : d.argv) EXPECT_EQ(w.rfind("--exclude", 0), std::string::npos) << w;
 }

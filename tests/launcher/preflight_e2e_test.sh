@@ -10,7 +10,8 @@
 # and the reason in one line, exit 1, no program ran (the default, --preflight fail); --preflight
 # warn names it and runs the job; --preflight off checks nothing; healthy or unreported ([N/A])
 # figures pass silently; a missing nvidia-smi is said and the job runs; bad option values are
-# refused; --preflight-bandwidth on one node measures nothing and passes.
+# refused; --preflight-bandwidth on one node measures nothing and passes; --nnodes 1:2 on one node
+# cannot leave the failing node out (none would be left) and says so; its bad values are refused.
 set -euo pipefail
 gpurun=$1 fixtures=$2/fixtures/nvidia-smi
 work=$(mktemp -d /tmp/gpurun-preflight.XXXXXX)
@@ -123,6 +124,31 @@ for bad in "--preflight on:--preflight 'on': expected off, warn or fail" \
   [[ ! -e $work/started ]] || fail "'${bad%%:*}' started a rank"
 done
 echo "ok: bad values refused"
+
+# --nnodes on one node (1: run() passes -n, which MIN < MAX refuses): a failing node would leave none, so the job is refused as without
+# it, and says why; a healthy node runs; bad values and too few nodes are refused (exit 2).
+run nnodes "$fixtures/nvidia-smi-health-ecc" 0,1,2,3 4 --nnodes 1
+[[ $rc == 1 ]] || fail "nnodes: gpurun exited $rc, want 1"
+grep -Fxq "gpurun: preflight failed on 1 of 1 node: no program started (--preflight warn starts anyway, --preflight off skips the checks; fewer than --nnodes 1 would be left without them)" \
+  "$work/nnodes.err" || fail "nnodes: no refusal line that names --nnodes"
+[[ $(ran nnodes) == 0 ]] || fail "nnodes: a program ran"
+run nnodes_ok "$fixtures/nvidia-smi-health-ok" 0,1 2 --nnodes 1
+[[ $rc == 0 && $(ran nnodes_ok) == 2 ]] || fail "nnodes_ok: exited $rc, $(ran nnodes_ok) programs ran"
+! grep -q "left out" "$work/nnodes_ok.err" || fail "nnodes_ok: a node was left out"
+for bad in "--nnodes 0|--nnodes '0': MIN must be at least 1 node" \
+  "--nnodes 2:1|--nnodes '2:1': MAX (1) is below MIN (2)" \
+  "--nnodes 2|--nnodes 2 needs at least 2 nodes, but the local allocation has 1" \
+  "--nnodes 1:2 -n 2|-n 2 with --nnodes 1:2: the world size follows the nodes"; do
+  rc=0
+  arg=${bad%%|*} want=${bad#*|}
+  # shellcheck disable=SC2086
+  out=$("$gpurun" --scheduler local $arg -- touch "$work/started" 2>&1) || rc=$?
+  [[ $rc == 2 ]] || fail "'$arg' exited $rc, want 2: $out"
+  grep -qF -- "$want" <<<"$out" || fail "'$arg' said '$out', want '$want'"
+  [[ ! -e $work/started ]] || fail "'$arg' started a rank"
+done
+"$gpurun" --help | grep -q -- "--nnodes MIN:MAX" || fail "--help does not list --nnodes"
+echo "ok: --nnodes on one node: refused with the reason, healthy runs, bad values refused"
 
 "$gpurun" --help | grep -q -- "--preflight arg (=fail)" || fail "--help does not list --preflight"
 "$gpurun" --help | grep -q -- "--preflight-bandwidth" || fail "--help does not list --preflight-bandwidth"

@@ -12,6 +12,8 @@
 #    reported in one line without the engine's banners.
 # 4. A signal from the user, and a checkpoint stop (USR1, then exit 0), are not failures.
 # 5. MPI_Abort in every rank is said in one line, without Open MPI's frame.
+# 6. --nnodes 1 on one node: a rank SIGKILLed would leave its node out, but none would be left;
+#    gpurun says so and restarts all ranks on the same node, as without --nnodes.
 set -euo pipefail
 gpurun=$1 beat_mpi=$2
 work=$(mktemp -d /tmp/gpurun-restart.XXXXXX)
@@ -95,3 +97,15 @@ run -- "$beat_mpi" --steps 15 --interval-ms 20 --hang-rank all --hang-step 3 --h
 ! grep -q "MPI_ABORT was invoked\|more process.* sent help message\|show_help.c" "$work/log" ||
   fail "MPI_Abort: Open MPI's frame (or what is left of it) reached the terminal"
 echo "ok: MPI_Abort in every rank: $(grep 'MPI_Abort' "$work/log" | sed 's/^gpurun: //')"
+
+# 6. --nnodes 1 on one node: the node cannot be left out (none would be left): said, and all
+#    ranks restart on the same node.
+host=$("$gpurun" info --json --scheduler local | python3 -c 'import json,sys; print(json.load(sys.stdin)["nodes"][0]["host"])')
+run --nnodes 1 --max-restarts 1 -- "$beat_mpi" --steps 15 --interval-ms 20 --hang-rank 1 \
+  --hang-step 5 --hang kill --on-attempt 0 >/dev/null || fail "--nnodes 1, rank killed once: exit $?"
+grep -Fxq "gpurun: cannot leave $host out: 0 nodes would be left, fewer than --nnodes 1 allows" "$work/log" ||
+  fail "--nnodes 1: no line saying the node cannot be left out"
+grep -q "rank 1 on $host was killed by signal 9 (SIGKILL) after .* s: restarting all 2 ranks (restart 1 of 1)" \
+  "$work/log" || fail "--nnodes 1: not restarted on the same node"
+! grep -q "was left out" "$work/log" || fail "--nnodes 1: a node was said to be left out"
+echo "ok: --nnodes 1: $(grep 'cannot leave' "$work/log" | sed 's/^gpurun: //'); restarted on the same node"

@@ -107,5 +107,42 @@ TEST_F(CheckpointTempTest, UnusableDirectoryIsNamed) {
   }
 }
 
+// A checkpoint of 4 ranks x 8 resumed by 2 ranks x 8 (gpurun --nnodes left a node out): the
+// position carries over in samples (step 10 of 4x8 is sample 320, step 20 of 2x8), so the shuffle
+// of (seed, epoch) goes on where it stopped; a position past the new epoch's end starts the next.
+TEST(CheckpointRescale, PositionCarriesOverInSamples) {
+  Checkpoint c;
+  c.world_size = 4;
+  c.batch_per_rank = 8;
+  c.epoch = 1;
+  c.step = 10;
+  c.global_step = 110;
+  c.epoch_seen = 320;
+  ASSERT_TRUE(rescale_position(c, 2, 8, 200));
+  EXPECT_EQ(c.epoch, 1);
+  EXPECT_EQ(c.step, 20);
+  EXPECT_EQ(c.global_step, 220);
+  EXPECT_EQ(c.epoch_seen, 320) << "sums are in samples already";
+  EXPECT_EQ(c.world_size, 2);
+  EXPECT_FALSE(rescale_position(c, 2, 8, 200)) << "the same shape: nothing changes";
+
+  Checkpoint up;  // 1 rank x 8 at step 3 resumed by 2 x 8: rounded down to step 1 (sample 16)
+  up.world_size = 1;
+  up.batch_per_rank = 8;
+  up.step = 3;
+  ASSERT_TRUE(rescale_position(up, 2, 8, 100));
+  EXPECT_EQ(up.step, 1);
+
+  Checkpoint end;  // step 99 of 1x8 is past the end of an epoch of 2x8 with 49 steps
+  end.world_size = 1;
+  end.batch_per_rank = 8;
+  end.step = 99;
+  end.epoch_seen = 792;
+  ASSERT_TRUE(rescale_position(end, 2, 8, 49));
+  EXPECT_EQ(end.epoch, 1);
+  EXPECT_EQ(end.step, 0);
+  EXPECT_EQ(end.epoch_seen, 0);
+}
+
 }  // namespace
 }  // namespace gpurun::runtime

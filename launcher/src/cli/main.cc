@@ -106,6 +106,10 @@ void add_plan_options(po::options_description& d) {
                   "total ranks (default: the allocation's task slots; 1 GPU per rank locally)")(
       "nproc-per-node", po::value<std::string>()->default_value("auto"),
       "ranks per node: N, gpu (one per GPU) or auto")(
+      "nnodes", po::value<std::string>()->value_name("MIN:MAX"),
+      "run on at most MAX of the allocation's nodes; a node that fails its preflight, or dies "
+      "while --max-restarts remain, is left out and the job goes on (WORLD_SIZE recomputed) "
+      "while at least MIN nodes are left; N means N:N")(
       "gpus-per-rank", po::value<int>(), "GPUs each rank gets (default 1 where GPUs exist)")(
       "cpus-per-rank", po::value<int>(),
       "OMP_NUM_THREADS of each rank (default: from the scheduler)")(
@@ -124,6 +128,7 @@ void add_plan_options(po::options_description& d) {
 PlanOptions plan_options(const po::variables_map& vm) {
   PlanOptions o;
   if (vm.count("ntasks")) o.ntasks = vm["ntasks"].as<int>();
+  if (vm.count("nnodes")) o.nnodes = parse_nnodes(vm["nnodes"].as<std::string>());
   parse_nproc_per_node(vm["nproc-per-node"].as<std::string>(), o);
   o.contracts = parse_contracts(vm["contract"].as<std::string>());
   if (vm.count("gpus-per-rank")) o.gpus_per_rank = vm["gpus-per-rank"].as<int>();

@@ -182,6 +182,7 @@ void srun_command(const RankPlan& p, const LaunchOptions& o, LaunchCommand& c) {
   c.argv = {find(o, "srun").value_or("srun"), "--kill-on-bad-exit=1",
             fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size),
             "--nodelist=" + compress_hostlist(hosts)};
+  if (!o.exclude_hosts.empty()) c.argv.push_back("--exclude=" + compress_hostlist(o.exclude_hosts));
   bool uniform = true;
   for (const auto& n : p.nodes) uniform = uniform && n.ranks == p.nodes.front().ranks;
   if (uniform) {

@@ -26,6 +26,24 @@ void parse_nproc_per_node(const std::string& value, PlanOptions& opts) {
   }
 }
 
+NodeRange parse_nnodes(const std::string& text) {
+  const auto number = [&](const std::string& word) {
+    if (word.empty() || word.size() > 6 ||
+        word.find_first_not_of("0123456789") != std::string::npos)
+      throw Error(fmt::format(
+          "--nnodes '{}': expected N or MIN:MAX, node counts from 1 (as in --nnodes 1:2)", text));
+    return std::stoi(word);
+  };
+  const std::size_t colon = text.find(':');
+  NodeRange r;
+  r.min = number(text.substr(0, colon));
+  r.max = colon == std::string::npos ? r.min : number(text.substr(colon + 1));
+  if (r.min < 1) throw Error(fmt::format("--nnodes '{}': MIN must be at least 1 node", text));
+  if (r.max < r.min)
+    throw Error(fmt::format("--nnodes '{}': MAX ({}) is below MIN ({})", text, r.max, r.min));
+  return r;
+}
+
 Contracts parse_contracts(const std::string& value) {
   const auto bad = [&](const std::string& why) {
     return Error(fmt::format(
@@ -216,8 +234,40 @@ void check_tf_ports(const RankPlan& p) {
 
 }  // namespace
 
-RankPlan make_plan(const Allocation& a, const PlanOptions& o) {
-  if (a.nodes.empty()) throw Error("the allocation has no nodes");
+namespace {
+
+// --nnodes: at least MIN nodes in the allocation; the first MAX of them. -n cannot follow a
+// world size that changes with the nodes, so MIN < MAX refuses it.
+Allocation nodes_in_range(const Allocation& a, const PlanOptions& o) {
+  if (!o.nnodes) return a;
+  const NodeRange& r = *o.nnodes;
+  const int have = static_cast<int>(a.nodes.size());
+  const std::string range =
+      r.min == r.max ? std::to_string(r.min) : fmt::format("{}:{}", r.min, r.max);
+  if (have < r.min)
+    throw Error(
+        fmt::format("--nnodes {} needs at least {} node{}, but the {} allocation has {} ({})",
+                    range, r.min, r.min == 1 ? "" : "s", a.flavor, have, slots_summary(a)));
+  if (o.ntasks && r.min < r.max)
+    throw Error(fmt::format(
+        "-n {} with --nnodes {}: the world size follows the nodes that are left, so -n cannot "
+        "hold it; use --nproc-per-node (ranks per node) instead",
+        *o.ntasks, range));
+  if (a.step_task && have > r.max)
+    throw Error(fmt::format(
+        "--nnodes {}: gpurun runs as one task of a {} step over {} nodes, which placed the ranks "
+        "already; run gpurun once per job (not under {}) to choose the nodes",
+        range, a.step_task->engine, have, a.step_task->engine));
+  Allocation out = a;
+  if (have > r.max) out.nodes.resize(static_cast<std::size_t>(r.max));
+  return out;
+}
+
+}  // namespace
+
+RankPlan make_plan(const Allocation& all, const PlanOptions& o) {
+  if (all.nodes.empty()) throw Error("the allocation has no nodes");
+  const Allocation a = nodes_in_range(all, o);
   if (o.ntasks && *o.ntasks < 1)
     throw Error(fmt::format("-n {}: expected at least 1 rank", *o.ntasks));
   if (o.gpus_per_rank && *o.gpus_per_rank < 0)

@@ -84,8 +84,8 @@ bool Attempt::on_end(int r) {
 
 bool Attempt::fail(int r, std::string what, int status, double seconds) {
   if (failure_) return false;
-  failure_ =
-      Failure{r, r >= 0 ? rank(r).host : "", std::move(what), status, seconds, all_running()};
+  failure_ = Failure{
+      r, r >= 0 ? rank(r).host : "", std::move(what), status, seconds, all_running(), false};
   return true;
 }
 
@@ -97,12 +97,17 @@ bool Attempt::fail_by_end(int r, const ProgramEnd& e) {
   std::string what = e.signal ? fmt::format("was killed by signal {} ({})", e.signal,
                                             common::signal_name(e.signal))
                               : fmt::format("exited with code {}", e.code);
-  return fail(r, std::move(what), status, e.seconds);
+  if (!fail(r, std::move(what), status, e.seconds)) return false;
+  failure_->died = e.signal != 0;
+  return true;
 }
 
 bool Attempt::on_lost(int r, double seconds) {
   if (!on_end(r)) return false;
-  return fail(r, "was lost (its wrapper ended without reporting: killed?)", 137, seconds);
+  if (!fail(r, "was lost (its wrapper ended without reporting: killed?)", 137, seconds))
+    return false;
+  failure_->died = true;
+  return true;
 }
 
 // A terminal sends SIGINT to a whole process group: a rank that dies of it was stopped by its

@@ -37,6 +37,9 @@ class Attempt {
     int status;
     double seconds;    // -1: unknown
     bool all_running;  // every rank's program had started when it failed
+    // Killed by a signal, or its wrapper vanished: how a rank ends when its node dies (an exit
+    // code is the program's own verdict, the same on any node). node_loss.h reads it.
+    bool died = false;
   };
   // How a rank's program ended, as its wrapper reported (EXIT).
   struct ProgramEnd {

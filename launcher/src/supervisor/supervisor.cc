@@ -31,6 +31,8 @@ Supervisor::Supervisor(RunConfig& cfg)
       world_(cfg.plan.world_size),
       single_machine_(cfg.alloc.scheduler == Scheduler::local ||
                       cfg.alloc.scheduler == Scheduler::gpuq),
+      first_world_(world_),
+      first_nodes_(cfg.plan.nodes.size()),
       attempt_(world_, cfg.hang_timeout) {}
 
 int Supervisor::run() {
@@ -50,7 +52,9 @@ int Supervisor::run() {
   }
   hostfile_.reset();
   monitor_summary();
-  return result();
+  const int status = result();
+  report_left_out();
+  return status;
 }
 
 bool Supervisor::engine_done() const {

@@ -21,15 +21,16 @@
 #include <string>
 #include <vector>
 
+#include "cli/run.h"
 #include "control/control.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/launch.h"
 #include "monitor/monitor.h"
-#include "sys/net.h"
 #include "supervisor/attempt.h"
+#include "supervisor/node_loss.h"
 #include "supervisor/output.h"
+#include "sys/net.h"
 #include "sys/proc_util.h"
-#include "cli/run.h"
 
 namespace gpurun::launcher {
 
@@ -66,6 +67,11 @@ class Supervisor {
   void start_engine();
   void arm_checkpoint_timer();
   bool should_restart();
+
+  // --nnodes MIN:MAX (supervisor_nodes.cc): leaving nodes out of the next attempt.
+  bool restart_without_preflight_failures();
+  bool leave_out(const std::vector<LeftOut>& nodes);
+  void report_left_out() const;
 
   // The loop and its events (supervisor.cc).
   bool attempt_done();
@@ -129,7 +135,7 @@ class Supervisor {
   int requeue_after_checkpoint();
 
   RunConfig& cfg_;
-  const int world_;
+  int world_;  // this attempt's ranks: --nnodes may leave nodes out of the next one
   const bool single_machine_;
   net::Listener control_;
   std::string control_host_;
@@ -141,6 +147,12 @@ class Supervisor {
   std::vector<std::string> monitor_failures_;          // what nodes said, each said once
   std::vector<std::string> monitor_silent_;            // nodes that could not be sampled
   int restarts_ = 0;
+  int attempts_ = 0;  // begun so far (--output-dir's '==> attempt K <==')
+  // --nnodes: the nodes left out so far, and those the preflight just failed (left out before
+  // the next attempt, which does not count as a restart: no program ran); the first plan's size.
+  std::vector<LeftOut> left_out_, preflight_left_out_;
+  int first_world_ = 0;
+  std::size_t first_nodes_ = 0;
   int forwarded_stop_signal_ = 0;
   // Ranks that ended after the user's stop (INT/TERM/HUP to gpurun, or a rank's own SIGINT from
   // the terminal): by the signal, and otherwise ("rank 1 exited with code 1"). Not failures.

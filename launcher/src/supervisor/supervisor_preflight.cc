@@ -87,10 +87,24 @@ void Supervisor::report_preflight() {
     tell(fmt::format("preflight failed on {}: starting anyway (--preflight warn)", of));
     return;
   }
-  tell(
-      fmt::format("preflight failed on {}: no program started (--preflight warn starts anyway, "
-                  "--preflight off skips the checks)",
-                  of));
+  if (cfg_.plan_options.nnodes) {
+    std::vector<LeftOut> bad = failed_preflight_nodes(attempt_);
+    const int left = static_cast<int>(without_nodes(cfg_.alloc, bad).nodes.size());
+    if (!too_few_nodes(left, *cfg_.plan_options.nnodes)) {
+      tell(fmt::format("preflight failed on {}: leaving {} out (--nnodes {})", of,
+                       bad.size() == 1 ? "it" : "them", to_string(*cfg_.plan_options.nnodes)));
+      preflight_left_out_ = std::move(bad);
+    }
+  }
+  if (preflight_left_out_.empty())
+    tell(
+        fmt::format("preflight failed on {}: no program started (--preflight warn starts anyway, "
+                    "--preflight off skips the checks{})",
+                    of,
+                    cfg_.plan_options.nnodes
+                        ? fmt::format("; fewer than --nnodes {} would be left without them",
+                                      to_string(*cfg_.plan_options.nnodes))
+                        : ""));
   attempt_.fail(-1, "failed its preflight", kPreflightStatus, proc::now_seconds() - t0_);
   begin_stop("");
 }

@@ -53,7 +53,8 @@ void Supervisor::begin_attempt() {
   bw_port_ = 0;
   expect_preflight();
   if (checkpoint_at_ > 0) timers_.set(Timer::checkpoint, checkpoint_at_);
-  if (cfg_.max_restarts > 0) output_->mark_attempt(restarts_ + 1);
+  ++attempts_;  // restarts, and attempts without a failed preflight's nodes (--nnodes)
+  if (cfg_.max_restarts > 0 || cfg_.plan_options.nnodes) output_->mark_attempt(attempts_);
   start_engine();
 }
 
@@ -121,7 +122,10 @@ void Supervisor::arm_checkpoint_timer() {
 }
 
 // After an attempt: Attempt::restart decides; this says so.
+// With --nnodes, a failed preflight's nodes, or the node a failure says died (node_loss.h), are
+// left out of the next attempt, which runs on the rest.
 bool Supervisor::should_restart() {
+  if (restart_without_preflight_failures()) return true;
   switch (attempt_.restart(restarts_, cfg_.max_restarts, forwarded_stop_signal_)) {
     case Attempt::Restart::no:
       return false;
@@ -132,10 +136,19 @@ bool Supervisor::should_restart() {
     case Attempt::Restart::yes:
       break;
   }
-  const Attempt::Failure& f = *attempt_.failure();
+  const Attempt::Failure f = *attempt_.failure();
+  std::string which = fmt::format("all {} ranks", world_);
+  // A dead node that cannot be left out (fewer than MIN would be left) restarts as without
+  // --nnodes, on the same nodes: a rank the OOM killer took runs again there.
+  if (cfg_.plan_options.nnodes)
+    if (std::optional<LeftOut> dead = dead_node(attempt_); dead && leave_out({*dead})) {
+      which = fmt::format("{} rank{} on the other {} node{}, without {}", world_,
+                          world_ == 1 ? "" : "s", cfg_.plan.nodes.size(),
+                          cfg_.plan.nodes.size() == 1 ? "" : "s", dead->host);
+    }
   ++restarts_;
-  tell(fmt::format("rank {} on {} {}{}: restarting all {} ranks (restart {} of {})", f.rank, f.host,
-                   f.what, f.seconds >= 0 ? fmt::format(" after {:.1f} s", f.seconds) : "", world_,
+  tell(fmt::format("rank {} on {} {}{}: restarting {} (restart {} of {})", f.rank, f.host, f.what,
+                   f.seconds >= 0 ? fmt::format(" after {:.1f} s", f.seconds) : "", which,
                    restarts_, cfg_.max_restarts));
   return true;
 }

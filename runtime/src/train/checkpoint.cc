@@ -145,4 +145,20 @@ Checkpoint load_checkpoint(const std::string& path) {
   return c;
 }
 
+bool rescale_position(Checkpoint& c, int world, int batch_per_rank, std::int64_t steps_per_epoch) {
+  const std::int64_t was = std::int64_t(c.world_size) * c.batch_per_rank;
+  const std::int64_t now = std::int64_t(world) * batch_per_rank;
+  if (was <= 0 || now <= 0 || was == now) return false;
+  c.step = c.step * was / now;
+  c.global_step = c.global_step * was / now;
+  if (c.step >= steps_per_epoch) {
+    ++c.epoch;
+    c.step = 0;
+    c.epoch_loss_sum = c.epoch_correct = c.epoch_seen = 0;
+  }
+  c.world_size = world;
+  c.batch_per_rank = batch_per_rank;
+  return true;
+}
+
 }  // namespace gpurun::runtime

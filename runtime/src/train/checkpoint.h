@@ -37,5 +37,12 @@ void save_checkpoint(const std::string& dir, const Checkpoint& c);
 // Throws std::runtime_error naming the file when it is missing, truncated or corrupt.
 Checkpoint load_checkpoint(const std::string& path);
 bool checkpoint_exists(const std::string& dir);
+// A checkpoint written at another world size or batch (gpurun --nnodes restarted on fewer
+// nodes): every rank deals from the same (seed, epoch) shuffle, a step taking the next
+// world x batch samples of it, so the position in samples is what carries over. Rescales `c`'s
+// step and global step to a step of `world` x `batch_per_rank` samples (rounded down: at most one
+// step's samples are seen again); a position at or past the epoch's `steps_per_epoch` becomes
+// the next epoch's start, with its sums zeroed. False when nothing changed.
+bool rescale_position(Checkpoint& c, int world, int batch_per_rank, std::int64_t steps_per_epoch);
 
 }  // namespace gpurun::runtime

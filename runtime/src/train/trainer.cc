@@ -146,11 +146,15 @@ bool Loop::resume() {
     }
     have = 1;
   });
-  if (have && (ck.seed != cfg_.seed || ck.world_size != world_ ||
-               ck.batch_per_rank != cfg_.batch_per_rank)) {
-    log_ << "warning: checkpoint was written with seed " << ck.seed << ", " << ck.world_size
-         << " ranks x " << ck.batch_per_rank << "; this run has seed " << cfg_.seed << ", "
-         << world_ << " x " << cfg_.batch_per_rank << ": the data order will differ\n";
+  if (have && ck.seed != cfg_.seed) {
+    log_ << "warning: checkpoint was written with seed " << ck.seed << "; this run has seed "
+         << cfg_.seed << ": the data order will differ\n";
+  }
+  const std::int32_t was_world = ck.world_size, was_batch = ck.batch_per_rank;
+  if (have && rescale_position(ck, world_, cfg_.batch_per_rank, spe_)) {
+    log_ << "checkpoint was written with " << was_world << " ranks x " << was_batch
+         << "; this run has " << world_ << " x " << cfg_.batch_per_rank
+         << ": its position is carried over in samples\n";
   }
   pg_.broadcast(&have, sizeof have, 0);
   if (!have) {

@@ -41,6 +41,9 @@ struct LaunchOptions {
   std::string container_runtime = "auto";
   bool srun_pyxis = false;
   std::string workdir;
+  // Nodes left out of this attempt (--nnodes): srun gets --exclude for them, so the step cannot
+  // land there; the other engines are given only the plan's hosts.
+  std::vector<std::string> exclude_hosts = {};
 };
 
 struct LaunchCommand {

@@ -26,8 +26,20 @@ Contracts parse_contracts(const std::string& value);
 // "torch,tf,jax" (those set, in that order); "" when none is.
 std::string to_string(const Contracts& c);
 
+// --nnodes MIN:MAX: the job runs on at most MAX of the allocation's nodes (the first MAX, in its
+// order), and goes on while at least MIN of them are healthy (nodes that fail their preflight,
+// or die mid-run, are left out of the next attempt: supervisor/node_loss.h).
+struct NodeRange {
+  int min = 1;
+  int max = 1;
+};
+
+// Parses --nnodes: "N" (N:N) or "MIN:MAX", 1 <= MIN <= MAX. Throws Error saying what is wrong.
+NodeRange parse_nnodes(const std::string& text);
+
 struct PlanOptions {
   std::optional<int> ntasks;                    // -n: total ranks
+  std::optional<NodeRange> nnodes;              // --nnodes
   NprocMode nproc_mode = NprocMode::automatic;  // --nproc-per-node auto|gpu|N
   int nproc_per_node = 0;                       // N when nproc_mode == count
   std::optional<int> gpus_per_rank;             // --gpus-per-rank
@@ -70,6 +82,7 @@ struct RankPlan {
   std::vector<std::string> notes;
 };
 
+// With --nnodes, the allocation must have at least MIN nodes, and the plan takes its first MAX.
 RankPlan make_plan(const Allocation& alloc, const PlanOptions& opts);
 
 // The rendezvous port for a job: a hash of the job id over [15000, 32000), below Linux's
