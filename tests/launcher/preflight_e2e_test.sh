@@ -147,10 +147,13 @@ for bad in "--nnodes 0|--nnodes '0': MIN must be at least 1 node" \
   grep -qF -- "$want" <<<"$out" || fail "'$arg' said '$out', want '$want'"
   [[ ! -e $work/started ]] || fail "'$arg' started a rank"
 done
-"$gpurun" --help | grep -q -- "--nnodes MIN:MAX" || fail "--help does not list --nnodes"
+# --help read whole first: `gpurun --help | grep -q` fails under pipefail when grep quits early
+# and gpurun dies of SIGPIPE (a flake seen in CI).
+help=$("$gpurun" --help)
+grep -q -- "--nnodes MIN:MAX" <<<"$help" || fail "--help does not list --nnodes"
 echo "ok: --nnodes on one node: refused with the reason, healthy runs, bad values refused"
 
-"$gpurun" --help | grep -q -- "--preflight arg (=fail)" || fail "--help does not list --preflight"
-"$gpurun" --help | grep -q -- "--preflight-bandwidth" || fail "--help does not list --preflight-bandwidth"
-"$gpurun" --help | grep -q -- "--preflight-min-tmp arg (=1G)" || fail "--help does not list --preflight-min-tmp"
+grep -q -- "--preflight arg (=fail)" <<<"$help" || fail "--help does not list --preflight"
+grep -q -- "--preflight-bandwidth" <<<"$help" || fail "--help does not list --preflight-bandwidth"
+grep -q -- "--preflight-min-tmp arg (=1G)" <<<"$help" || fail "--help does not list --preflight-min-tmp"
 echo PASS
