@@ -50,7 +50,7 @@ DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "$
 got=$(/usr/bin/gpurun --version)
 [[ $got == "gpurun $version"* ]] || fail "installed gpurun --version printed '$got'"
 [[ $(man -w gpurun) == /usr/share/man/man1/gpurun.1* ]] || fail "man -w gpurun: $(man -w gpurun 2>&1)"
-/usr/bin/gpuq --help | grep -q "submit" || fail "installed gpuq --help"
+grep -q "submit" <<<"$(/usr/bin/gpuq --help)" || fail "installed gpuq --help"  # no SIGPIPE under pipefail
 grep -qx "ExecStart=/usr/bin/gpuq daemon --state-dir /var/lib/gpuq --socket /run/gpuq.sock" \
   /usr/lib/systemd/system/gpuq.service || fail "the installed unit does not start /usr/bin/gpuq"
 [[ ! -e /etc/systemd/system/multi-user.target.wants/gpuq.service ]] || fail "gpuq.service was enabled"
