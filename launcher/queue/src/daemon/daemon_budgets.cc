@@ -31,6 +31,11 @@ bool user_exists(const std::string& name) {
   return getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &found) == 0 && found;
 }
 
+// Whether budget b is the job's: its user's, or its account's ("@account").
+bool covers(const Store::Budget& b, const Job& j) {
+  return b.subject == j.user || (!j.account.empty() && b.subject == "@" + j.account);
+}
+
 }  // namespace
 
 // The start of the period that holds now_ms, in UTC: Monday 00:00 of the week, the 1st of the
@@ -70,9 +75,7 @@ const char* Daemon::budget_reason(const Job& j, const std::vector<BudgetUse>& us
                                   j.time_limit_s / 3600.0
                             : 0.0;
   for (const auto& u : uses) {
-    const bool mine = u.budget.subject == j.user ||
-                      (!j.account.empty() && u.budget.subject == "@" + j.account);
-    if (mine && (u.spent_hours >= u.budget.hours || u.spent_hours + need_h > u.budget.hours))
+    if (covers(u.budget, j) && (u.spent_hours >= u.budget.hours || u.spent_hours + need_h > u.budget.hours))
       return "AssocGrpGRESMinutes";
   }
   return nullptr;
@@ -127,9 +130,7 @@ void Daemon::enforce_budgets(int64_t now) {
   for (auto& [id, j] : jobs_->active()) {
     if (j.state != JobState::kRunning || j.cancel_requested) continue;
     for (const auto& u : uses) {
-      const bool mine = u.budget.subject == j.user ||
-                        (!j.account.empty() && u.budget.subject == "@" + j.account);
-      if (!mine || u.spent_hours < u.budget.hours) continue;
+      if (!covers(u.budget, j) || u.spent_hours < u.budget.hours) continue;
       log_event(j, fmt::format("cancelled: the budget of {} is spent ({:.2f} of {:g} GPU-hours; "
                                "--enforce-budgets)",
                                u.budget.subject, u.spent_hours, u.budget.hours));

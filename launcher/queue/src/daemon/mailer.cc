@@ -16,21 +16,16 @@
 extern char** environ;
 
 namespace gpurun::queue {
-namespace {
 
-// The message in an unlinked file, at offset 0: sendmail reads it whatever its size, and nothing
-// is left behind whatever happens to sendmail.
-common::Fd message_file(const std::string& dir, const std::string& text) {
-  std::string path = dir + "/mail-XXXXXX";
+common::Fd unlinked_input(const std::string& dir, const std::string& text) {
+  std::string path = dir + "/input-XXXXXX";
   common::Fd fd(::mkostemp(path.data(), O_CLOEXEC));
   if (!fd) throw std::runtime_error(fmt::format("cannot create {}: {}", path, strerror(errno)));
   ::unlink(path.c_str());
   if (!common::write_all(fd.get(), text) || ::lseek(fd.get(), 0, SEEK_SET) != 0)
-    throw std::runtime_error(fmt::format("cannot write the message: {}", strerror(errno)));
+    throw std::runtime_error(fmt::format("cannot write {}: {}", path, strerror(errno)));
   return fd;
 }
-
-}  // namespace
 
 Mailer::Mailer(std::string sendmail, std::string scratch_dir)
     : sendmail_(std::move(sendmail)), scratch_dir_(std::move(scratch_dir)) {}
@@ -40,7 +35,7 @@ bool Mailer::send(const Mail& m, int64_t job_id) const {
     const std::string text =
         fmt::format("To: {}\nSubject: {}\nContent-Type: text/plain; charset=utf-8\n\n{}", m.to,
                     common::escape_control(m.subject), m.body);
-    common::Fd in = message_file(scratch_dir_, text);
+    common::Fd in = unlinked_input(scratch_dir_, text);  // sendmail reads it whatever its size
     posix_spawn_file_actions_t fa;
     posix_spawn_file_actions_init(&fa);
     posix_spawn_file_actions_adddup2(&fa, in.get(), 0);

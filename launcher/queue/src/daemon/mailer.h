@@ -8,7 +8,14 @@
 #include <cstdint>
 #include <string>
 
+#include "gpurun/common/posix.h"
+
 namespace gpurun::queue {
+
+// `text` in a file under `dir` that is already unlinked, at offset 0: a child's standard input
+// that nothing is left of, whatever happens to the child (sendmail, MPS's control tool). Throws
+// std::runtime_error naming the file.
+common::Fd unlinked_input(const std::string& dir, const std::string& text);
 
 struct Mail {
   std::string to;       // an address checked by is_mail_address(), or a local user's name

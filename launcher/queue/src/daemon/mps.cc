@@ -11,6 +11,7 @@
 #include <cstring>
 #include <vector>
 
+#include "daemon/mailer.h"
 #include "gpurun/common/posix.h"
 
 extern char** environ;
@@ -55,12 +56,11 @@ bool Mps::spawn(int gpu, const char* arg, const std::string& input) const {
   std::vector<char*> envp;
   for (auto& e : env_text) envp.push_back(e.data());
   envp.push_back(nullptr);
-  std::string path = dir_ + "/input-XXXXXX";
-  common::Fd in(::mkostemp(path.data(), O_CLOEXEC));
-  if (in) ::unlink(path.c_str());
-  if (!in || !common::write_all(in.get(), input) || ::lseek(in.get(), 0, SEEK_SET) != 0) {
-    fmt::print(stderr, "gpuq daemon: MPS for GPU {}: cannot write its input: {}\n", gpu,
-               strerror(errno));
+  common::Fd in;
+  try {
+    in = unlinked_input(dir_, input);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "gpuq daemon: MPS for GPU {}: {}\n", gpu, e.what());
     return false;
   }
   posix_spawn_file_actions_t fa;
