@@ -83,7 +83,12 @@ TEST(GpuqCompat, TheDaemonLogsEveryJobEvent) {
   const int64_t rq = d.submit("sleep.sh");
   d.wait_state(rq, "RUNNING");
   // Its supervisor dies mid-job: NODE_FAIL, requeued (--requeue), started again, then cancelled.
-  auto st = nlohmann::json::parse(read_text(fmt::format("{}/state/run/{}.status", d.dir(), rq)));
+  // RUNNING is committed before the supervisor starts and writes its status: wait for the file
+  // (bounded; it is written whole, by rename), or a busy machine reads it absent.
+  const std::string status_path = fmt::format("{}/state/run/{}.status", d.dir(), rq);
+  for (int i = 0; i < 200 && read_text(status_path).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto st = nlohmann::json::parse(read_text(status_path));
   ::kill(st["supervisor_pid"].get<int>(), SIGKILL);
   for (int i = 0; i < 200 && d.show(rq)["restart_count"] == 0; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
