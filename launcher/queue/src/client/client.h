@@ -21,6 +21,8 @@ int cmd_history(const Args& a);
 int cmd_hold(const Args& a, bool hold);
 int cmd_drain(const Args& a, bool drain);
 int cmd_daemon(const Args& a);
+int cmd_run(const Args& a);    // run.cc: like srun
+int cmd_alloc(const Args& a);  // run.cc: like salloc
 
 // `gpuq submit --wait`: polls job `id` (every task of an array) until it has ended and returns
 // what sbatch --wait exits with: the job's exit code (the highest of an array's tasks), 1 for a

@@ -19,6 +19,8 @@ namespace {
 constexpr const char* kUsage =
     "usage: gpuq COMMAND [OPTIONS]   (gpuq COMMAND --help for each)\n\n"
     "  submit [OPTIONS] SCRIPT [ARGS]  submit an sbatch script (#SBATCH lines honoured)\n"
+    "  run [OPTIONS] [--pty] -- CMD    run CMD as a job, attached to this terminal (like srun)\n"
+    "  alloc [OPTIONS] [CMD]           hold GPUs for a shell in the job (like salloc)\n"
     "  queue                           pending and running jobs (squeue columns)\n"
     "  cancel [--signal SIG] ID...     cancel or signal jobs\n"
     "  show ID                         one job in detail\n"
@@ -36,6 +38,8 @@ constexpr const char* kUsage =
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   using namespace gpurun::queue;
   if (cmd == "submit") return cmd_submit(args);
+  if (cmd == "run") return cmd_run(args);
+  if (cmd == "alloc") return cmd_alloc(args);
   if (cmd == "queue") return cmd_queue(args);
   if (cmd == "cancel") return cmd_cancel(args);
   if (cmd == "show") return cmd_show(args);

@@ -253,6 +253,7 @@ void Daemon::spawn_supervisor(Job& j) {
   spec.signal = j.signal;
   spec.kill_wait_s = cfg_.kill_wait_s;
   spec.drop_privileges = as_root_;
+  spec.attach = j.attach;
   RunPaths paths = run_paths(run_dir_, j.id);
   ::unlink(paths.status.c_str());
   write_spec(paths.spec, spec);

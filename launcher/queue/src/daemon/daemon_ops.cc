@@ -225,6 +225,7 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   base.umask = req.umask.value_or(022);
   base.output_pattern = r.output.value_or(r.array ? "slurm-%A_%a.out" : "slurm-%j.out");
   base.error_pattern = r.error.value_or("");
+  if (req.attach) base.attach = *req.attach;
   for (const auto& [k, v] : req.env) {
     // The submitter's Slurm variables would describe another job (one they submitted from);
     // the job gets gpuq's own (spawn_supervisor).

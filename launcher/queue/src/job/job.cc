@@ -175,4 +175,21 @@ std::vector<int> parse_id_list(const std::string& text) {
   return out;
 }
 
+namespace {
+bool all_of(const std::string& s, const char* allowed) {
+  return s.find_first_not_of(allowed) == std::string::npos;
+}
+}  // namespace
+
+bool valid_attach_socket(const std::string& name) {
+  const std::string prefix = "gpuq-run-";
+  return name.size() > prefix.size() && name.size() <= prefix.size() + 80 &&
+         name.compare(0, prefix.size(), prefix) == 0 &&
+         all_of(name.substr(prefix.size()), "0123456789abcdefghijklmnopqrstuvwxyz-");
+}
+
+bool valid_attach_token(const std::string& token) {
+  return token.size() == kAttachTokenHex && all_of(token, "0123456789abcdef");
+}
+
 }  // namespace gpurun::queue

@@ -77,6 +77,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"ntasks", j.ntasks},
       {"boot_id", j.boot_id},
       {"usage", usage_to_json(j.usage)},
+      {"interactive", !j.attach.socket.empty()},
   };
   if (j.array_job_id) o["array"] = array_to_json(j.array);
   if (view != JobView::kPublic) {
@@ -93,6 +94,8 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
     o["args"] = j.args;
     o["env"] = j.env;
     o["submit_key"] = j.submit_key;
+    if (!j.attach.socket.empty())
+      o["attach"] = {{"socket", j.attach.socket}, {"token", j.attach.token}, {"pty", j.attach.pty}};
   }
   return o;
 }
@@ -157,6 +160,10 @@ Job job_from_json(const nlohmann::json& o) {
   if (o.contains("array")) {
     const auto& a = o["array"];
     j.array = {a.value("min", 0), a.value("max", 0), a.value("count", 0), a.value("step", 1)};
+  }
+  if (o.contains("attach")) {
+    const auto& a = o["attach"];
+    j.attach = {a.value("socket", ""), a.value("token", ""), a.value("pty", false)};
   }
   if (o.contains("usage")) j.usage = usage_from_json(o["usage"]);
   return j;

@@ -198,6 +198,23 @@ JobRequest get_job(const json& top) {
   return r;
 }
 
+// "attach": gpuq run's socket {"socket", "token", "pty"} (job.h's AttachSpec), checked whole.
+AttachSpec get_attach(const json& top) {
+  const Obj a(get_object(top, "attach", "an object {\"socket\", \"token\", \"pty\"}"),
+              "attach.");
+  only_keys(a, {"socket", "token", "pty"});
+  AttachSpec spec;
+  spec.socket = get_string(a, "socket", "");
+  if (!valid_attach_socket(spec.socket))
+    bad_field(a.name("socket"), "gpuq-run- then 1 to 80 of [0-9a-z-]", json(spec.socket));
+  spec.token = get_string(a, "token", "");
+  if (!valid_attach_token(spec.token))
+    bad_field(a.name("token"), fmt::format("{} lowercase hex digits", kAttachTokenHex),
+              json(spec.token));
+  spec.pty = get_bool(a, "pty", false);
+  return spec;
+}
+
 SubmitRequest decode_submit(const json& o) {
   // Version 1 sent the command line's options as text, for the daemon to parse with the script's
   // #SBATCH lines; the daemon parses neither now.
@@ -218,6 +235,11 @@ SubmitRequest decode_submit(const json& o) {
   s.args = get_strings(o, "args");
   s.env = json_fields::get_string_map(o, "env");
   if (field(o, "umask")) s.umask = static_cast<uint32_t>(get_int(o, "umask", 0, 0777, 022));
+  if (field(o, "attach")) {
+    s.attach = get_attach(o);
+    if (s.job.array)
+      bad_field("attach", "no attach for an array (gpuq run starts one job)", o["attach"]);
+  }
   return s;
 }
 
@@ -335,6 +357,9 @@ json encode_submit(const SubmitRequest& s) {
               {"args", s.args},
               {"env", s.env}};
   if (s.umask) req["umask"] = *s.umask;
+  if (s.attach)
+    req["attach"] = {
+        {"socket", s.attach->socket}, {"token", s.attach->token}, {"pty", s.attach->pty}};
   return req;
 }
 

@@ -65,6 +65,7 @@ struct SubmitRequest {
   std::vector<std::string> args;
   std::map<std::string, std::string> env;
   std::optional<uint32_t> umask;  // the submitter's (0-0777)
+  std::optional<AttachSpec> attach;  // gpuq run/alloc: the job's stdio comes from the client
 };
 
 struct Request {

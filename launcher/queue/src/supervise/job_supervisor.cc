@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <grp.h>
 #include <signal.h>
+#include <sys/ioctl.h>
 #include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -19,12 +20,14 @@
 #include <cstdio>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <stdexcept>
 #include <vector>
 
 #include "gpurun/common/atomic_file.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/protocol.h"
+#include "supervise/attach.h"
 #include "supervise/runfiles.h"
 #include "supervise/supervisor_spec.h"
 
@@ -121,14 +124,33 @@ void close_inherited() {
   for (rlim_t fd = 3; fd < top; ++fd) fcntl(int(fd), F_SETFD, FD_CLOEXEC);
 }
 
+// Standard input, output and error: /dev/null and the output files, as for a batch job, or gpuq
+// run's (`stdio`), whose terminal with --pty becomes the job's controlling terminal.
+void open_stdio(const SupervisorSpec& s, const std::vector<Fd>& stdio, int pipe_fd) {
+  if (!stdio.empty()) {
+    for (int i = 0; i < 3; ++i)
+      if (dup2(stdio[size_t(i)].get(), i) < 0) child_fail(pipe_fd, "dup2", "gpuq run's stdio");
+    if (s.attach.pty && ioctl(0, TIOCSCTTY, 0) != 0)
+      child_fail(pipe_fd, "TIOCSCTTY", "gpuq run's terminal");
+    return;
+  }
+  int in = ::open("/dev/null", O_RDONLY);  // not O_CLOEXEC: it may be fd 0 itself
+  if (in < 0 || dup2(in, 0) < 0) child_fail(pipe_fd, "open", "/dev/null");
+  int out = open_output(s.output);
+  if (out < 0 || dup2(out, 1) < 0) child_fail(pipe_fd, "open output", s.output);
+  int err = s.error.empty() ? out : open_output(s.error);
+  if (err < 0 || dup2(err, 2) < 0) child_fail(pipe_fd, "open error", s.error);
+}
+
 // `env` is s.env as KEY=VALUE lines, made before the fork.
 [[noreturn]] void exec_job(const SupervisorSpec& s, const std::vector<std::string>& env,
-                           int pipe_fd) {
+                           const std::vector<Fd>& stdio, int pipe_fd) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
   for (int sig = 1; sig < NSIG; ++sig) signal(sig, SIG_DFL);
-  setpgid(0, 0);
+  // A terminal needs a session of its own; its process group is then this pid too.
+  if (s.attach.pty ? setsid() < 0 : setpgid(0, 0) != 0) child_fail(pipe_fd, "setsid", "");
   if (s.drop_privileges) {
     if (initgroups(s.user.c_str(), s.gid) != 0) child_fail(pipe_fd, "initgroups", s.user);
     if (setgid(s.gid) != 0) child_fail(pipe_fd, "setgid", std::to_string(s.gid));
@@ -136,12 +158,7 @@ void close_inherited() {
   }
   umask(s.umask);
   if (chdir(s.cwd.c_str()) != 0) child_fail(pipe_fd, "chdir", s.cwd);
-  int in = ::open("/dev/null", O_RDONLY);  // not O_CLOEXEC: it may be fd 0 itself
-  if (in < 0 || dup2(in, 0) < 0) child_fail(pipe_fd, "open", "/dev/null");
-  int out = open_output(s.output);
-  if (out < 0 || dup2(out, 1) < 0) child_fail(pipe_fd, "open output", s.output);
-  int err = s.error.empty() ? out : open_output(s.error);
-  if (err < 0 || dup2(err, 2) < 0) child_fail(pipe_fd, "open error", s.error);
+  open_stdio(s, stdio, pipe_fd);
   send_fd(pipe_fd, 2);
   close_inherited();
   std::vector<char*> argv{const_cast<char*>(s.script_path.c_str())};
@@ -173,7 +190,8 @@ namespace {
 
 // Forks the job (exec_job) and waits until it has exec'd or said why it could not. Returns its
 // pid (-1 when it did not start: st->reason says why) and its stderr in *job_stderr.
-pid_t start_job(const SupervisorSpec& s, SupervisorStatus* st, Fd* job_stderr) {
+pid_t start_job(const SupervisorSpec& s, std::vector<Fd> stdio, SupervisorStatus* st,
+                Fd* job_stderr) {
   try {
     write_script(s);
   } catch (const std::exception& e) {
@@ -189,9 +207,12 @@ pid_t start_job(const SupervisorSpec& s, SupervisorStatus* st, Fd* job_stderr) {
   if (child < 0) throw std::runtime_error(fmt::format("fork: {}", strerror(errno)));
   if (child == 0) {
     ::close(sv[0]);
-    exec_job(s, env, sv[1]);
+    exec_job(s, env, stdio, sv[1]);
   }
-  setpgid(child, child);  // also from here, so signals never race the child's own setpgid
+  stdio.clear();  // the job's copies only: a terminal hangs up when the job's last one closes
+  // Also from here, so signals never race the child's own setpgid; a session leader to be
+  // (--pty) must not lead a group first.
+  if (!s.attach.pty) setpgid(child, child);
   // Its start time, read while it cannot have been reaped: with it a later daemon tells the job's
   // process group from another that got the same number.
   st->pgid_start = common::process_start_time(child).value_or(0);
@@ -201,22 +222,47 @@ pid_t start_job(const SupervisorSpec& s, SupervisorStatus* st, Fd* job_stderr) {
   return child;
 }
 
+// gpuq run's client: how often the supervisor looks at it, and how long a job whose client went
+// away gets between SIGTERM and SIGKILL (its GPUs must be free within 5 s).
+constexpr int64_t kClientPollMs = 100;
+constexpr int kAttachTimeoutMs = 10000;  // for the client's answer to the supervisor's hello
+constexpr int64_t kClientGoneKillMs = 2000;
+
+// What gpuq run's client sent: signals for the job ("SIG n"). False once it is gone; the job is
+// then recorded as cancelled, and why.
+bool client_said(LineReader& client, pid_t child, SupervisorStatus* st) {
+  std::vector<std::string> lines;
+  const bool alive = client.poll_lines(&lines);
+  for (const auto& line : lines) {
+    char* end = nullptr;
+    const long sig = line.rfind("SIG ", 0) == 0 ? std::strtol(line.c_str() + 4, &end, 10) : 0;
+    if (end && *end == '\0' && common::is_signal_number(sig)) ::kill(-child, int(sig));
+  }
+  if (alive) return true;
+  if (!st->cancelled && !st->timed_out) {
+    st->cancelled = true;
+    st->reason = "gpuq run's client went away";
+  }
+  return false;
+}
+
 // The job's lifetime: time limit (--signal lead, SIGTERM, SIGKILL after KillWait), cancel,
 // forwarded signals; returns the batch shell's wait status.
 int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job_stderr,
-              SupervisorStatus* st) {
+              LineReader* client, SupervisorStatus* st) {
   const int64_t kNone = INT64_MAX;
   int64_t signal_at = kNone, limit_at = kNone, kill_at = kNone;
   if (s.time_limit_s > 0) {
     limit_at = s.start_ms + s.time_limit_s * 1000;
     if (s.signal.signal > 0) signal_at = limit_at - int64_t{s.signal.lead_seconds} * 1000;
   }
-  auto stop = [&](const char* due_to) {  // Slurm's scancel and time limit
+  auto stop = [&](const char* due_to, int64_t wait_ms) {  // Slurm's scancel and time limit
     write_reason_line(job_stderr, s, due_to);
     ::kill(-child, SIGTERM);
     ::kill(-child, SIGCONT);
-    kill_at = now_ms() + int64_t{s.kill_wait_s} * 1000;
+    kill_at = now_ms() + wait_ms;
   };
+  const int64_t kill_wait_ms = int64_t{s.kill_wait_s} * 1000;
   while (true) {
     int64_t now = now_ms();
     if (now >= signal_at) {
@@ -225,7 +271,7 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
     }
     if (now >= limit_at) {
       st->timed_out = true;
-      stop(" DUE TO TIME LIMIT");
+      stop(" DUE TO TIME LIMIT", kill_wait_ms);
       limit_at = kNone;
     }
     if (now >= kill_at) {
@@ -234,15 +280,20 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
     }
     int64_t next = std::min({signal_at, limit_at, kill_at});
     int64_t wait_ms = next == kNone ? 60000 : std::max<int64_t>(0, next - now_ms());
+    if (client) wait_ms = std::min<int64_t>(wait_ms, kClientPollMs);
     timespec ts{static_cast<time_t>(wait_ms / 1000), static_cast<long>((wait_ms % 1000) * 1000000)};
     siginfo_t info{};
     int sig = sigtimedwait(&set, &info, &ts);
     if (sig == SIGTERM && !st->cancelled && !st->timed_out) {
       st->cancelled = true;
-      stop("");
+      stop("", kill_wait_ms);
     } else if (sig == SIGUSR1 && info.si_code == SI_QUEUE) {
       const int fwd = info.si_value.sival_int;  // the daemon sends 1-64 only
       if (fwd > 0 && fwd < NSIG) ::kill(-child, fwd);
+    }
+    if (client && !client_said(*client, child, st)) {
+      client = nullptr;  // gone: the job ends with it, as srun's steps end with srun
+      stop("", kClientGoneKillMs);
     }
     // Reap whatever exited: the job's batch shell, or orphans re-parented to us.
     pid_t p;
@@ -256,8 +307,13 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
 // daemon hands them to the next job. That is its process group, anything still in our session (a
 // process that left the group) and anything re-parented to us; bounded, since a process in
 // uninterruptible sleep cannot be waited out forever.
-void kill_leftovers(pid_t child, const SupervisorStatus& st) {
-  const JobProcesses job{getpid(), child, getpid(), st.supervisor_start, st.pgid_start};
+void kill_leftovers(pid_t child, bool own_session, const SupervisorStatus& st) {
+  // A --pty job leads a session of its own (its shell's job control puts pipelines in groups of
+  // their own there); a batch job stays in ours.
+  const JobProcesses job = own_session
+                               ? JobProcesses{child, child, getpid(), st.pgid_start, st.pgid_start}
+                               : JobProcesses{getpid(), child, getpid(), st.supervisor_start,
+                                              st.pgid_start};
   int64_t give_up = now_ms() + 10000;
   while (now_ms() < give_up) {
     const size_t left = kill_job_processes(job);
@@ -291,16 +347,33 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   common::write_file_atomic(paths.status, status_to_json(st).dump(), 0600,
                             common::Durability::kNoSync);
 
+  // gpuq run's client hands over its terminal first; a client that went away while the job
+  // waited in the queue cancels it here, before anything ran.
+  std::optional<AttachedClient> client;
+  if (!s.attach.socket.empty()) {
+    try {
+      client = attach_to_client(s.attach, s.job_id, s.uid, kAttachTimeoutMs);
+    } catch (const std::exception& e) {
+      st.reason = fmt::format("gpuq run's client went away ({})", e.what());
+      st.cancelled = true;
+    }
+  }
   Fd job_stderr;
-  const pid_t child = start_job(s, &st, &job_stderr);
+  const pid_t child = st.cancelled ? -1
+                                   : start_job(s, client ? std::move(client->stdio)
+                                                         : std::vector<Fd>{},
+                                               &st, &job_stderr);
   st.pgid = child > 0 ? child : 0;
   if (child > 0)
     common::write_file_atomic(paths.status, status_to_json(st).dump(), 0600,
                               common::Durability::kNoSync);
   st.exit_code = 1;  // a job that did not start
   if (child > 0) {
-    const int wstatus = supervise(s, child, set, job_stderr.get(), &st);
-    kill_leftovers(child, st);
+    std::optional<LineReader> from_client;
+    if (client) from_client.emplace(client->sock.get());
+    const int wstatus =
+        supervise(s, child, set, job_stderr.get(), from_client ? &*from_client : nullptr, &st);
+    kill_leftovers(child, s.attach.pty, st);
     st.exit_code = WIFEXITED(wstatus) ? WEXITSTATUS(wstatus) : 0;
     st.exit_signal = WIFSIGNALED(wstatus) ? WTERMSIG(wstatus) : 0;
   }
@@ -317,6 +390,12 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
   // sees a new boot id and reports the job NODE_FAIL instead of trusting these files.
   common::write_file_atomic(paths.status, status_to_json(st).dump(), 0600,
                             common::Durability::kNoSync);
+  if (client) {  // recorded first: the client exits on this line, and may ask about the job
+    try {
+      send_line(client->sock.get(), fmt::format("EXIT {} {}\n", st.exit_code, st.exit_signal));
+    } catch (const std::exception&) {  // gone meanwhile: it learns the end from the daemon
+    }
+  }
   return 0;
 }
 

@@ -14,7 +14,7 @@ namespace gpurun::queue {
 using json = nlohmann::json;
 
 json spec_to_json(const SupervisorSpec& s) {
-  return {{"version", SupervisorSpec::kVersion},
+  json o = {{"version", SupervisorSpec::kVersion},
           {"job_id", s.job_id},
           {"uid", s.uid},
           {"gid", s.gid},
@@ -35,6 +35,10 @@ json spec_to_json(const SupervisorSpec& s) {
           {"batch_only", s.signal.batch_only},
           {"kill_wait_s", s.kill_wait_s},
           {"drop_privileges", s.drop_privileges}};
+  if (!s.attach.socket.empty())
+    o["attach"] = {
+        {"socket", s.attach.socket}, {"token", s.attach.token}, {"pty", s.attach.pty}};
+  return o;
 }
 
 namespace {
@@ -89,6 +93,12 @@ SupervisorSpec spec_from_json(const json& j, const std::string& file) {
   s.signal.batch_only = need_bool(o, "batch_only");
   s.kill_wait_s = static_cast<int>(need_int(o, "kill_wait_s", 0, INT32_MAX));
   s.drop_privileges = need_bool(o, "drop_privileges");
+  if (json_fields::field(o, "attach")) {
+    const Obj a(json_fields::get_object(o, "attach", "an object"), o.name("attach."), where);
+    s.attach = {need_string(a, "socket"), need_string(a, "token"), need_bool(a, "pty")};
+    if (!valid_attach_socket(s.attach.socket) || !valid_attach_token(s.attach.token))
+      throw std::invalid_argument(fmt::format("{} 'attach': a bad socket name or token", where));
+  }
   return s;
 }
 

@@ -37,6 +37,9 @@ struct SupervisorSpec {
   SignalSpec signal;             // --signal: signal 0 = none
   int kill_wait_s = 30;          // SIGKILL this long after SIGTERM (Slurm's KillWait)
   bool drop_privileges = false;  // the daemon runs as root: become uid/gid first
+  // gpuq run/alloc: the job's stdio comes from this client socket (attach.h), not from output
+  // and error, which are then unused. Empty socket: a batch job.
+  AttachSpec attach;
 };
 
 nlohmann::json spec_to_json(const SupervisorSpec& s);

@@ -133,6 +133,19 @@ struct JobUsage {
 
 // An array's task ids as Slurm describes them to each task (SLURM_ARRAY_TASK_MIN/MAX/COUNT/STEP):
 // step is the distance between consecutive ids when it is the same everywhere, else 1.
+// `gpuq run` and `gpuq alloc`: the client's socket, which the job's supervisor connects to for the
+// job's standard input, output and error (launcher/queue/src/supervise/attach.h). An empty
+// socket: a batch job.
+struct AttachSpec {
+  std::string socket;  // an abstract Unix socket's name, without its leading NUL
+  std::string token;   // proves to the client that the connecting supervisor runs its job
+  bool pty = false;    // the job's stdio is a terminal, made its controlling terminal
+};
+constexpr size_t kAttachTokenHex = 32;
+// "gpuq-run-" then 1 to 80 of [0-9a-z-]; kAttachTokenHex lowercase hex digits.
+bool valid_attach_socket(const std::string& name);
+bool valid_attach_token(const std::string& token);
+
 struct ArrayShape {
   int min = 0, max = 0, count = 0, step = 1;
 };
@@ -188,6 +201,7 @@ struct Job {
   std::string output_pattern;
   std::string error_pattern;  // empty = stderr goes to the output file
   std::map<std::string, std::string> env;
+  AttachSpec attach;  // gpuq run/alloc's client; empty for batch jobs
 };
 
 // Mean GPU utilisation (percent) over the job's samples; nullopt when it has none.

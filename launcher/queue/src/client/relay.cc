@@ -1,0 +1,134 @@
+// gpuq run's side of a running interactive job (relay.h).
+#include "client/relay.h"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/signalfd.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "supervise/attach.h"
+
+namespace gpurun::queue {
+
+namespace {
+
+constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+
+// Copies what `from` has to `to`; false at end of input (a terminal whose job side is all closed
+// reads EIO).
+bool pump(int from, int to) {
+  char buf[16384];
+  ssize_t n = ::read(from, buf, sizeof(buf));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  if (n <= 0) return false;
+  return common::write_all(to, std::string_view(buf, static_cast<size_t>(n)));
+}
+
+void copy_window_size(int to) {
+  winsize ws{};
+  if (ioctl(STDIN_FILENO, TIOCGWINSZ, &ws) == 0) ioctl(to, TIOCSWINSZ, &ws);
+}
+
+// What the job wrote before it ended, still in the terminal's buffer.
+void drain(int master) {
+  pollfd p{master, POLLIN, 0};
+  while (::poll(&p, 1, 100) > 0 && (p.revents & POLLIN) && pump(master, STDOUT_FILENO)) {
+  }
+}
+
+// "EXIT code sig" -> the status a shell shows; nullopt for any other line.
+std::optional<int> exit_status(const std::string& line) {
+  int code = 0, sig = 0;
+  char tail = 0;
+  if (std::sscanf(line.c_str(), "EXIT %d %d%c", &code, &sig, &tail) != 2) return std::nullopt;
+  return sig ? 128 + sig : code;
+}
+
+}  // namespace
+
+Fd block_client_signals() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kHandled) sigaddset(&set, sig);
+  sigprocmask(SIG_BLOCK, &set, nullptr);
+  Fd fd(signalfd(-1, &set, SFD_CLOEXEC | SFD_NONBLOCK));
+  if (!fd) throw std::runtime_error(fmt::format("signalfd: {}", strerror(errno)));
+  return fd;
+}
+
+Pty open_pty() {
+  Pty p;
+  p.master = Fd(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  char name[128];
+  if (!p.master || grantpt(p.master.get()) != 0 || unlockpt(p.master.get()) != 0 ||
+      ptsname_r(p.master.get(), name, sizeof(name)) != 0)
+    throw std::runtime_error(fmt::format("cannot open a pseudo-terminal: {}", strerror(errno)));
+  p.slave = Fd(::open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!p.slave) throw std::runtime_error(fmt::format("open {}: {}", name, strerror(errno)));
+  termios modes{};
+  if (tcgetattr(STDIN_FILENO, &modes) == 0) tcsetattr(p.slave.get(), TCSANOW, &modes);
+  copy_window_size(p.slave.get());
+  return p;
+}
+
+struct RawTerminal::State {
+  termios modes;
+};
+
+RawTerminal::RawTerminal() {
+  termios modes{};
+  if (tcgetattr(STDIN_FILENO, &modes) != 0) return;
+  saved_ = new State{modes};
+  cfmakeraw(&modes);
+  active_ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &modes) == 0;
+}
+
+RawTerminal::~RawTerminal() {
+  if (active_) tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_->modes);
+  delete saved_;
+}
+
+std::optional<int> relay_session(int sock, int sigfd, int master) {
+  LineReader from_job(sock);
+  bool stdin_open = master >= 0, master_open = master >= 0;
+  while (true) {
+    std::vector<pollfd> fds{{sock, POLLIN, 0}, {sigfd, POLLIN, 0}};
+    if (stdin_open) fds.push_back({STDIN_FILENO, POLLIN, 0});
+    if (master_open) fds.push_back({master, POLLIN, 0});
+    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR)
+      throw std::runtime_error(fmt::format("poll: {}", strerror(errno)));
+    signalfd_siginfo si{};
+    while (::read(sigfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
+      if (si.ssi_signo == SIGWINCH && master >= 0)
+        copy_window_size(master);
+      else if (si.ssi_signo != SIGWINCH)
+        send_line(sock, fmt::format("SIG {}\n", si.ssi_signo));
+    }
+    for (const pollfd& p : fds) {
+      if (!(p.revents & (POLLIN | POLLHUP | POLLERR)) || p.fd == sock || p.fd == sigfd) continue;
+      if (p.fd == STDIN_FILENO) stdin_open = pump(STDIN_FILENO, master);
+      if (p.fd == master) master_open = pump(master, STDOUT_FILENO);
+    }
+    std::vector<std::string> lines;
+    const bool alive = from_job.poll_lines(&lines);
+    for (const auto& line : lines)
+      if (auto status = exit_status(line)) {
+        if (master_open) drain(master);
+        return status;
+      }
+    if (!alive) return std::nullopt;
+  }
+}
+
+}  // namespace gpurun::queue
