@@ -237,3 +237,42 @@ TEST(Job, ArrayShapeAsSlurmDescribesIt) {
   EXPECT_EQ(array_shape({7, 1, 3}).step, 1);  // uneven: 1
   EXPECT_EQ(array_shape({5}).count, 1);
 }
+
+// gpuq run's attach socket and token (job.h's AttachSpec): a supervisor running as root connects
+// to what this names, so only gpuq run's own names pass, and the token is exactly 32 hex digits.
+TEST(Request, AnAttachIsCheckedWhole) {
+  const std::string token(32, 'a');
+  auto submit = [](const std::string& attach, const std::string& job = "{}") {
+    return R"({"op":"submit","version":2,"script":"#!/bin/sh\n","job":)" + job +
+           R"(,"attach":)" + attach + "}";
+  };
+  Request r = decode_request(
+      submit(R"({"socket":"gpuq-run-0-1f","token":")" + token + R"(","pty":true})"));
+  ASSERT_TRUE(r.submit.attach.has_value());
+  EXPECT_EQ(r.submit.attach->socket, "gpuq-run-0-1f");
+  EXPECT_EQ(r.submit.attach->token, token);
+  EXPECT_TRUE(r.submit.attach->pty);
+  // Encoded and decoded again, whole.
+  Request again = decode_request(encode_submit(r.submit).dump());
+  ASSERT_TRUE(again.submit.attach.has_value());
+  EXPECT_EQ(again.submit.attach->socket, "gpuq-run-0-1f");
+  EXPECT_EQ(again.submit.attach->token, token);
+  EXPECT_FALSE(decode_request(submit("null")).submit.attach.has_value());
+  const std::pair<std::string, const char*> cases[] = {
+      {R"({"socket":"/run/gpuq.sock","token":")" + token + "\"}", "'attach.socket': expected gpuq-run-"},
+      {R"({"socket":"gpuq-run-../x","token":")" + token + "\"}", "'attach.socket'"},
+      {R"({"socket":"gpuq-run-","token":")" + token + "\"}", "'attach.socket'"},
+      {R"({"socket":"gpuq-run-1","token":"abc"})", "'attach.token': expected 32 lowercase hex"},
+      {R"({"socket":"gpuq-run-1","token":")" + std::string(32, 'G') + "\"}", "'attach.token'"},
+      {R"({"socket":"gpuq-run-1","token":")" + token + R"(","fds":[0]})",
+       "'attach.fds': expected no such field"},
+      {R"("gpuq-run-1")", "'attach': expected an object"},
+  };
+  for (const auto& [attach, want] : cases)
+    EXPECT_NE(error_of(submit(attach)).find(want), std::string::npos)
+        << attach << ": " << error_of(submit(attach));
+  EXPECT_NE(error_of(submit(R"({"socket":"gpuq-run-1","token":")" + token + "\"}",
+                            R"({"array":{"tasks":[1,2]}})"))
+                .find("no attach for an array"),
+            std::string::npos);
+}

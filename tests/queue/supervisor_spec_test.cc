@@ -95,6 +95,31 @@ TEST(SupervisorSpec, WrittenAndReadWhole) {
   EXPECT_EQ(r.kill_wait_s, 5);
   EXPECT_TRUE(r.drop_privileges);
   EXPECT_EQ(spec_to_json(r), spec_to_json(s));
+  EXPECT_TRUE(r.attach.socket.empty());  // a batch job
+}
+
+// gpuq run's job: the attach socket and token travel to the supervisor, checked on reading.
+TEST(SupervisorSpec, AnAttachTravelsAndIsChecked) {
+  SupervisorSpec s = sample();
+  s.attach = {"gpuq-run-0-ab12", std::string(32, 'f'), true};
+  TempFile f;
+  write_spec(f.path(), s);
+  const SupervisorSpec r = read_spec(f.path());
+  EXPECT_EQ(r.attach.socket, "gpuq-run-0-ab12");
+  EXPECT_EQ(r.attach.token, std::string(32, 'f'));
+  EXPECT_TRUE(r.attach.pty);
+  nlohmann::json o = spec_to_json(s);
+  o["attach"]["socket"] = "/run/gpuq.sock";
+  f.write(o.dump());
+  EXPECT_NE(read_error(f.path()).find("field 'attach': a bad socket name or token"),
+            std::string::npos)
+      << read_error(f.path());
+  o = spec_to_json(s);
+  o["attach"].erase("token");
+  f.write(o.dump());
+  EXPECT_NE(read_error(f.path()).find("field 'attach.token': expected a string"),
+            std::string::npos)
+      << read_error(f.path());
 }
 
 // The old reader threw nlohmann's "type must be number, but is string", naming neither.
