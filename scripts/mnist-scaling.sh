@@ -5,6 +5,7 @@
 #   scripts/mnist-scaling.sh [--ranks 1,2,4,8] [--data DIR] [--epochs N] [--mode weak|strong]
 #                            [--out DIR] [--batch B] [--build DIR] [--gpurun PATH] [--mnist-cnn PATH]
 #                            [--gpurun-args "ARGS"] [--launch "CMD {n}"] [--note TEXT]
+#                            [--link GBIT[,GBIT...]] [--latency-us US]
 #                            [-- MNIST_CNN_ARGS...]
 #
 #   --ranks     rank counts to run (default 1,2,4,8)
@@ -22,6 +23,11 @@
 #               --launch "mpirun -n {n} --oversubscribe" (for comparisons)
 #   --replot    run nothing: redraw scaling.png from the scaling.dat already in --out
 #   --note      a sentence for scaling.md (what else ran on the machine, ...)
+#   --link      also predict, beside the measured table, the step time and efficiency on 1 to 16
+#               nodes over links of these rates (Gbit/s), from the smallest run's report
+#               (scripts/step_model.py: compute, node exchange and gradient bytes per step, a ring
+#               allreduce across nodes; a floor on the step, not a measurement)
+#   --latency-us the links' one-way latency for --link (default 50)
 #   after --     extra mnist_cnn options (--threads 1, --max-steps 200, --seed 7, ...)
 #
 # Speedup is throughput relative to the smallest rank count run (images/s ratio; with a fixed
@@ -47,6 +53,8 @@ gpurun_args=""
 launch=""
 note=""
 replot=0
+links=""
+latency_us=50
 extra=()
 
 while (($#)); do
@@ -64,6 +72,8 @@ while (($#)); do
     --replot) replot=1; shift ;;
     --note) note=${2?--note needs a text}; shift 2 ;;
     --launch) launch=${2:?--launch needs a command}; shift 2 ;;
+    --link) links=${2:?--link needs rates in Gbit/s}; shift 2 ;;
+    --latency-us) latency_us=${2:?--latency-us needs a number}; shift 2 ;;
     --) shift; extra=("$@"); break ;;
     -h | --help) usage; exit 0 ;;
     *) usage >&2; die "unknown option '$1'" ;;
@@ -205,6 +215,24 @@ with open(os.path.join(out, "scaling.md"), "w") as f:
             f"(ranks / {base['ranks']}). Per-run logs and report JSON: `runs/`.\n")
 print(open(os.path.join(out, "scaling.md")).read())
 EOF
+
+# The step-time model beside the measured table: what more nodes would give at these link rates.
+if [[ -n $links && $replot -eq 0 ]]; then
+  link_args=()
+  IFS=, read -r -a rates <<<"$links"
+  smallest=$(printf '%s\n' "${ranks[@]}" | sort -n | head -n 1)
+  for g in "${rates[@]}"; do link_args+=(--gbit "$g"); done
+  {
+    echo
+    echo "## Predicted for more nodes"
+    echo
+    "$py" "$root/scripts/step_model.py" "$out/runs/ranks-$smallest.json" "${link_args[@]}" \
+      --latency-us "$latency_us"
+  } >"$out/prediction.md" || die "the step-time model failed (scripts/step_model.py)"
+  cat "$out/prediction.md" >>"$out/scaling.md"
+  cat "$out/prediction.md"
+  rm -f "$out/prediction.md"
+fi
 
 if command -v gnuplot >/dev/null; then
   term="pngcairo size 800,500"

@@ -1,6 +1,7 @@
 // report.cc: builds the run report with nlohmann::json and writes it atomically (report.h).
 #include "gpurun/runtime/report.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
@@ -43,6 +44,22 @@ nlohmann::json run_fields(const TrainConfig& cfg, const ReportContext& ctx) {
   j["blas"] = kernels::cpu::blas_info();
   j["blas_core"] = kernels::cpu::blas_core();
   return j;
+}
+
+// The figures scripts/step_model.py predicts a step time from: per step, the compute, the
+// exchange and the bytes each rank hands to a collective across ranks (its whole gradient for an
+// allreduce, NCCL or the host-staged MPI path; none for the shared-memory exchange, which stays
+// in the node, or a single rank). gradient_bytes is that payload whatever the exchange.
+void add_step_model(nlohmann::json& j, const TrainResult& r, int world_size) {
+  const double steps = double(std::max<std::int64_t>(r.steps_run, 1));
+  const double gradient_bytes = double(r.param_count) * sizeof(float);
+  const bool across =
+      world_size > 1 && r.backend.exchange != "shared" && r.backend.exchange != "none";
+  j["steps_run"] = r.steps_run;
+  j["gradient_bytes"] = gradient_bytes;
+  j["exchange_bytes_per_step"] = across ? gradient_bytes : 0.0;
+  j["compute_seconds_per_step"] = r.compute_seconds / steps;
+  j["exchange_seconds_per_step"] = r.exchange_seconds / steps;
 }
 
 void add_result(nlohmann::json& j, const TrainResult& r) {
@@ -96,6 +113,7 @@ void write_report(const std::string& path, const TrainConfig& cfg, const TrainRe
                   const ReportContext& ctx) {
   nlohmann::json j = run_fields(cfg, ctx);
   add_result(j, result);
+  add_step_model(j, result, ctx.world_size);
   // A reader (summarize.py, a dashboard polling the file) sees the old report or the new one.
   common::write_file_atomic(path, j.dump(2) + "\n", 0644, common::Durability::kNoSync);
 }

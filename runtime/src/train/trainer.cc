@@ -88,6 +88,7 @@ TrainResult Loop::run() {
   res_.steps_per_epoch = spe_;
   res_.lr_peak = learning_rate(cfg_, world_, std::int64_t(1) << 60, spe_);
   start();
+  const std::int64_t first_step = global_step_;  // after a resume, the checkpoint's
   StopSignalGuard signals;  // installed before the "training:" line, which scripts wait for
   log_ << "training: " << world_ << " rank(s) x " << cfg_.batch_per_rank << " images, " << spe_
        << " steps/epoch, lr " << res_.lr_peak << ", " << res_.param_count << " parameters, "
@@ -103,6 +104,7 @@ TrainResult Loop::run() {
   res_.host_seconds = t.host;
   res_.compute_seconds = t.kernels > 0 ? t.kernels : res_.train_seconds - t.exchange;
   res_.global_steps = global_step_;
+  res_.steps_run = global_step_ - first_step;
   std::vector<float> params, velocity;
   backend_.get_state(&params, &velocity);
   res_.param_checksum = common::fnv1a(params.data(), params.size() * sizeof(float));

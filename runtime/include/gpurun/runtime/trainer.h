@@ -73,6 +73,7 @@ struct TrainResult {
   double final_loss = 0, train_accuracy = 0, test_accuracy = 0, test_loss = 0;
   float lr_peak = 0;
   std::int64_t global_steps = 0, steps_per_epoch = 0;
+  std::int64_t steps_run = 0;  // the steps this process ran (a resumed run: since its checkpoint)
   std::size_t param_count = 0;
   double train_flops_per_example = 0;  // ModelSpec::train_flops_per_example
   bool resumed = false;

@@ -1,0 +1,122 @@
+#!/usr/bin/env python3
+"""step_model.py: will more nodes help? Predicts mnist_cnn's step time on N nodes from one report.
+
+    scripts/step_model.py REPORT.json --gbit 10 [--gbit 1] [--latency-us 50] [--nodes 1,2,4,8]
+                          [--ranks-per-node K]
+
+REPORT.json is `mnist_cnn --report` of a run on one node. It records, per step, the compute time
+(compute_seconds_per_step), the time the ranks of that node spent combining gradients
+(exchange_seconds_per_step) and the gradient each rank hands to an allreduce (gradient_bytes).
+Across N nodes, the model adds a ring allreduce of that gradient over a link of G Gbit/s with a
+one-way latency L (the alpha-beta model of Thakur, Rabenseifner and Gropp 2005):
+
+    ring(N) = 2 (N - 1) / N * bytes / bandwidth + 2 (N - 1) * L
+
+    flat:          every rank in one ring over the N nodes (it replaces the node exchange); the K
+                   ranks of a node share its link, which carries K * 2 (P - 1) / P * bytes, P = N K
+    hierarchical:  the ranks of a node combine in the node first (the measured exchange), then one
+                   rank per node runs ring(N), then shares the result in the node
+
+    step(1) = compute + node exchange (both measured)
+    step(N) = compute + max(node exchange, flat ring), or compute + node exchange + ring(N)
+              (no overlap of compute and exchange)
+
+Weak scaling keeps the images per rank, so the efficiency against one node is step(1) / step(N).
+The model ignores what a real link adds (TCP's ramp-up, contention, the MPI library's choice of
+algorithm): it is a floor on the step time, a bound on the efficiency. Compare it with a measured
+table before trusting it.
+"""
+import argparse
+import json
+import sys
+
+REQUIRED = ("compute_seconds_per_step", "exchange_seconds_per_step", "gradient_bytes",
+            "batch_per_rank", "world_size")
+
+
+def ring_seconds(nbytes, ring_size, link_bytes_per_s, latency_s, sharers=1):
+    """One ring allreduce of nbytes over ring_size members, `sharers` of them per link."""
+    if ring_size <= 1:
+        return 0.0
+    volume = sharers * 2.0 * (ring_size - 1) / ring_size * nbytes
+    return volume / link_bytes_per_s + 2.0 * (ring_size - 1) * latency_s
+
+
+def predict(report, nodes, gbit, latency_s, ranks_per_node, hierarchical):
+    """The predicted step on `nodes` nodes: a dict of seconds, shares and images/s."""
+    compute = float(report["compute_seconds_per_step"])
+    local = float(report["exchange_seconds_per_step"])
+    nbytes = float(report["gradient_bytes"])
+    link = gbit * 1e9 / 8.0
+    ranks = nodes * ranks_per_node
+    if nodes == 1:
+        exchange = local
+    elif hierarchical:
+        exchange = local + ring_seconds(nbytes, nodes, link, latency_s)
+    else:
+        # The ring is as slow as its slowest hop: the link, or the node's own (measured) exchange.
+        exchange = max(local, ring_seconds(nbytes, ranks, link, latency_s, sharers=ranks_per_node))
+    step = compute + exchange
+    return {"nodes": nodes, "ranks": ranks, "step": step,
+            "exchange_share": exchange / step if step > 0 else 0.0,
+            "efficiency": (compute + local) / step if step > 0 else 0.0,
+            "images_per_second": ranks * float(report["batch_per_rank"]) / step if step > 0 else 0.0}
+
+
+def load_report(path):
+    try:
+        with open(path) as f:
+            report = json.load(f)
+    except (OSError, ValueError) as e:
+        sys.exit(f"step_model: error: cannot read report {path}: {e}")
+    missing = [k for k in REQUIRED if k not in report]
+    if missing:
+        sys.exit(f"step_model: error: report {path} lacks {', '.join(missing)} "
+                 f"(written by an older mnist_cnn? rerun it with --report)")
+    return report
+
+
+def table(report, args):
+    ranks_per_node = args.ranks_per_node or int(report["world_size"])
+    kinds = [False, True] if ranks_per_node > 1 else [False]
+    lines = [f"Predicted by `scripts/step_model.py` from a one-node run of {report['world_size']} "
+             f"rank(s): compute {1e3 * float(report['compute_seconds_per_step']):.2f} ms and "
+             f"node exchange {1e3 * float(report['exchange_seconds_per_step']):.2f} ms per step, "
+             f"{float(report['gradient_bytes']) / 1e6:.2f} MB of gradient per rank; "
+             f"{ranks_per_node} rank(s) per node, link latency {args.latency_us:g} us. "
+             f"A ring allreduce across nodes, no overlap: a floor on the step, not a measurement.",
+             "",
+             "| link | exchange | nodes | ranks | step (ms) | exchange share | efficiency | images/s |",
+             "|---|---|---:|---:|---:|---:|---:|---:|"]
+    for gbit in args.gbit:
+        for hier in kinds:
+            for n in args.nodes:
+                p = predict(report, n, gbit, args.latency_us * 1e-6, ranks_per_node, hier)
+                lines.append(f"| {gbit:g} Gbit/s | {'hierarchical' if hier else 'flat'} | {n} | "
+                             f"{p['ranks']} | {1e3 * p['step']:.2f} | "
+                             f"{100 * p['exchange_share']:.0f}% | {100 * p['efficiency']:.0f}% | "
+                             f"{p['images_per_second']:.0f} |")
+    return "\n".join(lines)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("report", help="mnist_cnn --report JSON of a one-node run")
+    ap.add_argument("--gbit", type=float, action="append", required=True,
+                    help="link bandwidth in Gbit/s (repeat for several)")
+    ap.add_argument("--latency-us", type=float, default=50.0, help="one-way latency (default 50)")
+    ap.add_argument("--nodes", default="1,2,4,8,16", help="node counts (default 1,2,4,8,16)")
+    ap.add_argument("--ranks-per-node", type=int, default=0,
+                    help="ranks per node (default: the report's world size)")
+    args = ap.parse_args()
+    try:
+        args.nodes = [int(n) for n in args.nodes.split(",")]
+    except ValueError:
+        ap.error(f"--nodes: expected a comma list of node counts, got {args.nodes!r}")
+    if any(n < 1 for n in args.nodes) or any(g <= 0 for g in args.gbit) or args.latency_us < 0:
+        ap.error("node counts and bandwidths must be positive, the latency not negative")
+    print(table(load_report(args.report), args))
+
+
+if __name__ == "__main__":
+    main()
