@@ -19,6 +19,8 @@ core=(
   dataset-fashion-mnist
   gnuplot-nox
   chromium python3-prometheus-client
+  jupyterhub node-configurable-http-proxy python3-pamela python3-notebook python3-ipykernel
+  python3-websocket
   nodejs npm
   procps psmisc util-linux iproute2 passwd tmux
   python3 python3-venv
