@@ -159,10 +159,13 @@ def run_cell(b: Browser, user: str) -> str:
     return (b.eval(script) or "").strip()
 
 
+def gpuq_run(gpuq: str, socket: str, *args: str) -> str:
+    return subprocess.run([gpuq, *args], check=True, capture_output=True, text=True,
+                          env={**os.environ, "GPUQ_SOCKET": socket}).stdout
+
+
 def gpuq_jobs(gpuq: str, socket: str, user: str) -> list[dict]:
-    out = subprocess.run([gpuq, "queue", "--json"], check=True, capture_output=True, text=True,
-                         env={**os.environ, "GPUQ_SOCKET": socket}).stdout
-    return [j for j in json.loads(out) if j["user"] == user]
+    return [j for j in json.loads(gpuq_run(gpuq, socket, "queue", "--json")) if j["user"] == user]
 
 
 def job_gpus(gpuq: str, socket: str, user: str) -> str:
@@ -201,6 +204,29 @@ def stop_server(b: Browser, hub: str, gpuq: str, socket: str, user: str) -> None
     print(f"ok: {user}'s server stopped from the hub's home page; its gpuq job ended")
 
 
+def check_budget_and_cancel(b: Browser, hub: str, gpuq: str, socket: str, user: str) -> None:
+    """With a budget too small for the job, the pending page says the budget is spent; a
+    `gpuq cancel` of the waiting job fails the spawn with the job's end on the page."""
+    gpuq_run(gpuq, socket, "budget", "set", user, "0.05", "--per", "week")
+    b.goto(f"{hub}/hub/spawn/{user}")
+    wait_for(30, f"{user}'s options form", lambda: b.eval("!!document.getElementById('spawn_form')"))
+    submit_form(b, "1", "10")  # 10 GPU-minutes: past a budget of 3
+    message = wait_for(60, f"{user}'s pending page to say the budget is spent", lambda: (
+        "GPU-hour budget is spent" in (b.eval(
+            "(document.getElementById('progress-message') || {}).innerText") or "")
+        and b.eval("document.getElementById('progress-message').innerText")))
+    print(f"ok: {user}'s pending page says: {message}")
+    job = [j for j in gpuq_jobs(gpuq, socket, user) if j["state"] == "PENDING"]
+    if len(job) != 1 or job[0]["reason"] != "AssocGrpGRESMinutes":
+        raise Failure(f"{user}'s waiting job is not held by the budget: {job}")
+    gpuq_run(gpuq, socket, "cancel", job[0]["display_id"])
+    text = wait_for(60, f"{user}'s page to say the spawn failed", lambda: (
+        "Spawn failed" in b.text() and b.text()))
+    if f"gpuq job {job[0]['display_id']} ended CANCELLED" not in text:
+        raise Failure(f"after gpuq cancel, {user}'s page says:\n{text}")
+    print(f"ok: gpuq cancel of the waiting job {job[0]['display_id']}: the hub says the spawn failed and why")
+
+
 def main(argv: list[str]) -> int:
     hub, gpuq, socket, work, user1, pw1, user2, pw2 = argv[1:9]
     chromium = os.environ.get("CHROMIUM", "chromium")
@@ -222,6 +248,7 @@ def main(argv: list[str]) -> int:
         if check_cell(second, gpuq, socket, user2) != gpus:
             raise Failure(f"{user2} did not get the one GPU {gpus} once {user1} stopped")
         stop_server(second, hub, gpuq, socket, user2)
+        check_budget_and_cancel(first, hub, gpuq, socket, user1)
     except Failure as e:
         for name, b in (("first", first), ("second", second)):
             try:
@@ -233,7 +260,8 @@ def main(argv: list[str]) -> int:
     finally:
         first.close()
         second.close()
-    print("OK: login, options, a queued server's position, stop and hand-over, through the browser")
+    print("OK: login, options, a queued server's position, stop and hand-over, a spent budget, "
+          "through the browser")
     return 0
 
 
