@@ -19,6 +19,7 @@ class Options(unittest.TestCase):
         self.assertEqual(parse(gpus=["2"], time=["1:30:00"]), JobOptions(2, "1:30:00"))
         self.assertEqual(parse(gpus=1, time="90"), JobOptions(1, "90"))
         self.assertEqual(parse(), JobOptions(0, "8:00:00"))
+        self.assertEqual(parse(gpus=["1"], _xsrf=["token"]), JobOptions(1, "8:00:00"))
 
     def test_bad_options_name_the_field_and_the_value(self):
         for raw, words in [({"gpus": "-1"}, ["GPUs", "'-1'", "0 to 4"]),

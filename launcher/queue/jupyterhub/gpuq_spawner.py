@@ -123,7 +123,8 @@ def parse_options(raw: Mapping[str, Any], max_gpus: int, default_time: str, max_
                   runtimes: list[str]) -> JobOptions:
     """Checks the options form's (or the REST API's) fields; raises GpuqSpawnerError naming the
     field and the value."""
-    unknown = sorted(set(raw) - {"gpus", "time", "image"})
+    # Names with a leading underscore are the hub's own (JupyterHub 4 posts the form's _xsrf).
+    unknown = sorted(k for k in set(raw) - {"gpus", "time", "image"} if not k.startswith("_"))
     if unknown:
         raise GpuqSpawnerError(f"unknown option(s) {', '.join(unknown)}: expected gpus, time, image")
     return JobOptions(gpus=parse_gpus(_one(raw, "gpus") or "0", max_gpus),
