@@ -28,14 +28,18 @@ class Failure(Exception):
     pass
 
 
+class CdpError(Exception):
+    """A DevTools call refused, as while a page navigates away: waits look again."""
+
+
 def wait_for(seconds: float, what: str, probe: Callable[[], Any]) -> Any:
     """Calls probe until it returns something true, or fails naming what it waited for."""
     deadline = time.monotonic() + seconds
     while True:
         try:
             got = probe()
-        except (websocket.WebSocketException, OSError) as e:
-            got, last = None, e
+        except (websocket.WebSocketException, OSError, CdpError):
+            got = None
         if got:
             return got
         if time.monotonic() > deadline:
@@ -67,7 +71,7 @@ class Browser:
             reply = json.loads(self.ws.recv())
             if reply.get("id") == self.next_id:
                 if "error" in reply:
-                    raise Failure(f"{method}: {reply['error']}")
+                    raise CdpError(f"{method}: {reply['error']}")
                 return reply["result"]
 
     def eval(self, expression: str) -> Any:
@@ -122,8 +126,11 @@ def check_bad_option(b: Browser, gpus: str, time_limit: str, expected: str) -> N
 
 
 def wait_for_server(b: Browser, user: str, seconds: float) -> None:
-    wait_for(seconds, f"{user}'s Jupyter server (the tree page)", lambda: b.path().startswith(
-        f"/user/{user}/tree") and b.eval("document.readyState") == "complete")
+    def up() -> bool:
+        if "Spawn failed" in b.text():
+            raise Failure(f"{user}'s spawn failed:\n{b.text()}")
+        return b.path().startswith(f"/user/{user}/tree") and b.eval("document.readyState") == "complete"
+    wait_for(seconds, f"{user}'s Jupyter server (the tree page)", up)
 
 
 def run_cell(b: Browser, user: str) -> str:
@@ -198,9 +205,19 @@ def stop_server(b: Browser, hub: str, gpuq: str, socket: str, user: str) -> None
     b.goto(f"{hub}/hub/home")
     wait_for(30, f"{user}'s Stop My Server button", lambda: b.eval(
         "!!document.getElementById('stop') && getComputedStyle(document.getElementById('stop')).display != 'none'"))
-    b.eval("document.getElementById('stop').click(); true")
-    wait_for(90, f"{user}'s gpuq job to end after Stop My Server", lambda: not [
-        j for j in gpuq_jobs(gpuq, socket, user) if j["state"] in ("PENDING", "RUNNING")])
+    def ended() -> bool:
+        return not [j for j in gpuq_jobs(gpuq, socket, user) if j["state"] in ("PENDING", "RUNNING")]
+    # The button's handler comes with the page's scripts (RequireJS), which may still be loading
+    # when the page says it is complete: click again until the hub acts (a second stop is a no-op).
+    deadline = time.monotonic() + 90
+    while True:
+        b.eval("document.getElementById('stop').click(); true")
+        try:
+            wait_for(5, "", ended)
+            break
+        except Failure:
+            if time.monotonic() > deadline:
+                raise Failure(f"waited 90 s for {user}'s gpuq job to end after Stop My Server")
     print(f"ok: {user}'s server stopped from the hub's home page; its gpuq job ended")
 
 
@@ -253,7 +270,7 @@ def main(argv: list[str]) -> int:
         for name, b in (("first", first), ("second", second)):
             try:
                 print(f"--- the {name} browser at {b.path()}:\n{b.text()[:3000]}", file=sys.stderr)
-            except (websocket.WebSocketException, OSError, Failure) as why:
+            except (websocket.WebSocketException, OSError, CdpError) as why:
                 print(f"--- the {name} browser cannot say where it is: {why}", file=sys.stderr)
         print(f"FAIL: {e}", file=sys.stderr)
         return 1

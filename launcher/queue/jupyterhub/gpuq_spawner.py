@@ -120,14 +120,14 @@ def parse_image(text: str, runtimes: list[str]) -> str:
 
 
 def parse_options(raw: Mapping[str, Any], max_gpus: int, default_time: str, max_seconds: int,
-                  runtimes: list[str]) -> JobOptions:
+                  runtimes: list[str], default_gpus: int = 0) -> JobOptions:
     """Checks the options form's (or the REST API's) fields; raises GpuqSpawnerError naming the
     field and the value."""
     # Names with a leading underscore are the hub's own (JupyterHub 4 posts the form's _xsrf).
     unknown = sorted(k for k in set(raw) - {"gpus", "time", "image"} if not k.startswith("_"))
     if unknown:
         raise GpuqSpawnerError(f"unknown option(s) {', '.join(unknown)}: expected gpus, time, image")
-    return JobOptions(gpus=parse_gpus(_one(raw, "gpus") or "0", max_gpus),
+    return JobOptions(gpus=parse_gpus(_one(raw, "gpus") or str(default_gpus), max_gpus),
                       time=parse_time(_one(raw, "time"), default_time, max_seconds),
                       image=parse_image(_one(raw, "image"), runtimes))
 
@@ -206,6 +206,7 @@ class GpuqSpawner(Spawner):
                   help="Prefix that runs the gpuq client as the user ({username} is replaced); "
                   "empty when the hub runs as that user.").tag(config=True)
     max_gpus = Integer(8, help="The most GPUs one server may ask for.").tag(config=True)
+    default_gpus = Integer(1, help="GPUs when the form (or a REST start) names none.").tag(config=True)
     default_time = Unicode("8:00:00", help="Time limit when the form leaves it empty.").tag(config=True)
     max_hours = Float(24, help="The longest time limit a user may ask for, in hours.").tag(config=True)
     job_name = Unicode("jupyter-{username}", help="The gpuq job name.").tag(config=True)
@@ -240,7 +241,7 @@ class GpuqSpawner(Spawner):
 
     def checked_options(self, raw: Mapping[str, Any]) -> JobOptions:
         return parse_options(raw, self.max_gpus, self.default_time, int(self.max_hours * 3600),
-                             self.runtimes())
+                             self.runtimes(), min(self.default_gpus, self.max_gpus))
 
     def checked_form_options(self, formdata: Mapping[str, Any]) -> dict:
         options = self.checked_options(formdata)  # the hub shows the error above the form
@@ -249,7 +250,8 @@ class GpuqSpawner(Spawner):
     def render_form(self) -> str:
         fields = [
             f'<label for="gpus">GPUs</label> <input type="number" class="form-control" '
-            f'id="gpus" name="gpus" value="1" min="0" max="{self.max_gpus}">',
+            f'id="gpus" name="gpus" value="{min(self.default_gpus, self.max_gpus)}" min="0" '
+            f'max="{self.max_gpus}">',
             f'<label for="time">Time limit (minutes, H:MM:SS or D-HH:MM:SS; at most '
             f'{self.max_hours:g} hours)</label> <input type="text" class="form-control" '
             f'id="time" name="time" value="{escape(self.default_time)}">',
@@ -272,10 +274,13 @@ class GpuqSpawner(Spawner):
     async def gpuq_call(self, *args: str, stdin: str = "", env: Optional[dict] = None) -> str:
         prefix = [p.format(username=self.user.name) for p in self.run_as]
         argv = prefix + [self.gpuq, *args]
-        proc = await asyncio.create_subprocess_exec(
-            *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE, cwd=self.home(),
-            env=env if env is not None else self.query_env())
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
+                stderr=asyncio.subprocess.PIPE, cwd=self.home(),
+                env=env if env is not None else self.query_env())
+        except OSError as e:
+            raise GpuqSpawnerError(f"cannot run {argv[0]} (GpuqSpawner.run_as / gpuq): {e}") from e
         out, err = await proc.communicate(stdin.encode())
         if proc.returncode != 0:
             raise GpuqSpawnerError(
