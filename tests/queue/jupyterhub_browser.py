@@ -107,11 +107,14 @@ def login(b: Browser, hub: str, user: str, password: str) -> None:
 
 
 def submit_form(b: Browser, gpus: str, time_limit: str) -> None:
-    """Fills the options form and posts it; form.submit() skips the browser's own checks of the
-    number field, so the hub sees exactly these values."""
+    """Fills the options form, posts it, and waits for the page that answers; form.submit()
+    skips the browser's own checks of the number field, so the hub sees exactly these values."""
     b.eval(f"document.getElementById('gpus').value = {json.dumps(gpus)};"
            f"document.getElementById('time').value = {json.dumps(time_limit)};"
-           "document.getElementById('spawn_form').submit(); true")
+           "window.gpuqFormPage = true; document.getElementById('spawn_form').submit(); true")
+    # The hub answers the post when the server is up or after its slow_spawn_timeout (10 s).
+    wait_for(60, f"the hub's answer to gpus={gpus!r} time={time_limit!r}", lambda: b.eval(
+        "window.gpuqFormPage === undefined && document.readyState == 'complete'"))
 
 
 def check_bad_option(b: Browser, gpus: str, time_limit: str, expected: str) -> None:
@@ -127,7 +130,8 @@ def check_bad_option(b: Browser, gpus: str, time_limit: str, expected: str) -> N
 
 def wait_for_server(b: Browser, user: str, seconds: float) -> None:
     def up() -> bool:
-        if "Spawn failed" in b.text():
+        on_form = b.path().startswith("/hub/spawn") and not b.path().startswith("/hub/spawn-pending")
+        if "Spawn failed" in b.text() or (on_form and "Error:" in b.text()):
             raise Failure(f"{user}'s spawn failed:\n{b.text()}")
         return b.path().startswith(f"/user/{user}/tree") and b.eval("document.readyState") == "complete"
     wait_for(seconds, f"{user}'s Jupyter server (the tree page)", up)

@@ -33,6 +33,7 @@ from html import escape
 from typing import Any, Mapping, Optional
 
 from jupyterhub.spawner import Spawner
+from tornado.web import HTTPError
 from traitlets import Dict, Float, Integer, List, Unicode, default
 
 ACTIVE_STATES = ("PENDING", "RUNNING")
@@ -49,15 +50,25 @@ TIME_FORMS = (
 SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 IMAGE_NAME = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._/:@+=-]*$")
 BUDGET_REASON = "AssocGrpGRESMinutes"
+LOG_GRACE_SECONDS = 60  # how long a running job's output file may stay unreadable
 
 
-class GpuqSpawnerError(Exception):
-    """An error whose text the hub shows the user as it is (no traceback)."""
+class GpuqSpawnerError(HTTPError):
+    """An error whose text the hub shows the user as it is (no traceback): above the options
+    form, on the spawn-pending page, or as the REST API's message. An HTTPError, because the hub
+    shows any other exception raised within a second of a spawn as a bare `HTTP 500`."""
+
+    def __init__(self, message: str, status: int = 400) -> None:
+        super().__init__(status, "%s", message)  # "%s": a message may hold a '%' (%j)
+        self.message = message
+
+    def __str__(self) -> str:
+        return self.message
 
     # JupyterHub 3 shows `jupyterhub_message` on the spawn-failed page when an exception has it.
     @property
     def jupyterhub_message(self) -> str:
-        return str(self)
+        return self.message
 
 
 @dataclass(frozen=True)
@@ -353,13 +364,21 @@ class GpuqSpawner(Spawner):
         return (self.ip or "127.0.0.1", port)
 
     async def wait_for_port(self) -> int:
+        log_error_since: Optional[float] = None
         while True:
             job = await self.show()
             if job is None or job["state"] not in ACTIVE_STATES:
-                raise GpuqSpawnerError(self.ended_message(job))
+                raise GpuqSpawnerError(self.ended_message(job), 500)
             self.job_info = job
             if job["state"] == "RUNNING":
-                match = PORT_LINE.search(await self.gpuq_call("log", self.job_id))
+                try:  # the job's output file appears a moment after it starts RUNNING
+                    match = PORT_LINE.search(await self.gpuq_call("log", self.job_id))
+                    log_error_since = None
+                except GpuqSpawnerError:
+                    log_error_since = log_error_since or time.monotonic()
+                    if time.monotonic() - log_error_since > LOG_GRACE_SECONDS:
+                        raise
+                    match = None
                 if match:
                     return int(match.group(1))
             await asyncio.sleep(self.status_interval)
