@@ -128,6 +128,17 @@ def check_bad_option(b: Browser, gpus: str, time_limit: str, expected: str) -> N
     print(f"ok: the hub shows {expected!r} for gpus={gpus!r} time={time_limit!r}")
 
 
+def check_rest_option(b: Browser, user: str) -> None:
+    """A start through the hub's REST API (from the user's hub page, with its cookie) with a bad
+    option is refused with the spawner's message, not a bare HTTP 500."""
+    answer = b.eval("""fetch('/hub/api/users/%s/server', {method: 'POST', body: '{"gpus": "abc"}',
+                         headers: {'Content-Type': 'application/json'}})
+                     .then(async r => r.status + ' ' + await r.text())""" % user) or ""
+    if not answer.startswith("400 ") or "GPUs: 'abc' is not a whole number" not in answer:
+        raise Failure(f"REST start of {user} with gpus=abc answered: {answer}")
+    print(f"ok: a REST start with gpus=abc is refused: {answer}")
+
+
 def wait_for_server(b: Browser, user: str, seconds: float) -> None:
     def up() -> bool:
         on_form = b.path().startswith("/hub/spawn") and not b.path().startswith("/hub/spawn-pending")
@@ -257,6 +268,7 @@ def main(argv: list[str]) -> int:
         login(first, hub, user1, pw1)
         check_bad_option(first, "-1", "10", "GPUs: '-1' is not a whole number from 0 to")
         check_bad_option(first, "1", "forever", "time limit: 'forever' is not a time limit")
+        check_rest_option(first, user1)
         submit_form(first, "1", "10")
         wait_for_server(first, user1, 120)
         gpus = check_cell(first, gpuq, socket, user1)
