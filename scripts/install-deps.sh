@@ -19,6 +19,8 @@ core=(
   dataset-fashion-mnist
   gnuplot-nox
   chromium python3-prometheus-client
+  jupyterhub node-configurable-http-proxy python3-pamela python3-notebook python3-ipykernel
+  python3-websocket
   nodejs npm
   procps psmisc util-linux iproute2 passwd tmux
   python3 python3-venv
@@ -66,4 +68,12 @@ $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/tmp/gpuru
   echo "install-deps: apt-get install failed (full log: /tmp/gpurun-apt.log)" >&2
   exit 1
 }
+# Debian's jupyterhub enables and starts jupyterhub.service (root, PAM logins, every interface,
+# a configuration file that does not exist). Tests start their own hub on free localhost ports;
+# a machine that installs it for them gets no hub of its own (launcher/queue/README.md, "Jupyter
+# for a lab or club", says how to run one).
+if [[ " ${missing[*]} " == *" jupyterhub "* && -d /run/systemd/system ]]; then
+  $sudo systemctl disable --now jupyterhub.service >/dev/null 2>&1 || true
+  echo "install-deps: jupyterhub.service disabled and stopped (Debian's package starts it)"
+fi
 echo "install-deps: done"

@@ -7,9 +7,13 @@ build=$1; here=$2
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 cmake --install "$build" --prefix "$tmp/prefix" >/dev/null
 for f in bin/gpurun bin/gpuq bin/mnist_cnn bin/lenet lib/cmake/gpurun/gpurunConfig.cmake \
-  include/gpurun/launcher/hostlist.h include/gpurun/runtime/trainer.h include/gpurun/kernels/conv2d.h; do
+  include/gpurun/launcher/hostlist.h include/gpurun/runtime/trainer.h include/gpurun/kernels/conv2d.h \
+  share/gpurun/jupyterhub_config.py; do
   [[ -e $tmp/prefix/$f ]] || { echo "FAIL: $f not installed"; find "$tmp/prefix" | head -50; exit 1; }
 done
+# gpuq_spawner under a prefix other than /usr: lib/python3.X/dist-packages, X of the hub's python3.
+spawner=$(find "$tmp/prefix/lib" -path '*/python3.*/dist-packages/gpuq_spawner.py')
+[[ -n $spawner ]] || { echo "FAIL: gpuq_spawner.py not in PREFIX/lib/python3.X/dist-packages"; exit 1; }
 # The runtime's public surface is these headers; the layers, buffers, sampler, checkpoint file
 # and exchanges stay in runtime/src, and examples/custom_data below builds from these alone.
 rt_headers=$(cd "$tmp/prefix/include/gpurun/runtime" && ls | tr '\n' ' ')

@@ -38,7 +38,8 @@ done
 dpkg-deb -c "$deb" | awk '{print $NF}' | sed 's|^\./|/|' | grep -v '/$' >"$tmp/files"
 for f in /usr/bin/gpurun /usr/bin/gpuq /usr/bin/mnist_cnn /usr/share/man/man1/gpurun.1 \
   /usr/share/bash-completion/completions/gpurun "/usr/share/modulefiles/gpurun/$version.lua" \
-  /usr/lib/systemd/system/gpuq.service; do
+  /usr/lib/systemd/system/gpuq.service /usr/lib/python3/dist-packages/gpuq_spawner.py \
+  /usr/share/gpurun/jupyterhub_config.py; do
   grep -qx -- "$f" "$tmp/files" || fail "the package lacks $f"
 done
 scripts=$(dpkg-deb --ctrl-tarfile "$deb" | tar -t | grep -E '(pre|post)(inst|rm)$' || true)
@@ -54,7 +55,13 @@ grep -q "submit" <<<"$(/usr/bin/gpuq --help)" || fail "installed gpuq --help"  #
 grep -qx "ExecStart=/usr/bin/gpuq daemon --state-dir /var/lib/gpuq --socket /run/gpuq.sock" \
   /usr/lib/systemd/system/gpuq.service || fail "the installed unit does not start /usr/bin/gpuq"
 [[ ! -e /etc/systemd/system/multi-user.target.wants/gpuq.service ]] || fail "gpuq.service was enabled"
-echo "ok: installed: $got; man -w gpurun; gpuq --help; gpuq.service present and not enabled"
+# JupyterHub's python3 finds the spawner (and imports it where JupyterHub is installed).
+/usr/bin/python3 -c 'import importlib.util, sys; sys.exit(importlib.util.find_spec("gpuq_spawner") is None)' ||
+  fail "/usr/bin/python3 does not find gpuq_spawner"
+if /usr/bin/python3 -c 'import jupyterhub' 2>/dev/null; then
+  /usr/bin/python3 -c 'import gpuq_spawner; gpuq_spawner.GpuqSpawner' || fail "import gpuq_spawner"
+fi
+echo "ok: installed: $got; man -w gpurun; gpuq --help; gpuq.service present and not enabled; gpuq_spawner importable"
 
 DEBIAN_FRONTEND=noninteractive apt-get purge -y -qq gpurun >"$tmp/apt.log" 2>&1 || { cat "$tmp/apt.log"; fail "apt-get purge gpurun"; }
 left=$(while read -r f; do if [[ -e $f ]]; then echo "$f"; fi; done <"$tmp/files")
