@@ -1,0 +1,163 @@
+#!/usr/bin/env bash
+# bench/two_node_link/run.sh: mnist_cnn on two "nodes" joined by a real, shaped link (issue 31).
+#
+#   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit] [--epochs N] [--batch B]
+#                                   [--data DIR] [--build DIR] [--out FILE] [-- MNIST_CNN_ARGS...]
+#
+# What it makes, and removes on exit (also on failure or Ctrl-C):
+#   - two network namespaces, gpurun-bench-a and gpurun-bench-b, each a "node" with one address
+#     (10.77.0.1, 10.77.0.2) on one end of a veth pair; loopback up in each;
+#   - at each rate, tc tbf on both ends (each direction shaped to the rate; this kernel has tbf
+#     and htb but no netem, so the latency is the veth's own, microseconds);
+#   - a PBS-style allocation of the two addresses (PBS_NODEFILE), under which gpurun launches the
+#     ranks with the real Open MPI over TCP (btl tcp,self; nothing shared between the nodes), and
+#     an rsh agent that enters node b's namespace, so mpirun starts node b's rank there.
+# Each rank is pinned to a core of its own (node a core 0, node b core 1): a 2-core machine holds
+# two one-core nodes. The one-node baseline is one rank on core 0, in the same run.
+#
+# Rows: the exchange gpurun has across nodes today (one allreduce of the whole gradient after
+# backward). Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s /
+# (2 x the one node's). Beside each, scripts/step_model.py's prediction from the baseline's
+# report at the same rate. Prints a markdown table; --out writes it to a file as well.
+set -euo pipefail
+
+root=$(cd "$(dirname "$0")/../.." && pwd)
+rates=10gbit,1gbit
+epochs=1
+batch=64
+data=$root/data/mnist
+build=${BUILD_DIR:-$root/build}
+out=""
+extra=()
+die() { echo "two_node_link: error: $*" >&2; exit 1; }
+while (($#)); do
+  case $1 in
+    --rates) rates=${2:?--rates needs a list}; shift 2 ;;
+    --epochs) epochs=${2:?--epochs needs a number}; shift 2 ;;
+    --batch) batch=${2:?--batch needs a number}; shift 2 ;;
+    --data) data=${2:?--data needs a directory}; shift 2 ;;
+    --build) build=${2:?--build needs a directory}; shift 2 ;;
+    --out) out=${2:?--out needs a file}; shift 2 ;;
+    --) shift; extra=("$@"); break ;;
+    -h | --help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
+    *) die "unknown option '$1' (--help)" ;;
+  esac
+done
+[[ $(id -u) -eq 0 ]] || die "needs root (network namespaces, tc)"
+for tool in ip tc mpirun taskset python3; do
+  command -v "$tool" >/dev/null || die "$tool is not installed"
+done
+gpurun=$build/launcher/gpurun mnist=$build/examples/mnist_cnn/mnist_cnn
+[[ -x $gpurun && -x $mnist ]] || die "build gpurun and mnist_cnn first (in $build)"
+[[ -d $data ]] || die "no data in $data (scripts/fetch-data.sh)"
+(($(nproc) >= 2)) || die "needs 2 cores: one a node"
+
+A=gpurun-bench-a B=gpurun-bench-b
+work=$(mktemp -d /tmp/gpurun-link-XXXXXX)
+chmod 755 "$work"
+cleanup() {
+  set +e
+  ip netns pids "$A" 2>/dev/null | xargs -r kill -9
+  ip netns pids "$B" 2>/dev/null | xargs -r kill -9
+  ip netns del "$A" 2>/dev/null
+  ip netns del "$B" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+setup_nodes() {
+  cleanup
+  work=$(mktemp -d /tmp/gpurun-link-XXXXXX) && chmod 755 "$work"
+  ip netns add "$A" && ip netns add "$B"
+  ip link add gpurun-va type veth peer name gpurun-vb
+  ip link set gpurun-va netns "$A" && ip link set gpurun-vb netns "$B"
+  ip -n "$A" addr add 10.77.0.1/24 dev gpurun-va && ip -n "$B" addr add 10.77.0.2/24 dev gpurun-vb
+  for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
+  ip -n "$A" link set gpurun-va up && ip -n "$B" link set gpurun-vb up
+  # The rsh agent mpirun uses for node b: into its namespace, on core 1.
+  cat > "$work/ns-rsh" <<EOF
+#!/bin/sh
+# ns-rsh HOST CMD...: mpirun's remote start, into the namespace that holds HOST.
+host=\$1; shift
+[ "\$host" = 10.77.0.2 ] || { echo "ns-rsh: unknown host \$host" >&2; exit 1; }
+exec ip netns exec $B taskset -c 1 /bin/sh -c "\$*"
+EOF
+  chmod 755 "$work/ns-rsh"
+  printf '10.77.0.1\n10.77.0.2\n' > "$work/nodefile"
+}
+
+# shape RATE: tbf on both ends; burst 10 ms of the rate (at least 64 KB), a 20 ms queue.
+shape() {
+  local rate=$1 bits burst
+  bits=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+(?:\.\d+)?)(k|m|g)?bit', sys.argv[1]); \
+    sys.exit(1) if not m else print(int(float(m[1]) * {None:1,'k':1e3,'m':1e6,'g':1e9}[m[2]]))" "$rate") ||
+    die "rate '$rate': expected tc's form, e.g. 10gbit, 500mbit"
+  burst=$((bits / 8 / 100)); ((burst >= 65536)) || burst=65536
+  for end in "$A gpurun-va" "$B gpurun-vb"; do
+    set -- $end
+    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
+  done
+}
+
+mnist_args=(--device cpu --threads 1 --data "$data" --epochs "$epochs" --batch-size "$batch"
+  --lr-scaling linear --exchange allreduce "${extra[@]+"${extra[@]}"}")
+
+# one_node REPORT: the baseline, one rank on core 0 in node a.
+one_node() {
+  ip netns exec "$A" taskset -c 0 "$mnist" "${mnist_args[@]}" --report "$1" > "$1.log" 2>&1 ||
+    { tail -20 "$1.log" >&2; die "the one-node run failed"; }
+}
+
+# two_nodes REPORT: gpurun under a PBS-style allocation of both nodes, mpirun over TCP.
+two_nodes() {
+  local mca="--mca plm_rsh_agent $work/ns-rsh --mca btl tcp,self --mca btl_tcp_if_include \
+10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 --bind-to none --allow-run-as-root"
+  ip netns exec "$A" taskset -c 0 env PBS_JOBID=link.bench PBS_NODEFILE="$work/nodefile" \
+    "$gpurun" --scheduler pbs --launcher mpirun --launcher-args "$mca" -n 2 --nproc-per-node 1 \
+    --control-addr 10.77.0.1 --master-addr 10.77.0.1 --preflight off -- "$mnist" "${mnist_args[@]}" --report "$1" > "$1.log" 2>&1 ||
+    { tail -30 "$1.log" >&2; die "the two-node run failed"; }
+}
+
+field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
+
+rows=()
+setup_nodes
+echo "two_node_link: one node (baseline)..." >&2
+one_node "$work/one.json"
+for rate in ${rates//,/ }; do
+  shape "$rate"
+  echo "two_node_link: two nodes at $rate..." >&2
+  two_nodes "$work/two-$rate.json"
+  gbit=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+(?:\.\d+)?)(k|m|g)?bit', sys.argv[1]); \
+    print(float(m[1]) * {None:1e-9,'k':1e-6,'m':1e-3,'g':1}[m[2]])" "$rate")
+  rows+=("$(python3 - "$work/one.json" "$work/two-$rate.json" "$rate" "$gbit" "$root" <<'PY'
+import json, sys
+sys.path.insert(0, sys.argv[5] + "/scripts")
+import step_model
+one, two = (json.load(open(p)) for p in sys.argv[1:3])
+rate, gbit = sys.argv[3], float(sys.argv[4])
+eff = two["images_per_second"] / (2 * one["images_per_second"])
+share = two["exchange_seconds_per_step"] / (two["compute_seconds_per_step"] + two["exchange_seconds_per_step"])
+pred = step_model.predict(one, 2, gbit, 0.0, 1, hierarchical=True)
+print(f"| {rate} | plain allreduce | {one['images_per_second']:.0f} | {two['images_per_second']:.0f} | "
+      f"{100 * eff:.0f}% | {100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
+      f"{100 * pred['efficiency']:.0f}% | {100 * one['test_accuracy']:.2f}% | "
+      f"{100 * two['test_accuracy']:.2f}% |")
+PY
+)")
+done
+
+{
+  echo "Two nodes = two network namespaces on one VM, one rank each pinned to a core of its own,"
+  echo "joined by a veth pair that tc tbf shapes to the rate in each direction (no netem: the"
+  echo "latency is the veth's own). Open MPI $(mpirun --version | sed -n 's/.*Open MPI) //p' | head -1)"
+  echo "over TCP, launched by gpurun under a PBS-style allocation. mnist_cnn on $(basename "$data"),"
+  echo "$epochs epoch(s), $batch images per rank, --threads 1, exchange allreduce; $(date -u '+%Y-%m-%d %H:%M UTC'),"
+  echo "$(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1))."
+  echo
+  echo "| link | exchange | 1 node images/s | 2 nodes images/s | efficiency | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  printf '%s\n' "${rows[@]}"
+} | tee "$work/table.md"
+[[ -z $out ]] || cp "$work/table.md" "$out"
