@@ -36,6 +36,7 @@ struct Options {
   std::string lr_scaling = "linear";
   std::string exchange = "auto";
   std::string split_balance = "measured";
+  std::string grad_compression = "none";
   std::string cpu_kernels = kernels::cpu::name(kernels::cpu::default_cpu_kernels());
   std::string report;
   int threads = 0;
@@ -101,6 +102,10 @@ po::options_description describe(Options& o, const Example& ex) {
       "CPU: how ranks combine gradients: allreduce (MPI_Allreduce of the whole gradient), shared "
       "(ranks on one node share one copy of the weights and update the Dense layers from each "
       "other's activations in shared memory), or auto (shared when every rank is on one node)")(
+      "grad-compression", po::value(&o.grad_compression)->default_value(o.grad_compression),
+      "CPU, allreduce exchange: none, or powersgd:R (PowerSGD of rank R with error feedback for "
+      "the Dense layers' gradients: each sends (rows + inputs) x R floats instead of rows x "
+      "inputs; the report's exchange_bytes_per_step says what a step sent)")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "
@@ -144,6 +149,21 @@ std::string parse_split(const std::string& text, rt::SplitShares& split) {
   return split.weights.size() >= 2 ? "" : bad;
 }
 
+// "none" or "powersgd:R" (R from 1 to 64) into *rank (0 for none); an empty string, or the complaint.
+std::string parse_compression(const std::string& text, int* rank) {
+  const std::string bad =
+      "--grad-compression must be none or powersgd:R with R from 1 to 64, got " + text;
+  *rank = 0;
+  if (text == "none") return "";
+  const std::string prefix = "powersgd:";
+  if (text.rfind(prefix, 0) != 0) return bad;
+  const std::string digits = text.substr(prefix.size());
+  if (digits.empty() || digits.size() > 2 || digits.find_first_not_of("0123456789") != std::string::npos)
+    return bad;
+  *rank = std::stoi(digits);
+  return *rank >= 1 && *rank <= 64 ? "" : bad;
+}
+
 // Turns the words into enums; an empty string, or the complaint.
 std::string interpret(Options& o, const po::variables_map& vm) {
   if (o.lr_scaling == "linear")
@@ -163,6 +183,9 @@ std::string interpret(Options& o, const po::variables_map& vm) {
   if (std::string why = parse_split(o.split_balance, o.backend.cpu.split); !why.empty()) {
     return why;
   }
+  if (std::string why = parse_compression(o.grad_compression, &o.backend.cpu.powersgd_rank);
+      !why.empty())
+    return why;
   if (auto k = kernels::cpu::parse_cpu_kernels(o.cpu_kernels))
     o.backend.cpu.kernels = *k;
   else

@@ -52,6 +52,7 @@ class CpuBackend final : public Backend {
     setup.weight_decay = cfg.weight_decay;
     setup.split = opt.split;
     setup.timeout_s = opt.comm_timeout_s;
+    setup.powersgd_rank = opt.powersgd_rank;
     exchange_ = cpu::make_exchange(pg, models_, setup, log);
   }
 
@@ -63,6 +64,7 @@ class CpuBackend final : public Backend {
     i.summary = exchange_->summary();
     i.workers = workers_;
     i.fused_update = exchange_->fused();
+    i.exchange_bytes_per_step = pg_.size() > 1 ? exchange_->bytes_per_step() : 0;
     return i;
   }
 

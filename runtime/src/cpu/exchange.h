@@ -25,6 +25,7 @@ struct ExchangeSetup {
   float momentum = 0, weight_decay = 0;
   SplitShares split;  // the shared exchange's split layers (backend.h)
   double timeout_s = 300;  // the shared exchange: a wait for a peer this long is an error
+  int powersgd_rank = 0;   // > 0: the allreduce exchange compresses Dense gradients (powersgd.h)
 };
 
 class CpuExchange {
@@ -50,6 +51,8 @@ class CpuExchange {
   // ranks) and step the parameters with learning rate lr, 1/members folded in.
   virtual void combine_and_update(float lr, WorkerPool& pool) = 0;
   double seconds() const { return seconds_; }  // spent combining, so far
+  // Bytes a rank hands to collectives across ranks each step (0: none leave the node).
+  virtual std::size_t bytes_per_step() const = 0;
   virtual std::string note() const { return ""; }  // Backend::epoch_note
 
  protected:

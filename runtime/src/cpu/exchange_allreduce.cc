@@ -1,9 +1,13 @@
 // exchange_allreduce.cc: the allreduce exchange (exchange.h). Every rank keeps its own copy of
 // the parameters; one MPI_Allreduce sums the whole gradient buffer (gradients + stat slots), then
-// every rank applies the same SGD step, its workers each taking a share of the parameters.
+// every rank applies the same SGD step, its workers each taking a share of the parameters. With
+// --grad-compression powersgd:R the Dense layers' gradients go through PowerSGD (powersgd.h)
+// instead of the allreduce whole.
 #include <chrono>
 #include <cstring>
+#include <memory>
 
+#include "cpu/powersgd.h"
 #include "exchange.h"
 #include "gpurun/kernels/sgd.h"
 
@@ -18,10 +22,22 @@ class AllreduceExchange final : public CpuExchange {
         setup_(setup),
         members_(members),
         whole_{{0, model.grad_buffer_floats()}},
-        velocity_(setup.momentum != 0.0f ? model.param_floats() : 0) {}
+        velocity_(setup.momentum != 0.0f ? model.param_floats() : 0) {
+    if (setup.powersgd_rank > 0) {
+      std::vector<LowRankMatrix> dense;
+      for (const Model::Deferred& d : model.deferred()) dense.push_back({d.offset, d.rows, d.in});
+      powersgd_ = std::make_unique<PowerSgd>(dense, model.grad_buffer_floats(),
+                                             setup.powersgd_rank, pg.size(), kPowerSgdSeed);
+    }
+  }
 
-  const char* name() const override { return "allreduce"; }
-  std::string summary() const override { return "allreduce"; }
+  const char* name() const override { return powersgd_ ? "powersgd" : "allreduce"; }
+  std::string summary() const override {
+    return powersgd_ ? "allreduce, " + powersgd_->summary() : "allreduce";
+  }
+  std::size_t bytes_per_step() const override {
+    return powersgd_ ? powersgd_->bytes_per_step() : model_.grad_buffer_floats() * sizeof(float);
+  }
   bool deferred() const override { return false; }
   const std::vector<Layer::Range>& summed() const override { return whole_; }
   const float* velocity() const override { return velocity_.size() ? velocity_.data() : nullptr; }
@@ -43,7 +59,10 @@ class AllreduceExchange final : public CpuExchange {
 
   void combine_and_update(float lr, WorkerPool& pool) override {
     const auto t = std::chrono::steady_clock::now();
-    pg_.allreduce_sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
+    if (powersgd_)
+      powersgd_->allreduce_sum(pg_, model_.grads());
+    else
+      pg_.allreduce_sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     float* vel = velocity_.size() ? velocity_.data() : nullptr;
     pool.run([&](int w) {
@@ -60,6 +79,8 @@ class AllreduceExchange final : public CpuExchange {
   int members_;
   std::vector<Layer::Range> whole_;
   FloatBuffer velocity_;
+  std::unique_ptr<PowerSgd> powersgd_;
+  static constexpr std::uint64_t kPowerSgdSeed = 0x506f776572534744;  // every rank's Q alike
 };
 
 }  // namespace

@@ -183,6 +183,7 @@ class SharedExchange final : public CpuExchange {
   }
 
   const char* name() const override { return "shared"; }
+  std::size_t bytes_per_step() const override { return 0; }  // it sends nothing off the node
   std::string summary() const override {
     const auto n = std::count(split_.begin(), split_.end(), true);
     if (n == 0) return "shared-memory exchange";
@@ -608,8 +609,13 @@ std::unique_ptr<CpuExchange> make_exchange(ProcessGroup& pg,
         "the shared exchange cannot accumulate micro-batches (micro_batch " +
         std::to_string(setup.micro_batch) + "): the allreduce exchange can");
   }
+  if (setup.requested == Exchange::kShared && setup.powersgd_rank > 0)
+    throw std::invalid_argument(
+        "--grad-compression powersgd compresses the gradients ranks allreduce; the shared "
+        "exchange sends none (give --exchange allreduce or auto)");
   std::unique_ptr<CpuExchange> ex;
-  if (setup.requested != Exchange::kAllreduce && setup.micro_batch == 0) {
+  if (setup.requested != Exchange::kAllreduce && setup.micro_batch == 0 &&
+      setup.powersgd_rank == 0) {
     std::string why_not;
     ex = make_shared_exchange(pg, models, setup, why_not);
     if (!ex && setup.requested == Exchange::kShared) {

@@ -278,6 +278,9 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
   for (auto& e : t_) e = Event(EventTiming::kOn);
   step_done_.resize(std::size_t(opt.loss_every));
   info_.exchange = cuda::to_string(exchange_);
+  // NCCL and the host-staged path both allreduce the whole gradient each step ("none": 1 rank).
+  info_.exchange_bytes_per_step =
+      info_.exchange == "none" ? 0 : dm_.param_floats() * sizeof(float);
   info_.graph = opt.graph == GraphMode::kCapture;
   info_.summary = std::string(info_.graph ? "CUDA Graph" : "eager") + ", allreduce " +
                   info_.exchange + (opt.math == GpuMath::kTf32 ? ", TF32" : ", FP32") +

@@ -47,17 +47,15 @@ nlohmann::json run_fields(const TrainConfig& cfg, const ReportContext& ctx) {
 }
 
 // The figures scripts/step_model.py predicts a step time from: per step, the compute, the
-// exchange and the bytes each rank hands to a collective across ranks (its whole gradient for an
-// allreduce, NCCL or the host-staged MPI path; none for the shared-memory exchange, which stays
-// in the node, or a single rank). gradient_bytes is that payload whatever the exchange.
-void add_step_model(nlohmann::json& j, const TrainResult& r, int world_size) {
+// exchange and the bytes each rank hands to collectives across ranks (the backend's figure: the
+// whole gradient for an allreduce, NCCL or the host-staged MPI path; PowerSGD's thin matrices;
+// none for the shared-memory exchange, which stays in the node, or a single rank).
+// gradient_bytes is an uncompressed allreduce's payload whatever the exchange.
+void add_step_model(nlohmann::json& j, const TrainResult& r) {
   const double steps = double(std::max<std::int64_t>(r.steps_run, 1));
-  const double gradient_bytes = double(r.param_count) * sizeof(float);
-  const bool across =
-      world_size > 1 && r.backend.exchange != "shared" && r.backend.exchange != "none";
   j["steps_run"] = r.steps_run;
-  j["gradient_bytes"] = gradient_bytes;
-  j["exchange_bytes_per_step"] = across ? gradient_bytes : 0.0;
+  j["gradient_bytes"] = double(r.param_count) * sizeof(float);
+  j["exchange_bytes_per_step"] = r.backend.exchange_bytes_per_step;
   j["compute_seconds_per_step"] = r.compute_seconds / steps;
   j["exchange_seconds_per_step"] = r.exchange_seconds / steps;
 }
@@ -113,7 +111,7 @@ void write_report(const std::string& path, const TrainConfig& cfg, const TrainRe
                   const ReportContext& ctx) {
   nlohmann::json j = run_fields(cfg, ctx);
   add_result(j, result);
-  add_step_model(j, result, ctx.world_size);
+  add_step_model(j, result);
   // A reader (summarize.py, a dashboard polling the file) sees the old report or the new one.
   common::write_file_atomic(path, j.dump(2) + "\n", 0644, common::Durability::kNoSync);
 }

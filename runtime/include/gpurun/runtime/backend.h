@@ -67,6 +67,9 @@ struct BackendInfo {
   int workers = 1;            // CPU: replicas per rank (--threads)
   bool fused_update = false;  // CPU: SGD inside the Dense layers' weight-gradient sgemm
   bool graph = false;         // CUDA: each step is a CUDA Graph replay
+  // Bytes a rank hands to collectives across ranks each step (the report's
+  // exchange_bytes_per_step; 0 when nothing leaves the node).
+  std::size_t exchange_bytes_per_step = 0;
 };
 
 class Backend {
@@ -130,6 +133,9 @@ struct CpuOptions {
   // names the ranks behind; longer than any legitimate gap between two ranks' steps (a
   // checkpoint written on rank 0). MPI's allreduce has no such bound.
   double comm_timeout_s = 300;
+  // > 0: PowerSGD of this rank for the Dense layers' gradients (the allreduce exchange only;
+  // runtime/src/cpu/powersgd.h); 0: the gradients travel whole.
+  int powersgd_rank = 0;
 };
 
 enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager

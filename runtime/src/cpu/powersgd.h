@@ -1,0 +1,68 @@
+// powersgd.h (private): PowerSGD gradient compression for the allreduce exchange (Vogels,
+// Karimireddy and Jaggi, "PowerSGD: Practical Low-Rank Gradient Compression for Distributed
+// Optimization", NeurIPS 2019, Algorithms 1 and 2; PyTorch's powerSGD_hook does the same).
+//
+// Each compressed matrix M (a Dense layer's weight gradient, rows x in) is sent as two thin
+// matrices instead of itself, with one step of power iteration warm-started from the last step's Q:
+//     M += E                         error feedback: what earlier steps' compression left out
+//     P  = M Q                       rows x r;   allreduce P (sums the ranks' P)
+//     P  = orthonormalize(P)         Gram-Schmidt on its columns (the same bits on every rank)
+//     Q  = M^T P                     in x r;     allreduce Q
+//     M^ = P Q^T                     the rank-r approximation of the ranks' summed M
+//     E  = M - M^ / ranks            this rank's share of what the approximation missed
+// and the buffer then holds M^ where M was. Everything else in the buffer (convolutions, biases,
+// the small Dense layers that would not shrink, the stat slots) travels whole, with P. So a step
+// sends 4 (sum rows r + sum in r + rest) bytes instead of 4 x the whole buffer.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <vector>
+
+#include "cpu/buffer.h"
+#include "gpurun/runtime/process_group.h"
+
+namespace gpurun::runtime::cpu {
+
+struct LowRankMatrix {
+  std::size_t offset = 0;  // in the gradient buffer
+  int rows = 0, in = 0;    // row-major, rows x in
+};
+
+class PowerSgd {
+ public:
+  // The matrices of `candidates` that shrink at least twofold at rank `rank` are compressed; the
+  // rest of [0, buffer_floats) travels whole. Q starts the same on every rank (from `seed`).
+  PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buffer_floats, int rank,
+           int ranks, std::uint64_t seed);
+
+  // Collective: the allreduce of `grads` (buffer_floats floats), compressed as above.
+  void allreduce_sum(ProcessGroup& pg, float* grads);
+
+  std::size_t bytes_per_step() const { return 4 * (p_floats_ + rest_floats_ + q_floats_); }
+  std::size_t compressed_matrices() const { return mats_.size(); }
+  std::string summary() const;  // "PowerSGD rank 4: 2 matrices, 11.08 MB -> 0.33 MB a step"
+
+ private:
+  struct Compressed {
+    LowRankMatrix m;
+    FloatBuffer q_t;    // r x in: Q transposed (the layout the dense kernels take as weights)
+    FloatBuffer p;      // rows x r
+    FloatBuffer error;  // rows x in
+  };
+  void pack_rest(const float* grads, float* to) const;
+  void unpack_rest(const float* from, float* grads) const;
+
+  int rank_, ranks_;
+  std::size_t buffer_floats_;
+  std::vector<Compressed> mats_;
+  std::vector<std::pair<std::size_t, std::size_t>> rest_;  // [begin, end) sent whole
+  std::size_t p_floats_ = 0, q_floats_ = 0, rest_floats_ = 0;
+  FloatBuffer send_p_, send_q_, approx_;
+};
+
+// Modified Gram-Schmidt on the columns of p (rows x cols, row-major); a column with no length
+// left after the ones before it becomes zero.
+void orthonormalize_columns(float* p, int rows, int cols);
+
+}  // namespace gpurun::runtime::cpu

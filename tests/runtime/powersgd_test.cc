@@ -1,0 +1,101 @@
+// powersgd_test.cc: PowerSGD (runtime/src/cpu/powersgd.h) on a buffer of known matrices, in one
+// process (a single-rank group: its allreduce is the identity), and through the backend: what is
+// compressed, what travels whole, the rank-r approximation, the error feedback, and the bytes.
+#include "cpu/powersgd.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <vector>
+
+#include "gpurun/runtime/process_group.h"
+#include "model/rng.h"
+
+namespace gpurun::runtime::cpu {
+namespace {
+
+// A rows x in matrix of rank `rank`: the sum of `rank` random outer products.
+std::vector<float> low_rank(int rows, int in, int rank, std::uint64_t seed) {
+  Rng rng(seed);
+  std::vector<float> m(std::size_t(rows) * in, 0.0f);
+  for (int k = 0; k < rank; ++k) {
+    std::vector<float> u(rows), v(in);
+    for (auto& x : u) x = rng.uniform(-1, 1);
+    for (auto& x : v) x = rng.uniform(-1, 1);
+    for (int i = 0; i < rows; ++i)
+      for (int j = 0; j < in; ++j) m[std::size_t(i) * in + j] += u[i] * v[j];
+  }
+  return m;
+}
+
+double max_abs_diff(const float* a, const float* b, std::size_t n) {
+  double worst = 0;
+  for (std::size_t i = 0; i < n; ++i) worst = std::max(worst, std::fabs(double(a[i]) - b[i]));
+  return worst;
+}
+
+TEST(PowerSgd, ColumnsComeOutOrthonormal) {
+  Rng rng(3);
+  std::vector<float> p(50 * 4);
+  for (auto& x : p) x = rng.uniform(-1, 1);
+  orthonormalize_columns(p.data(), 50, 4);
+  for (int a = 0; a < 4; ++a)
+    for (int b = 0; b < 4; ++b) {
+      double dot = 0;
+      for (int k = 0; k < 50; ++k) dot += double(p[k * 4 + a]) * p[k * 4 + b];
+      EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-5) << a << "," << b;
+    }
+}
+
+// Layout: 7 floats whole, a 40 x 30 matrix of rank 2, 5 floats whole, a 4 x 3 matrix (too small
+// to shrink at rank 2: sent whole), 3 floats whole.
+struct Layout {
+  static constexpr std::size_t kBig = 7, kSmall = 7 + 1200 + 5, kEnd = kSmall + 12 + 3;
+  std::vector<LowRankMatrix> mats{{kBig, 40, 30}, {kSmall, 4, 3}};
+};
+
+TEST(PowerSgd, ALowRankGradientComesThroughAndTheRestIsUntouched) {
+  Layout l;
+  std::vector<float> buf(Layout::kEnd);
+  Rng rng(5);
+  for (auto& x : buf) x = rng.uniform(-1, 1);
+  const std::vector<float> m = low_rank(40, 30, 2, 11);
+  std::copy(m.begin(), m.end(), buf.begin() + Layout::kBig);
+  const std::vector<float> before = buf;
+  PowerSgd psgd(l.mats, buf.size(), 2, 1, 99);
+  EXPECT_EQ(psgd.compressed_matrices(), 1u);  // the 4 x 3 one would not shrink
+  EXPECT_EQ(psgd.bytes_per_step(), 4 * (40 * 2 + 30 * 2 + (Layout::kEnd - 1200)));
+  auto pg = make_single_process_group();
+  psgd.allreduce_sum(*pg, buf.data());
+  // A rank-2 matrix at rank 2: one power iteration from a random Q recovers it.
+  EXPECT_LT(max_abs_diff(buf.data() + Layout::kBig, m.data(), m.size()), 1e-4);
+  // Everything outside the compressed matrix, the small matrix included, is as it was.
+  EXPECT_EQ(max_abs_diff(buf.data(), before.data(), Layout::kBig), 0.0);
+  EXPECT_EQ(max_abs_diff(buf.data() + Layout::kBig + 1200, before.data() + Layout::kBig + 1200,
+                         Layout::kEnd - Layout::kBig - 1200),
+            0.0);
+}
+
+// At rank 1 a rank-3 gradient loses something each step; the error feedback carries it into the
+// next: after a step with a zero gradient, what was sent over both steps adds up to the first
+// gradient far better than the first step alone did.
+TEST(PowerSgd, ErrorFeedbackCarriesWhatCompressionLeftOut) {
+  Layout l;
+  const std::vector<float> m = low_rank(40, 30, 3, 17);
+  std::vector<float> buf(Layout::kEnd, 0.0f), sent(m.size(), 0.0f);
+  PowerSgd psgd(l.mats, buf.size(), 1, 1, 99);
+  auto pg = make_single_process_group();
+  double first_miss = 0;
+  for (int step = 0; step < 6; ++step) {
+    std::fill(buf.begin(), buf.end(), 0.0f);
+    if (step == 0) std::copy(m.begin(), m.end(), buf.begin() + Layout::kBig);
+    psgd.allreduce_sum(*pg, buf.data());
+    for (std::size_t i = 0; i < m.size(); ++i) sent[i] += buf[Layout::kBig + i];
+    if (step == 0) first_miss = max_abs_diff(sent.data(), m.data(), m.size());
+  }
+  EXPECT_GT(first_miss, 0.05);  // rank 1 of a rank-3 matrix misses a lot at first
+  EXPECT_LT(max_abs_diff(sent.data(), m.data(), m.size()), first_miss / 10);
+}
+
+}  // namespace
+}  // namespace gpurun::runtime::cpu
