@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # bench/two_node_link/run.sh: mnist_cnn on two "nodes" joined by a real, shaped link (issue 31).
 #
-#   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit] [--epochs N] [--batch B]
+#   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit] [--configs none,powersgd:4]
+#                                   [--epochs N] [--batch B]
 #                                   [--data DIR] [--build DIR] [--out FILE] [-- MNIST_CNN_ARGS...]
 #
 # What it makes, and removes on exit (also on failure or Ctrl-C):
@@ -15,14 +16,17 @@
 # Each rank is pinned to a core of its own (node a core 0, node b core 1): a 2-core machine holds
 # two one-core nodes. The one-node baseline is one rank on core 0, in the same run.
 #
-# Rows: the exchange gpurun has across nodes today (one allreduce of the whole gradient after
-# backward). Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s /
-# (2 x the one node's). Beside each, scripts/step_model.py's prediction from the baseline's
-# report at the same rate. Prints a markdown table; --out writes it to a file as well.
+# Rows, at each rate: plain (one allreduce of the whole gradient after backward) and PowerSGD
+# rank 4 (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
+# Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
+# one node's, uncompressed). Beside each, scripts/step_model.py's prediction from the baseline's
+# compute and the row's bytes a step (it leaves out PowerSGD's own compute). Prints a markdown
+# table; --out writes it to a file as well. --configs none,powersgd:4 picks the rows.
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rates=10gbit,1gbit
+configs=none,powersgd:4
 epochs=1
 batch=64
 data=$root/data/mnist
@@ -33,6 +37,7 @@ die() { echo "two_node_link: error: $*" >&2; exit 1; }
 while (($#)); do
   case $1 in
     --rates) rates=${2:?--rates needs a list}; shift 2 ;;
+    --configs) configs=${2:?--configs needs a list}; shift 2 ;;
     --epochs) epochs=${2:?--epochs needs a number}; shift 2 ;;
     --batch) batch=${2:?--batch needs a number}; shift 2 ;;
     --data) data=${2:?--data needs a directory}; shift 2 ;;
@@ -101,7 +106,7 @@ shape() {
 }
 
 mnist_args=(--device cpu --threads 1 --data "$data" --epochs "$epochs" --batch-size "$batch"
-  --lr-scaling linear --exchange allreduce "${extra[@]+"${extra[@]}"}")
+  --lr-scaling linear --exchange allreduce --seed 7 "${extra[@]+"${extra[@]}"}")
 
 # one_node REPORT: the baseline, one rank on core 0 in node a.
 one_node() {
@@ -109,13 +114,14 @@ one_node() {
     { tail -20 "$1.log" >&2; die "the one-node run failed"; }
 }
 
-# two_nodes REPORT: gpurun under a PBS-style allocation of both nodes, mpirun over TCP.
+# two_nodes REPORT COMPRESSION: gpurun under a PBS-style allocation of both nodes, mpirun over TCP.
 two_nodes() {
   local mca="--mca plm_rsh_agent $work/ns-rsh --mca btl tcp,self --mca btl_tcp_if_include \
 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 --bind-to none --allow-run-as-root"
   ip netns exec "$A" taskset -c 0 env PBS_JOBID=link.bench PBS_NODEFILE="$work/nodefile" \
     "$gpurun" --scheduler pbs --launcher mpirun --launcher-args "$mca" -n 2 --nproc-per-node 1 \
-    --control-addr 10.77.0.1 --master-addr 10.77.0.1 --preflight off -- "$mnist" "${mnist_args[@]}" --report "$1" > "$1.log" 2>&1 ||
+    --control-addr 10.77.0.1 --master-addr 10.77.0.1 --preflight off -- \
+    "$mnist" "${mnist_args[@]}" --grad-compression "$2" --report "$1" > "$1.log" 2>&1 ||
     { tail -30 "$1.log" >&2; die "the two-node run failed"; }
 }
 
@@ -127,25 +133,14 @@ echo "two_node_link: one node (baseline)..." >&2
 one_node "$work/one.json"
 for rate in ${rates//,/ }; do
   shape "$rate"
-  echo "two_node_link: two nodes at $rate..." >&2
-  two_nodes "$work/two-$rate.json"
   gbit=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+(?:\.\d+)?)(k|m|g)?bit', sys.argv[1]); \
     print(float(m[1]) * {None:1e-9,'k':1e-6,'m':1e-3,'g':1}[m[2]])" "$rate")
-  rows+=("$(python3 - "$work/one.json" "$work/two-$rate.json" "$rate" "$gbit" "$root" <<'PY'
-import json, sys
-sys.path.insert(0, sys.argv[5] + "/scripts")
-import step_model
-one, two = (json.load(open(p)) for p in sys.argv[1:3])
-rate, gbit = sys.argv[3], float(sys.argv[4])
-eff = two["images_per_second"] / (2 * one["images_per_second"])
-share = two["exchange_seconds_per_step"] / (two["compute_seconds_per_step"] + two["exchange_seconds_per_step"])
-pred = step_model.predict(one, 2, gbit, 0.0, 1, hierarchical=True)
-print(f"| {rate} | plain allreduce | {one['images_per_second']:.0f} | {two['images_per_second']:.0f} | "
-      f"{100 * eff:.0f}% | {100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
-      f"{100 * pred['efficiency']:.0f}% | {100 * one['test_accuracy']:.2f}% | "
-      f"{100 * two['test_accuracy']:.2f}% |")
-PY
-)")
+  for config in ${configs//,/ }; do
+    echo "two_node_link: two nodes at $rate, --grad-compression $config..." >&2
+    two_nodes "$work/two-$rate-$config.json" "$config"
+    rows+=("$(python3 "$root/bench/two_node_link/row.py" "$work/one.json" \
+      "$work/two-$rate-$config.json" "$rate" "$gbit" "$root/scripts" "$config")")
+  done
 done
 
 {
@@ -156,8 +151,8 @@ done
   echo "$epochs epoch(s), $batch images per rank, --threads 1, exchange allreduce; $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1))."
   echo
-  echo "| link | exchange | 1 node images/s | 2 nodes images/s | efficiency | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
 } | tee "$work/table.md"
 [[ -z $out ]] || cp "$work/table.md" "$out"

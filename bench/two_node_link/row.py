@@ -1,0 +1,27 @@
+#!/usr/bin/env python3
+"""row.py ONE.json TWO.json RATE GBIT SCRIPTS_DIR CONFIG: one markdown row of bench/two_node_link/run.sh.
+
+ONE is the one-node baseline's mnist_cnn report, TWO a two-node run's. The model's efficiency is
+scripts/step_model.py's for two nodes at GBIT Gbit/s, from the baseline's compute and node
+exchange and the bytes the two-node run sent a step (PowerSGD's own compute is not in it).
+"""
+import json
+import sys
+
+one_path, two_path, rate, gbit, scripts, config = sys.argv[1:7]
+sys.path.insert(0, scripts)
+import step_model  # noqa: E402
+
+one, two = (json.load(open(p)) for p in (one_path, two_path))
+# --grad-compression's value: "none" or "powersgd:R".
+name = "plain allreduce" if config == "none" else "PowerSGD rank " + config.split(":")[1]
+eff = two["images_per_second"] / (2 * one["images_per_second"])
+step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
+share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0
+model_input = dict(one, gradient_bytes=two["exchange_bytes_per_step"])
+pred = step_model.predict(model_input, 2, float(gbit), 0.0, 1, hierarchical=True)
+print(f"| {rate} | {name} | {two['exchange_bytes_per_step'] / 1e6:.2f} | "
+      f"{one['images_per_second']:.0f} | {two['images_per_second']:.0f} | {100 * eff:.0f}% | "
+      f"{100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
+      f"{100 * pred['efficiency']:.0f}% | {100 * one['test_accuracy']:.2f}% | "
+      f"{100 * two['test_accuracy']:.2f}% |")
