@@ -101,7 +101,9 @@ po::options_description describe(Options& o, const Example& ex) {
       "exchange", po::value(&o.exchange)->default_value(o.exchange),
       "CPU: how ranks combine gradients: allreduce (MPI_Allreduce of the whole gradient), shared "
       "(ranks on one node share one copy of the weights and update the Dense layers from each "
-      "other's activations in shared memory), or auto (shared when every rank is on one node)")(
+      "other's activations in shared memory), hierarchical (the allreduce in three stages: within "
+      "each node, across one rank per node, back within each node), or auto (shared when every "
+      "rank is on one node)")(
       "grad-compression", po::value(&o.grad_compression)->default_value(o.grad_compression),
       "CPU, allreduce exchange: none, or powersgd:R (PowerSGD of rank R with error feedback for "
       "the Dense layers' gradients: each sends (rows + inputs) x R floats instead of rows x "
@@ -178,8 +180,10 @@ std::string interpret(Options& o, const po::variables_map& vm) {
     o.backend.cpu.exchange = rt::Exchange::kAllreduce;
   else if (o.exchange == "shared")
     o.backend.cpu.exchange = rt::Exchange::kShared;
+  else if (o.exchange == "hierarchical")
+    o.backend.cpu.exchange = rt::Exchange::kHierarchical;
   else
-    return "--exchange must be auto, allreduce or shared, got " + o.exchange;
+    return "--exchange must be auto, allreduce, shared or hierarchical, got " + o.exchange;
   if (std::string why = parse_split(o.split_balance, o.backend.cpu.split); !why.empty()) {
     return why;
   }
@@ -343,7 +347,7 @@ int train_main(int argc, char** argv, const Example& example) {
   std::unique_ptr<rt::ProcessGroup> pg;
   try {
     const rt::RuntimeEnv env = rt::runtime_env_from_process();
-    pg = rt::make_process_group({env.shm_dir});
+    pg = rt::make_process_group({env.shm_dir, env.node_index});
     std::ostream null_stream(nullptr);
     run(example, o, env, *pg, pg->rank() == 0 ? std::cout : null_stream);
     return 0;

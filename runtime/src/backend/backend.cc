@@ -17,6 +17,8 @@ const char* exchange_name(Exchange e) {
       return "allreduce";
     case Exchange::kShared:
       return "shared";
+    case Exchange::kHierarchical:
+      return "hierarchical";
   }
   return "?";
 }

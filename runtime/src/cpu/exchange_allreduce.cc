@@ -22,7 +22,8 @@ class AllreduceExchange final : public CpuExchange {
         setup_(setup),
         members_(members),
         whole_{{0, model.grad_buffer_floats()}},
-        velocity_(setup.momentum != 0.0f ? model.param_floats() : 0) {
+        velocity_(setup.momentum != 0.0f ? model.param_floats() : 0),
+        hierarchical_(setup.requested == Exchange::kHierarchical) {
     if (setup.powersgd_rank > 0) {
       std::vector<LowRankMatrix> dense;
       for (const Model::Deferred& d : model.deferred()) dense.push_back({d.offset, d.rows, d.in});
@@ -31,9 +32,14 @@ class AllreduceExchange final : public CpuExchange {
     }
   }
 
-  const char* name() const override { return powersgd_ ? "powersgd" : "allreduce"; }
+  const char* name() const override {
+    return powersgd_ ? "powersgd" : hierarchical_ ? "hierarchical" : "allreduce";
+  }
   std::string summary() const override {
-    return powersgd_ ? "allreduce, " + powersgd_->summary() : "allreduce";
+    std::string s = hierarchical_ ? "hierarchical allreduce (" + std::to_string(pg_.nodes()) +
+                                        " nodes)"
+                                  : std::string("allreduce");
+    return powersgd_ ? s + ", " + powersgd_->summary() : s;
   }
   std::size_t bytes_per_step() const override {
     return powersgd_ ? powersgd_->bytes_per_step() : model_.grad_buffer_floats() * sizeof(float);
@@ -59,10 +65,16 @@ class AllreduceExchange final : public CpuExchange {
 
   void combine_and_update(float lr, WorkerPool& pool) override {
     const auto t = std::chrono::steady_clock::now();
+    auto sum = [this](float* data, std::size_t n) {
+      if (hierarchical_)
+        pg_.allreduce_sum_hierarchical(data, n);
+      else
+        pg_.allreduce_sum(data, n);
+    };
     if (powersgd_)
-      powersgd_->allreduce_sum(pg_, model_.grads());
+      powersgd_->allreduce_sum(sum, model_.grads());
     else
-      pg_.allreduce_sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
+      sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
     float* vel = velocity_.size() ? velocity_.data() : nullptr;
     pool.run([&](int w) {
@@ -79,6 +91,7 @@ class AllreduceExchange final : public CpuExchange {
   int members_;
   std::vector<Layer::Range> whole_;
   FloatBuffer velocity_;
+  bool hierarchical_;
   std::unique_ptr<PowerSgd> powersgd_;
   static constexpr std::uint64_t kPowerSgdSeed = 0x506f776572534744;  // every rank's Q alike
 };

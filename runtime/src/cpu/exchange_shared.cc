@@ -614,8 +614,9 @@ std::unique_ptr<CpuExchange> make_exchange(ProcessGroup& pg,
         "--grad-compression powersgd compresses the gradients ranks allreduce; the shared "
         "exchange sends none (give --exchange allreduce or auto)");
   std::unique_ptr<CpuExchange> ex;
-  if (setup.requested != Exchange::kAllreduce && setup.micro_batch == 0 &&
-      setup.powersgd_rank == 0) {
+  const bool allreduce =
+      setup.requested == Exchange::kAllreduce || setup.requested == Exchange::kHierarchical;
+  if (!allreduce && setup.micro_batch == 0 && setup.powersgd_rank == 0) {
     std::string why_not;
     ex = make_shared_exchange(pg, models, setup, why_not);
     if (!ex && setup.requested == Exchange::kShared) {

@@ -71,7 +71,7 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
   }
 }
 
-void PowerSgd::allreduce_sum(ProcessGroup& pg, float* grads) {
+void PowerSgd::allreduce_sum(const Sum& sum, float* grads) {
   // P = (M + E) Q for each matrix, sent with the rest of the buffer.
   float* out = send_p_.data();
   for (Compressed& c : mats_) {
@@ -82,7 +82,7 @@ void PowerSgd::allreduce_sum(ProcessGroup& pg, float* grads) {
     out = std::copy(c.p.data(), c.p.data() + c.p.size(), out);
   }
   pack_rest(grads, out);
-  pg.allreduce_sum(send_p_.data(), send_p_.size());
+  sum(send_p_.data(), send_p_.size());
   unpack_rest(send_p_.data() + p_floats_, grads);
   // Q = M^T P from the orthonormalized sum of P: the same P on every rank.
   const float* in = send_p_.data();
@@ -95,7 +95,7 @@ void PowerSgd::allreduce_sum(ProcessGroup& pg, float* grads) {
                                          c.p.data(), c.q_t.data());
     q_out = std::copy(c.q_t.data(), c.q_t.data() + c.q_t.size(), q_out);
   }
-  if (!mats_.empty()) pg.allreduce_sum(send_q_.data(), q_floats_);
+  if (!mats_.empty()) sum(send_q_.data(), q_floats_);
   // M^ = P Q^T replaces M; E keeps this rank's share of what it missed.
   const float* q_in = send_q_.data();
   for (Compressed& c : mats_) {

@@ -16,11 +16,11 @@
 #pragma once
 
 #include <cstddef>
+#include <functional>
 #include <string>
 #include <vector>
 
 #include "cpu/buffer.h"
-#include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime::cpu {
 
@@ -36,8 +36,10 @@ class PowerSgd {
   PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buffer_floats, int rank,
            int ranks, std::uint64_t seed);
 
-  // Collective: the allreduce of `grads` (buffer_floats floats), compressed as above.
-  void allreduce_sum(ProcessGroup& pg, float* grads);
+  // Collective: the allreduce of `grads` (buffer_floats floats), compressed as above; `sum` is
+  // the in-place sum over the ranks each of its two messages goes through.
+  using Sum = std::function<void(float*, std::size_t)>;
+  void allreduce_sum(const Sum& sum, float* grads);
 
   std::size_t bytes_per_step() const { return 4 * (p_floats_ + rest_floats_ + q_floats_); }
   std::size_t compressed_matrices() const { return mats_.size(); }

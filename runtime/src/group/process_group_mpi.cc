@@ -45,7 +45,7 @@ constexpr std::size_t kMaxChunk = std::size_t(INT_MAX) / 2;
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
-  explicit MpiProcessGroup(std::string shm_dir) : shm_dir_(std::move(shm_dir)) {
+  MpiProcessGroup(std::string shm_dir, int node_index) : shm_dir_(std::move(shm_dir)) {
     int init = 0;
     GPURUN_MPI_CHECK(MPI_Initialized(&init));
     if (!init) {
@@ -64,6 +64,7 @@ class MpiProcessGroup final : public ProcessGroup {
     GPURUN_MPI_CHECK(MPI_Comm_size(local, &local_size_));
     GPURUN_MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
     local_ = local;
+    make_hierarchy(node_index);
   }
   ~MpiProcessGroup() override {
     int fin = 0;
@@ -72,6 +73,8 @@ class MpiProcessGroup final : public ProcessGroup {
     // MPI_Finalize here could wait forever for ranks stuck in a collective.
     if (!fin && size_ > 1 && std::uncaught_exceptions() > 0) return;
     if (!fin && local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
+    if (!fin && node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
+    if (!fin && leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);
     if (owns_ && !fin) MPI_Finalize();  // errors here cannot be reported; never throw
   }
   int rank() const override { return rank_; }
@@ -123,6 +126,21 @@ class MpiProcessGroup final : public ProcessGroup {
         }
         if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
       }
+    }
+  }
+  int nodes() const override { return nodes_; }
+  void allreduce_sum_hierarchical(float* data, std::size_t n) override {
+    if (nodes_ <= 1 || nodes_ == size_) return allreduce_sum(data, n);  // nothing to group
+    int node_rank = 0;
+    GPURUN_MPI_CHECK(MPI_Comm_rank(node_, &node_rank));
+    for (std::size_t off = 0; off < n; off += kMaxChunk) {
+      const int c = int(std::min(kMaxChunk, n - off));
+      float* p = data + off;
+      GPURUN_MPI_CHECK(MPI_Reduce(node_rank == 0 ? MPI_IN_PLACE : p, p, c, MPI_FLOAT, MPI_SUM, 0,
+                                  node_));
+      if (leaders_ != MPI_COMM_NULL)
+        GPURUN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, c, MPI_FLOAT, MPI_SUM, leaders_));
+      GPURUN_MPI_CHECK(MPI_Bcast(p, c, MPI_FLOAT, 0, node_));
     }
   }
   void broadcast(void* data, std::size_t bytes, int root) override {
@@ -208,16 +226,38 @@ class MpiProcessGroup final : public ProcessGroup {
     void* data_ = nullptr;
   };
 
+  // The hierarchical allreduce's communicators (collective, at construction): node_ groups the
+  // ranks of a node (gpurun's NODE_RANK, else MPI's shared-memory domain), leaders_ holds each
+  // node's first rank (MPI_COMM_NULL elsewhere).
+  void make_hierarchy(int node_index) {
+    if (node_index >= 0) {
+      GPURUN_MPI_CHECK(MPI_Comm_split(MPI_COMM_WORLD, node_index, rank_, &node_));
+    } else {
+      GPURUN_MPI_CHECK(MPI_Comm_dup(local_, &node_));
+    }
+    GPURUN_MPI_CHECK(MPI_Comm_set_errhandler(node_, MPI_ERRORS_RETURN));
+    int node_rank = 0;
+    GPURUN_MPI_CHECK(MPI_Comm_rank(node_, &node_rank));
+    GPURUN_MPI_CHECK(
+        MPI_Comm_split(MPI_COMM_WORLD, node_rank == 0 ? 0 : MPI_UNDEFINED, rank_, &leaders_));
+    int leader = node_rank == 0 ? 1 : 0;
+    GPURUN_MPI_CHECK(MPI_Allreduce(&leader, &nodes_, 1, MPI_INT, MPI_SUM, MPI_COMM_WORLD));
+    if (leaders_ != MPI_COMM_NULL)
+      GPURUN_MPI_CHECK(MPI_Comm_set_errhandler(leaders_, MPI_ERRORS_RETURN));
+  }
+
   std::string shm_dir_;
   bool owns_ = false;
   MPI_Comm local_ = MPI_COMM_NULL;  // the ranks on this node
+  MPI_Comm node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
+  int nodes_ = 1;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };
 
 }  // namespace
 
 std::unique_ptr<ProcessGroup> make_process_group(const ProcessGroupOptions& options) {
-  return std::make_unique<MpiProcessGroup>(options.shm_dir);
+  return std::make_unique<MpiProcessGroup>(options.shm_dir, options.node_index);
 }
 
 void abort_job_if_parallel(int code) {

@@ -33,6 +33,10 @@ const Var kVars[] = {
     {"GPURUN_SCHEDULER", [](RuntimeEnv& e, const std::string&) { e.under_gpurun = true; }},
     {"NCCL_MULTI_RANK_GPU_ENABLE",
      [](RuntimeEnv& e, const std::string& v) { e.nccl_multi_rank_gpu = v == "1"; }},
+    {"NODE_RANK",
+     [](RuntimeEnv& e, const std::string& v) {
+       e.node_index = v == "0" ? 0 : (positive_int(v) > 0 ? positive_int(v) : -1);
+     }},
     {"OMPI_MCA_osc_sm_backing_directory",
      [](RuntimeEnv& e, const std::string& v) {
        if (!v.empty()) e.shm_dir = v;

@@ -111,9 +111,12 @@ enum class Device { kCpu, kCuda };
 //    splits with it, by channels); how many follows each rank's measured speed (SplitShares),
 //    without changing the bits. Only the small gradients (convolutions, biases) and the step's
 //    stats are summed.
+//  kHierarchical: kAllreduce's exchange, its sum in three stages (ProcessGroup::
+//    allreduce_sum_hierarchical): within each node, across the nodes' first ranks, back within
+//    each node; for several ranks a node on several nodes.
 //  kAuto: kShared when every rank is on one node and no micro-batching is asked for.
-enum class Exchange { kAuto, kAllreduce, kShared };
-const char* exchange_name(Exchange e);  // "auto", "allreduce", "shared"
+enum class Exchange { kAuto, kAllreduce, kShared, kHierarchical };
+const char* exchange_name(Exchange e);  // "auto", "allreduce", "shared", "hierarchical"
 
 // How the shared exchange shares a split layer's column blocks among its members (the rank's
 // replicas, rank-major). The result is the same bits whichever member owns which block.

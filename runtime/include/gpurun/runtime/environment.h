@@ -15,6 +15,8 @@
 //                                       CUDA_VISIBLE_DEVICES holds this rank's GPUs only
 //   NCCL_MULTI_RANK_GPU_ENABLE          nccl_multi_rank_gpu: "1" lets NCCL put 2 ranks on a GPU
 //   OMPI_MCA_osc_sm_backing_directory   shm_dir: where Open MPI backs shared windows
+//   NODE_RANK                           node_index: this rank's node in gpurun's plan (the
+//                                       hierarchical allreduce's nodes)
 #pragma once
 
 #include <map>
@@ -33,6 +35,7 @@ struct RuntimeEnv {
   bool under_gpurun = false;
   bool nccl_multi_rank_gpu = false;
   std::string shm_dir = "/dev/shm";
+  int node_index = -1;  // -1: unset (not under gpurun)
 };
 
 // From an explicit environment (tests), and from this process's (the edge).

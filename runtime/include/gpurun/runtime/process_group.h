@@ -49,6 +49,12 @@ class ProcessGroup {
   // not completed within timeout_s. (The default, for groups that cannot wait, is unbounded.)
   virtual void allreduce_sum_within(float* data, std::size_t n, double timeout_s,
                                     const char* what);
+  // The same sum in three stages: within each node (to its first rank), across nodes (their
+  // first ranks), then back within each node, so each node sends its gradient over the network
+  // once (Horovod's hierarchical allreduce). A different order of additions than allreduce_sum:
+  // equal to rounding. The default (one node) is allreduce_sum.
+  virtual void allreduce_sum_hierarchical(float* data, std::size_t n) { allreduce_sum(data, n); }
+  virtual int nodes() const { return 1; }  // the nodes allreduce_sum_hierarchical sees
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
   // Collective (every rank, the same size): `bytes` of uninitialised memory all ranks share, or
@@ -84,6 +90,9 @@ struct ProcessGroupOptions {
   // Where Open MPI backs shared-memory windows (OMPI_MCA_osc_sm_backing_directory, read at the
   // program's edge: environment.h): allocate_shared() checks its free room first.
   std::string shm_dir = "/dev/shm";
+  // This rank's node (gpurun's NODE_RANK, read at the edge): what allreduce_sum_hierarchical
+  // groups by; -1: the ranks MPI finds sharing memory (MPI_COMM_TYPE_SHARED).
+  int node_index = -1;
 };
 
 // The MPI group when built with MPI (initialising MPI if nobody has), else the single-rank group.
