@@ -3,7 +3,8 @@
 
 ONE is the one-node baseline's mnist_cnn report, TWO a two-node run's. The model's efficiency is
 scripts/step_model.py's for two nodes at GBIT Gbit/s, from the baseline's compute and node
-exchange and the bytes the two-node run sent a step (PowerSGD's own compute is not in it).
+exchange and the bytes the two-node run sent a step (PowerSGD's own compute is not in it, nor
+any overlap: for the overlapped row the exchange measured is only what backward did not hide).
 """
 import json
 import sys
@@ -13,8 +14,10 @@ sys.path.insert(0, scripts)
 import step_model  # noqa: E402
 
 one, two = (json.load(open(p)) for p in (one_path, two_path))
-# --grad-compression's value: "none" or "powersgd:R".
-name = "plain allreduce" if config == "none" else "PowerSGD rank " + config.split(":")[1]
+# run.sh's config: "none", "powersgd:R" or "overlap:MB".
+kind, _, value = config.partition(":")
+name = {"none": "plain allreduce", "powersgd": f"PowerSGD rank {value}",
+        "overlap": f"overlapped, {value} MB buckets"}[kind]
 eff = two["images_per_second"] / (2 * one["images_per_second"])
 step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
 share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # bench/two_node_link/run.sh: mnist_cnn on two "nodes" joined by a real, shaped link (issue 31).
 #
-#   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit] [--configs none,powersgd:4]
+#   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit] [--configs none,overlap:1,powersgd:4]
 #                                   [--epochs N] [--batch B]
 #                                   [--data DIR] [--build DIR] [--out FILE] [-- MNIST_CNN_ARGS...]
 #
@@ -16,17 +16,19 @@
 # Each rank is pinned to a core of its own (node a core 0, node b core 1): a 2-core machine holds
 # two one-core nodes. The one-node baseline is one rank on core 0, in the same run.
 #
-# Rows, at each rate: plain (one allreduce of the whole gradient after backward) and PowerSGD
-# rank 4 (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
+# Rows, at each rate: plain (one allreduce of the whole gradient after backward), overlapped
+# (--bucket-mb 1: 1 MB buckets summed while backward goes on) and PowerSGD rank 4
+# (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
 # one node's, uncompressed). Beside each, scripts/step_model.py's prediction from the baseline's
 # compute and the row's bytes a step (it leaves out PowerSGD's own compute). Prints a markdown
-# table; --out writes it to a file as well. --configs none,powersgd:4 picks the rows.
+# table; --out writes it to a file as well. --configs picks the rows. Hierarchical does not apply
+# (one rank a node).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
 rates=10gbit,1gbit
-configs=none,powersgd:4
+configs=none,overlap:1,powersgd:4
 epochs=1
 batch=64
 data=$root/data/mnist
@@ -114,14 +116,24 @@ one_node() {
     { tail -20 "$1.log" >&2; die "the one-node run failed"; }
 }
 
-# two_nodes REPORT COMPRESSION: gpurun under a PBS-style allocation of both nodes, mpirun over TCP.
+# config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, overlap:MB.
+config_args() {
+  case $1 in
+    none) ;;
+    powersgd:*) echo "--grad-compression $1" ;;
+    overlap:*) echo "--bucket-mb ${1#overlap:}" ;;
+    *) die "config '$1': expected none, powersgd:R or overlap:MB" ;;
+  esac
+}
+
+# two_nodes REPORT CONFIG: gpurun under a PBS-style allocation of both nodes, mpirun over TCP.
 two_nodes() {
   local mca="--mca plm_rsh_agent $work/ns-rsh --mca btl tcp,self --mca btl_tcp_if_include \
 10.77.0.0/24 --mca oob_tcp_if_include 10.77.0.0/24 --bind-to none --allow-run-as-root"
   ip netns exec "$A" taskset -c 0 env PBS_JOBID=link.bench PBS_NODEFILE="$work/nodefile" \
     "$gpurun" --scheduler pbs --launcher mpirun --launcher-args "$mca" -n 2 --nproc-per-node 1 \
     --control-addr 10.77.0.1 --master-addr 10.77.0.1 --preflight off -- \
-    "$mnist" "${mnist_args[@]}" --grad-compression "$2" --report "$1" > "$1.log" 2>&1 ||
+    "$mnist" "${mnist_args[@]}" $(config_args "$2") --report "$1" > "$1.log" 2>&1 ||
     { tail -30 "$1.log" >&2; die "the two-node run failed"; }
 }
 
@@ -136,7 +148,7 @@ for rate in ${rates//,/ }; do
   gbit=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+(?:\.\d+)?)(k|m|g)?bit', sys.argv[1]); \
     print(float(m[1]) * {None:1e-9,'k':1e-6,'m':1e-3,'g':1}[m[2]])" "$rate")
   for config in ${configs//,/ }; do
-    echo "two_node_link: two nodes at $rate, --grad-compression $config..." >&2
+    echo "two_node_link: two nodes at $rate, $config..." >&2
     two_nodes "$work/two-$rate-$config.json" "$config"
     rows+=("$(python3 "$root/bench/two_node_link/row.py" "$work/one.json" \
       "$work/two-$rate-$config.json" "$rate" "$gbit" "$root/scripts" "$config")")

@@ -37,6 +37,7 @@ struct Options {
   std::string exchange = "auto";
   std::string split_balance = "measured";
   std::string grad_compression = "none";
+  double bucket_mb = 0;
   std::string cpu_kernels = kernels::cpu::name(kernels::cpu::default_cpu_kernels());
   std::string report;
   int threads = 0;
@@ -104,6 +105,11 @@ po::options_description describe(Options& o, const Example& ex) {
       "other's activations in shared memory), hierarchical (the allreduce in three stages: within "
       "each node, across one rank per node, back within each node), or auto (shared when every "
       "rank is on one node)")(
+      "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb),
+      "CPU, allreduce exchange: > 0 sums the gradient in buckets of at least this many MB (whole "
+      "layers, from the last), each started as soon as backward has produced it, overlapping "
+      "the rest of backward (PyTorch DDP's buckets; one thread per rank); 0: one allreduce after "
+      "backward")(
       "grad-compression", po::value(&o.grad_compression)->default_value(o.grad_compression),
       "CPU, allreduce exchange: none, or powersgd:R (PowerSGD of rank R with error feedback for "
       "the Dense layers' gradients: each sends (rows + inputs) x R floats instead of rows x "
@@ -190,6 +196,8 @@ std::string interpret(Options& o, const po::variables_map& vm) {
   if (std::string why = parse_compression(o.grad_compression, &o.backend.cpu.powersgd_rank);
       !why.empty())
     return why;
+  if (!(o.bucket_mb >= 0) || o.bucket_mb > 1e4) return "--bucket-mb must be from 0 to 10000";
+  o.backend.cpu.bucket_floats = std::size_t(o.bucket_mb * 1e6 / sizeof(float));
   if (auto k = kernels::cpu::parse_cpu_kernels(o.cpu_kernels))
     o.backend.cpu.kernels = *k;
   else

@@ -13,7 +13,7 @@ fail() { echo "FAIL: $*" >&2; exit 1; }
 out=$(mktemp /tmp/gpurun-link-test-XXXXXX.md)
 trap 'rm -f "$out"' EXIT
 before=$(ls -d /tmp/gpurun-link-* 2>/dev/null | wc -l)
-BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates 200mbit --configs none,powersgd:4 \
+BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates 200mbit --configs none,overlap:1,powersgd:4 \
   --data "$data" --out "$out" -- --max-steps 8 || fail "the harness failed"
 row=$(grep "^| 200mbit | plain allreduce |" "$out") || fail "no 200mbit row in: $(cat "$out")"
 # | link | exchange | MB a step | 1 node | 2 nodes | efficiency | share | exchange ms/step | ...

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
     setup.split = opt.split;
     setup.timeout_s = opt.comm_timeout_s;
     setup.powersgd_rank = opt.powersgd_rank;
+    setup.bucket_floats = opt.bucket_floats;
     exchange_ = cpu::make_exchange(pg, models_, setup, log);
   }
 
@@ -130,7 +131,7 @@ void CpuBackend::step(std::int64_t step, bool stop_requested) {
     const StepResult r =
         exchange_->deferred()
             ? models_[w]->forward_backward_deferred(slice_, xw, yw, exchange_->peers(w))
-            : models_[w]->forward_backward(slice_, xw, yw, micro_);
+            : models_[w]->forward_backward(slice_, xw, yw, micro_, exchange_->ready_hook());
     loss[std::size_t(w)] = r.loss_sum;
   });
   add_worker_gradients();

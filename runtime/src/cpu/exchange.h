@@ -26,6 +26,7 @@ struct ExchangeSetup {
   SplitShares split;  // the shared exchange's split layers (backend.h)
   double timeout_s = 300;  // the shared exchange: a wait for a peer this long is an error
   int powersgd_rank = 0;   // > 0: the allreduce exchange compresses Dense gradients (powersgd.h)
+  std::size_t bucket_floats = 0;  // > 0: the allreduce exchange overlaps buckets with backward
 };
 
 class CpuExchange {
@@ -37,6 +38,9 @@ class CpuExchange {
   virtual bool deferred() const = 0;
   virtual bool fused() const { return false; }
   // What worker w of this rank passes to Model::forward_backward_deferred (nullptr: nothing).
+  // What the rank's model is told as backward finishes each layer (Model::forward_backward's
+  // `ready`), or nullptr: the allreduce exchange with buckets starts their sums there.
+  virtual const Model::GradReady* ready_hook() { return nullptr; }
   virtual DeferredPeers* peers(int worker) {
     (void)worker;
     return nullptr;

@@ -6,6 +6,9 @@
 #include <chrono>
 #include <cstring>
 #include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "cpu/powersgd.h"
 #include "exchange.h"
@@ -23,7 +26,10 @@ class AllreduceExchange final : public CpuExchange {
         members_(members),
         whole_{{0, model.grad_buffer_floats()}},
         velocity_(setup.momentum != 0.0f ? model.param_floats() : 0),
-        hierarchical_(setup.requested == Exchange::kHierarchical) {
+        hierarchical_(setup.requested == Exchange::kHierarchical),
+        buckets_(setup.bucket_floats),
+        pending_end_(model.param_floats()),
+        hook_([this](std::size_t from) { on_ready(from); }) {
     if (setup.powersgd_rank > 0) {
       std::vector<LowRankMatrix> dense;
       for (const Model::Deferred& d : model.deferred()) dense.push_back({d.offset, d.rows, d.in});
@@ -33,12 +39,16 @@ class AllreduceExchange final : public CpuExchange {
   }
 
   const char* name() const override {
-    return powersgd_ ? "powersgd" : hierarchical_ ? "hierarchical" : "allreduce";
+    return powersgd_ ? "powersgd" : hierarchical_ ? "hierarchical" : buckets_ ? "overlap" : "allreduce";
   }
+  const Model::GradReady* ready_hook() override { return buckets_ ? &hook_ : nullptr; }
   std::string summary() const override {
     std::string s = hierarchical_ ? "hierarchical allreduce (" + std::to_string(pg_.nodes()) +
                                         " nodes)"
                                   : std::string("allreduce");
+    if (buckets_)
+      s += ", overlapped with backward in buckets of " +
+           std::to_string(buckets_ * sizeof(float) / 1000) + " kB";
     return powersgd_ ? s + ", " + powersgd_->summary() : s;
   }
   std::size_t bytes_per_step() const override {
@@ -73,6 +83,8 @@ class AllreduceExchange final : public CpuExchange {
     };
     if (powersgd_)
       powersgd_->allreduce_sum(sum, model_.grads());
+    else if (buckets_)
+      finish_buckets();
     else
       sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
@@ -91,10 +103,49 @@ class AllreduceExchange final : public CpuExchange {
   int members_;
   std::vector<Layer::Range> whole_;
   FloatBuffer velocity_;
+  // Backward has finished the gradients from `from` on: the part not yet being summed goes out
+  // once it holds a bucket's worth; every sum under way gets a chance to progress.
+  void on_ready(std::size_t from) {
+    if (pending_end_ > from && pending_end_ - from >= buckets_) {
+      sums_.push_back(pg_.start_allreduce_sum(model_.grads() + from, pending_end_ - from));
+      pending_end_ = from;
+    }
+    for (auto& s : sums_) s->test();
+  }
+  // After backward: the rest of the gradient and the stat slots, then every sum's end.
+  void finish_buckets() {
+    float* g = model_.grads();
+    if (pending_end_ > 0) sums_.push_back(pg_.start_allreduce_sum(g, pending_end_));
+    const std::size_t n = model_.param_floats();
+    sums_.push_back(pg_.start_allreduce_sum(g + n, model_.grad_buffer_floats() - n));
+    for (auto& s : sums_) s->wait();
+    sums_.clear();
+    pending_end_ = n;
+  }
+
   bool hierarchical_;
+  std::size_t buckets_;      // floats a bucket holds at least (0: no overlap)
+  std::size_t pending_end_;  // the gradients from here to the end are being summed
+  std::vector<std::unique_ptr<PendingSum>> sums_;
+  Model::GradReady hook_;
   std::unique_ptr<PowerSgd> powersgd_;
   static constexpr std::uint64_t kPowerSgdSeed = 0x506f776572534744;  // every rank's Q alike
 };
+
+// What buckets overlap: one model's backward, its whole gradient summed at once.
+void check_buckets(const ExchangeSetup& setup, std::size_t models) {
+  if (setup.bucket_floats == 0) return;
+  const char* why = models > 1 ? "with --threads T > 1 the replicas' gradients are added after "
+                                 "all of them finish"
+                    : setup.micro_batch > 0 ? "with --micro-batch the gradient is final only "
+                                              "after the last micro-batch"
+                    : setup.powersgd_rank > 0 ? "PowerSGD compresses whole matrices"
+                    : setup.requested == Exchange::kHierarchical ? "the hierarchical sum is "
+                                                                   "blocking"
+                                                                 : nullptr;
+  if (why)
+    throw std::invalid_argument(std::string("--bucket-mb cannot overlap the sums here: ") + why);
+}
 
 }  // namespace
 
@@ -113,6 +164,7 @@ std::unique_ptr<CpuExchange> make_allreduce_exchange(ProcessGroup& pg,
                                                      std::vector<std::unique_ptr<Model>>& models,
                                                      const ExchangeSetup& setup) {
   const int members = pg.size() * int(models.size());
+  check_buckets(setup, models.size());
   return std::make_unique<AllreduceExchange>(pg, *models[0], setup, members);
 }
 

@@ -609,14 +609,17 @@ std::unique_ptr<CpuExchange> make_exchange(ProcessGroup& pg,
         "the shared exchange cannot accumulate micro-batches (micro_batch " +
         std::to_string(setup.micro_batch) + "): the allreduce exchange can");
   }
-  if (setup.requested == Exchange::kShared && setup.powersgd_rank > 0)
+  if (setup.requested == Exchange::kShared && (setup.powersgd_rank > 0 || setup.bucket_floats))
     throw std::invalid_argument(
-        "--grad-compression powersgd compresses the gradients ranks allreduce; the shared "
-        "exchange sends none (give --exchange allreduce or auto)");
+        std::string(setup.powersgd_rank > 0 ? "--grad-compression powersgd compresses"
+                                            : "--bucket-mb overlaps the sums of") +
+        " the gradients ranks allreduce; the shared exchange sends none (give --exchange "
+        "allreduce or auto)");
   std::unique_ptr<CpuExchange> ex;
   const bool allreduce =
       setup.requested == Exchange::kAllreduce || setup.requested == Exchange::kHierarchical;
-  if (!allreduce && setup.micro_batch == 0 && setup.powersgd_rank == 0) {
+  if (!allreduce && setup.micro_batch == 0 && setup.powersgd_rank == 0 &&
+      setup.bucket_floats == 0) {
     std::string why_not;
     ex = make_shared_exchange(pg, models, setup, why_not);
     if (!ex && setup.requested == Exchange::kShared) {

@@ -106,7 +106,7 @@ void Model::run_forward(int batch, const float* x, bool bound, DeferredPeers* pe
 }
 
 StepResult Model::forward_backward(int batch, const float* x, const std::int32_t* labels,
-                                   int micro_batch) {
+                                   int micro_batch, const GradReady* ready) {
   const int micro = micro_batch > 0 ? micro_batch : batch;
   if (batch % micro != 0) {
     throw std::invalid_argument("model: micro-batch " + std::to_string(micro) +
@@ -132,6 +132,8 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
       float* din = i == 0 ? nullptr : dacts_[i - 1].data();
       layers_[i]->backward(micro, in, acts_[i].data(), dacts_[i].data(), din,
                            i == 0 ? InputGrad::kSkip : InputGrad::kCompute, acc, ws);
+      if (ready && first + micro == batch && spec_.params_of(i).floats > 0)
+        (*ready)(spec_.params_of(i).offset);
     }
     r.loss_sum += loss;
     r.correct += correct;

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <vector>
@@ -66,8 +67,13 @@ class Model {
   // (it must divide batch) the batch runs as consecutive micro-batches whose gradients are
   // accumulated: less activation memory, and the same partial sums, added in the same order, as
   // batch/micro_batch ranks of micro_batch images each would allreduce.
+  //
+  // `ready`, when given, is told during the last micro-batch's backward, after each layer, that
+  // the parameters' gradients from `from` to the end are final (the layers after it are done):
+  // the allreduce exchange starts summing them while backward goes on (--bucket-mb).
+  using GradReady = std::function<void(std::size_t from)>;
   StepResult forward_backward(int batch, const float* x, const std::int32_t* labels,
-                              int micro_batch = 0);
+                              int micro_batch = 0, const GradReady* ready = nullptr);
   // The deferred weight gradient (see Layer::backward_deferred): the layers that can defer dW,
   // in order, with where their weight matrix sits in the parameter buffer.
   struct Deferred {

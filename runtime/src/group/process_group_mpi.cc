@@ -15,6 +15,7 @@
 #include <string>
 #include <thread>
 #include <utility>
+#include <vector>
 
 #include "gpurun/common/posix.h"
 #include "gpurun/runtime/process_group.h"
@@ -42,6 +43,30 @@ namespace {
 
 // MPI counts are int: large buffers are reduced in chunks (ours is 2.77 M floats, one chunk).
 constexpr std::size_t kMaxChunk = std::size_t(INT_MAX) / 2;
+
+// One MPI_Iallreduce per chunk of kMaxChunk floats.
+class MpiPendingSum final : public PendingSum {
+ public:
+  explicit MpiPendingSum(std::vector<MPI_Request> reqs) : reqs_(std::move(reqs)) {}
+  ~MpiPendingSum() override {
+    if (!reqs_.empty()) MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE);
+  }
+  bool test() override {
+    int done = 1;
+    if (!reqs_.empty())
+      GPURUN_MPI_CHECK(MPI_Testall(int(reqs_.size()), reqs_.data(), &done, MPI_STATUSES_IGNORE));
+    if (done) reqs_.clear();
+    return done != 0;
+  }
+  void wait() override {
+    if (!reqs_.empty())
+      GPURUN_MPI_CHECK(MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+    reqs_.clear();
+  }
+
+ private:
+  std::vector<MPI_Request> reqs_;
+};
 
 class MpiProcessGroup final : public ProcessGroup {
  public:
@@ -129,6 +154,16 @@ class MpiProcessGroup final : public ProcessGroup {
     }
   }
   int nodes() const override { return nodes_; }
+  std::unique_ptr<PendingSum> start_allreduce_sum(float* data, std::size_t n) override {
+    std::vector<MPI_Request> reqs;
+    for (std::size_t off = 0; size_ > 1 && off < n; off += kMaxChunk) {
+      const int c = int(std::min(kMaxChunk, n - off));
+      reqs.push_back(MPI_REQUEST_NULL);
+      GPURUN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, c, MPI_FLOAT, MPI_SUM,
+                                      MPI_COMM_WORLD, &reqs.back()));
+    }
+    return std::make_unique<MpiPendingSum>(std::move(reqs));
+  }
   void allreduce_sum_hierarchical(float* data, std::size_t n) override {
     if (nodes_ <= 1 || nodes_ == size_) return allreduce_sum(data, n);  // nothing to group
     int node_rank = 0;

@@ -44,6 +44,19 @@ std::unique_ptr<SharedMemory> make_private_memory(std::size_t bytes) {
   return std::make_unique<PrivateMemory>(bytes);
 }
 
+namespace {
+class DoneSum final : public PendingSum {
+ public:
+  bool test() override { return true; }
+  void wait() override {}
+};
+}  // namespace
+
+std::unique_ptr<PendingSum> ProcessGroup::start_allreduce_sum(float* data, std::size_t n) {
+  allreduce_sum(data, n);
+  return std::make_unique<DoneSum>();
+}
+
 void ProcessGroup::allreduce_sum_within(float* data, std::size_t n, double, const char*) {
   allreduce_sum(data, n);
 }

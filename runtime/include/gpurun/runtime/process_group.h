@@ -33,6 +33,16 @@ class CollectiveTimeout : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A sum started by ProcessGroup::start_allreduce_sum: test() lets it progress (Open MPI moves a
+// non-blocking collective only inside MPI calls) and says whether it is done; wait() finishes it.
+// The data must stay put until then.
+class PendingSum {
+ public:
+  virtual ~PendingSum() = default;
+  virtual bool test() = 0;
+  virtual void wait() = 0;
+};
+
 class ProcessGroup {
  public:
   virtual ~ProcessGroup() = default;
@@ -54,6 +64,9 @@ class ProcessGroup {
   // once (Horovod's hierarchical allreduce). A different order of additions than allreduce_sum:
   // equal to rounding. The default (one node) is allreduce_sum.
   virtual void allreduce_sum_hierarchical(float* data, std::size_t n) { allreduce_sum(data, n); }
+  // The sum of allreduce_sum, started and left to run (MPI_Iallreduce) while the caller computes.
+  // The default sums at once and returns a finished one.
+  virtual std::unique_ptr<PendingSum> start_allreduce_sum(float* data, std::size_t n);
   virtual int nodes() const { return 1; }  // the nodes allreduce_sum_hierarchical sees
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
