@@ -185,3 +185,25 @@ TEST(RankTable, TooLongForOneArgumentIsAnError) {
   a.nodes.resize(64);  // 512 ranks fit
   EXPECT_NO_THROW(encode_rank_table({a.scheduler, std::nullopt, make_plan(a, {}), {}}));
 }
+
+// 131,072 GPU-less ranks on one machine (the control-plane benchmark) fit as format 4, whose
+// rows are counted; a table that fits as format 3 stays format 3.
+TEST(RankTable, ManyGpuLessRanksAreCounted) {
+  Allocation a;
+  a.scheduler = Scheduler::local;
+  a.nodes.push_back({"vm", 131072, 0});
+  PlanOptions o;
+  o.contracts = parse_contracts("torch");
+  RankTable t{a.scheduler, std::nullopt, make_plan(a, o), {}};
+  const std::string text = encode_rank_table(t);
+  EXPECT_NE(text.find("\"gpurun_rank_table\":4"), std::string::npos) << text.substr(0, 80);
+  RankTable d = decode_rank_table(text);
+  ASSERT_EQ(d.plan.ranks.size(), 131072u);
+  EXPECT_EQ(d.plan.ranks[131071].rank, 131071);
+  EXPECT_EQ(d.plan.ranks[131071].local_rank, 131071);
+  EXPECT_EQ(d.plan.ranks[5].host, "vm");
+  a.nodes[0].slots = 4;
+  EXPECT_NE(encode_rank_table({a.scheduler, std::nullopt, make_plan(a, o), {}})
+                .find("\"gpurun_rank_table\":3"),
+            std::string::npos);
+}
