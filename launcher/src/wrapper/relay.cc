@@ -79,6 +79,14 @@ void Relay::watch(int fd, std::uint64_t key) {
 void Relay::on_accept() {
   int fd;
   while ((fd = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC)) >= 0) {
+    // An abstract socket has no file mode: anyone on the node can connect. Only this user's
+    // processes are served (and each must then show the launch's token).
+    ucred peer{};
+    socklen_t len = sizeof peer;
+    if (getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0 || peer.uid != getuid()) {
+      close(fd);
+      continue;
+    }
     locals_.push_back(Local{common::Fd(fd)});
     watch(fd, kFirstLocalKey + locals_.size() - 1);
     ++open_;
@@ -96,7 +104,7 @@ void Relay::on_local(std::size_t i) {
     if (l.rank < 0) {
       auto m = control::parse_to_supervisor(line);
       const auto* h = m ? std::get_if<control::Hello>(&*m) : nullptr;
-      if (!h || h->rank < 0 || local_of_rank_.count(h->rank)) {
+      if (!h || h->token != t_.token || h->rank < 0 || local_of_rank_.count(h->rank)) {
         state = proc::LineReader::State::closed;  // not a wrapper of this node's
         break;
       }
@@ -180,6 +188,7 @@ pid_t fork_relay(common::Fd listener, const Target& t) {
   if (pid > 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
+  prctl(PR_SET_NAME, "gpurun-relay");  // what ps and top show (comm)
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) signal(sig, SIG_IGN);
   signal(SIGCHLD, SIG_DFL);
   sigset_t none;
