@@ -54,9 +54,9 @@ void check_format(const std::string& text, const json& j) {
   const auto v = j.find("gpurun");
   throw Error(fmt::format(
       "_rank: the rank table is format {} from gpurun {}, but this rank wrapper is gpurun {} and "
-      "reads format {}: run the same gpurun build on every node",
+      "reads formats {} and {}: run the same gpurun build on every node",
       f->get<int>(), v != j.end() && v->is_string() ? v->get<std::string>() : "(unknown)",
-      common::project_version(), kRankTableFormat));
+      common::project_version(), kRankTableFormat, kCompactRankTableFormat));
 }
 
 // j[key] as a T, or an Error naming the field.

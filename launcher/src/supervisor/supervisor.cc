@@ -92,6 +92,7 @@ void Supervisor::wait_and_dispatch() {
     for (std::size_t ci : ready) on_readable(ci);
   }
   for (Timer t : timers_.take_due(proc::now_seconds())) on_timer(t);
+  flush_sends();
 }
 
 void Supervisor::on_signal(int sig) {
@@ -154,7 +155,7 @@ void Supervisor::on_message(const From& c, const control::Hello& m) {
   Conn& conn = conns_[c.conn];
   if (m.token != token_ || (conn.relay && m.rank != c.rank) || !attempt_.on_hello(m.rank, m.host)) {
     if (!conn.relay) drop(conn);  // not one of ours (or of an earlier attempt)
-    if (conn.relay && conn.fd) common::write_all(conn.fd.get(), control::frame(c.rank, "-\n"));
+    if (conn.relay) queue(c.conn, control::frame(c.rank, "-\n"));
     return;
   }
   const From me{c.conn, m.rank};

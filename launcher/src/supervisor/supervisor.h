@@ -62,6 +62,7 @@ class Supervisor {
     bool relay = false;  // a relay's, once its RELAY arrived
     std::vector<int> ranks;  // a relay's: the ranks whose HELLO came through it
     std::string host;        // a relay's node
+    std::string out;         // what this wake sends it (flush_sends: one write a connection)
   };
   // Where a message came from: its connection (an index in conns_) and its rank (-1 before
   // HELLO). Handlers answer through it: send() frames the answer for a relay.
@@ -103,6 +104,8 @@ class Supervisor {
   void ready_conns(std::vector<std::size_t>& out);
   void send(const From& f, const control::ToWrapper& m);
   void broadcast(const control::ToWrapper& m);
+  void queue(std::size_t ci, std::string_view bytes);
+  void flush_sends();
 
   void on_message(const From& c, const control::Hello& m);
   void on_message(const From& c, const control::RelayHello& m);
@@ -194,6 +197,7 @@ class Supervisor {
   std::vector<Conn> conns_;
   common::Fd conn_events_;          // an epoll set of conns_ (data: the index): O(ready) a wake
   std::vector<int> conn_of_rank_;  // each rank's index in conns_, -1 before its HELLO
+  std::vector<std::size_t> unsent_;  // conns_ with something in `out`
   Attempt attempt_;
   proc::Deadlines<Timer> timers_;
   std::optional<int> port_;  // the rendezvous port rank 0 holds

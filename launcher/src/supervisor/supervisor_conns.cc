@@ -31,7 +31,7 @@ void Supervisor::on_connect() {
       common::Fd(fd).reset();
       continue;
     }
-    conns_.push_back(Conn{common::Fd(fd), proc::LineReader(kMaxMessage), -1, false, {}, {}});
+    conns_.push_back(Conn{common::Fd(fd), proc::LineReader(kMaxMessage), -1, false, {}, {}, {}});
   }
 }
 
@@ -43,6 +43,7 @@ void Supervisor::ready_conns(std::vector<std::size_t>& out) {
 }
 
 void Supervisor::drop(Conn& c) {
+  c.out.clear();
   if (!c.fd) return;
   epoll_ctl(conn_events_.get(), EPOLL_CTL_DEL, c.fd.get(), nullptr);
   c.fd.reset();
@@ -142,27 +143,41 @@ void Supervisor::on_rank_closed(const From& f, const std::string& why) {
   if (attempt_.on_lost(f.rank, proc::now_seconds() - t0_, why)) begin_stop("");
 }
 
-void Supervisor::send(const From& f, const control::ToWrapper& m) {
-  Conn& c = conns_[f.conn];
+// What a wake sends goes out at its end, one write a connection: a relay's 8 ranks' BYEs are
+// one segment, not 8 (flush_sends, from wait_and_dispatch).
+void Supervisor::queue(std::size_t ci, std::string_view bytes) {
+  Conn& c = conns_[ci];
   if (!c.fd) return;
-  const std::string line = control::encode(m);
-  common::write_all(c.fd.get(), c.relay ? control::frame(f.rank, line) : line);
+  if (c.out.empty()) unsent_.push_back(ci);
+  c.out += bytes;
 }
 
-// One write per connection: a relay gets one frame per rank gpurun accepted through it.
+void Supervisor::flush_sends() {
+  for (std::size_t ci : unsent_) {
+    Conn& c = conns_[ci];
+    if (c.fd && !c.out.empty()) common::write_all(c.fd.get(), c.out);
+    c.out.clear();
+  }
+  unsent_.clear();
+}
+
+void Supervisor::send(const From& f, const control::ToWrapper& m) {
+  const std::string line = control::encode(m);
+  queue(f.conn, conns_[f.conn].relay ? control::frame(f.rank, line) : line);
+}
+
+// A relay gets one frame per rank gpurun accepted through it.
 void Supervisor::broadcast(const control::ToWrapper& m) {
   const std::string line = control::encode(m);
-  std::string framed;
-  for (auto& c : conns_) {
+  for (std::size_t ci = 0; ci < conns_.size(); ++ci) {
+    const Conn& c = conns_[ci];
     if (!c.fd || (!c.relay && c.rank < 0)) continue;
     if (!c.relay) {
-      common::write_all(c.fd.get(), line);
+      queue(ci, line);
       continue;
     }
-    framed.clear();
     for (int r : c.ranks)
-      if (conn_of_rank_[static_cast<std::size_t>(r)] >= 0) framed += control::frame(r, line);
-    if (!framed.empty()) common::write_all(c.fd.get(), framed);
+      if (conn_of_rank_[static_cast<std::size_t>(r)] >= 0) queue(ci, control::frame(r, line));
   }
 }
 

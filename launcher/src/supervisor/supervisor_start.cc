@@ -47,6 +47,7 @@ void Supervisor::begin_attempt() {
   cfg_.launch.control = fmt::format("{}:{}:{}", control_host_, control_.port, token_);
   children_.clear();
   conns_.clear();
+  unsent_.clear();
   conn_events_.reset(epoll_create1(EPOLL_CLOEXEC));
   if (!conn_events_) throw Error(fmt::format("epoll_create1 for the control connections: {}", std::strerror(errno)));
   conn_of_rank_.assign(static_cast<std::size_t>(world_), -1);
