@@ -87,9 +87,9 @@ void Supervisor::wait_and_dispatch() {
   for (int i = 0; i < 2; ++i)
     if (fds[2 + static_cast<std::size_t>(i)].revents & (POLLIN | POLLHUP)) on_engine_output(i + 1);
   if (fds[4].revents & POLLIN) {
-    std::vector<std::size_t> ready;
-    ready_conns(ready);
-    for (std::size_t ci : ready) on_readable(ci);
+    ready_conns(ready_conns_);
+    for (std::size_t ci : ready_conns_) on_readable(ci);
+    ready_conns_.clear();
   }
   for (Timer t : timers_.take_due(proc::now_seconds())) on_timer(t);
   flush_sends();

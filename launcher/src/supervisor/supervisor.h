@@ -14,6 +14,7 @@
 // the Supervisor does the talking, the processes and the timers. Private to the gpurun binary.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/types.h>
 
 #include <array>
@@ -198,6 +199,8 @@ class Supervisor {
   common::Fd conn_events_;          // an epoll set of conns_ (data: the index): O(ready) a wake
   std::vector<int> conn_of_rank_;  // each rank's index in conns_, -1 before its HELLO
   std::vector<std::size_t> unsent_;  // conns_ with something in `out`
+  std::vector<epoll_event> ready_;   // epoll_wait's answer (kept: a wake allocates nothing)
+  std::vector<std::size_t> ready_conns_;  // their indices in conns_
   Attempt attempt_;
   proc::Deadlines<Timer> timers_;
   std::optional<int> port_;  // the rendezvous port rank 0 holds

@@ -3,7 +3,6 @@
 // connections sit in an epoll set, so a wake costs what is ready, not what is open: 16,384 node
 // relays of 131,072 ranks are one fd each to poll().
 #include <fmt/format.h>
-#include <sys/epoll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -37,9 +36,9 @@ void Supervisor::on_connect() {
 
 // The indices of the connections that can be read now (or have closed).
 void Supervisor::ready_conns(std::vector<std::size_t>& out) {
-  std::vector<epoll_event> evs(kMaxReady);
-  int n = epoll_wait(conn_events_.get(), evs.data(), kMaxReady, 0);
-  for (int i = 0; i < n; ++i) out.push_back(evs[static_cast<std::size_t>(i)].data.u64);
+  ready_.resize(kMaxReady);
+  int n = epoll_wait(conn_events_.get(), ready_.data(), kMaxReady, 0);
+  for (int i = 0; i < n; ++i) out.push_back(ready_[static_cast<std::size_t>(i)].data.u64);
 }
 
 void Supervisor::drop(Conn& c) {
