@@ -26,8 +26,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <unordered_map>
@@ -259,8 +259,8 @@ int Engine::run(const std::string& result_file) {
   while (closed_ < total) {
     int k = epoll_wait(ep_, evs.data(), static_cast<int>(evs.size()), 30000);
     if (k <= 0) {
-      fmt::print(stderr, "sim: stuck: {} ready, {} stopped, {} closed of {} connections\n",
-                 ready_, stopped_, closed_, total);
+      fmt::print(stderr, "sim: stuck: {} ready, {} stopped, {} closed of {} connections\n", ready_,
+                 stopped_, closed_, total);
       return 4;
     }
     for (int i = 0; i < k; ++i) {
@@ -324,8 +324,8 @@ Figures measure(const std::string& gpurun, const std::string& self, Shape shape)
           {"BENCH_RESULT", result},
           {"BENCH_PER_NODE", std::to_string(shape.per_node)}};
   const int n = shape.ranks();
-  std::vector<std::string> argv{gpurun,     "-q", "--scheduler", "local", "--launcher", "mpirun",
-                                "-n",       std::to_string(n)};
+  std::vector<std::string> argv{gpurun,       "-q",     "--scheduler", "local",
+                                "--launcher", "mpirun", "-n",          std::to_string(n)};
   // TF_CONFIG's worker ports (MASTER_PORT + 1 + local rank) do not fit 131,072 ranks on one
   // machine; the contracts change the wrappers' environment only, nothing gpurun's control
   // plane does. The per-rank rows keep today's command.
@@ -363,14 +363,13 @@ int bench_main(int argc, char** argv) {
   }
   std::vector<Shape> shapes;
   for (int i = 2; i < argc; ++i) shapes.push_back(parse_shape(argv[i]));
-  if (shapes.empty())
-    shapes = {{64, 1}, {256, 1}, {1024, 1}, {4096, 1}, {512, 8}, {16384, 8}};
+  if (shapes.empty()) shapes = {{64, 1}, {256, 1}, {1024, 1}, {4096, 1}, {512, 8}, {16384, 8}};
   char self[4096];
   ssize_t len = readlink("/proc/self/exe", self, sizeof self - 1);
   if (len <= 0) return 2;
   self[len] = 0;
-  fmt::print("{:>7}  {:>18}  {:>10}  {:>22}  {:>13}  {:>16}\n", "ranks", "connections",
-             "ready (s)", "ready from gpurun (s)", "stop all (s)", "gpurun exit (s)");
+  fmt::print("{:>7}  {:>18}  {:>10}  {:>22}  {:>13}  {:>16}\n", "ranks", "connections", "ready (s)",
+             "ready from gpurun (s)", "stop all (s)", "gpurun exit (s)");
   for (Shape sh : shapes) {
     if (sh.nodes <= 0 || sh.per_node <= 0) return 2;
     Figures f = measure(argv[1], self, sh);

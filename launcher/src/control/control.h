@@ -280,8 +280,8 @@ struct Bye {
   }
 };
 
-using ToSupervisor = std::variant<Hello, RelayHello, Port, Reach, Preflight, Running, StepReport, Output,
-                                  Stacks, GpuSamples, GpuSamplesFailed, Exit>;
+using ToSupervisor = std::variant<Hello, RelayHello, Port, Reach, Preflight, Running, StepReport,
+                                  Output, Stacks, GpuSamples, GpuSamplesFailed, Exit>;
 using ToWrapper = std::variant<Bind, Rendezvous, Go, Stop, Signal, DumpStacks, Bye>;
 
 // One line, '\n' included.

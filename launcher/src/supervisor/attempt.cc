@@ -104,8 +104,7 @@ bool Attempt::fail_by_end(int r, const ProgramEnd& e) {
 
 bool Attempt::on_lost(int r, double seconds, std::string what) {
   if (!on_end(r)) return false;
-  if (!fail(r, std::move(what), 137, seconds))
-    return false;
+  if (!fail(r, std::move(what), 137, seconds)) return false;
   failure_->died = true;
   return true;
 }

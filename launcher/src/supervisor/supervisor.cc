@@ -154,8 +154,10 @@ void Supervisor::on_child_exit(pid_t pid, int status) {
 void Supervisor::on_message(const From& c, const control::Hello& m) {
   Conn& conn = conns_[c.conn];
   if (m.token != token_ || (conn.relay && m.rank != c.rank) || !attempt_.on_hello(m.rank, m.host)) {
-    if (!conn.relay) drop(conn);  // not one of ours (or of an earlier attempt)
-    if (conn.relay) queue(c.conn, control::frame(c.rank, "-\n"));
+    if (conn.relay)  // the relay closes that rank's connection
+      queue(c.conn, control::frame(c.rank, std::string(control::kClosed) + "\n"));
+    else
+      drop(conn);  // not one of ours (or of an earlier attempt)
     return;
   }
   const From me{c.conn, m.rank};

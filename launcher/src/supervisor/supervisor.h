@@ -59,8 +59,8 @@ class Supervisor {
   struct Conn {
     common::Fd fd;
     proc::LineReader in;
-    int rank = -1;       // a wrapper's: -1 until its HELLO arrives
-    bool relay = false;  // a relay's, once its RELAY arrived
+    int rank = -1;           // a wrapper's: -1 until its HELLO arrives
+    bool relay = false;      // a relay's, once its RELAY arrived
     std::vector<int> ranks;  // a relay's: the ranks whose HELLO came through it
     std::string host;        // a relay's node
     std::string out;         // what this wake sends it (flush_sends: one write a connection)
@@ -196,8 +196,8 @@ class Supervisor {
   std::array<LineForwarder, 2> engine_lines_;
   std::array<bool, 2> in_banner_{}, drop_banner_{};
   std::vector<Conn> conns_;
-  common::Fd conn_events_;          // an epoll set of conns_ (data: the index): O(ready) a wake
-  std::vector<int> conn_of_rank_;  // each rank's index in conns_, -1 before its HELLO
+  common::Fd conn_events_;           // an epoll set of conns_ (data: the index): O(ready) a wake
+  std::vector<int> conn_of_rank_;    // each rank's index in conns_, -1 before its HELLO
   std::vector<std::size_t> unsent_;  // conns_ with something in `out`
   std::vector<epoll_event> ready_;   // epoll_wait's answer (kept: a wake allocates nothing)
   std::vector<std::size_t> ready_conns_;  // their indices in conns_

@@ -14,8 +14,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "supervisor/supervisor.h"
 #include "control/rank_table.h"
+#include "supervisor/supervisor.h"
 #include "sys/system.h"
 
 namespace gpurun::launcher {
@@ -49,7 +49,8 @@ void Supervisor::begin_attempt() {
   conns_.clear();
   unsent_.clear();
   conn_events_.reset(epoll_create1(EPOLL_CLOEXEC));
-  if (!conn_events_) throw Error(fmt::format("epoll_create1 for the control connections: {}", std::strerror(errno)));
+  if (!conn_events_)
+    throw Error(fmt::format("epoll_create1 for the control connections: {}", std::strerror(errno)));
   conn_of_rank_.assign(static_cast<std::size_t>(world_), -1);
   attempt_ = Attempt(world_, cfg_.hang_timeout);
   timers_ = {};

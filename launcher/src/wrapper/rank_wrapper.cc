@@ -11,10 +11,10 @@
 #include <algorithm>
 
 #include "alloc/env_util.h"
+#include "cli/run.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/gpuinfo/proc_usage.h"
 #include "sys/net.h"
-#include "cli/run.h"
 #include "sys/system.h"
 #include "wrapper/relay.h"
 #include "wrapper/wrapper.h"
@@ -151,8 +151,7 @@ bool RankWrapper::join_relay(const std::string& host, const std::string& port) {
   for (const auto& r : plan_.plan.ranks) local += r.node_rank == me_.node_rank ? 1 : 0;
   auto off = env_.find("GPURUN_CONTROL_RELAY");
   if (local < 2 || (off != env_.end() && off->second == "0")) return false;
-  auto joined =
-      relay::join(relay::Target{host, port, token_, me_.host, local}, kConnectTimeout);
+  auto joined = relay::join(relay::Target{host, port, token_, me_.host, local}, kConnectTimeout);
   if (!joined) return false;
   control_ = std::move(joined->fd);
   relay_ = joined->forked;

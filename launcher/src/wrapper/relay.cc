@@ -26,7 +26,7 @@ namespace gpurun::launcher::relay {
 namespace {
 
 constexpr double kConnectTimeout = 20.0;  // to gpurun, as a wrapper's own connection
-constexpr double kIdleEnd = 2.0;  // with no rank left, before ending when not all came
+constexpr double kIdleEnd = 2.0;          // with no rank left, before ending when not all came
 constexpr int kBacklog = 512;
 constexpr std::size_t kMaxMessage = 16 << 20;  // a STACKS message of many threads
 enum : std::uint64_t { kListenerKey, kUpstreamKey, kFirstLocalKey };
@@ -153,8 +153,8 @@ int Relay::run() {
   up_ = net::connect_tcp(t_.host, t_.port, kConnectTimeout,
                          fmt::format("the control relay of node {}", t_.node));
   net::no_delay(up_.get());
-  if (!common::write_all(up_.get(), control::encode(control::RelayHello{t_.token, t_.node,
-                                                                        getpid()})))
+  if (!common::write_all(up_.get(),
+                         control::encode(control::RelayHello{t_.token, t_.node, getpid()})))
     return 1;
   fcntl(listener_.get(), F_SETFL, O_NONBLOCK);
   ep_.reset(epoll_create1(EPOLL_CLOEXEC));
@@ -183,13 +183,14 @@ pid_t fork_relay(common::Fd listener, const Target& t) {
   const pid_t parent = getpid();
   const pid_t pid = fork();
   if (pid < 0)
-    throw Error(fmt::format("cannot fork the control relay of node {}: {}", t.node,
-                            std::strerror(errno)));
+    throw Error(
+        fmt::format("cannot fork the control relay of node {}: {}", t.node, std::strerror(errno)));
   if (pid > 0) return pid;
   prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (getppid() != parent) _exit(1);
   prctl(PR_SET_NAME, "gpurun-relay");  // what ps and top show (comm)
-  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE}) signal(sig, SIG_IGN);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGPIPE})
+    signal(sig, SIG_IGN);
   signal(SIGCHLD, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);

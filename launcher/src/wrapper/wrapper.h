@@ -115,8 +115,8 @@ class RankWrapper {
   RankEntry me_;
   std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
   std::vector<std::string> rank_keys_;  // rank_environment()'s and start_environment()'s
-  common::Fd control_;  // to gpurun, or to the node's relay (relay.h)
-  pid_t relay_ = -1;     // the node's relay, when this wrapper forked it: waited for at the end
+  common::Fd control_;                  // to gpurun, or to the node's relay (relay.h)
+  pid_t relay_ = -1;  // the node's relay, when this wrapper forked it: waited for at the end
   proc::LineReader control_in_;
   std::string token_;
   std::optional<proc::SignalPipe> signals_;
