@@ -18,10 +18,11 @@
 // sends RELAY (below), then every line in either direction is framed: "<rank> <message line>"
 // (a message to or from that rank), and "<rank> -" (either way: that rank's local connection is
 // over; from gpurun: close it, its HELLO was refused). Batched both ways: the relay writes what
-// it read from all its wrappers in one write, and gpurun a broadcast (GO, STOP, DUMP, a signal)
-// as one write per relay of one frame per rank it accepted there, so one TCP segment carries
-// many ranks' events. (Not "to all ranks here": only gpurun knows whose HELLO it accepted.) The
-// relay's connection closing is the loss of every rank it carried that had not ended: the node.
+// one wake read from all its wrappers in one write, and gpurun what one wake sends a connection
+// (a broadcast's GO, STOP, DUMP or signal: one frame per rank it accepted there; BYEs), so one
+// TCP segment carries many ranks' events. (No "to all ranks here" frame: only gpurun knows whose
+// HELLO it accepted.) The relay's connection closing is the loss of every rank it carried that
+// had not ended: the whole node.
 //
 // Adding a message: declare a struct with a unique kTag and a fields() that ties its members in
 // wire order, add it to ToSupervisor or ToWrapper, and handle it where that variant is visited
