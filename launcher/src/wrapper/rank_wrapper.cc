@@ -155,6 +155,7 @@ bool RankWrapper::join_relay(const std::string& host, const std::string& port) {
   if (!joined) return false;
   control_ = std::move(joined->fd);
   relay_ = joined->forked;
+  relayed_ = true;
   return true;
 }
 

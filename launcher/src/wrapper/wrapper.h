@@ -117,6 +117,7 @@ class RankWrapper {
   std::vector<std::string> rank_keys_;  // rank_environment()'s and start_environment()'s
   common::Fd control_;                  // to gpurun, or to the node's relay (relay.h)
   pid_t relay_ = -1;  // the node's relay, when this wrapper forked it: waited for at the end
+  bool relayed_ = false;  // talks to gpurun through its node's relay
   proc::LineReader control_in_;
   std::string token_;
   std::optional<proc::SignalPipe> signals_;
