@@ -30,6 +30,38 @@ TEST(Control, HelloRoundTrip) {
   EXPECT_EQ(back.pid, 4242);
 }
 
+// A node relay's connection (control.h, "Relays"): RELAY first, then each line framed with its
+// rank; a frame's body is the message line unchanged, or "-" (that rank's connection ended).
+TEST(Control, RelayFramesCarryTheRankAndTheMessageUnchanged) {
+  RelayHello h = round_trip(RelayHello{"tok", "node 7", 99}, parse_to_supervisor);
+  EXPECT_EQ(h.host, "node 7");
+  const std::string line = encode(Output{2, 0, Text{"a b  c"}});
+  const std::string framed = frame(131071, line);
+  EXPECT_EQ(framed, "131071 " + line);
+  auto f = parse_frame(std::string_view(framed).substr(0, framed.size() - 1));
+  ASSERT_TRUE(f.has_value());
+  EXPECT_EQ(f->rank, 131071);
+  auto m = parse_to_supervisor(f->body);
+  ASSERT_TRUE(m && std::holds_alternative<Output>(*m));
+  EXPECT_EQ(std::get<Output>(*m).text.value, "a b  c");
+  auto closed = parse_frame("3 -");
+  ASSERT_TRUE(closed.has_value());
+  EXPECT_EQ(closed->body, kClosed);
+}
+
+TEST(Control, MalformedFramesAreRefused) {
+  for (const char* bad : {"", "3", "3 ", " GO", "-1 GO", "x GO", "3x GO", "* GO", "99999999999 GO"})
+    EXPECT_FALSE(parse_frame(bad).has_value()) << "'" << bad << "'";
+}
+
+TEST(Control, RelaySocketNamesAreAbstractBoundedAndPerNode) {
+  const std::string a = relay_socket_name("tok", "node1"), b = relay_socket_name("tok", "node2");
+  EXPECT_EQ(a[0], '@');
+  EXPECT_NE(a, b);
+  EXPECT_NE(a, relay_socket_name("tok2", "node1"));
+  EXPECT_LE(relay_socket_name(std::string(64, 't'), std::string(255, 'h')).size(), 100u);
+}
+
 TEST(Control, ExitRoundTripKeepsSecondsAndWhy) {
   Exit e = round_trip(Exit{3, 9, 12.375, {}}, parse_to_supervisor);
   EXPECT_EQ(e.code, 3);

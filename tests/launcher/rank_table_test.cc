@@ -119,9 +119,9 @@ TEST(RankTable, AnotherFormatIsRefusedNamingBothVersions) {
   expect_refused("v1;s=slurm;j=1;a=x;p=1;c=1;g=-;n=host*2*0",
                  "the rank table is format 1 from an older gpurun");
   json j = json::parse(encode_rank_table(table_of("slurm_batch.env")));
-  j["gpurun_rank_table"] = kRankTableFormat + 1;
+  j["gpurun_rank_table"] = kCompactRankTableFormat + 1;
   j["gpurun"] = "9.9.9";
-  expect_refused(j.dump(), "is format 4 from gpurun 9.9.9, but this rank wrapper is gpurun ");
+  expect_refused(j.dump(), "is format 5 from gpurun 9.9.9, but this rank wrapper is gpurun ");
   expect_refused(j.dump(), "run the same gpurun build on every node");
 }
 
@@ -184,4 +184,28 @@ TEST(RankTable, TooLongForOneArgumentIsAnError) {
   }
   a.nodes.resize(64);  // 512 ranks fit
   EXPECT_NO_THROW(encode_rank_table({a.scheduler, std::nullopt, make_plan(a, {}), {}}));
+}
+
+// 131,072 GPU-less ranks on one machine (the control-plane benchmark) fit as format 4, whose
+// rows are counted; a table that fits as format 3 stays format 3.
+TEST(RankTable, ManyGpuLessRanksAreCounted) {
+  Allocation a;
+  a.scheduler = Scheduler::local;
+  a.nodes.push_back({"vm", 131072, 0});
+  PlanOptions o;
+  o.ntasks = 131072;
+  o.contracts = parse_contracts("torch");
+  RankTable t{a.scheduler, std::nullopt, make_plan(a, o), {}};
+  const std::string text = encode_rank_table(t);
+  EXPECT_NE(text.find("\"gpurun_rank_table\":4"), std::string::npos) << text.substr(0, 80);
+  RankTable d = decode_rank_table(text);
+  ASSERT_EQ(d.plan.ranks.size(), 131072u);
+  EXPECT_EQ(d.plan.ranks[131071].rank, 131071);
+  EXPECT_EQ(d.plan.ranks[131071].local_rank, 131071);
+  EXPECT_EQ(d.plan.ranks[5].host, "vm");
+  a.nodes[0].slots = 4;
+  o.ntasks = 4;
+  EXPECT_NE(encode_rank_table({a.scheduler, std::nullopt, make_plan(a, o), {}})
+                .find("\"gpurun_rank_table\":3"),
+            std::string::npos);
 }

@@ -74,6 +74,8 @@ inline constexpr EnvVar kEnvRead[] = {
     {"PATH", "where srun, mpirun, blaunch and the program are found"},
     {"LD_LIBRARY_PATH", "exported with PATH to remote ranks (mpirun -x)"},
     {"GPURUN_RANK", "a rank's number when gpurun forks the wrappers itself"},
+    {"GPURUN_CONTROL_RELAY",
+     "0: each rank's wrapper connects to gpurun itself, not through its node's control relay"},
     {"GPURUN_NVIDIA_SMI",
      "--monitor, --preflight and a bare machine's GPU count: an nvidia-smi to run instead of "
      "NVML (tests)"},

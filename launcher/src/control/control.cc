@@ -140,6 +140,32 @@ std::optional<std::string> unescape(std::string_view s) {
   return common::percent_decode(s);
 }
 
+std::string frame(int rank, std::string_view line) {
+  std::string out = std::to_string(rank);
+  out += ' ';
+  out += line;
+  return out;
+}
+
+std::optional<Frame> parse_frame(std::string_view line) {
+  std::size_t sp = line.find(' ');
+  if (sp == std::string_view::npos || sp == 0 || sp + 1 == line.size()) return std::nullopt;
+  Frame f;
+  f.body = line.substr(sp + 1);
+  std::string_view head = line.substr(0, sp);
+  auto r = std::from_chars(head.data(), head.data() + head.size(), f.rank);
+  if (r.ec != std::errc() || r.ptr != head.data() + head.size() || f.rank < 0) return std::nullopt;
+  return f;
+}
+
+std::string relay_socket_name(std::string_view token, std::string_view host) {
+  // Abstract (a leading NUL, spelled '@' here and turned into NUL by the binder): nothing to
+  // remove afterwards, and gone with the relay. The host keeps apart the simulated "nodes" of
+  // one machine (a local Slurm cluster's node daemons). Bounded by sun_path's 108 bytes.
+  std::string name = fmt::format("@gpurun-relay-{}-{}", token, escape_word(host));
+  return name.substr(0, 100);
+}
+
 std::string encode(const ToSupervisor& m) {
   return std::visit([](const auto& x) { return encode_one(x); }, m);
 }

@@ -1,7 +1,8 @@
 // control.h: the control protocol between gpurun (the supervisor) and each rank's wrapper
 // (`gpurun _rank`), in one place for both ends.
 //
-// One TCP connection per rank. A message is one line: its tag, then its fields, each after one
+// A rank's wrapper talks to gpurun over its own TCP connection, or through its node's relay
+// (below). A message is one line: its tag, then its fields, each after one
 // space. Numbers are decimal. A std::string field is one word: space, '%' and control characters
 // are %XX-escaped, and the empty string is "%". A Text field (always last) runs to the end of the
 // line with only '%', CR and LF escaped, so ordinary text stays readable. A receiver ignores
@@ -9,6 +10,19 @@
 // whose tag it does not know or whose fields do not parse. (Not JSON: a rank's output is bytes,
 // not always UTF-8, and JSON strings would have to replace or base64 what is not; %XX carries
 // every byte and leaves ordinary text readable. The escaping is common::percent_encode.)
+//
+// Relays (one connection per node, not per rank). When a node has several ranks, its first
+// wrapper to bind the abstract Unix socket relay_socket_name(token, host) forks the node's relay
+// (wrapper/relay.h): the node's wrappers connect to it there and speak this protocol to it
+// unchanged; it holds the node's one TCP connection to gpurun. On that connection the relay first
+// sends RELAY (below), then every line in either direction is framed: "<rank> <message line>"
+// (a message to or from that rank), and "<rank> -" (either way: that rank's local connection is
+// over; from gpurun: close it, its HELLO was refused). Batched both ways: the relay writes what
+// one wake read from all its wrappers in one write, and gpurun what one wake sends a connection
+// (a broadcast's GO, STOP, DUMP or signal: one frame per rank it accepted there; BYEs), so one
+// TCP segment carries many ranks' events. (No "to all ranks here" frame: only gpurun knows whose
+// HELLO it accepted.) The relay's connection closing is the loss of every rank it carried that
+// had not ended: the whole node.
 //
 // Adding a message: declare a struct with a unique kTag and a fields() that ties its members in
 // wire order, add it to ToSupervisor or ToWrapper, and handle it where that variant is visited
@@ -30,7 +44,20 @@ struct Text {
 };
 
 // --- wrapper -> gpurun ---------------------------------------------------------------------
-// The rank is known from the connection's HELLO; later messages do not repeat it.
+// The rank is known from the connection's HELLO (on a relay's connection, from each line's
+// frame); later messages do not repeat it.
+
+// First line of a node relay's connection (see above); `token` as in Hello, `host` the node.
+struct RelayHello {
+  static constexpr std::string_view kTag = "RELAY";
+  std::string token;
+  std::string host;
+  std::int64_t pid = 0;
+  template <class S>
+  static auto fields(S& s) {
+    return std::tie(s.token, s.host, s.pid);
+  }
+};
 
 // First message on a connection; `token` proves the wrapper belongs to this launch attempt.
 struct Hello {
@@ -254,8 +281,8 @@ struct Bye {
   }
 };
 
-using ToSupervisor = std::variant<Hello, Port, Reach, Preflight, Running, StepReport, Output,
-                                  Stacks, GpuSamples, GpuSamplesFailed, Exit>;
+using ToSupervisor = std::variant<Hello, RelayHello, Port, Reach, Preflight, Running, StepReport,
+                                  Output, Stacks, GpuSamples, GpuSamplesFailed, Exit>;
 using ToWrapper = std::variant<Bind, Rendezvous, Go, Stop, Signal, DumpStacks, Bye>;
 
 // One line, '\n' included.
@@ -264,6 +291,19 @@ std::string encode(const ToWrapper& m);
 // A line without its '\n'; nullopt for an unknown tag or fields that do not parse.
 std::optional<ToSupervisor> parse_to_supervisor(std::string_view line);
 std::optional<ToWrapper> parse_to_wrapper(std::string_view line);
+
+// A relay connection's framing (see above); a Frame whose body is kClosed is "<rank> -".
+constexpr std::string_view kClosed = "-";
+struct Frame {
+  int rank = -1;
+  std::string_view body;  // the message line, without '\n'
+};
+// `line` is one encoded message ('\n' included), or kClosed plus '\n'.
+std::string frame(int rank, std::string_view line);
+// A line without its '\n'; nullopt when it is not "<rank> BODY" with a rank >= 0.
+std::optional<Frame> parse_frame(std::string_view line);
+// The abstract Unix socket where the relay of `host` for the attempt `token` listens.
+std::string relay_socket_name(std::string_view token, std::string_view host);
 
 // The escaping of a std::string field and of a Text field (exposed for tests).
 std::string escape_word(std::string_view s);

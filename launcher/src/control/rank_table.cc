@@ -16,17 +16,27 @@ using nlohmann::json;
 
 // Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages), less room for the rest of the line.
 constexpr std::size_t kMaxTableBytes = 120 * 1024;
+constexpr int kMaxCountedRanks = 1 << 20;  // a count beyond any plan: a corrupt table
 
 // Written in this field order, so a reader sees the format first.
 using ordered = nlohmann::ordered_json;
 
-ordered node_json(const PlanNode& n, const RankPlan& p) {
+enum class Rows { kEach, kCountWhereTrivial };
+
+ordered node_json(const PlanNode& n, const RankPlan& p, Rows form) {
   ordered rows = ordered::array();
+  bool trivial = true;
   for (int r = n.first_rank; r < n.first_rank + n.ranks; ++r) {
     const RankEntry& e = p.ranks.at(static_cast<std::size_t>(r));
     rows.push_back(ordered::array({e.rank, e.local_rank, e.gpus}));
+    trivial = trivial && e.rank == r && e.local_rank == r - n.first_rank && e.gpus.empty();
   }
-  return {{"host", n.host}, {"gpus", n.gpus}, {"gpu_ids", n.gpu_ids}, {"ranks", std::move(rows)}};
+  ordered out = {{"host", n.host}, {"gpus", n.gpus}, {"gpu_ids", n.gpu_ids}};
+  if (form == Rows::kCountWhereTrivial && trivial)
+    out["ranks"] = n.ranks;
+  else
+    out["ranks"] = std::move(rows);
+  return out;
 }
 
 // What a malformed table is called in errors: where it came from and how it starts.
@@ -40,13 +50,13 @@ void check_format(const std::string& text, const json& j) {
   const auto f = j.find("gpurun_rank_table");
   if (f == j.end() || !f->is_number_integer())
     throw bad_table(text, "not a gpurun rank table (no \"gpurun_rank_table\" format number)");
-  if (f->get<int>() == kRankTableFormat) return;
+  if (f->get<int>() == kRankTableFormat || f->get<int>() == kCompactRankTableFormat) return;
   const auto v = j.find("gpurun");
   throw Error(fmt::format(
       "_rank: the rank table is format {} from gpurun {}, but this rank wrapper is gpurun {} and "
-      "reads format {}: run the same gpurun build on every node",
+      "reads formats {} and {}: run the same gpurun build on every node",
       f->get<int>(), v != j.end() && v->is_string() ? v->get<std::string>() : "(unknown)",
-      common::project_version(), kRankTableFormat));
+      common::project_version(), kRankTableFormat, kCompactRankTableFormat));
 }
 
 // j[key] as a T, or an Error naming the field.
@@ -90,7 +100,16 @@ void read_node(const json& jn, int node_rank, RankTable& t) {
   PlanNode n{field<std::string>(jn, "host", where), 0, field<int>(jn, "gpus", where),
              static_cast<int>(t.plan.ranks.size()),
              field<std::vector<std::string>>(jn, "gpu_ids", where)};
-  const auto rows = field<std::vector<json>>(jn, "ranks", where);
+  std::vector<json> rows;
+  if (jn.contains("ranks") && jn["ranks"].is_number_integer()) {  // format 4's count
+    const int count = jn["ranks"].get<int>();
+    if (count < 1 || count > kMaxCountedRanks)
+      throw Error(fmt::format("{} has {} ranks", where, count));
+    for (int i = 0; i < count; ++i)
+      rows.push_back(json::array({n.first_rank + i, i, json::array()}));
+  } else {
+    rows = field<std::vector<json>>(jn, "ranks", where);
+  }
   n.ranks = static_cast<int>(rows.size());
   if (n.host.empty() || n.gpus < 0 || n.ranks < 1)
     throw Error(where + " needs a host, a GPU count >= 0 and at least one rank");
@@ -141,30 +160,36 @@ RankTable read_table(const json& j) {
   return t;
 }
 
+std::string encode_as(const RankTable& t, Rows form) {
+  const RankPlan& p = t.plan;
+  ordered nodes = ordered::array();
+  for (const auto& n : p.nodes) nodes.push_back(node_json(n, p, form));
+  const int format = form == Rows::kEach ? kRankTableFormat : kCompactRankTableFormat;
+  const ordered j = {{"gpurun_rank_table", format},
+                     {"gpurun", common::project_version()},
+                     {"scheduler", to_string(t.scheduler)},
+                     {"job_id", t.job_id ? ordered(*t.job_id) : ordered(nullptr)},
+                     {"master_addr", p.master_addr},
+                     {"master_port", p.master_port},
+                     {"cpus_per_rank", p.cpus_per_rank},
+                     {"stdout_tty", p.stdout_tty},
+                     {"kill_grace_ms", std::llround(t.wrapper.kill_grace * 1000)},
+                     {"contracts", to_string(p.contracts)},
+                     {"world_size", p.world_size},
+                     {"nodes", std::move(nodes)}};
+  return j.dump(-1, ' ', false, ordered::error_handler_t::replace);
+}
+
 }  // namespace
 
 std::string encode_rank_table(const RankTable& t) {
-  const RankPlan& p = t.plan;
-  ordered nodes = ordered::array();
-  for (const auto& n : p.nodes) nodes.push_back(node_json(n, p));
-  const ordered j = {{"gpurun_rank_table", kRankTableFormat},
-                  {"gpurun", common::project_version()},
-                  {"scheduler", to_string(t.scheduler)},
-                  {"job_id", t.job_id ? ordered(*t.job_id) : ordered(nullptr)},
-                  {"master_addr", p.master_addr},
-                  {"master_port", p.master_port},
-                  {"cpus_per_rank", p.cpus_per_rank},
-                  {"stdout_tty", p.stdout_tty},
-                  {"kill_grace_ms", std::llround(t.wrapper.kill_grace * 1000)},
-                  {"contracts", to_string(p.contracts)},
-                  {"world_size", p.world_size},
-                  {"nodes", std::move(nodes)}};
-  std::string text = j.dump(-1, ' ', false, ordered::error_handler_t::replace);
+  std::string text = encode_as(t, Rows::kEach);
+  if (text.size() > kMaxTableBytes) text = encode_as(t, Rows::kCountWhereTrivial);
   if (text.size() > kMaxTableBytes)
     throw Error(fmt::format(
         "the rank table of {} ranks on {} nodes is {} bytes, more than one command-line argument "
         "carries ({} bytes)",
-        p.world_size, p.nodes.size(), text.size(), kMaxTableBytes));
+        t.plan.world_size, t.plan.nodes.size(), text.size(), kMaxTableBytes));
   return text;
 }
 

@@ -28,6 +28,10 @@ struct RankTable {
 // The format this build writes and reads; bumped whenever a field's meaning changes.
 // 3: "contracts" (--contract), which a format-2 wrapper would ignore, setting no TF_CONFIG.
 inline constexpr int kRankTableFormat = 3;
+// 4: as 3, but a node whose rows are all [first + i, i, []] (no GPUs) may give "ranks" as their
+// count. Written only when format 3 is too long for one argument (131,072 GPU-less ranks on one
+// machine: the control-plane benchmark), so a table an older wrapper could read never changes.
+inline constexpr int kCompactRankTableFormat = 4;
 
 // One line of JSON:
 //   {"gpurun_rank_table":3,"gpurun":"0.1.0","scheduler":"slurm","job_id":"777",

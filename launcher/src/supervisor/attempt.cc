@@ -102,10 +102,9 @@ bool Attempt::fail_by_end(int r, const ProgramEnd& e) {
   return true;
 }
 
-bool Attempt::on_lost(int r, double seconds) {
+bool Attempt::on_lost(int r, double seconds, std::string what) {
   if (!on_end(r)) return false;
-  if (!fail(r, "was lost (its wrapper ended without reporting: killed?)", 137, seconds))
-    return false;
+  if (!fail(r, std::move(what), 137, seconds)) return false;
   failure_->died = true;
   return true;
 }

@@ -93,7 +93,10 @@ class Attempt {
   bool fail_by_end(int rank, const ProgramEnd& end);
   // The rank's wrapper ended without reporting (its connection closed). True when that was the
   // attempt's first failure.
-  bool on_lost(int rank, double seconds);
+  // `what`: how it was lost (default: its wrapper's connection closed without an EXIT).
+  bool on_lost(int rank, double seconds, std::string what = kLostWrapper);
+  static constexpr const char* kLostWrapper =
+      "was lost (its wrapper ended without reporting: killed?)";
   // Whether an end after the user asked to stop (`stop_signal`: the INT/TERM/HUP forwarded, 0
   // none), or of a SIGINT (Ctrl-C), is part of that stop rather than a failure.
   bool ended_by_user_stop(const ProgramEnd& end, int stop_signal) const;

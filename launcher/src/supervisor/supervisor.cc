@@ -20,7 +20,6 @@ Attempt::ProgramEnd program_end(const control::Exit& m) {
   return {m.code, m.signal, m.seconds, m.what.value};
 }
 
-constexpr std::size_t kMaxMessage = 16 << 20;  // a STACKS message of many threads
 constexpr double kEngineLinger = 10;           // after a stop, before the engine gets TERM
 constexpr double kPendingSignalSettle = 5;     // send_pending_signals
 
@@ -75,12 +74,11 @@ bool Supervisor::attempt_done() {
 }
 
 void Supervisor::wait_and_dispatch() {
-  constexpr std::size_t kFirstConn = 4;
   std::vector<pollfd> fds{{signals_->fd(), POLLIN, 0},
                           {control_.fd.get(), POLLIN, 0},
                           {engine_out_[0].get(), POLLIN, 0},
-                          {engine_out_[1].get(), POLLIN, 0}};
-  for (const auto& c : conns_) fds.push_back({c.fd.get(), POLLIN, 0});
+                          {engine_out_[1].get(), POLLIN, 0},
+                          {conn_events_.get(), POLLIN, 0}};
   poll(fds.data(), fds.size(), timers_.wait_ms(proc::now_seconds(), 1000));
 
   if (fds[0].revents & POLLIN)
@@ -88,10 +86,13 @@ void Supervisor::wait_and_dispatch() {
   if (fds[1].revents & POLLIN) on_connect();
   for (int i = 0; i < 2; ++i)
     if (fds[2 + static_cast<std::size_t>(i)].revents & (POLLIN | POLLHUP)) on_engine_output(i + 1);
-  // on_connect() may have added connections; they are polled next time.
-  for (std::size_t i = kFirstConn; i < fds.size(); ++i)
-    if (fds[i].revents & (POLLIN | POLLHUP | POLLERR)) on_readable(conns_[i - kFirstConn]);
+  if (fds[4].revents & POLLIN) {
+    ready_conns(ready_conns_);
+    for (std::size_t ci : ready_conns_) on_readable(ci);
+    ready_conns_.clear();
+  }
   for (Timer t : timers_.take_due(proc::now_seconds())) on_timer(t);
+  flush_sends();
 }
 
 void Supervisor::on_signal(int sig) {
@@ -148,52 +149,37 @@ void Supervisor::on_child_exit(pid_t pid, int status) {
     if (c.reaped(pid, status)) return;
 }
 
-void Supervisor::on_connect() {
-  int fd;
-  while ((fd = accept4(control_.fd.get(), nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK)) >= 0) {
-    net::no_delay(fd);
-    conns_.push_back(Conn{common::Fd(fd), proc::LineReader(kMaxMessage), -1});
-  }
-}
-
-void Supervisor::on_readable(Conn& c) {
-  if (!c.fd) return;
-  std::vector<std::string> lines;
-  auto state = c.in.read_from(c.fd.get(), lines);
-  for (const auto& line : lines) {
-    auto m = control::parse_to_supervisor(line);
-    bool hello = m && std::holds_alternative<control::Hello>(*m);
-    if (c.rank < 0 && !hello) {  // a first line that is not HELLO: not one of ours
-      state = proc::LineReader::State::closed;
-      break;
-    }
-    if (!m || (c.rank >= 0 && hello)) continue;  // unknown to this gpurun, or a repeat
-    std::visit([&](const auto& msg) { on_message(c, msg); }, *m);
-    if (!c.fd) return;
-  }
-  if (state != proc::LineReader::State::open) on_disconnect(c);
-}
-
-void Supervisor::on_message(Conn& c, const control::Hello& m) {
-  if (m.token != token_ || !attempt_.on_hello(m.rank, m.host)) {
-    c.fd.reset();  // not one of ours (or of an earlier attempt)
+// A rank's HELLO, on its own connection (c.rank -1) or through its node's relay (c.rank: the
+// frame's rank, which must be the HELLO's).
+void Supervisor::on_message(const From& c, const control::Hello& m) {
+  Conn& conn = conns_[c.conn];
+  if (m.token != token_ || (conn.relay && m.rank != c.rank) || !attempt_.on_hello(m.rank, m.host)) {
+    if (conn.relay)  // the relay closes that rank's connection
+      queue(c.conn, control::frame(c.rank, std::string(control::kClosed) + "\n"));
+    else
+      drop(conn);  // not one of ours (or of an earlier attempt)
     return;
   }
-  c.rank = m.rank;
+  const From me{c.conn, m.rank};
+  conn_of_rank_[static_cast<std::size_t>(m.rank)] = static_cast<int>(c.conn);
+  if (conn.relay)
+    conn.ranks.push_back(m.rank);
+  else
+    conn.rank = m.rank;
   if (attempt_.stopping()) {
-    send(c, control::Stop{});
+    send(me, control::Stop{});
     return;
   }
   if (m.rank == 0) {
     const bool bandwidth = cfg_.preflight != PreflightMode::off && cfg_.preflight_bandwidth &&
                            cfg_.plan.nodes.size() > 1;
-    send(c, control::Bind{cfg_.plan.master_port, cfg_.plan_options.master_port ? 1 : 0,
-                          bandwidth ? 1 : 0});
+    send(me, control::Bind{cfg_.plan.master_port, cfg_.plan_options.master_port ? 1 : 0,
+                           bandwidth ? 1 : 0});
   }
-  if (port_) send(c, rendezvous());
+  if (port_) send(me, rendezvous());
 }
 
-void Supervisor::on_message(Conn& c, const control::Port& m) {
+void Supervisor::on_message(const From& c, const control::Port& m) {
   if (c.rank != 0 || port_) return;
   port_ = m.port;
   port_checkable_ = m.probe != 0;
@@ -206,7 +192,7 @@ void Supervisor::on_message(Conn& c, const control::Port& m) {
   broadcast(rendezvous());
 }
 
-void Supervisor::on_message(Conn& c, const control::Reach& m) {
+void Supervisor::on_message(const From& c, const control::Reach& m) {
   std::optional<std::string> error;
   if (!m.ok) error = m.detail.value;
   if (attempt_.on_reach(c.rank, m.iface, std::move(error))) send_go();
@@ -217,7 +203,7 @@ void Supervisor::send_go() {
   broadcast(control::Go{restarts_, cfg_.hang_timeout > 0 ? 1 : 0, cfg_.cpu_bind, monitor_ms});
 }
 
-void Supervisor::on_message(Conn& c, const control::Running&) {
+void Supervisor::on_message(const From& c, const control::Running&) {
   if (!attempt_.on_running(c.rank, proc::now_seconds())) return;
   timers_.clear(Timer::start);
   if (cfg_.hang_timeout > 0) timers_.set(Timer::hang_check, proc::now_seconds() + 1);
@@ -225,7 +211,7 @@ void Supervisor::on_message(Conn& c, const control::Running&) {
     timers_.set(Timer::pending_signals, proc::now_seconds() + kPendingSignalSettle);
 }
 
-void Supervisor::on_message(Conn& c, const control::StepReport& m) {
+void Supervisor::on_message(const From& c, const control::StepReport& m) {
   attempt_.on_step(c.rank, m.step, proc::now_seconds());
 }
 
@@ -242,7 +228,7 @@ void Supervisor::send_pending_signals() {
   pending_signals_.clear();
 }
 
-void Supervisor::on_message(Conn& c, const control::Output& m) {
+void Supervisor::on_message(const From& c, const control::Output& m) {
   // Without mpirun (srun, the fork) each aborting rank prints Open MPI's MPI_ABORT frame itself:
   // gpurun says it once, in its own line, with this rank as the one that failed.
   std::vector<AbortBanner> aborts;
@@ -259,7 +245,7 @@ void Supervisor::on_abort(int r, int errorcode) {
                  errorcode > 0 && errorcode < 256 ? errorcode : 1, proc::now_seconds() - t0_);
 }
 
-void Supervisor::on_message(Conn& c, const control::Stacks& m) {
+void Supervisor::on_message(const From& c, const control::Stacks& m) {
   attempt_.on_stacks(c.rank, m.text.value);
   if (!attempt_.hung() || !timers_.armed(Timer::stacks) || !attempt_.all_stacks_in()) return;
   timers_.clear(Timer::stacks);
@@ -282,15 +268,10 @@ bool Supervisor::user_stop(int r, const control::Exit& m) {
   return true;
 }
 
-void Supervisor::on_message(Conn& c, const control::Exit& m) {
+void Supervisor::on_message(const From& c, const control::Exit& m) {
   send(c, control::Bye{});
   if (!attempt_.on_end(c.rank) || user_stop(c.rank, m)) return;
   if (attempt_.fail_by_end(c.rank, program_end(m))) begin_stop("");
-}
-
-void Supervisor::on_disconnect(Conn& c) {
-  c.fd.reset();
-  if (c.rank >= 0 && attempt_.on_lost(c.rank, proc::now_seconds() - t0_)) begin_stop("");
 }
 
 void Supervisor::on_timer(Timer t) {
@@ -321,7 +302,7 @@ void Supervisor::on_timer(Timer t) {
       for (const auto& c : children_) c.signal_group(t == Timer::engine_term ? SIGTERM : SIGKILL);
       return;
     case Timer::drain:
-      for (auto& c : conns_) c.fd.reset();  // the engine is gone: stop waiting for stragglers
+      for (auto& c : conns_) drop(c);  // the engine is gone: stop waiting for stragglers
       return;
     case Timer::hang_check:
       check_hang();
@@ -398,16 +379,6 @@ void Supervisor::drain_engine_output() {
       common::write_all(i == 1 ? STDERR_FILENO : STDOUT_FILENO, *p + "\n");
     in_banner_[k] = drop_banner_[k] = false;
   }
-}
-
-void Supervisor::send(Conn& c, const control::ToWrapper& m) {
-  if (c.fd) common::write_all(c.fd.get(), control::encode(m));
-}
-
-void Supervisor::broadcast(const control::ToWrapper& m) {
-  std::string line = control::encode(m);
-  for (auto& c : conns_)
-    if (c.fd && c.rank >= 0) common::write_all(c.fd.get(), line);
 }
 
 void Supervisor::begin_stop(const std::string& why) {

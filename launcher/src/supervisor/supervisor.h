@@ -14,6 +14,7 @@
 // the Supervisor does the talking, the processes and the timers. Private to the gpurun binary.
 #pragma once
 
+#include <sys/epoll.h>
 #include <sys/types.h>
 
 #include <array>
@@ -54,10 +55,21 @@ class Supervisor {
     stacks,
     pending_signals
   };
+  // A wrapper's own connection (one rank), or a node relay's (the node's ranks; control.h).
   struct Conn {
     common::Fd fd;
     proc::LineReader in;
-    int rank = -1;  // -1 until its HELLO arrives
+    int rank = -1;           // a wrapper's: -1 until its HELLO arrives
+    bool relay = false;      // a relay's, once its RELAY arrived
+    std::vector<int> ranks;  // a relay's: the ranks whose HELLO came through it
+    std::string host;        // a relay's node
+    std::string out;         // what this wake sends it (flush_sends: one write a connection)
+  };
+  // Where a message came from: its connection (an index in conns_) and its rank (-1 before
+  // HELLO). Handlers answer through it: send() frames the answer for a relay.
+  struct From {
+    std::size_t conn;
+    int rank;
   };
 
   // Before and between attempts (supervisor_start.cc).
@@ -81,31 +93,42 @@ class Supervisor {
   void hold_signal(int sig, const std::string& what);
   void send_pending_signals();
   void on_child_exit(pid_t pid, int status);
+  // Connections, direct and relayed (supervisor_conns.cc).
   void on_connect();
-  void on_readable(Conn& c);
-  void on_message(Conn& c, const control::Hello& m);
-  void on_message(Conn& c, const control::Port& m);
-  void on_message(Conn& c, const control::Reach& m);
-  void on_message(Conn& c, const control::Preflight& m);
-  void on_message(Conn& c, const control::Running& m);
-  void on_message(Conn& c, const control::StepReport& m);
-  void on_message(Conn& c, const control::Output& m);
+  void on_readable(std::size_t ci);
+  bool on_line(std::size_t ci, std::string_view line);
+  bool on_relay_line(std::size_t ci, std::string_view line);
+  bool dispatch(const From& f, std::string_view line);
+  void on_disconnect(std::size_t ci);
+  void on_rank_closed(const From& f, const std::string& why);
+  void drop(Conn& c);
+  void ready_conns(std::vector<std::size_t>& out);
+  void send(const From& f, const control::ToWrapper& m);
+  void broadcast(const control::ToWrapper& m);
+  void queue(std::size_t ci, std::string_view bytes);
+  void flush_sends();
+
+  void on_message(const From& c, const control::Hello& m);
+  void on_message(const From& c, const control::RelayHello& m);
+  void on_message(const From& c, const control::Port& m);
+  void on_message(const From& c, const control::Reach& m);
+  void on_message(const From& c, const control::Preflight& m);
+  void on_message(const From& c, const control::Running& m);
+  void on_message(const From& c, const control::StepReport& m);
+  void on_message(const From& c, const control::Output& m);
   void on_abort(int rank, int errorcode);
-  void on_message(Conn& c, const control::Stacks& m);
-  void on_message(Conn& c, const control::GpuSamples& m);
-  void on_message(Conn& c, const control::GpuSamplesFailed& m);
-  void on_message(Conn& c, const control::Exit& m);
+  void on_message(const From& c, const control::Stacks& m);
+  void on_message(const From& c, const control::GpuSamples& m);
+  void on_message(const From& c, const control::GpuSamplesFailed& m);
+  void on_message(const From& c, const control::Exit& m);
   bool user_stop(int rank, const control::Exit& m);
   int user_stop_result();
-  void on_disconnect(Conn& c);
   void on_timer(Timer t);
   void on_start_timeout();
   void on_engine_output(int stream);
   void drain_engine_output();
 
   // What the handlers do.
-  void send(Conn& c, const control::ToWrapper& m);
-  void broadcast(const control::ToWrapper& m);
   void begin_stop(const std::string& why);
   void record_failure(int rank, const std::string& what, int status, double secs);
   void say(const std::string& msg) const;   // a status line (not with --quiet)
@@ -173,6 +196,11 @@ class Supervisor {
   std::array<LineForwarder, 2> engine_lines_;
   std::array<bool, 2> in_banner_{}, drop_banner_{};
   std::vector<Conn> conns_;
+  common::Fd conn_events_;           // an epoll set of conns_ (data: the index): O(ready) a wake
+  std::vector<int> conn_of_rank_;    // each rank's index in conns_, -1 before its HELLO
+  std::vector<std::size_t> unsent_;  // conns_ with something in `out`
+  std::vector<epoll_event> ready_;   // epoll_wait's answer (kept: a wake allocates nothing)
+  std::vector<std::size_t> ready_conns_;  // their indices in conns_
   Attempt attempt_;
   proc::Deadlines<Timer> timers_;
   std::optional<int> port_;  // the rendezvous port rank 0 holds

@@ -10,7 +10,7 @@
 
 namespace gpurun::launcher {
 
-void Supervisor::on_message(Conn& c, const control::GpuSamples& m) {
+void Supervisor::on_message(const From& c, const control::GpuSamples& m) {
   if (!monitor_) return;
   const std::string& node = attempt_.rank(c.rank).host;
   std::vector<std::string> problems;
@@ -35,7 +35,7 @@ bool Supervisor::first_monitor_failure(const std::string& what) {
   return true;
 }
 
-void Supervisor::on_message(Conn& c, const control::GpuSamplesFailed& m) {
+void Supervisor::on_message(const From& c, const control::GpuSamplesFailed& m) {
   const std::string& node = attempt_.rank(c.rank).host;
   if (std::find(monitor_silent_.begin(), monitor_silent_.end(), node) == monitor_silent_.end())
     monitor_silent_.push_back(node);

@@ -52,7 +52,7 @@ control::Rendezvous Supervisor::rendezvous() const {
   return r;
 }
 
-void Supervisor::on_message(Conn& c, const control::Preflight& m) {
+void Supervisor::on_message(const From& c, const control::Preflight& m) {
   const bool was_done = attempt_.preflight_done();
   const bool go = attempt_.on_preflight(
       c.rank, Attempt::PreflightReport{lines_of(m.failures), lines_of(m.notes.value), m.mb_per_s});

@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/epoll.h>
 #include <sys/resource.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -13,8 +14,8 @@
 #include <cstring>
 #include <ctime>
 
-#include "supervisor/supervisor.h"
 #include "control/rank_table.h"
+#include "supervisor/supervisor.h"
 #include "sys/system.h"
 
 namespace gpurun::launcher {
@@ -46,6 +47,11 @@ void Supervisor::begin_attempt() {
   cfg_.launch.control = fmt::format("{}:{}:{}", control_host_, control_.port, token_);
   children_.clear();
   conns_.clear();
+  unsent_.clear();
+  conn_events_.reset(epoll_create1(EPOLL_CLOEXEC));
+  if (!conn_events_)
+    throw Error(fmt::format("epoll_create1 for the control connections: {}", std::strerror(errno)));
+  conn_of_rank_.assign(static_cast<std::size_t>(world_), -1);
   attempt_ = Attempt(world_, cfg_.hang_timeout);
   timers_ = {};
   port_.reset();

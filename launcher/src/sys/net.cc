@@ -29,8 +29,10 @@ Listener listen_tcp(bool loopback, const std::string& what) {
   a.sin_family = AF_INET;
   a.sin_addr.s_addr = htonl(loopback ? INADDR_LOOPBACK : INADDR_ANY);
   a.sin_port = 0;
+  // The kernel caps the backlog at net.core.somaxconn: where that is raised, 16,384 nodes'
+  // connections can all wait to be accepted.
   if (bind(l.fd.get(), reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
-      listen(l.fd.get(), 4096) != 0)
+      listen(l.fd.get(), 65535) != 0)
     throw Error(fmt::format("{}: {}", what, strerror(errno)));
   socklen_t len = sizeof a;
   if (getsockname(l.fd.get(), reinterpret_cast<sockaddr*>(&a), &len) != 0)

@@ -11,11 +11,12 @@
 #include <algorithm>
 
 #include "alloc/env_util.h"
+#include "cli/run.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/gpuinfo/proc_usage.h"
 #include "sys/net.h"
-#include "cli/run.h"
 #include "sys/system.h"
+#include "wrapper/relay.h"
 #include "wrapper/wrapper.h"
 
 namespace gpurun::launcher {
@@ -136,9 +137,26 @@ void RankWrapper::connect() {
   if (c1 == std::string::npos)
     throw Error(fmt::format("gpurun _rank --control '{}': expected host:port:token", c));
   token_ = c.substr(c2 + 1);
-  control_ = net::connect_tcp(c.substr(0, c1), c.substr(c1 + 1, c2 - c1 - 1), kConnectTimeout,
-                              fmt::format("rank {} on {}", me_.rank, me_.host));
+  const std::string host = c.substr(0, c1), port = c.substr(c1 + 1, c2 - c1 - 1);
+  if (!join_relay(host, port))
+    control_ = net::connect_tcp(host, port, kConnectTimeout,
+                                fmt::format("rank {} on {}", me_.rank, me_.host));
   report(control::Hello{token_, me_.rank, me_.host, getpid()});
+}
+
+// A node of several ranks talks to gpurun through its relay (relay.h), one connection a node;
+// false where that cannot be (one rank here, no Unix sockets, GPURUN_CONTROL_RELAY=0).
+bool RankWrapper::join_relay(const std::string& host, const std::string& port) {
+  int local = 0;
+  for (const auto& r : plan_.plan.ranks) local += r.node_rank == me_.node_rank ? 1 : 0;
+  auto off = env_.find("GPURUN_CONTROL_RELAY");
+  if (local < 2 || (off != env_.end() && off->second == "0")) return false;
+  auto joined = relay::join(relay::Target{host, port, token_, me_.host, local}, kConnectTimeout);
+  if (!joined) return false;
+  control_ = std::move(joined->fd);
+  relay_ = joined->forked;
+  relayed_ = true;
+  return true;
 }
 
 int RankWrapper::run() {
@@ -228,7 +246,7 @@ void RankWrapper::end_orphans() {
     }
     bool any = false;
     for (const auto& p : gpuinfo::scan_processes())
-      if (p.ppid == self) any = kill(p.pid, SIGKILL) == 0 || any;
+      if (p.ppid == self && p.pid != relay_) any = kill(p.pid, SIGKILL) == 0 || any;
     if (!any) return;
     poll(nullptr, 0, 10);
   }
@@ -260,8 +278,13 @@ int RankWrapper::finish() {
     e.what.value = "was stopped before its program started";
   }
   report(e);
+  const bool acknowledged = await_bye(proc::now_seconds() + kByeWait);
+  // The node's other ranks may still talk through the relay this wrapper forked: it ends once
+  // they all closed (this one too), and must not end with this process.
+  control_.reset();
+  relay::wait_for(relay_);
   // gpurun has the status: end quietly, so the engine adds no banner of its own.
-  if (await_bye(proc::now_seconds() + kByeWait)) return 0;
+  if (acknowledged) return 0;
   if (exec_failure_)
     fmt::print(stderr, "gpurun: rank {} on {} {}\n", me_.rank, common::escape_control(me_.host),
                common::escape_control(e.what.value));

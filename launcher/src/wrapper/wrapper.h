@@ -67,6 +67,7 @@ class RankWrapper {
   // Setting up, running, ending (rank_wrapper.cc).
   void locate();
   void connect();
+  bool join_relay(const std::string& host, const std::string& port);
   bool finished() const;
   void wait_and_dispatch();
   void drain_output(double deadline);
@@ -114,7 +115,9 @@ class RankWrapper {
   RankEntry me_;
   std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
   std::vector<std::string> rank_keys_;  // rank_environment()'s and start_environment()'s
-  common::Fd control_;
+  common::Fd control_;                  // to gpurun, or to the node's relay (relay.h)
+  pid_t relay_ = -1;  // the node's relay, when this wrapper forked it: waited for at the end
+  bool relayed_ = false;  // talks to gpurun through its node's relay
   proc::LineReader control_in_;
   std::string token_;
   std::optional<proc::SignalPipe> signals_;

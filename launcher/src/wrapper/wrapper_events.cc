@@ -140,7 +140,11 @@ void RankWrapper::check_reach() {
   try {
     net::Route r = net::route_to(master);
     iface_ = r.iface;  // NCCL/GLOO_SOCKET_IFNAME at the start (start_environment)
-    if (check_reachable_) why = net::try_connect(master, master_port_, kReachAttempt);
+    // Wrappers that share a relay share a network namespace (an abstract socket lives in one):
+    // the one that forked it checks for them all, so rank 0's port sees one check a node.
+    const bool checked_by_relay_owner = relayed_ && relay_ < 0;
+    if (check_reachable_ && !checked_by_relay_owner)
+      why = net::try_connect(master, master_port_, kReachAttempt);
   } catch (const Error& e) {
     why = e.what();
   }
