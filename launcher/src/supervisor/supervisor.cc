@@ -327,11 +327,16 @@ void Supervisor::on_start_timeout() {
     const Attempt::Rank& s = attempt_.rank(r);
     if (s.running) continue;
     if (shown < 8) missing += fmt::format("{}{}", shown++ ? ", " : "", r);
-    if (s.started && !s.reached && !s.reach_error.empty() && unreachable++ < 8)
-      tell(
-          fmt::format("rank {} on {} cannot reach rank 0's host {} (MASTER_ADDR) on port {} "
-                      "through interface {}: {}",
-                      r, s.host, cfg_.plan.master_addr, port_.value_or(0), s.iface, s.reach_error));
+    if (s.started && !s.reached && !s.reach_error.empty() && unreachable++ < 8) {
+      // The wrapper's own port (TF_CONFIG's worker port) is no matter of reaching rank 0.
+      if (s.reach_error.rfind("TF_CONFIG", 0) == 0)
+        tell(fmt::format("rank {} on {}: {}", r, s.host, s.reach_error));
+      else
+        tell(fmt::format("rank {} on {} cannot reach rank 0's host {} (MASTER_ADDR) on port {} "
+                         "through interface {}: {}",
+                         r, s.host, cfg_.plan.master_addr, port_.value_or(0), s.iface,
+                         s.reach_error));
+    }
   }
   preflight_timeout_lines();
   tell(fmt::format("ranks {}{} did not start within {:.0f} s (of {} ranks {} started); stopping",

@@ -91,6 +91,7 @@ class RankWrapper {
   void on_output(int stream);
   void on_timer(Timer t);
   void check_reach();
+  std::string hold_tf_port();
 
   // --preflight (wrapper_preflight.cc).
   int serve_bandwidth();
@@ -124,6 +125,10 @@ class RankWrapper {
   proc::Deadlines<Timer> timers_;
 
   net::PortHold port_;  // rank 0: the rendezvous port, held until this wrapper ends
+  // With --contract tf: this rank's TF_CONFIG worker port, held as port_ is (bound with
+  // SO_REUSEADDR, never listening: TensorFlow's gRPC server binds it with SO_REUSEADDR, a plain
+  // bind or an ephemeral pick cannot), from the rendezvous until this wrapper ends.
+  net::PortHold tf_port_;
   int master_port_ = 0;
   bool check_reachable_ = false;
   std::string iface_, reach_error_;

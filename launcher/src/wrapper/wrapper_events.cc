@@ -52,6 +52,8 @@ void RankWrapper::on_message(const control::Rendezvous& m) {
   plan_.plan.master_port = m.port;
   for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_))
     env_[k] = v;
+  tf_port_ = net::PortHold{};  // the rendezvous may move MASTER_PORT, and the worker port with it
+  hold_tf_port();
   check_reachable_ = m.check != 0;
   if (m.preflight && me_.local_rank == 0 && !preflight_done_) run_preflight(m);
   check_reach();
@@ -132,6 +134,22 @@ void RankWrapper::on_timer(Timer t) {
   }
 }
 
+// With --contract tf, TF_CONFIG's worker port of this rank (MASTER_PORT + 1 + local rank): held
+// from now until the wrapper ends; "" when held (or not needed), else why not.
+std::string RankWrapper::hold_tf_port() {
+  if (!plan_.plan.contracts.tf) return "";
+  const int port = tf_worker_port(master_port_, me_.local_rank);
+  if (!tf_port_.holder) {
+    tf_port_ = net::hold_port(port, /*fixed=*/true);
+    tf_port_.probe.reset();  // only the holder: nothing listens there before TensorFlow does
+  }
+  if (tf_port_.holder) return "";
+  return fmt::format("TF_CONFIG's worker port {} (MASTER_PORT + 1 + local rank {}) is in use on "
+                     "this node: free it, give --master-port another base, or leave tf out of "
+                     "--contract",
+                     port, me_.local_rank);
+}
+
 // Which interface routes to rank 0's host (NCCL and Gloo are told, unless the user chose), and
 // whether this rank reaches it there; retried until gpurun says GO or gives up.
 void RankWrapper::check_reach() {
@@ -145,6 +163,7 @@ void RankWrapper::check_reach() {
     const bool checked_by_relay_owner = relayed_ && relay_ < 0;
     if (check_reachable_ && !checked_by_relay_owner)
       why = net::try_connect(master, master_port_, kReachAttempt);
+    if (why.empty()) why = hold_tf_port();
   } catch (const Error& e) {
     why = e.what();
   }
