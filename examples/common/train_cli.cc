@@ -106,9 +106,10 @@ po::options_description describe(Options& o, const Example& ex) {
       "each node, across one rank per node, back within each node), or auto (shared when every "
       "rank is on one node)")(
       "bucket-mb", po::value(&o.bucket_mb)->default_value(o.bucket_mb),
-      "CPU, allreduce exchange: > 0 sums the gradient in buckets of at least this many MB (whole "
-      "layers, from the last), each started as soon as backward has produced it, overlapping "
-      "the rest of backward (PyTorch DDP's buckets; one thread per rank); 0: one allreduce after "
+      "> 0 sums the gradient in buckets of at least this many MB (whole layers, from the last), "
+      "each started as soon as backward has produced it, overlapping the rest of backward "
+      "(PyTorch DDP's buckets): on the CPU with MPI_Iallreduce (allreduce exchange, one thread "
+      "per rank), on the GPU with NCCL on the communication stream; 0: one allreduce after "
       "backward")(
       "grad-compression", po::value(&o.grad_compression)->default_value(o.grad_compression),
       "CPU, allreduce exchange: none, or powersgd:R (PowerSGD of rank R with error feedback for "
@@ -198,6 +199,7 @@ std::string interpret(Options& o, const po::variables_map& vm) {
     return why;
   if (!(o.bucket_mb >= 0) || o.bucket_mb > 1e4) return "--bucket-mb must be from 0 to 10000";
   o.backend.cpu.bucket_floats = std::size_t(o.bucket_mb * 1e6 / sizeof(float));
+  o.backend.cuda.bucket_floats = o.backend.cpu.bucket_floats;
   if (auto k = kernels::cpu::parse_cpu_kernels(o.cpu_kernels))
     o.backend.cpu.kernels = *k;
   else

@@ -210,6 +210,7 @@ class CudaBackend final : public Backend {
   void mark(int i, cudaStream_t on);
   void enqueue_part1();
   void enqueue_part2();
+  void enqueue_backward_in_buckets();
   void host_allreduce();
   void warm_up_and_capture();
   GraphExec capture(void (CudaBackend::*body)());
@@ -231,6 +232,7 @@ class CudaBackend final : public Backend {
   std::unique_ptr<cuda::Watchdog> wd_;
   PinnedBuffer<float> h_grads_;
   Event ev_fb_, ev_ar_, ev_d2h_, ev_read_;
+  std::vector<Event> ev_bucket_;  // --bucket-mb: one a bucket (at most one a layer, and the rest)
   // One per step between syncs: sync() waits for them in turn, so the watchdog's timeout bounds
   // each step (a stuck collective), not the whole window (which may legitimately be long).
   std::vector<Event> step_done_;
@@ -276,14 +278,18 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
   if (exchange_ == cuda::AllreduceBackend::kHostMpi)
     h_grads_ = PinnedBuffer<float>(dm_.param_floats());
   for (auto& e : t_) e = Event(EventTiming::kOn);
+  if (exchange_ == cuda::AllreduceBackend::kNccl && opt.bucket_floats > 0)
+    ev_bucket_.resize(model.layers().size() + 1);
   step_done_.resize(std::size_t(opt.loss_every));
   info_.exchange = cuda::to_string(exchange_);
   // NCCL and the host-staged path both allreduce the whole gradient each step ("none": 1 rank).
   info_.exchange_bytes_per_step =
       info_.exchange == "none" ? 0 : dm_.param_floats() * sizeof(float);
   info_.graph = opt.graph == GraphMode::kCapture;
+  const bool buckets = exchange_ == cuda::AllreduceBackend::kNccl && opt.bucket_floats > 0;
   info_.summary = std::string(info_.graph ? "CUDA Graph" : "eager") + ", allreduce " +
-                  info_.exchange + (opt.math == GpuMath::kTf32 ? ", TF32" : ", FP32") +
+                  info_.exchange + (buckets ? " in buckets overlapping backward" : "") +
+                  (opt.math == GpuMath::kTf32 ? ", TF32" : ", FP32") +
                   (opt.conv_algo == ConvAlgo::kHeuristic ? ", cuDNN heuristics" : "");
   // The zeroing and the uploads are on compute_; pageable copies may still be landing.
   GPURUN_CUDA_CHECK(cudaStreamSynchronize(compute_.get()));
@@ -307,9 +313,13 @@ void CudaBackend::enqueue_part1() {
   cuda::gather_batch(dd_.train_px.get(), dd_.train_lb.get(), dd_.img, dd_.idx.get(), dd_.step.get(),
                      batch_, dd_.lr_table.get(), dd_.lr_cur.get(), dm_.input(), dm_.labels(), S);
   dm_.forward_loss(batch_, 1.0f / float(batch_), S);
+  const std::size_t n = dm_.param_floats();
+  if (exchange_ == cuda::AllreduceBackend::kNccl && opt_.bucket_floats > 0) {
+    enqueue_backward_in_buckets();
+    return;
+  }
   dm_.backward(batch_, S);
   mark(1, s);
-  const std::size_t n = dm_.param_floats();
   if (exchange_ == cuda::AllreduceBackend::kNccl) {
     GPURUN_CUDA_CHECK(cudaEventRecord(ev_fb_.get(), s));
     GPURUN_CUDA_CHECK(cudaStreamWaitEvent(comm_stream_.get(), ev_fb_.get(), 0));
@@ -320,6 +330,31 @@ void CudaBackend::enqueue_part1() {
     GPURUN_CUDA_CHECK(
         cudaMemcpyAsync(h_grads_.get(), dm_.grads(), n * sizeof(float), cudaMemcpyDeviceToHost, s));
   }
+}
+
+// Backward with the NCCL allreduce in buckets (CudaOptions::bucket_floats): each bucket of whole
+// layers, from the last, forks onto the communication stream once backward's kernels for it
+// are enqueued; the compute stream joins all of them before the update. Each element's sum is
+// the one allreduce's (NCCL sums element by element in the same ring order whatever the
+// message's length on 2 ranks).
+void CudaBackend::enqueue_backward_in_buckets() {
+  const cudaStream_t s = compute_.get(), comm = comm_stream_.get();
+  std::size_t pending_end = dm_.param_floats(), bucket = 0;
+  auto launch = [&](std::size_t from) {
+    GPURUN_CUDA_CHECK(cudaEventRecord(ev_bucket_.at(bucket).get(), s));
+    GPURUN_CUDA_CHECK(cudaStreamWaitEvent(comm, ev_bucket_[bucket].get(), 0));
+    comm_->allreduce_sum(dm_.grads() + from, dm_.grads() + from, pending_end - from, comm,
+                         "a bucket of the gradients");
+    pending_end = from;
+    ++bucket;
+  };
+  dm_.backward(batch_, k::Stream{s}, [&](std::size_t from) {
+    if (pending_end - from >= opt_.bucket_floats) launch(from);
+  });
+  mark(1, s);
+  if (pending_end > 0) launch(0);
+  GPURUN_CUDA_CHECK(cudaEventRecord(ev_ar_.get(), comm));
+  GPURUN_CUDA_CHECK(cudaStreamWaitEvent(s, ev_ar_.get(), 0));
 }
 
 // (Host-staged) the summed gradients back up; then SGD and the step counter's advance.

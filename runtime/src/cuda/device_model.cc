@@ -151,8 +151,11 @@ void DeviceModel::forward_loss(int b, float grad_scale, k::Stream s) const {
                    loss_.get(), s);
 }
 
-void DeviceModel::backward(int b, k::Stream s) const {
-  for (std::size_t i = spec_.layers().size(); i-- > 0;) backward_layer(i, b, s);
+void DeviceModel::backward(int b, k::Stream s, const GradReady& ready) const {
+  for (std::size_t i = spec_.layers().size(); i-- > 0;) {
+    backward_layer(i, b, s);
+    if (ready && spec_.params_of(i).floats > 0) ready(spec_.params_of(i).offset);
+  }
 }
 
 }  // namespace gpurun::runtime::cuda

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "gpurun/cuda_support/owners.h"
@@ -38,8 +39,11 @@ class DeviceModel {
   // (softmax - onehot)) is formed too, ready for backward().
   void forward_loss(int b, float grad_scale, kernels::Stream s) const;
   // Backward from the logits' gradient: the gradient buffer gets d(loss)/dparams (overwritten).
-  // The first layer's input gradient is never formed.
-  void backward(int b, kernels::Stream s) const;
+  // The first layer's input gradient is never formed. `ready`, when given, is called after each
+  // layer with parameters once its kernels are enqueued on s: the gradients from `from` to the
+  // end are then final once s gets there (--bucket-mb starts their sums there).
+  using GradReady = std::function<void(std::size_t from)>;
+  void backward(int b, kernels::Stream s, const GradReady& ready = {}) const;
 
  private:
   void forward_layer(std::size_t i, int b, kernels::Stream s) const;

@@ -10,6 +10,8 @@
 #           (Measured: 2e-5 over the first 25 steps, then 0.7% mean and 4.4% at most; two CPU runs
 #           that differ only in their thread count drift apart exactly as much.) The report says
 #           device cuda and names the stand-in.
+# overlap   --bucket-mb (NCCL buckets overlapping backward, graph and eager): the weights of the
+#           one-allreduce run, bit for bit (2 ranks)
 # resume    a checkpoint on SIGUSR1 mid-epoch, then --resume: the same weights, bit for bit, as
 #           one uninterrupted run (2 ranks, NCCL, momentum). (LeNet's checkpoints resume across
 #           backends in runtime_cuda_backend; it learns on the GPU path in runtime_cuda_e2e.)
@@ -121,6 +123,25 @@ ranks)
   same_losses gpu2_host cpu2
   echo "PASS: 1 rank, 2 ranks over NCCL and host-staged follow the CPU for 100 steps;" \
     "test accuracy $(json "$work/gpu2_nccl.json" test_accuracy) (NCCL)"
+  ;;
+overlap)
+  # --bucket-mb on the GPU path (issue 31, item 2): the NCCL allreduce in buckets forked onto the
+  # communication stream as backward's kernels for them are enqueued, inside the captured graph
+  # (and eagerly with --no-graph). On 2 ranks each element's sum is a + b whatever the bucket, so
+  # the weights are the one-allreduce run's bit for bit: a bucket summed before its gradient was
+  # written, twice, or never would change them.
+  args=(--batch-size 32 --momentum 0.5 --lr 0.1 --epochs 1 --max-steps 40)
+  run one 2 cuda 2 "${args[@]}"
+  for b in 0.01 1; do
+    for graph in "" --no-graph; do
+      name=bucket$b${graph:+-eager}
+      run "$name" 2 cuda 2 "${args[@]}" --bucket-mb "$b" $graph
+      grep -q "in buckets overlapping backward" "$work/$name.log" || fail "$name: no buckets"
+      [[ $(json "$work/one.json" param_checksum) == $(json "$work/$name.json" param_checksum) ]] ||
+        fail "$name: the weights differ from the one-allreduce run's"
+    done
+  done
+  echo "PASS: NCCL in 0.01 MB and 1 MB buckets (graph and eager): the one allreduce's weights"
   ;;
 resume)
   # Losses read back (and stop signals agreed on) every 10 of the 125 steps: the signal lands

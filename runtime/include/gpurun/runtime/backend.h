@@ -177,6 +177,11 @@ struct CudaOptions {
   // local rank.
   bool gpus_from_launcher = false;
   OnCommFailure on_comm_failure = OnCommFailure::kExitProcess;
+  // > 0 (NCCL only): the gradient's allreduce in buckets of at least this many floats, whole
+  // layers from the last, each enqueued on the communication stream as soon as backward's
+  // kernels for it are (an event between the streams), inside the captured graph; 0: one
+  // allreduce after backward. CpuOptions::bucket_floats's counterpart (--bucket-mb).
+  std::size_t bucket_floats = 0;
 };
 
 struct BackendOptions {
