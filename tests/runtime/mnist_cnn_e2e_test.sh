@@ -232,7 +232,8 @@ bad_data)
   rc=0
   "$bin" --exchange carrier-pigeon >"$work/out" 2>&1 || rc=$?
   ((rc == 2)) || fail "bad --exchange: exit code $rc, want 2"
-  grep -q "auto, allreduce or shared" "$work/out" || fail "bad --exchange: $(cat "$work/out")"
+  grep -q "auto, allreduce, shared or hierarchical, got carrier-pigeon" "$work/out" ||
+    fail "bad --exchange: $(cat "$work/out")"
   rc=0
   "$bin" --data "$data" --threads 1 --exchange shared --micro-batch 32 --max-steps 1 \
     >"$work/out" 2>&1 || rc=$?

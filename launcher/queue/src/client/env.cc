@@ -27,6 +27,7 @@ QueueEnv queue_env_from(const std::map<std::string, std::string>& env) {
   q.home = get(env, "HOME");
   q.nvidia_smi = get(env, "GPURUN_NVIDIA_SMI");
   q.path = get(env, "PATH");
+  q.shell = get(env, "SHELL");
   if (auto r = get(env, "GPUQ_RETRY_SECONDS")) {
     char* end = nullptr;
     q.retry_seconds = std::strtod(r->c_str(), &end);

@@ -21,6 +21,7 @@ inline constexpr QueueEnvVar kQueueEnvRead[] = {
     {"HOME", "~/.local/state/gpuq when XDG_STATE_HOME is unset"},
     {"GPURUN_NVIDIA_SMI", "an nvidia-smi for the daemon's GPU sampler to run instead of NVML"},
     {"PATH", "where the daemon finds nvidia-cuda-mps-control (--mps)"},
+    {"SHELL", "what gpuq alloc runs when given no command"},
 };
 
 struct QueueEnv {
@@ -31,6 +32,7 @@ struct QueueEnv {
   std::optional<std::string> home;         // HOME
   std::optional<std::string> nvidia_smi;   // GPURUN_NVIDIA_SMI
   std::optional<std::string> path;         // PATH
+  std::optional<std::string> shell;        // SHELL
   // The whole environment: `gpuq submit` hands it to the job, as sbatch does.
   std::map<std::string, std::string> all;
 };

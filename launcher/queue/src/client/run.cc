@@ -230,10 +230,7 @@ int cmd_alloc(const Args& a) {
     std::cout << kAllocUsage << "\n";
     return 0;
   }
-  if (r.cmd.empty()) {
-    const char* shell = std::getenv("SHELL");
-    r.cmd = {shell && *shell ? shell : "/bin/sh"};
-  }
+  if (r.cmd.empty()) r.cmd = {queue_env().shell.value_or("/bin/sh")};
   r.pty = r.pty || isatty(STDIN_FILENO);
   return run_job(r);
 }
