@@ -158,7 +158,7 @@ set +e; wait "$CLIENT"; rc=$?; set -e
 until_true 10 "the GPU to be free after the restart" queue_empty
 
 echo "== while the GPU is held, gpuq run says where it stands, then starts"
-HOLD=$(gpuq submit --parsable --gres=gpu:1 -t 10 --wrap 'sleep 300')
+HOLD=$(cd "$WORK" && gpuq submit --parsable --gres=gpu:1 -t 10 --wrap 'sleep 300')  # its output in WORK
 until_true 10 "the batch job to run" running
 as_user "$GPUQ" run --gres=gpu:1 -- echo ran-after-wait > "$WORK/out" 2> "$WORK/err" &
 CLIENT=$!
