@@ -35,7 +35,8 @@ const Var kVars[] = {
      [](RuntimeEnv& e, const std::string& v) { e.nccl_multi_rank_gpu = v == "1"; }},
     {"NODE_RANK",
      [](RuntimeEnv& e, const std::string& v) {
-       e.node_index = v == "0" ? 0 : (positive_int(v) > 0 ? positive_int(v) : -1);
+       const int n = positive_int(v);  // 0 for "0" and for what is no number
+       e.node_index = n > 0 ? n : (v == "0" ? 0 : -1);
      }},
     {"OMPI_MCA_osc_sm_backing_directory",
      [](RuntimeEnv& e, const std::string& v) {

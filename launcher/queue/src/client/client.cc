@@ -28,6 +28,7 @@
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/sbatch.h"
 #include "job/request.h"
+#include "supervise/attach.h"
 #include "supervise/runfiles.h"
 
 namespace gpurun::queue {
@@ -88,16 +89,6 @@ bool parse(const Args& a, po::options_description& desc, po::positional_options_
 }
 
 namespace {
-
-std::string random_key() {
-  unsigned char b[16];
-  Fd fd(::open("/dev/urandom", O_RDONLY | O_CLOEXEC));
-  if (!fd || ::read(fd.get(), b, sizeof(b)) != sizeof(b))
-    throw std::runtime_error("cannot read /dev/urandom");
-  std::string s;
-  for (unsigned char c : b) s += fmt::format("{:02x}", c);
-  return s;
-}
 
 std::string read_all(std::istream& in) {
   std::ostringstream ss;
@@ -330,7 +321,7 @@ int cmd_submit(const Args& a) {
   const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
   ::umask(mask);
   req.umask = mask;
-  req.submit_key = random_key();
+  req.submit_key = random_hex(16);
   auto reply = call(socket, encode_submit(req));
   for (const auto& w : req.job.warnings)
     fmt::print(stderr, "gpuq: warning: {}\n", common::escape_control(w));

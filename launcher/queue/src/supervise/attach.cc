@@ -17,7 +17,6 @@ namespace gpurun::queue {
 namespace {
 
 constexpr size_t kMaxLine = 256;
-constexpr int kMaxFds = 3;
 
 sockaddr_un abstract_address(const std::string& name, socklen_t* len) {
   sockaddr_un addr{};
@@ -128,14 +127,14 @@ std::optional<ucred> peer_credentials(int fd) {
   return cred;
 }
 
-void send_line(int sock, const std::string& line, const std::vector<int>& fds) {
-  iovec iov{const_cast<char*>(line.data()), line.size()};
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
+ssize_t send_with_fds(int sock, std::string_view data, const std::vector<int>& fds) {
+  iovec iov{const_cast<char*>(data.data()), data.size()};
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
   if (!fds.empty()) {
-    if (fds.size() > kMaxFds) throw std::invalid_argument("send_line: too many descriptors");
+    if (fds.size() > kMaxPassedFds) throw std::invalid_argument("too many descriptors to pass");
     m.msg_control = ctl;
     m.msg_controllen = CMSG_SPACE(sizeof(int) * fds.size());
     cmsghdr* c = CMSG_FIRSTHDR(&m);
@@ -147,30 +146,40 @@ void send_line(int sock, const std::string& line, const std::vector<int>& fds) {
   ssize_t n;
   do n = ::sendmsg(sock, &m, MSG_NOSIGNAL);
   while (n < 0 && errno == EINTR);
-  if (n != static_cast<ssize_t>(line.size()))  // one short line: all of it or nothing
-    throw std::runtime_error(fmt::format("send to gpuq run's socket: {}", strerror(errno)));
+  return n;
 }
 
-bool LineReader::read_some() {
-  char buf[kMaxLine];
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxFds)] = {};
-  iovec iov{buf, sizeof(buf)};
+ssize_t recv_with_fds(int sock, char* buf, size_t len, int flags, std::vector<Fd>* fds) {
+  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int) * kMaxPassedFds)] = {};
+  iovec iov{buf, len};
   msghdr m{};
   m.msg_iov = &iov;
   m.msg_iovlen = 1;
   m.msg_control = ctl;
   m.msg_controllen = sizeof(ctl);
-  ssize_t n = ::recvmsg(fd_, &m, MSG_CMSG_CLOEXEC | MSG_DONTWAIT);
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
+  const ssize_t n = ::recvmsg(sock, &m, flags | MSG_CMSG_CLOEXEC);
   for (cmsghdr* c = CMSG_FIRSTHDR(&m); n > 0 && c; c = CMSG_NXTHDR(&m, c)) {
     if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
     const size_t count = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
     for (size_t i = 0; i < count; ++i) {
       int fd = -1;
       std::memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof(int));
-      fds_.emplace_back(fd);
+      fds->emplace_back(fd);
     }
   }
+  return n;
+}
+
+void send_line(int sock, const std::string& line, const std::vector<int>& fds) {
+  if (send_with_fds(sock, line, fds) != static_cast<ssize_t>(line.size()))
+    // one short line: all of it or nothing
+    throw std::runtime_error(fmt::format("send to gpuq run's socket: {}", strerror(errno)));
+}
+
+bool LineReader::read_some() {
+  char buf[kMaxLine];
+  const ssize_t n = recv_with_fds(fd_, buf, sizeof(buf), MSG_DONTWAIT, &fds_);
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) return false;
   buf_.append(buf, static_cast<size_t>(n));
   return buf_.size() <= 4 * kMaxLine;  // a peer that never ends its line is a broken peer

@@ -23,6 +23,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "gpurun/common/posix.h"
@@ -64,6 +65,13 @@ Fd accept_supervisor(const AttachListener& listener, int64_t job_id,
                      const std::vector<int>& stdio, int timeout_ms);
 
 std::optional<ucred> peer_credentials(int fd);
+
+// Descriptor passing (SCM_RIGHTS), at most kMaxPassedFds a message: the attach protocol's and
+// the supervisor's setup pipe to its job (job_supervisor.cc). sendmsg's and recvmsg's results;
+// received descriptors (close-on-exec) are appended to *fds.
+constexpr size_t kMaxPassedFds = 3;
+ssize_t send_with_fds(int sock, std::string_view data, const std::vector<int>& fds);
+ssize_t recv_with_fds(int sock, char* buf, size_t len, int flags, std::vector<Fd>* fds);
 
 // One line ("...\n", at most 256 bytes) with the descriptors sent alongside it.
 void send_line(int sock, const std::string& line, const std::vector<int>& fds = {});

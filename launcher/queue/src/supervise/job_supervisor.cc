@@ -53,20 +53,8 @@ int open_output(const std::string& path) {
 // Hands the job's stderr to the supervisor (SCM_RIGHTS): it writes Slurm's reason line there
 // without opening the user's file as root.
 void send_fd(int sock, int fd) {
-  char byte = 0;
-  iovec iov{&byte, 1};
-  alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-  msghdr m{};
-  m.msg_iov = &iov;
-  m.msg_iovlen = 1;
-  m.msg_control = ctl;
-  m.msg_controllen = sizeof(ctl);
-  cmsghdr* c = CMSG_FIRSTHDR(&m);
-  c->cmsg_level = SOL_SOCKET;
-  c->cmsg_type = SCM_RIGHTS;
-  c->cmsg_len = CMSG_LEN(sizeof(int));
-  std::memcpy(CMSG_DATA(c), &fd, sizeof(int));
-  ssize_t ignored = ::sendmsg(sock, &m, MSG_NOSIGNAL);
+  const char byte = 0;
+  ssize_t ignored = send_with_fds(sock, std::string_view(&byte, 1), {fd});
   (void)ignored;
 }
 
@@ -75,22 +63,11 @@ std::string read_setup(int sock, Fd* stderr_fd) {
   std::string text;
   while (true) {
     char buf[1024];
-    alignas(cmsghdr) char ctl[CMSG_SPACE(sizeof(int))] = {};
-    iovec iov{buf, sizeof(buf)};
-    msghdr m{};
-    m.msg_iov = &iov;
-    m.msg_iovlen = 1;
-    m.msg_control = ctl;
-    m.msg_controllen = sizeof(ctl);
-    ssize_t n = ::recvmsg(sock, &m, MSG_CMSG_CLOEXEC);
+    std::vector<Fd> fds;
+    const ssize_t n = recv_with_fds(sock, buf, sizeof(buf), 0, &fds);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&m); c; c = CMSG_NXTHDR(&m, c))
-      if (c->cmsg_level == SOL_SOCKET && c->cmsg_type == SCM_RIGHTS) {
-        int fd = -1;
-        std::memcpy(&fd, CMSG_DATA(c), sizeof(int));
-        *stderr_fd = Fd(fd);
-      }
+    if (!fds.empty()) *stderr_fd = std::move(fds.back());
     text.append(buf, static_cast<size_t>(n));
   }
   text.erase(std::remove(text.begin(), text.end(), '\0'), text.end());
