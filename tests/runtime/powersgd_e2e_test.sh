@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
-# PowerSGD end to end (issue 31 item 4): mnist_cnn on 2 ranks under gpurun, 2 epochs on the MNIST
+# PowerSGD end to end (issue 31 item 4): mnist_cnn on 2 ranks under gpurun, 4 epochs on the MNIST
 # digits, with --grad-compression powersgd:4 and without, same seed. The compressed run sends
 # under 5% of the bytes a step and its test accuracy is within 1.5 points of the uncompressed
-# run's (both runs are deterministic: one BLAS thread, a fixed seed, a 2-rank sum). The 8-epoch
+# run's (both runs are deterministic: one BLAS thread, a fixed seed, a 2-rank sum). At 2 epochs
+# (about 81%) a change of rounding alone moved the compressed run by 1.5 points; at 4 (about
+# 94.5%) the runs are past that early noise. The 8-epoch
 # Fashion-MNIST comparison is bench/results/powersgd.md. Bad values and the shared exchange are
 # refused by name.
 #   powersgd_e2e_test.sh MNIST_CNN GPURUN DATA_DIR
@@ -12,7 +14,7 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-powersgd.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 run() {  # run NAME COMPRESSION
-  "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --epochs 2 --batch-size 64 \
+  "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --epochs 4 --batch-size 64 \
     --threads 1 --exchange allreduce --seed 7 --grad-compression "$2" --report "$work/$1.json" \
     > "$work/$1.log" 2>&1 || { cat "$work/$1.log"; fail "the $1 run failed"; }
 }
@@ -30,7 +32,7 @@ gap = 100 * (plain["test_accuracy"] - psgd["test_accuracy"])
 print(f"bytes a step: {plain['exchange_bytes_per_step']:.0f} -> {psgd['exchange_bytes_per_step']:.0f} "
       f"({100 * ratio:.1f}%); test accuracy {100 * plain['test_accuracy']:.2f}% -> "
       f"{100 * psgd['test_accuracy']:.2f}%")
-assert psgd["test_accuracy"] > 0.8, psgd["test_accuracy"]
+assert psgd["test_accuracy"] > 0.9, psgd["test_accuracy"]
 assert abs(gap) <= 1.5, gap
 PY
 grep -q "PowerSGD rank 4: 2 matrices" "$work/psgd.log" || fail "no PowerSGD summary: $(cat "$work/psgd.log")"

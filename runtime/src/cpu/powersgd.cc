@@ -7,7 +7,6 @@
 #include <cstring>
 #include <stdexcept>
 
-#include "gpurun/kernels/dense.h"
 #include "model/rng.h"
 
 namespace gpurun::runtime::cpu {
@@ -33,7 +32,7 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
   if (rank < 1)
     throw std::invalid_argument("PowerSGD rank " + std::to_string(rank) + ": must be >= 1");
   Rng rng(seed);
-  std::size_t largest = 0, at = 0;
+  std::size_t at = 0;
   std::vector<LowRankMatrix> sorted = candidates;
   std::sort(sorted.begin(), sorted.end(),
             [](const auto& a, const auto& b) { return a.offset < b.offset; });
@@ -50,14 +49,12 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
     at = m.offset + full;
     p_floats_ += c.p.size();
     q_floats_ += c.q_t.size();
-    largest = std::max(largest, full);
     mats_.push_back(std::move(c));
   }
   if (at < buffer_floats) rest_.push_back({at, buffer_floats});
   for (const auto& [b, e] : rest_) rest_floats_ += e - b;
   send_p_ = FloatBuffer(p_floats_ + rest_floats_);
   send_q_ = FloatBuffer(std::max<std::size_t>(q_floats_, 1));
-  approx_ = FloatBuffer(std::max<std::size_t>(largest, 1));
 }
 
 void PowerSgd::pack_rest(const float* grads, float* to) const {
@@ -71,14 +68,90 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
   }
 }
 
+namespace {
+
+// The dot product of a and b (n floats) in 16 running sums, so that it vectorises without
+// leave to reorder the sum.
+float dot(const float* a, const float* b, int n) {
+  float acc[16] = {};
+  int j = 0;
+  for (; j + 16 <= n; j += 16)
+    for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * b[j + l];
+  float sum = 0;
+  for (; j < n; ++j) sum += a[j] * b[j];
+  for (float x : acc) sum += x;
+  return sum;
+}
+
+}  // namespace
+
+// Each pass below goes over M once, a row (or four) at a time, so that the row is still in cache
+// for the thin products: three passes over the 11 MB matrix instead of nine for whole-matrix
+// products and loops (bench/powersgd_cost times it).
+
+void PowerSgd::add_error_and_project(Compressed& c, float* m) const {
+  const int in = c.m.in;
+  for (int row = 0; row < c.m.rows; ++row) {
+    float* mr = m + std::size_t(row) * in;
+    const float* er = c.error.data() + std::size_t(row) * in;
+    for (int j = 0; j < in; ++j) mr[j] += er[j];
+    for (int k = 0; k < rank_; ++k)  // the row is in L2 now
+      c.p[std::size_t(row) * rank_ + k] = dot(mr, c.q_t.data() + std::size_t(k) * in, in);
+  }
+}
+
+void PowerSgd::project_transposed(Compressed& c, const float* m) const {
+  const int in = c.m.in, rows = c.m.rows;
+  c.q_t.fill(0.0f);
+  int row = 0;
+  for (; row + 4 <= rows; row += 4) {  // four rows of M at a time: Q is read and written 1/4
+    const float* m0 = m + std::size_t(row) * in;
+    const float *m1 = m0 + in, *m2 = m1 + in, *m3 = m2 + in;
+    for (int k = 0; k < rank_; ++k) {
+      const float* pk = c.p.data() + std::size_t(row) * rank_ + k;
+      const float a0 = pk[0], a1 = pk[rank_], a2 = pk[2 * rank_], a3 = pk[3 * rank_];
+      float* qk = c.q_t.data() + std::size_t(k) * in;
+      for (int j = 0; j < in; ++j) qk[j] += a0 * m0[j] + a1 * m1[j] + a2 * m2[j] + a3 * m3[j];
+    }
+  }
+  for (; row < rows; ++row)
+    for (int k = 0; k < rank_; ++k) {
+      const float a = c.p[std::size_t(row) * rank_ + k];
+      const float* mr = m + std::size_t(row) * in;
+      float* qk = c.q_t.data() + std::size_t(k) * in;
+      for (int j = 0; j < in; ++j) qk[j] += a * mr[j];
+    }
+}
+
+void PowerSgd::decompress_and_keep_error(Compressed& c, float* m) const {
+  constexpr int kChunk = 1024;  // M^'s piece of a row, in L1
+  float approx[kChunk];
+  const int in = c.m.in;
+  const float share = 1.0f / float(ranks_);
+  for (int row = 0; row < c.m.rows; ++row) {
+    float* mr = m + std::size_t(row) * in;
+    float* er = c.error.data() + std::size_t(row) * in;
+    const float* pr = c.p.data() + std::size_t(row) * rank_;
+    for (int j0 = 0; j0 < in; j0 += kChunk) {
+      const int len = std::min(kChunk, in - j0);
+      std::fill(approx, approx + len, 0.0f);
+      for (int k = 0; k < rank_; ++k) {
+        const float* qk = c.q_t.data() + std::size_t(k) * in + j0;
+        for (int j = 0; j < len; ++j) approx[j] += pr[k] * qk[j];
+      }
+      for (int j = 0; j < len; ++j) {
+        er[j0 + j] = mr[j0 + j] - approx[j] * share;
+        mr[j0 + j] = approx[j];
+      }
+    }
+  }
+}
+
 void PowerSgd::allreduce_sum(const Sum& sum, float* grads) {
   // P = (M + E) Q for each matrix, sent with the rest of the buffer.
   float* out = send_p_.data();
   for (Compressed& c : mats_) {
-    float* m = grads + c.m.offset;
-    const std::size_t n = c.error.size();
-    for (std::size_t i = 0; i < n; ++i) m[i] += c.error[i];
-    kernels::cpu::dense_forward({c.m.rows, c.m.in, rank_}, m, c.q_t.data(), c.p.data());
+    add_error_and_project(c, grads + c.m.offset);
     out = std::copy(c.p.data(), c.p.data() + c.p.size(), out);
   }
   pack_rest(grads, out);
@@ -91,8 +164,7 @@ void PowerSgd::allreduce_sum(const Sum& sum, float* grads) {
     std::copy(in, in + c.p.size(), c.p.data());
     in += c.p.size();
     orthonormalize_columns(c.p.data(), c.m.rows, rank_);
-    kernels::cpu::dense_backward_weights({c.m.rows, c.m.in, rank_}, grads + c.m.offset,
-                                         c.p.data(), c.q_t.data());
+    project_transposed(c, grads + c.m.offset);
     q_out = std::copy(c.q_t.data(), c.q_t.data() + c.q_t.size(), q_out);
   }
   if (!mats_.empty()) sum(send_q_.data(), q_floats_);
@@ -101,14 +173,7 @@ void PowerSgd::allreduce_sum(const Sum& sum, float* grads) {
   for (Compressed& c : mats_) {
     std::copy(q_in, q_in + c.q_t.size(), c.q_t.data());  // the next step's warm start
     q_in += c.q_t.size();
-    kernels::cpu::dense_backward_data({c.m.rows, c.m.in, rank_}, c.q_t.data(), c.p.data(),
-                                      approx_.data());
-    float* m = grads + c.m.offset;
-    const float share = 1.0f / float(ranks_);
-    for (std::size_t i = 0; i < c.error.size(); ++i) {
-      c.error[i] = m[i] - approx_[i] * share;
-      m[i] = approx_[i];
-    }
+    decompress_and_keep_error(c, grads + c.m.offset);
   }
 }
 

@@ -52,6 +52,9 @@ class PowerSgd {
     FloatBuffer p;      // rows x r
     FloatBuffer error;  // rows x in
   };
+  void add_error_and_project(Compressed& c, float* m) const;       // M += E; P = M Q
+  void project_transposed(Compressed& c, const float* m) const;     // Q^T = P^T M
+  void decompress_and_keep_error(Compressed& c, float* m) const;  // E = M - M^/ranks; M = M^
   void pack_rest(const float* grads, float* to) const;
   void unpack_rest(const float* from, float* grads) const;
 
@@ -60,7 +63,7 @@ class PowerSgd {
   std::vector<Compressed> mats_;
   std::vector<std::pair<std::size_t, std::size_t>> rest_;  // [begin, end) sent whole
   std::size_t p_floats_ = 0, q_floats_ = 0, rest_floats_ = 0;
-  FloatBuffer send_p_, send_q_, approx_;
+  FloatBuffer send_p_, send_q_;
 };
 
 // Modified Gram-Schmidt on the columns of p (rows x cols, row-major); a column with no length
