@@ -22,9 +22,12 @@ eff = two["images_per_second"] / (2 * one["images_per_second"])
 step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
 share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0
 model_input = dict(one, gradient_bytes=two["exchange_bytes_per_step"])
-pred = step_model.predict(model_input, 2, float(gbit), 0.0, 1, hierarchical=True)
+# An unshaped veth (GBIT 0) has no rate for the model to use.
+pred = step_model.predict(model_input, 2, float(gbit), 0.0, 1, hierarchical=True) \
+    if float(gbit) > 0 else None
+model = f"{100 * pred['efficiency']:.0f}%" if pred else "n/a"
 print(f"| {rate} | {name} | {two['exchange_bytes_per_step'] / 1e6:.2f} | "
       f"{one['images_per_second']:.0f} | {two['images_per_second']:.0f} | {100 * eff:.0f}% | "
       f"{100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
-      f"{100 * pred['efficiency']:.0f}% | {100 * one['test_accuracy']:.2f}% | "
+      f"{model} | {100 * one['test_accuracy']:.2f}% | "
       f"{100 * two['test_accuracy']:.2f}% |")

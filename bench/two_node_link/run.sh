@@ -2,14 +2,18 @@
 # bench/two_node_link/run.sh: mnist_cnn on two "nodes" joined by a real, shaped link (issue 31).
 #
 #   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit] [--configs none,overlap:1,powersgd:4]
-#                                   [--epochs N] [--batch B]
+#                                   [--epochs N] [--batch B] [--repeats N]
 #                                   [--data DIR] [--build DIR] [--out FILE] [-- MNIST_CNN_ARGS...]
 #
 # What it makes, and removes on exit (also on failure or Ctrl-C):
 #   - two network namespaces, gpurun-bench-a and gpurun-bench-b, each a "node" with one address
 #     (10.77.0.1, 10.77.0.2) on one end of a veth pair; loopback up in each;
 #   - at each rate, tc tbf on both ends (each direction shaped to the rate; this kernel has tbf
-#     and htb but no netem, so the latency is the veth's own, microseconds);
+#     and htb but no netem, so the latency is the veth's own, microseconds). The bucket holds
+#     100 us of the rate (at least 64 KiB): a step's gradient comes after a gap of compute that
+#     fills the bucket, and a bucket as large as the gradient would let it through unshaped.
+#     link_check.py then times an 11 MB burst after 100 ms idle and stops the run if it beat the
+#     rate by over 10%. Rate "unshaped" leaves the veth alone: the exchange's CPU cost alone;
 #   - a PBS-style allocation of the two addresses (PBS_NODEFILE), under which gpurun launches the
 #     ranks with the real Open MPI over TCP (btl tcp,self; nothing shared between the nodes), and
 #     an rsh agent that enters node b's namespace, so mpirun starts node b's rank there.
@@ -20,7 +24,8 @@
 # (--bucket-mb 1: 1 MB buckets summed while backward goes on) and PowerSGD rank 4
 # (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
-# one node's, uncompressed). Beside each, scripts/step_model.py's prediction from the baseline's
+# one node's, uncompressed). Each run (the baseline and every row) is repeated N times (default
+# 3) and the run with the median images/s is the one reported. Beside each, scripts/step_model.py's prediction from the baseline's
 # compute and the row's bytes a step (it leaves out PowerSGD's own compute). Prints a markdown
 # table; --out writes it to a file as well. --configs picks the rows. Hierarchical does not apply
 # (one rank a node).
@@ -31,6 +36,7 @@ rates=10gbit,1gbit
 configs=none,overlap:1,powersgd:4
 epochs=1
 batch=64
+repeats=3
 data=$root/data/mnist
 build=${BUILD_DIR:-$root/build}
 out=""
@@ -42,6 +48,7 @@ while (($#)); do
     --configs) configs=${2:?--configs needs a list}; shift 2 ;;
     --epochs) epochs=${2:?--epochs needs a number}; shift 2 ;;
     --batch) batch=${2:?--batch needs a number}; shift 2 ;;
+    --repeats) repeats=${2:?--repeats needs a number}; shift 2 ;;
     --data) data=${2:?--data needs a directory}; shift 2 ;;
     --build) build=${2:?--build needs a directory}; shift 2 ;;
     --out) out=${2:?--out needs a file}; shift 2 ;;
@@ -94,17 +101,34 @@ EOF
   printf '10.77.0.1\n10.77.0.2\n' > "$work/nodefile"
 }
 
-# shape RATE: tbf on both ends; burst 10 ms of the rate (at least 64 KB), a 20 ms queue.
+# bits RATE: tc's rate in bits a second (0 for "unshaped").
+bits() {
+  [[ $1 == unshaped ]] && { echo 0; return; }
+  python3 -c "import re,sys; m=re.fullmatch(r'(\d+(?:\.\d+)?)(k|m|g)?bit', sys.argv[1]); \
+    sys.exit(1) if not m else print(int(float(m[1]) * {None:1,'k':1e3,'m':1e6,'g':1e9}[m[2]]))" "$1" ||
+    die "rate '$1': expected tc's form, e.g. 10gbit, 500mbit, or unshaped"
+}
+
+# shape RATE: tbf on both ends, a bucket of 100 us of the rate (at least 64 KiB, a GSO packet),
+# a 20 ms queue; then link_check.py's burst after idle must not beat the rate.
 shape() {
-  local rate=$1 bits burst
-  bits=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+(?:\.\d+)?)(k|m|g)?bit', sys.argv[1]); \
-    sys.exit(1) if not m else print(int(float(m[1]) * {None:1,'k':1e3,'m':1e6,'g':1e9}[m[2]]))" "$rate") ||
-    die "rate '$rate': expected tc's form, e.g. 10gbit, 500mbit"
-  burst=$((bits / 8 / 100)); ((burst >= 65536)) || burst=65536
+  local rate=$1 b burst
+  b=$(bits "$rate")
+  burst=$((b / 8 / 10000)); ((burst >= 65536)) || burst=65536
   for end in "$A gpurun-va" "$B gpurun-vb"; do
     set -- $end
-    ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
+    if ((b)); then
+      ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms
+    else
+      ip netns exec "$1" tc qdisc del dev "$2" root 2>/dev/null || true
+    fi
   done
+  ip netns exec "$B" taskset -c 1 python3 "$root/bench/two_node_link/link_check.py" serve \
+    10.77.0.2 5599 & local server=$!
+  sleep 0.3
+  ip netns exec "$A" taskset -c 0 python3 "$root/bench/two_node_link/link_check.py" send \
+    10.77.0.2 5599 11.08 "$b" >&2 || die "the link at $rate is not shaped to its rate"
+  wait "$server"
 }
 
 mnist_args=(--device cpu --threads 1 --data "$data" --epochs "$epochs" --batch-size "$batch"
@@ -114,6 +138,20 @@ mnist_args=(--device cpu --threads 1 --data "$data" --epochs "$epochs" --batch-s
 one_node() {
   ip netns exec "$A" taskset -c 0 "$mnist" "${mnist_args[@]}" --report "$1" > "$1.log" 2>&1 ||
     { tail -20 "$1.log" >&2; die "the one-node run failed"; }
+}
+
+# median REPORT RUN REPORTS...: copies the report with the median images/s to REPORT.
+median() {
+  local to=$1; shift
+  python3 -c "import json,shutil,sys; r=sorted(sys.argv[2:], key=lambda p: \
+    json.load(open(p))['images_per_second']); shutil.copy(r[len(r) // 2], sys.argv[1])" "$to" "$@"
+}
+
+# repeat REPORT RUN ARGS...: RUN REPORT.N ARGS for N in 1..repeats, then the median to REPORT.
+repeat() {
+  local to=$1 run=$2 i; shift 2
+  for ((i = 1; i <= repeats; ++i)); do "$run" "$to.$i" "$@"; done
+  median "$to" $(for ((i = 1; i <= repeats; ++i)); do echo "$to.$i"; done)
 }
 
 # config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, overlap:MB.
@@ -137,21 +175,20 @@ two_nodes() {
     { tail -30 "$1.log" >&2; die "the two-node run failed"; }
 }
 
-field() { python3 -c "import json,sys; print(json.load(open(sys.argv[1]))[sys.argv[2]])" "$1" "$2"; }
-
 rows=()
 setup_nodes
 echo "two_node_link: one node (baseline)..." >&2
-one_node "$work/one.json"
+repeat "$work/one.json" one_node
 for rate in ${rates//,/ }; do
   shape "$rate"
-  gbit=$(python3 -c "import re,sys; m=re.fullmatch(r'(\d+(?:\.\d+)?)(k|m|g)?bit', sys.argv[1]); \
-    print(float(m[1]) * {None:1e-9,'k':1e-6,'m':1e-3,'g':1}[m[2]])" "$rate")
+  gbit=$(python3 -c "import sys; print(int(sys.argv[1]) / 1e9)" "$(bits "$rate")")
   for config in ${configs//,/ }; do
     echo "two_node_link: two nodes at $rate, $config..." >&2
-    two_nodes "$work/two-$rate-$config.json" "$config"
-    rows+=("$(python3 "$root/bench/two_node_link/row.py" "$work/one.json" \
-      "$work/two-$rate-$config.json" "$rate" "$gbit" "$root/scripts" "$config")")
+    repeat "$work/two-$rate-$config.json" two_nodes "$config"
+    row=$(python3 "$root/bench/two_node_link/row.py" "$work/one.json" \
+      "$work/two-$rate-$config.json" "$rate" "$gbit" "$root/scripts" "$config") ||
+      die "no row for $rate, $config"
+    rows+=("$row")
   done
 done
 
@@ -160,7 +197,8 @@ done
   echo "joined by a veth pair that tc tbf shapes to the rate in each direction (no netem: the"
   echo "latency is the veth's own). Open MPI $(mpirun --version | sed -n 's/.*Open MPI) //p' | head -1)"
   echo "over TCP, launched by gpurun under a PBS-style allocation. mnist_cnn on $(basename "$data"),"
-  echo "$epochs epoch(s), $batch images per rank, --threads 1, exchange allreduce; $(date -u '+%Y-%m-%d %H:%M UTC'),"
+  echo "$epochs epoch(s), $batch images per rank, --threads 1, exchange allreduce; the median of $repeats"
+  echo "runs each; $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1))."
   echo
   echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"

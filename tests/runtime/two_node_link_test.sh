@@ -1,9 +1,14 @@
 #!/usr/bin/env bash
 # The two-node link bench (bench/two_node_link/run.sh, issue 31 item 1) as a smoke test: two
 # network namespaces joined by a tbf-shaped veth, gpurun launching Open MPI over TCP between them.
-# Checks the table has its rows, that PowerSGD's sends under 1 MB a step, that the ranks really ran on two nodes over the shaped link (the
-# exchange at 200 Mbit/s takes at least the gradient's bytes over that rate), and that nothing
-# the harness made is left: no namespace, no veth, no temp dir.
+# Checks:
+# - link_check.py refuses a link faster than the rate it was to be shaped to (loopback, "shaped
+#   to" 1 Gbit/s), and the harness's own check of its shaped link passed and printed its rate;
+# - the table has its rows, the median of 2 runs each;
+# - PowerSGD sends under 1 MB a step;
+# - the ranks really ran on two nodes over the shaped link (the exchange at 200 Mbit/s takes at
+#   least the gradient's bytes over that rate);
+# - nothing the harness made is left: no namespace, no veth, no temp dir.
 #   two_node_link_test.sh ROOT BUILD_DIR DATA_DIR
 set -euo pipefail
 root=$1 build=$2 data=$3
@@ -11,10 +16,26 @@ root=$1 build=$2 data=$3
 [ "$(nproc)" -ge 2 ] || { echo "SKIP: needs 2 cores"; exit 77; }
 fail() { echo "FAIL: $*" >&2; exit 1; }
 out=$(mktemp /tmp/gpurun-link-test-XXXXXX.md)
-trap 'rm -f "$out"' EXIT
+log=$(mktemp /tmp/gpurun-link-test-XXXXXX.log)
+trap 'rm -f "$out" "$log"' EXIT
+check=$root/bench/two_node_link/link_check.py port=$((20000 + RANDOM % 20000))
+python3 "$check" serve 127.0.0.1 $port & sleep 0.3
+python3 "$check" send 127.0.0.1 $port 11.08 1e9 2> "$log" &&
+  fail "link_check passed loopback as a 1 Gbit/s link: $(cat "$log")"
+grep -q "the token bucket lets a step's gradient through unshaped" "$log" ||
+  fail "link_check's refusal does not say why: $(cat "$log")"
+wait
 before=$(ls -d /tmp/gpurun-link-* 2>/dev/null | wc -l)
-BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates 200mbit --configs none,overlap:1,powersgd:4 \
-  --data "$data" --out "$out" -- --max-steps 8 || fail "the harness failed"
+BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates 200mbit --configs none,powersgd:4 \
+  --repeats 2 --data "$data" --out "$out" -- --max-steps 8 2> "$log" ||
+  { cat "$log" >&2; fail "the harness failed"; }
+[ "$(grep -c "^two_node_link: two nodes at 200mbit" "$log")" -eq 2 ] ||
+  fail "not one line a row: $(cat "$log")"
+got=$(sed -n 's/^link check: .* took .* ms, \([0-9.]*\) Gbit\/s (shaped to 0.2 Gbit\/s)$/\1/p' "$log")
+[ -n "$got" ] || fail "no link check of the 200 Mbit/s link: $(cat "$log")"
+python3 -c "import sys; sys.exit(0 if 0.1 < float(sys.argv[1]) <= 0.22 else 1)" "$got" ||
+  fail "the 200 Mbit/s link moved a burst at $got Gbit/s"
+grep -q "the median of 2" "$out" || fail "the table does not say it is the median of 2 runs"
 row=$(grep "^| 200mbit | plain allreduce |" "$out") || fail "no 200mbit row in: $(cat "$out")"
 # | link | exchange | MB a step | 1 node | 2 nodes | efficiency | share | exchange ms/step | ...
 ms=$(awk -F'|' '{gsub(/ /, "", $9); print $9}' <<< "$row")
