@@ -18,6 +18,13 @@ void check_cols(const char* op, const DenseDesc& d, int lo, int hi) {
                                 std::to_string(hi) + ") outside [0, " + std::to_string(d.in) + ")");
   }
 }
+void check_rows(const char* op, const DenseDesc& d, int lo, int hi) {
+  validate(d);
+  if (lo < 0 || hi < lo || hi > d.out) {
+    throw std::invalid_argument(std::string(op) + ": rows [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + ") outside [0, " + std::to_string(d.out) + ")");
+  }
+}
 }  // namespace
 
 namespace ref {
@@ -92,6 +99,19 @@ void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* d
       dx[std::size_t(n) * d.in + i] = float(s);
     }
 }
+
+void dense_backward_weights_rows(const DenseDesc& d, const float* x, const float* dy, int lo,
+                                 int hi, float* dw, Accumulate acc) {
+  check_rows("dense_backward_weights_rows", d, lo, hi);
+  for (int o = lo; o < hi; ++o)
+    for (int i = 0; i < d.in; ++i) {
+      double s = 0;
+      for (int n = 0; n < d.batch; ++n)
+        s += double(dy[std::size_t(n) * d.out + o]) * x[std::size_t(n) * d.in + i];
+      float& out = dw[std::size_t(o) * d.in + i];
+      out = acc == Accumulate::kAdd ? out + float(s) : float(s);
+    }
+}
 }  // namespace ref
 
 namespace cpu {
@@ -135,6 +155,15 @@ void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* d
   if (lo == hi) return;
   sgemm(Trans::kNo, Trans::kNo, d.batch, hi - lo, d.out, 1.0f, dy, d.out, w + lo, d.in, 0.0f,
         dx + lo, d.in);
+}
+
+void dense_backward_weights_rows(const DenseDesc& d, const float* x, const float* dy, int lo,
+                                 int hi, float* dw, Accumulate acc) {
+  check_rows("dense_backward_weights_rows", d, lo, hi);
+  if (lo == hi) return;
+  const float beta = acc == Accumulate::kAdd ? 1.0f : 0.0f;
+  sgemm(Trans::kYes, Trans::kNo, hi - lo, d.in, d.batch, 1.0f, dy + lo, d.out, x, d.in, beta,
+        dw + std::size_t(lo) * d.in, d.in);
 }
 
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {

@@ -2,6 +2,7 @@
 // padding, odd sizes, the MNIST CNN's own shapes), plus the ops' documented edge cases.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <limits>
 
@@ -218,6 +219,37 @@ TEST_P(DenseVsRef, ColumnProductsMatch) {
   EXPECT_THROW(cpu::dense_forward_cols(d, x.data(), w.data(), mid, c.in + 1, any.data()),
                std::invalid_argument);
   EXPECT_THROW(cpu::dense_backward_data_cols(d, w.data(), dy.data(), -1, mid, any.data()),
+               std::invalid_argument);
+}
+
+TEST_P(DenseVsRef, WeightRowsAreThoseRowsOfTheWholeGradient) {
+  // The overlapped allreduce computes dW a block of rows at a time and sends each block as it is
+  // done: every row must be the bits the whole product gives, and no other row is touched.
+  const DenseCase c = GetParam();
+  const DenseDesc d{c.batch, c.in, c.out};
+  const auto x = random_vec(std::size_t(c.batch) * c.in, 21);
+  const auto dy = random_vec(std::size_t(c.batch) * c.out, 22);
+  std::vector<float> whole(std::size_t(c.out) * c.in), want(whole.size());
+  cpu::dense_backward_weights(d, x.data(), dy.data(), whole.data());
+  ref::dense_backward_weights(d, x.data(), dy.data(), want.data());
+  const float untouched = 12345.0f;
+  std::vector<float> rows(whole.size(), untouched), rows_ref(whole.size(), untouched);
+  const int mid = c.out / 2;
+  cpu::dense_backward_weights_rows(d, x.data(), dy.data(), mid, c.out, rows.data());
+  ref::dense_backward_weights_rows(d, x.data(), dy.data(), mid, c.out, rows_ref.data());
+  for (std::size_t i = 0; i < std::size_t(mid) * c.in; ++i) ASSERT_EQ(rows[i], untouched) << i;
+  EXPECT_TRUE(all_close(rows, rows_ref, 1e-4f, 1e-4f));
+  for (std::size_t i = std::size_t(mid) * c.in; i < want.size(); ++i)
+    ASSERT_EQ(rows_ref[i], want[i]) << "ref's rows are not ref's whole product at " << i;
+  for (int lo = 0; lo < mid; lo += 3)  // the rest in blocks of 3, from the top down
+    cpu::dense_backward_weights_rows(d, x.data(), dy.data(), lo, std::min(lo + 3, mid),
+                                     rows.data());
+  EXPECT_EQ(rows, whole) << "rows in blocks differ from the whole product";
+  cpu::dense_backward_weights_rows(d, x.data(), dy.data(), 0, c.out, rows.data(),
+                                   Accumulate::kAdd);
+  for (std::size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(rows[i], whole[i] + whole[i]) << i;
+  std::vector<float> any(whole.size());
+  EXPECT_THROW(cpu::dense_backward_weights_rows(d, x.data(), dy.data(), 0, c.out + 1, any.data()),
                std::invalid_argument);
 }
 

@@ -29,7 +29,7 @@ class AllreduceExchange final : public CpuExchange {
         hierarchical_(setup.requested == Exchange::kHierarchical),
         buckets_(setup.bucket_floats),
         pending_end_(model.param_floats()),
-        hook_([this](std::size_t from) { on_ready(from); }) {
+        hook_{[this](std::size_t from) { on_ready(from); }, [this] { progress(); }} {
     if (setup.powersgd_rank > 0) {
       std::vector<LowRankMatrix> dense;
       for (const Model::Deferred& d : model.deferred()) dense.push_back({d.offset, d.rows, d.in});
@@ -110,6 +110,9 @@ class AllreduceExchange final : public CpuExchange {
       sums_.push_back(pg_.start_allreduce_sum(model_.grads() + from, pending_end_ - from));
       pending_end_ = from;
     }
+    progress();
+  }
+  void progress() {
     for (auto& s : sums_) s->test();
   }
   // After backward: the rest of the gradient and the stat slots, then every sum's end.

@@ -3,6 +3,7 @@
 // slice of one flat gradient buffer, so the whole gradient is a single allreduce.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -33,6 +34,21 @@ class Layer {
   // bound slice, overwriting it or (kAdd, micro-batch accumulation) adding this batch's sum to it.
   virtual void backward(int batch, const float* x, const float* y, float* dy, float* dx,
                         InputGrad need, kernels::Accumulate acc, kernels::Workspace ws) = 0;
+  // backward() in pieces, so that the allreduce sums a piece of the gradient while backward
+  // computes the next (--bucket-mb); the same bits as backward(). ready(from): the layer's
+  // parameter gradients from `from` (an offset in its slice) to the slice's end are final.
+  // progress(): called between pieces that finish no gradient (the input gradient's). The
+  // default: backward(), then ready(0).
+  struct Pieces {
+    std::function<void(std::size_t from)> ready;
+    std::function<void()> progress;
+  };
+  virtual void backward_in_pieces(int batch, const float* x, const float* y, float* dy, float* dx,
+                                  InputGrad need, kernels::Accumulate acc, kernels::Workspace ws,
+                                  const Pieces& pieces) {
+    backward(batch, x, y, dy, dx, need, acc, ws);
+    pieces.ready(0);
+  }
   // The deferred weight gradient (Dense layers). backward_deferred() does all of backward()
   // except dW: it leaves dZ, the gradient at the pre-activation, in dy (batch x rows), and dx.
   // weight_cols() later forms columns [lo, hi) of dZ^T X into c, the layer's weight matrix in the

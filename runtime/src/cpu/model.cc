@@ -130,16 +130,27 @@ StepResult Model::forward_backward(int batch, const float* x, const std::int32_t
     for (std::size_t i = layers_.size(); i-- > 0;) {
       const float* in = i == 0 ? xb : acts_[i - 1].data();
       float* din = i == 0 ? nullptr : dacts_[i - 1].data();
-      layers_[i]->backward(micro, in, acts_[i].data(), dacts_[i].data(), din,
-                           i == 0 ? InputGrad::kSkip : InputGrad::kCompute, acc, ws);
-      if (ready && first + micro == batch && spec_.params_of(i).floats > 0)
-        (*ready)(spec_.params_of(i).offset);
+      const InputGrad need = i == 0 ? InputGrad::kSkip : InputGrad::kCompute;
+      if (ready && first + micro == batch)
+        backward_in_pieces(i, micro, in, din, need, acc, ws, *ready);
+      else
+        layers_[i]->backward(micro, in, acts_[i].data(), dacts_[i].data(), din, need, acc, ws);
     }
     r.loss_sum += loss;
     r.correct += correct;
   }
   write_stats(r);
   return r;
+}
+
+void Model::backward_in_pieces(std::size_t i, int batch, const float* x, float* dx,
+                               InputGrad need, k::Accumulate acc, k::Workspace ws,
+                               const GradReady& ready) {
+  const std::size_t base = spec_.params_of(i).offset;
+  Layer::Pieces pieces{[&](std::size_t from) { ready.ready(base + from); }, ready.progress};
+  if (spec_.params_of(i).floats == 0) pieces.ready = [&](std::size_t) { ready.progress(); };
+  layers_[i]->backward_in_pieces(batch, x, acts_[i].data(), dacts_[i].data(), dx, need, acc, ws,
+                                 pieces);
 }
 
 StepResult Model::forward_backward_deferred(int batch, const float* x, const std::int32_t* labels,

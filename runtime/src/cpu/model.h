@@ -68,10 +68,14 @@ class Model {
   // accumulated: less activation memory, and the same partial sums, added in the same order, as
   // batch/micro_batch ranks of micro_batch images each would allreduce.
   //
-  // `ready`, when given, is told during the last micro-batch's backward, after each layer, that
-  // the parameters' gradients from `from` to the end are final (the layers after it are done):
-  // the allreduce exchange starts summing them while backward goes on (--bucket-mb).
-  using GradReady = std::function<void(std::size_t from)>;
+  // `ready`, when given, runs the last micro-batch's backward in pieces (Layer::
+  // backward_in_pieces): ready.ready(from) is told that the parameters' gradients from `from` to
+  // the end are final, and ready.progress() is called between pieces that finish none. The
+  // allreduce exchange starts summing them while backward goes on (--bucket-mb).
+  struct GradReady {
+    std::function<void(std::size_t from)> ready;
+    std::function<void()> progress;
+  };
   StepResult forward_backward(int batch, const float* x, const std::int32_t* labels,
                               int micro_batch = 0, const GradReady* ready = nullptr);
   // The deferred weight gradient (see Layer::backward_deferred): the layers that can defer dW,
@@ -145,6 +149,9 @@ class Model {
   // With `bound`, the activations of deferred layers go to their bound addresses; the layers
   // `peers` split run their products through them.
   void run_forward(int batch, const float* x, bool bound, DeferredPeers* peers = nullptr);
+  // Layer i's backward in pieces (forward_backward's `ready`), its offsets made the buffer's.
+  void backward_in_pieces(std::size_t i, int batch, const float* x, float* dx, InputGrad need,
+                          kernels::Accumulate acc, kernels::Workspace ws, const GradReady& ready);
   // The deferred index k of layer i, when `peers` split it.
   std::optional<std::size_t> split_index(std::size_t i, const DeferredPeers* peers) const;
   float* act(std::size_t i, bool bound) {

@@ -31,6 +31,8 @@ void dense_forward_cols(const DenseDesc& d, const float* x, const float* w, int 
                         float* y);
 void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* dy, int lo, int hi,
                               float* dx);
+void dense_backward_weights_rows(const DenseDesc& d, const float* x, const float* dy, int lo,
+                                 int hi, float* dw, Accumulate acc = Accumulate::kOverwrite);
 }  // namespace ref
 
 // Columns [lo, hi) of an [out, in] matrix c (the weights of inputs lo..hi-1):
@@ -47,6 +49,11 @@ void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* d
 //   dense_forward_cols:       y [batch, out] = x[:, lo:hi] * w[:, lo:hi]^T, a partial sum of y;
 //   dense_backward_data_cols: dx[:, lo:hi] = dy * w[:, lo:hi]; dx's other columns untouched.
 // All three throw std::invalid_argument when [lo, hi) is not inside [0, in).
+//
+// Rows [lo, hi) of dW (the weights of outputs lo..hi-1, contiguous in memory), for the allreduce
+// that starts summing a piece of dW while backward computes the next (--bucket-mb):
+//   dense_backward_weights_rows: dw[lo:hi, :] = dy[:, lo:hi]^T * x, the same bits as those rows
+//   of dense_backward_weights; throws std::invalid_argument when [lo, hi) is not in [0, out).
 namespace cpu {
 void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c);
@@ -54,6 +61,8 @@ void dense_forward_cols(const DenseDesc& d, const float* x, const float* w, int 
                         float* y);
 void dense_backward_data_cols(const DenseDesc& d, const float* w, const float* dy, int lo, int hi,
                               float* dx);
+void dense_backward_weights_rows(const DenseDesc& d, const float* x, const float* dy, int lo,
+                                 int hi, float* dw, Accumulate acc = Accumulate::kOverwrite);
 void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y);
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc = Accumulate::kOverwrite);
