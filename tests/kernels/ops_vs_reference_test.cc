@@ -247,7 +247,8 @@ TEST_P(DenseVsRef, WeightRowsAreThoseRowsOfTheWholeGradient) {
   EXPECT_EQ(rows, whole) << "rows in blocks differ from the whole product";
   cpu::dense_backward_weights_rows(d, x.data(), dy.data(), 0, c.out, rows.data(),
                                    Accumulate::kAdd);
-  for (std::size_t i = 0; i < whole.size(); ++i) ASSERT_EQ(rows[i], whole[i] + whole[i]) << i;
+  for (std::size_t i = 0; i < whole.size(); ++i)  // a library may fuse the add (BLIS does)
+    ASSERT_NEAR(rows[i], 2 * whole[i], 1e-5f * (1 + std::fabs(whole[i]))) << i;
   std::vector<float> any(whole.size());
   EXPECT_THROW(cpu::dense_backward_weights_rows(d, x.data(), dy.data(), 0, c.out + 1, any.data()),
                std::invalid_argument);
