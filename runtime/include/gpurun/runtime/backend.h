@@ -140,7 +140,8 @@ struct CpuOptions {
   // runtime/src/cpu/powersgd.h); 0: the gradients travel whole.
   int powersgd_rank = 0;
   // > 0: the allreduce exchange sums the gradient in buckets of about this many floats (whole
-  // layers, from the last), each started (MPI_Iallreduce) as soon as backward has produced it,
+  // layers or blocks of a Dense layer's rows, from the last), each started (MPI_Iallreduce) as
+  // soon as backward has produced it,
   // so the sums overlap the rest of backward (PyTorch DDP's buckets). One thread, no
   // micro-batches, no PowerSGD, not hierarchical. 0: one allreduce after backward.
   std::size_t bucket_floats = 0;
