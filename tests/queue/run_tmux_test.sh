@@ -12,7 +12,8 @@
 #   - gpuq alloc: a shell in the job; leaving it frees the GPUs;
 #   - from a script: --pty refuses; without it stdin, stdout and the exit status pass through,
 #     also across a kill -9 and restart of the daemon;
-#   - while the GPU is held, gpuq run says where it stands, then starts when the GPU is free.
+#   - while the GPU is held, gpuq run says where it stands, then starts when the GPU is free;
+#     one killed while it waits leaves the queue within 5 s, CANCELLED, the GPU still held.
 set -euo pipefail
 GPUQ=$(readlink -f "$1")
 FIXTURES=$(readlink -f "$2")
@@ -163,6 +164,17 @@ until_true 10 "the batch job to run" running
 as_user "$GPUQ" run --gres=gpu:1 -- echo ran-after-wait > "$WORK/out" 2> "$WORK/err" &
 CLIENT=$!
 until_true 15 "gpuq run to say where it stands" grep -Eq 'queued: position 1 \(Resources\)' "$WORK/err"
+as_user "$GPUQ" run --gres=gpu:1 -- echo never > "$WORK/out2" 2> "$WORK/err2" &
+until_true 15 "a second gpuq run to wait" grep -Eq 'queued: position 2' "$WORK/err2"
+ABANDONED=$(sed -n 's/^gpuq: job \([0-9]*\) queued.*/\1/p' "$WORK/err2" | head -1)
+[ -n "$ABANDONED" ] || fail "no job id in: $(cat "$WORK/err2")"
+pkill -9 -u "$U" -f "gpuq run --gres=gpu:1 -- echo never"
+abandoned_cancelled() { gpuq history -a --noheader | grep -Eq "^ *$ABANDONED .* CANCELLED "; }
+until_true 5 "job $ABANDONED, whose gpuq run was killed while it waited, to leave the queue" \
+  abandoned_cancelled
+running || fail "the batch job holding the GPU stopped"
+gpuq queue --noheader | grep -Eq "^ *$ABANDONED " && fail "job $ABANDONED is still queued"
+grep -q "gpuq run's client went away" "$WORK/daemon.log" || fail "the daemon's log does not say why"
 gpuq cancel "$HOLD"
 set +e; wait "$CLIENT"; rc=$?; set -e
 [ $rc -eq 0 ] && grep -qx ran-after-wait "$WORK/out" && grep -q 'allocated resources' "$WORK/err" ||

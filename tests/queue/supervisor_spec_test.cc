@@ -1,6 +1,7 @@
 // Pins the supervisor spec (launcher/queue/src/supervise/supervisor_spec.h), the file the daemon
 // writes for each job's supervisor: one struct, written and read whole; every field checked on
 // reading, an error naming the file and the field; a file of another version refused by version.
+// And the attach sockets' listing the daemon reads to find gpuq run clients that went away.
 #include "supervise/supervisor_spec.h"
 
 #include <gtest/gtest.h>
@@ -9,7 +10,11 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <set>
+#include <sstream>
 #include <string>
+
+#include "supervise/attach.h"
 
 using namespace gpurun::queue;
 
@@ -172,4 +177,33 @@ TEST(SupervisorSpec, AnOlderDaemonsSpecIsRead) {
   EXPECT_EQ(r.job_id, 42);
   EXPECT_EQ(r.umask, 022u);
   EXPECT_FALSE(r.host.empty());
+}
+
+// The daemon's view of which gpuq run clients still wait (Daemon::cancel_abandoned_runs): the
+// listening abstract sockets of /proc/net/unix, and nothing else.
+TEST(AttachSockets, OnlyListeningAbstractSocketsAreListed) {
+  std::istringstream in(
+      "Num       RefCount Protocol Flags    Type St Inode Path\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 4001 @gpuq-run-1000-ab12\n"
+      "0000000000000000: 00000003 00000000 00000000 0001 03 4002 @gpuq-run-1000-cd34\n"
+      "0000000000000000: 00000002 00000000 00010000 0001 01 4003 /run/gpuq.sock\n"
+      "0000000000000000: 00000003 00000000 00000000 0001 03 4004\n"
+      "0000000000000000: 00000002 00000000 0001zz00 0001 01 4005 @gpuq-run-1000-ef56\n"
+      "garbage\n"
+      "0000000000000000: 00000002 00000000 00010000 0005 01 4006 @gpuq-run-1001-9a\n");
+  const std::set<std::string> got = listening_abstract_sockets(in);
+  EXPECT_EQ(got, (std::set<std::string>{"gpuq-run-1000-ab12", "gpuq-run-1001-9a"}));
+}
+
+TEST(AttachSockets, AListeningSocketOfOursShowsUpAndGoesAway) {
+  std::string name;
+  {
+    AttachListener l = listen_attach(false);
+    name = l.spec.socket;
+    std::ifstream in("/proc/net/unix");
+    ASSERT_TRUE(in) << "no /proc/net/unix";
+    EXPECT_EQ(listening_abstract_sockets(in).count(name), 1u) << name;
+  }
+  std::ifstream in("/proc/net/unix");
+  EXPECT_EQ(listening_abstract_sockets(in).count(name), 0u) << name << " still listed";
 }

@@ -195,6 +195,7 @@ void Daemon::turn(const std::vector<pollfd>& fds, size_t runner_base,
   clients_.serve(fds, [this](const Request& req, const Peer& peer) { return handle(req, peer); });
   mail_time_limits(now_ms());
   enforce_budgets(now_ms());
+  cancel_abandoned_runs(now_ms());
   if (dirty_) {
     dirty_ = false;
     schedule_pass();

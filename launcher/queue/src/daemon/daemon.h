@@ -208,6 +208,10 @@ class Daemon {
   void enforce_budgets(int64_t now);  // with --enforce-budgets, once a second
   int64_t budgets_checked_ms_ = 0;
 
+  // daemon_jobs.cc: a pending gpuq run job whose client is gone leaves the queue (every 2 s)
+  void cancel_abandoned_runs(int64_t now);
+  int64_t runs_checked_ms_ = 0;
+
   // daemon_invariants.cc: what the parts owe the store (written down there)
   std::vector<std::string> invariant_violations();
   void check_invariants(const char* when);  // throws std::logic_error when one is broken

@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <fstream>
 #include <set>
 #include <stdexcept>
 #include <thread>
@@ -32,6 +33,7 @@
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/scheduler.h"
+#include "supervise/attach.h"
 #include "supervise/runfiles.h"
 #include "supervise/supervisor_spec.h"
 
@@ -147,6 +149,27 @@ void Daemon::schedule_pass() {
     if (!j) continue;
     mark_running(*j, s.gpus);
     to_spawn_.push_back(s.job_id);
+  }
+}
+
+// A client killed while its job waits used to keep the job's place until its turn came, and the
+// supervisor then cancelled it unrun: meanwhile it held back others' positions and expected
+// starts. Its listening socket is gone from /proc/net/unix as soon as the client is.
+void Daemon::cancel_abandoned_runs(int64_t now) {
+  if (now - runs_checked_ms_ < 2000) return;
+  runs_checked_ms_ = now;
+  std::vector<int64_t> waiting;
+  for (const auto& [id, j] : jobs_->active())
+    if (j.state == JobState::kPending && !j.attach.socket.empty()) waiting.push_back(id);
+  if (waiting.empty()) return;
+  std::ifstream in("/proc/net/unix");
+  if (!in) return;
+  const std::set<std::string> listening = listening_abstract_sockets(in);
+  for (int64_t id : waiting) {
+    Job* j = jobs_->find(id);
+    if (!j || listening.count(j->attach.socket)) continue;
+    log_event(*j, "cancelled while pending: its gpuq run client went away");
+    finish(*j, JobState::kCancelled, 0, 0, now, "CANCELLED: gpuq run's client went away");
   }
 }
 

@@ -9,7 +9,9 @@
 
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
+#include <sstream>
 #include <stdexcept>
 
 namespace gpurun::queue {
@@ -69,6 +71,23 @@ AttachListener listen_attach(bool pty) {
       throw std::runtime_error(fmt::format("bind @{}: {}", l.spec.socket, strerror(errno)));
   }
   throw std::runtime_error("no free name for gpuq run's socket after 8 tries");
+}
+
+std::set<std::string> listening_abstract_sockets(std::istream& in) {
+  constexpr unsigned long kAcceptCon = 0x10000;  // __SO_ACCEPTCON in Flags: a listening socket
+  std::set<std::string> names;
+  std::string line;
+  std::getline(in, line);  // "Num RefCount Protocol Flags Type St Inode Path"
+  while (std::getline(in, line)) {
+    std::istringstream fields(line);
+    std::string num, refs, protocol, flags, type, st, inode, path;
+    if (!(fields >> num >> refs >> protocol >> flags >> type >> st >> inode >> path)) continue;
+    char* end = nullptr;
+    const unsigned long bits = std::strtoul(flags.c_str(), &end, 16);
+    if (end && *end == '\0' && (bits & kAcceptCon) && path.size() > 1 && path[0] == '@')
+      names.insert(path.substr(1));
+  }
+  return names;
 }
 
 Fd connect_attach(const std::string& name) {

@@ -21,7 +21,9 @@
 #include <sys/socket.h>
 
 #include <cstdint>
+#include <istream>
 #include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -47,6 +49,11 @@ AttachListener listen_attach(bool pty);
 
 // Supervisor side: connects to `name`; throws std::runtime_error naming it when nobody listens.
 Fd connect_attach(const std::string& name);
+
+// The abstract Unix socket names (without the leading '@') that /proc/net/unix, read from `in`,
+// lists as listening. A pending gpuq run job whose client's socket is not among them has lost
+// its client (the daemon cancels it then). Lines it cannot read are skipped.
+std::set<std::string> listening_abstract_sockets(std::istream& in);
 
 // Supervisor side, the whole handshake: connects, checks that the peer is `uid`, says hello and
 // waits up to timeout_ms for the three descriptors. Throws std::runtime_error saying why not
