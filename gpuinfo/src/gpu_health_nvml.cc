@@ -1,41 +1,22 @@
-// gpu_health_nvml.cc: the GPU health query through NVML (gpu_health_nvml.h). Its own dlopen and
-// entry points, apart from the sampler's (gpu_nvml.cc): preflight runs once per node before the
-// job, the sampler's handle lives in another thread and object. NVML counts its initialisations,
-// so both may be open at once. An entry point a driver lacks, or a figure a board does not
+// gpu_health_nvml.cc: the GPU health query through NVML (gpu_health_nvml.h). The library and the
+// core entry points come from nvml_library.h, like the sampler's; its own nvmlInit_v2/nvmlShutdown
+// around each query (preflight runs once per node before the job). An entry point a driver lacks, or a figure a board does not
 // support (NVML_ERROR_NOT_SUPPORTED), leaves that figure unknown; a GPU that answers
 // NVML_ERROR_GPU_IS_LOST, or whose handle cannot be had, is named in the report's problems.
 #include "gpu_health_nvml.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
-#include "nvml_abi.h"
+#include "nvml_library.h"
 
 namespace gpurun::gpuinfo {
 namespace {
 
-struct Api {
-  nvml::InitFn init = nullptr;
-  nvml::ShutdownFn shutdown = nullptr;
-  nvml::ErrorStringFn error_string = nullptr;
-  nvml::DeviceGetCountFn count = nullptr;
-  nvml::DeviceGetHandleByIndexFn handle = nullptr;
-  nvml::DeviceGetStringFn uuid = nullptr;
+struct Api : nvml::Core {
   nvml::DeviceGetTotalEccErrorsFn ecc = nullptr;
   nvml::DeviceGetRetiredPagesPendingStatusFn pages_pending = nullptr;
   nvml::DeviceGetRemappedRowsFn remapped_rows = nullptr;
-
-  std::string error(nvml::Return rc) const {
-    const char* s = error_string ? error_string(rc) : nullptr;
-    return s ? s : fmt::format("NVML error {}", rc);
-  }
 };
-
-template <typename Fn>
-bool bind(void* lib, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, name));
-  return fn != nullptr;
-}
 
 // The one GPU's figures; false when the GPU is lost (its problem is in *lost).
 bool read_health(const Api& api, nvml::Device d, GpuHealth& g, std::string* lost) {
@@ -65,24 +46,11 @@ bool read_health(const Api& api, nvml::Device d, GpuHealth& g, std::string* lost
 }  // namespace
 
 std::optional<HealthReport> nvml_health(std::string* why) {
-  // Loaded once and never unloaded: NVML does not support being unloaded and loaded again.
-  static void* lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!lib) {
-    *why = "libnvidia-ml.so.1 cannot be loaded";
-    return std::nullopt;
-  }
   Api api;
-  if (!(bind(lib, "nvmlInit_v2", api.init) && bind(lib, "nvmlShutdown", api.shutdown) &&
-        bind(lib, "nvmlErrorString", api.error_string) &&
-        bind(lib, "nvmlDeviceGetCount_v2", api.count) &&
-        bind(lib, "nvmlDeviceGetHandleByIndex_v2", api.handle) &&
-        bind(lib, "nvmlDeviceGetUUID", api.uuid))) {
-    *why = "libnvidia-ml.so.1 lacks an NVML entry point the health query needs";
-    return std::nullopt;
-  }
-  bind(lib, "nvmlDeviceGetTotalEccErrors", api.ecc);
-  bind(lib, "nvmlDeviceGetRetiredPagesPendingStatus", api.pages_pending);
-  bind(lib, "nvmlDeviceGetRemappedRows", api.remapped_rows);  // drivers >= 450
+  if (!nvml::load_core(api, "the health query", why)) return std::nullopt;
+  api.bind("nvmlDeviceGetTotalEccErrors", api.ecc);
+  api.bind("nvmlDeviceGetRetiredPagesPendingStatus", api.pages_pending);
+  api.bind("nvmlDeviceGetRemappedRows", api.remapped_rows);  // drivers >= 450
   nvml::Return rc = api.init();
   if (rc != nvml::kSuccess) {
     *why = fmt::format("nvmlInit failed: {}", api.error(rc));

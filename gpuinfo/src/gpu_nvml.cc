@@ -3,27 +3,19 @@
 // named in the snapshot's problems instead of failing the whole sample.
 #include "gpu_nvml.h"
 
-#include <dlfcn.h>
 #include <fmt/format.h>
 
 #include <vector>
 
 #include "gpurun/common/error.h"
-#include "nvml_abi.h"
+#include "nvml_library.h"
 
 namespace gpurun::gpuinfo {
 
 using common::Error;
 
-struct NvmlBackend::Api {
-  void* lib = nullptr;
-  nvml::InitFn init = nullptr;
-  nvml::ShutdownFn shutdown = nullptr;
-  nvml::ErrorStringFn error_string = nullptr;
-  nvml::DeviceGetCountFn count = nullptr;
-  nvml::DeviceGetHandleByIndexFn handle = nullptr;
+struct NvmlBackend::Api : nvml::Core {
   nvml::DeviceGetStringFn name = nullptr;
-  nvml::DeviceGetStringFn uuid = nullptr;
   nvml::DeviceGetUtilizationRatesFn utilization = nullptr;
   nvml::DeviceGetMemoryInfoFn memory = nullptr;
   nvml::DeviceGetPowerUsageFn power = nullptr;
@@ -33,37 +25,37 @@ struct NvmlBackend::Api {
   nvml::DeviceGetMaxMigDeviceCountFn max_mig = nullptr;
   nvml::DeviceGetMigDeviceHandleByIndexFn mig_handle = nullptr;
   nvml::DeviceGetComputeRunningProcessesFn compute_processes = nullptr;  // drivers >= 470
-
-  std::string error(nvml::Return rc) const {
-    const char* s = error_string ? error_string(rc) : nullptr;
-    return s ? s : fmt::format("NVML error {}", rc);
-  }
 };
 
 namespace {
 
-template <typename Fn>
-bool bind(void* lib, const char* name, Fn& fn) {
-  fn = reinterpret_cast<Fn>(dlsym(lib, name));
-  return fn != nullptr;
-}
-
-// The figures of one device (a GPU or a MIG device); unsupported ones stay unset.
-void read_figures(const NvmlBackend::Api& api, nvml::Device d, GpuSample& g, bool mig_mode) {
+// The figures of one device (a GPU or a MIG device); unsupported ones stay unset. False when the
+// device answers NVML_ERROR_GPU_IS_LOST (a handle to it can still be had): *lost says so.
+bool read_figures(const NvmlBackend::Api& api, nvml::Device d, GpuSample& g, bool mig_mode,
+                  std::string* lost) {
+  nvml::Return rc = nvml::kSuccess;
+  auto answered = [&](nvml::Return r) {
+    rc = r == nvml::kErrorGpuIsLost ? r : rc;
+    return r == nvml::kSuccess;
+  };
   char text[nvml::kDeviceNameBufferSize] = {0};
-  if (api.name(d, text, sizeof(text)) == nvml::kSuccess) g.name = text;
+  if (answered(api.name(d, text, sizeof(text)))) g.name = text;
   char id[nvml::kDeviceUuidBufferSize] = {0};
-  if (api.uuid(d, id, sizeof(id)) == nvml::kSuccess) g.uuid = id;
+  if (answered(api.uuid(d, id, sizeof(id)))) g.uuid = id;
   nvml::Utilization u{};
-  if (!mig_mode && api.utilization(d, &u) == nvml::kSuccess) g.util_percent = u.gpu;
+  if (!mig_mode && answered(api.utilization(d, &u))) g.util_percent = u.gpu;
   nvml::Memory m{};
-  if (api.memory(d, &m) == nvml::kSuccess) {
+  if (answered(api.memory(d, &m))) {
     g.mem_used_mib = static_cast<double>(m.used) / (1024.0 * 1024.0);
     g.mem_total_mib = static_cast<double>(m.total) / (1024.0 * 1024.0);
   }
   unsigned int v = 0;
-  if (g.mig < 0 && api.power(d, &v) == nvml::kSuccess) g.power_w = v / 1000.0;
-  if (g.mig < 0 && api.temperature(d, nvml::kTemperatureGpu, &v) == nvml::kSuccess) g.temp_c = v;
+  if (g.mig < 0 && answered(api.power(d, &v))) g.power_w = v / 1000.0;
+  if (g.mig < 0 && answered(api.temperature(d, nvml::kTemperatureGpu, &v))) g.temp_c = v;
+  if (rc != nvml::kErrorGpuIsLost) return true;
+  *lost = g.mig < 0 ? fmt::format("GPU {}: {}", g.index, api.error(rc))
+                    : fmt::format("GPU {} MIG device {}: {}", g.index, g.mig, api.error(rc));
+  return false;
 }
 
 // The compute processes on one GPU: asked with room for 64, then again with the count NVML says.
@@ -101,30 +93,20 @@ NvmlBackend::~NvmlBackend() {
 
 std::unique_ptr<NvmlBackend> NvmlBackend::open(std::string* why) {
   auto api = std::make_unique<Api>();
-  api->lib = dlopen("libnvidia-ml.so.1", RTLD_NOW | RTLD_LOCAL);
-  if (!api->lib) {
-    const char* e = dlerror();
-    *why = fmt::format("libnvidia-ml.so.1 cannot be loaded ({})", e ? e : "?");
-    return nullptr;
-  }
-  void* l = api->lib;
-  bool ok = bind(l, "nvmlInit_v2", api->init) && bind(l, "nvmlShutdown", api->shutdown) &&
-            bind(l, "nvmlErrorString", api->error_string) &&
-            bind(l, "nvmlDeviceGetCount_v2", api->count) &&
-            bind(l, "nvmlDeviceGetHandleByIndex_v2", api->handle) &&
-            bind(l, "nvmlDeviceGetName", api->name) && bind(l, "nvmlDeviceGetUUID", api->uuid) &&
-            bind(l, "nvmlDeviceGetUtilizationRates", api->utilization) &&
-            bind(l, "nvmlDeviceGetMemoryInfo", api->memory) &&
-            bind(l, "nvmlDeviceGetPowerUsage", api->power) &&
-            bind(l, "nvmlDeviceGetTemperature", api->temperature);
+  if (!nvml::load_core(*api, "the sampler", why)) return nullptr;
+  bool ok = api->bind("nvmlDeviceGetName", api->name) &&
+            api->bind("nvmlDeviceGetUtilizationRates", api->utilization) &&
+            api->bind("nvmlDeviceGetMemoryInfo", api->memory) &&
+            api->bind("nvmlDeviceGetPowerUsage", api->power) &&
+            api->bind("nvmlDeviceGetTemperature", api->temperature);
   if (!ok) {
     *why = "libnvidia-ml.so.1 lacks an NVML entry point the sampler needs (driver too old?)";
     return nullptr;
   }
-  bind(l, "nvmlDeviceGetMigMode", api->mig_mode);
-  bind(l, "nvmlDeviceGetMaxMigDeviceCount", api->max_mig);
-  bind(l, "nvmlDeviceGetMigDeviceHandleByIndex", api->mig_handle);
-  bind(l, "nvmlDeviceGetComputeRunningProcesses_v2", api->compute_processes);
+  api->bind("nvmlDeviceGetMigMode", api->mig_mode);
+  api->bind("nvmlDeviceGetMaxMigDeviceCount", api->max_mig);
+  api->bind("nvmlDeviceGetMigDeviceHandleByIndex", api->mig_handle);
+  api->bind("nvmlDeviceGetComputeRunningProcesses_v2", api->compute_processes);
   nvml::Return rc = api->init();
   if (rc != nvml::kSuccess) {
     *why = fmt::format("nvmlInit failed: {}", api->error(rc));
@@ -153,7 +135,11 @@ void NvmlBackend::sample(GpuSnapshot& out, bool processes) {
     unsigned int current = 0, pending = 0;
     bool mig = api.mig_mode && api.mig_mode(d, &current, &pending) == nvml::kSuccess &&
                current == nvml::kDeviceMigEnable;
-    read_figures(api, d, g, mig);
+    std::string lost;
+    if (!read_figures(api, d, g, mig, &lost)) {
+      out.problems.push_back(std::move(lost));
+      continue;
+    }
     if (out.processes_read) read_processes(api, d, g, out);
     out.gpus.push_back(g);
     unsigned int slots = 0;
@@ -165,8 +151,11 @@ void NvmlBackend::sample(GpuSnapshot& out, bool processes) {
       GpuSample m;
       m.index = g.index;
       m.mig = static_cast<int>(k);
-      read_figures(api, md, m, true);
-      out.gpus.push_back(std::move(m));
+      std::string lost;
+      if (read_figures(api, md, m, true, &lost))
+        out.gpus.push_back(std::move(m));
+      else
+        out.problems.push_back(std::move(lost));
     }
   }
 }
