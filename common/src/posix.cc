@@ -2,6 +2,7 @@
 #include "gpurun/common/posix.h"
 
 #include <dirent.h>
+#include <pwd.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -141,6 +142,39 @@ std::optional<std::uint64_t> process_start_time(long pid) {
 std::string boot_id() {
   const auto id = read_file("/proc/sys/kernel/random/boot_id");
   return id ? id->substr(0, id->find('\n')) : "";
+}
+
+namespace {
+
+// getpw*_r with a buffer that grows until the entry fits (ERANGE).
+template <typename Lookup>
+std::optional<PasswdEntry> lookup_passwd(Lookup lookup) {
+  std::vector<char> buf(4096);
+  for (;;) {
+    passwd pw{};
+    passwd* found = nullptr;
+    const int rc = lookup(&pw, buf.data(), buf.size(), &found);
+    if (rc == ERANGE && buf.size() < (1u << 20)) {
+      buf.resize(buf.size() * 4);
+      continue;
+    }
+    if (rc != 0 || !found) return std::nullopt;
+    return PasswdEntry{pw.pw_name, pw.pw_uid, pw.pw_gid};
+  }
+}
+
+}  // namespace
+
+std::optional<PasswdEntry> passwd_entry(std::uint32_t uid) {
+  return lookup_passwd([uid](passwd* pw, char* buf, size_t len, passwd** found) {
+    return getpwuid_r(uid, pw, buf, len, found);
+  });
+}
+
+std::optional<PasswdEntry> passwd_entry(const std::string& name) {
+  return lookup_passwd([&name](passwd* pw, char* buf, size_t len, passwd** found) {
+    return getpwnam_r(name.c_str(), pw, buf, len, found);
+  });
 }
 
 }  // namespace gpurun::common

@@ -169,3 +169,16 @@ TEST(BootId, IsTheKernelsOne) {
 
 }  // namespace
 }  // namespace gpurun::common
+
+TEST(PasswdEntry, FindsAUserByUidAndByNameAndNothingElse) {
+  const auto root = gpurun::common::passwd_entry(0u);
+  ASSERT_TRUE(root.has_value());
+  EXPECT_EQ(root->name, "root");
+  EXPECT_EQ(root->gid, 0u);
+  const auto by_name = gpurun::common::passwd_entry(std::string("root"));
+  ASSERT_TRUE(by_name.has_value());
+  EXPECT_EQ(by_name->uid, 0u);
+  EXPECT_FALSE(gpurun::common::passwd_entry(4000000000u).has_value());
+  EXPECT_FALSE(gpurun::common::passwd_entry(std::string("no-such-user-gpurun")).has_value());
+  EXPECT_FALSE(gpurun::common::passwd_entry(std::string("")).has_value());
+}

@@ -63,4 +63,14 @@ std::optional<std::uint64_t> process_start_time(long pid);
 // This boot's id (/proc/sys/kernel/random/boot_id, without the newline), "" when unreadable.
 std::string boot_id();
 
+// A user's passwd entry, looked up by uid or by name (getpwuid_r/getpwnam_r: safe beside other
+// threads); nullopt when there is none.
+struct PasswdEntry {
+  std::string name;
+  std::uint32_t uid = 0;
+  std::uint32_t gid = 0;
+};
+std::optional<PasswdEntry> passwd_entry(std::uint32_t uid);
+std::optional<PasswdEntry> passwd_entry(const std::string& name);
+
 }  // namespace gpurun::common

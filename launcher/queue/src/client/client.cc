@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <iconv.h>
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -23,6 +22,7 @@
 #include <thread>
 
 #include "client/env.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/protocol.h"
@@ -350,9 +350,9 @@ int cmd_queue(const Args& a) {
   nlohmann::json req = {{"op", "queue"}};
   if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
   if (p.vm.count("me")) {
-    passwd* pw = getpwuid(getuid());
+    const auto pw = common::passwd_entry(getuid());
     if (!pw) throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
-    req["user"] = pw->pw_name;
+    req["user"] = pw->name;
   }
   if (p.vm.count("json")) {
     auto reply = call(p.socket, req);

@@ -7,7 +7,6 @@
 // Running jobs go on when a budget runs out, as in Slurm, unless the daemon runs with
 // --enforce-budgets, which cancels them. Budgets live in the store: restarts and kill -9 keep them.
 #include <fmt/format.h>
-#include <pwd.h>
 #include <signal.h>
 #include <time.h>
 #include <unistd.h>
@@ -17,6 +16,7 @@
 
 #include "daemon/daemon.h"
 #include "daemon/store.h"
+#include "gpurun/common/posix.h"
 #include "supervise/runfiles.h"
 
 namespace gpurun::queue {
@@ -25,11 +25,7 @@ namespace {
 
 constexpr int64_t kDayMs = 86'400'000;
 
-bool user_exists(const std::string& name) {
-  struct passwd pw, *found = nullptr;
-  char buf[4096];
-  return getpwnam_r(name.c_str(), &pw, buf, sizeof buf, &found) == 0 && found;
-}
+bool user_exists(const std::string& name) { return common::passwd_entry(name).has_value(); }
 
 // Whether budget b is the job's: its user's, or its account's ("@account").
 bool covers(const Store::Budget& b, const Job& j) {

@@ -1,7 +1,6 @@
 // gpuq daemon: request handlers. Every handler validates its input and throws with a message that
 // names it; connections.cc turns a throw into an error reply, so a bad request never stops the daemon.
 #include <fmt/format.h>
-#include <pwd.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -10,6 +9,7 @@
 
 #include "daemon/daemon.h"
 #include "daemon/store.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/job_json.h"
@@ -21,13 +21,10 @@ namespace gpurun::queue {
 namespace {
 
 std::string user_name(uid_t uid, gid_t* gid) {
-  passwd pw{};
-  passwd* res = nullptr;
-  std::vector<char> buf(16384);
-  if (getpwuid_r(uid, &pw, buf.data(), buf.size(), &res) != 0 || !res)
-    throw std::runtime_error(fmt::format("uid {} has no passwd entry", uid));
-  if (gid) *gid = pw.pw_gid;
-  return pw.pw_name;
+  const auto pw = common::passwd_entry(uid);
+  if (!pw) throw std::runtime_error(fmt::format("uid {} has no passwd entry", uid));
+  if (gid) *gid = pw->gid;
+  return pw->name;
 }
 
 std::string basename_of(const std::string& p) {
@@ -430,11 +427,11 @@ nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
   std::optional<uint32_t> uid = peer.uid;
   if (req.all_users || peer.uid == 0) uid.reset();
   if (req.user) {
-    passwd* pw = getpwnam(req.user->c_str());
+    const auto pw = common::passwd_entry(*req.user);
     if (!pw)
       throw std::invalid_argument(
           fmt::format("unknown user '{}'", common::escape_control(*req.user)));
-    uid = pw->pw_uid;
+    uid = pw->uid;
   }
   // A reply holds at most kMaxHistoryJobs documents (the newest); `total` says how many exist.
   const size_t limit = req.limit == 0 ? kMaxHistoryJobs : std::min(req.limit, kMaxHistoryJobs);

@@ -1,7 +1,6 @@
 // usage_sampler.cc: see usage_sampler.h.
 #include "daemon/usage_sampler.h"
 
-#include <pwd.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -15,10 +14,8 @@ namespace {
 constexpr size_t kMaxWaitingTicks = 64;  // a stalled daemon loop must not make the thread hoard
 
 std::string user_name(uid_t uid) {
-  struct passwd pw, *found = nullptr;
-  char buf[4096];
-  if (getpwuid_r(uid, &pw, buf, sizeof buf, &found) == 0 && found) return pw.pw_name;
-  return std::to_string(uid);
+  const auto pw = common::passwd_entry(uid);
+  return pw ? pw->name : std::to_string(uid);
 }
 
 std::string command_of(int pid) {

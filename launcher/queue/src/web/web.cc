@@ -9,7 +9,6 @@
 // served (405). Page loads that arrive together share one daemon "status" request.
 #include <fmt/format.h>
 #include <grp.h>
-#include <pwd.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -25,6 +24,7 @@
 #include <optional>
 
 #include "client/client.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/web_render.h"
 
@@ -362,11 +362,11 @@ tcp::endpoint parse_listen(const std::string& text) {
 // Started as root, the server gives up root once its port is bound: it needs nothing else.
 void drop_privileges(const std::string& user) {
   if (geteuid() != 0) return;
-  passwd* pw = getpwnam(user.c_str());
+  const auto pw = common::passwd_entry(user);
   if (!pw) throw std::runtime_error(fmt::format("--user '{}': no such user", user));
-  if (pw->pw_uid == 0)
+  if (pw->uid == 0)
     throw std::invalid_argument("--user must not be root: the page needs no privilege");
-  if (setgroups(0, nullptr) != 0 || setgid(pw->pw_gid) != 0 || setuid(pw->pw_uid) != 0)
+  if (setgroups(0, nullptr) != 0 || setgid(pw->gid) != 0 || setuid(pw->uid) != 0)
     throw std::runtime_error(fmt::format("cannot become {}: {}", user, strerror(errno)));
 }
 
