@@ -42,14 +42,7 @@ void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y)
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc) {
   validate(d);
-  for (int o = 0; o < d.out; ++o)
-    for (int i = 0; i < d.in; ++i) {
-      double s = 0;
-      for (int n = 0; n < d.batch; ++n)
-        s += double(dy[std::size_t(n) * d.out + o]) * x[std::size_t(n) * d.in + i];
-      float& out = dw[std::size_t(o) * d.in + i];
-      out = acc == Accumulate::kAdd ? out + float(s) : float(s);
-    }
+  dense_backward_weights_rows(d, x, dy, 0, d.out, dw, acc);
 }
 
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {
