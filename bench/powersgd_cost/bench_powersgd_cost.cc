@@ -25,8 +25,9 @@ double best_ms(int repeats, const std::function<void()>& f) {
   for (int r = 0; r < repeats; ++r) {
     const auto t = std::chrono::steady_clock::now();
     f();
-    best = std::min(best, std::chrono::duration<double, std::milli>(
-                              std::chrono::steady_clock::now() - t).count());
+    best = std::min(
+        best,
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
   }
   return best;
 }
@@ -36,9 +37,14 @@ double best_ms(int repeats, const std::function<void()>& f) {
 int main(int argc, char** argv) {
   int rank = 4, repeats = 20;
   for (int i = 1; i + 1 < argc; i += 2) {
-    if (!std::strcmp(argv[i], "--rank")) rank = std::atoi(argv[i + 1]);
-    else if (!std::strcmp(argv[i], "--repeats")) repeats = std::atoi(argv[i + 1]);
-    else { std::fprintf(stderr, "usage: %s [--rank R] [--repeats N]\n", argv[0]); return 2; }
+    if (!std::strcmp(argv[i], "--rank"))
+      rank = std::atoi(argv[i + 1]);
+    else if (!std::strcmp(argv[i], "--repeats"))
+      repeats = std::atoi(argv[i + 1]);
+    else {
+      std::fprintf(stderr, "usage: %s [--rank R] [--repeats N]\n", argv[0]);
+      return 2;
+    }
   }
   // mnist_cnn's gradient: conv 3x3x32 + 32, Dense 21,632 -> 128 + 128, Dense 128 -> 10 + 10.
   const std::size_t dense1 = 352, dense2 = dense1 + 21632 * 128 + 128, total = dense2 + 1280 + 10;
@@ -55,7 +61,8 @@ int main(int argc, char** argv) {
   const double pass = best_ms(repeats, [&] {
     for (std::size_t i = 0; i < total; ++i) grads[i] += other[i];
   });
-  std::printf("%s\ncompression %.2f ms a step; one pass a += b over the %.2f MB gradient %.2f ms "
-              "(%.1f passes)\n", psgd.summary().c_str(), step - copy, 4e-6 * double(total), pass,
-              (step - copy) / pass);
+  std::printf(
+      "%s\ncompression %.2f ms a step; one pass a += b over the %.2f MB gradient %.2f ms "
+      "(%.1f passes)\n",
+      psgd.summary().c_str(), step - copy, 4e-6 * double(total), pass, (step - copy) / pass);
 }

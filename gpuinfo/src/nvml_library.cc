@@ -11,7 +11,9 @@ std::string Core::error(Return rc) const {
   return s ? s : fmt::format("NVML error {}", rc);
 }
 
-void* Core::symbol(const char* name) const { return lib ? dlsym(lib, name) : nullptr; }
+void* Core::symbol(const char* name) const {
+  return lib ? dlsym(lib, name) : nullptr;
+}
 
 bool load_core(Core& core, const char* user, std::string* why) {
   static std::string load_error;
@@ -34,7 +36,8 @@ bool load_core(Core& core, const char* user, std::string* why) {
       core.bind("nvmlDeviceGetHandleByIndex_v2", core.handle) &&
       core.bind("nvmlDeviceGetUUID", core.uuid))
     return true;
-  *why = fmt::format("libnvidia-ml.so.1 lacks an NVML entry point {} needs (driver too old?)", user);
+  *why =
+      fmt::format("libnvidia-ml.so.1 lacks an NVML entry point {} needs (driver too old?)", user);
   return false;
 }
 

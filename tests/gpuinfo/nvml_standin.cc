@@ -48,8 +48,8 @@ Return load_fixture() {
   const char* path = std::getenv("GPURUN_NVML_STANDIN");
   std::ifstream in(path ? path : "");
   if (!in) {
-    last_error = std::string("NVML stand-in: no fixture (GPURUN_NVML_STANDIN=") +
-                 (path ? path : "") + ")";
+    last_error =
+        std::string("NVML stand-in: no fixture (GPURUN_NVML_STANDIN=") + (path ? path : "") + ")";
     return kUnknown;
   }
   try {
@@ -129,13 +129,20 @@ Return nvmlShutdown() {
 
 const char* nvmlErrorString(Return rc) {
   switch (rc) {
-    case kSuccess: return "Success";
-    case kUninitialized: return "Uninitialized";
-    case kInvalidArgument: return "Invalid Argument";
-    case kNotSupported: return "Not Supported";
-    case kInsufficientSize: return "Insufficient Size";
-    case kGpuIsLost: return "GPU is lost";
-    default: return last_error.empty() ? "Unknown Error" : last_error.c_str();
+    case kSuccess:
+      return "Success";
+    case kUninitialized:
+      return "Uninitialized";
+    case kInvalidArgument:
+      return "Invalid Argument";
+    case kNotSupported:
+      return "Not Supported";
+    case kInsufficientSize:
+      return "Insufficient Size";
+    case kGpuIsLost:
+      return "GPU is lost";
+    default:
+      return last_error.empty() ? "Unknown Error" : last_error.c_str();
   }
 }
 
@@ -216,8 +223,7 @@ Return nvmlDeviceGetMigMode(void* h, unsigned int* current, unsigned int* pendin
   return kSuccess;
 }
 
-Return nvmlDeviceGetComputeRunningProcesses_v2(void* h, unsigned int* count,
-                                                 ProcessInfoV2* infos) {
+Return nvmlDeviceGetComputeRunningProcesses_v2(void* h, unsigned int* count, ProcessInfoV2* infos) {
   std::lock_guard<std::mutex> lock(mu);
   Device* d = nullptr;
   if (Return rc = check(h, "processes", &d)) return rc;

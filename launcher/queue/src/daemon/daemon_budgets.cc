@@ -12,7 +12,10 @@
 #include <unistd.h>
 
 #include <cmath>
+#include <map>
 #include <stdexcept>
+#include <string>
+#include <utility>
 
 #include "daemon/daemon.h"
 #include "daemon/store.h"
@@ -25,7 +28,9 @@ namespace {
 
 constexpr int64_t kDayMs = 86'400'000;
 
-bool user_exists(const std::string& name) { return common::passwd_entry(name).has_value(); }
+bool user_exists(const std::string& name) {
+  return common::passwd_entry(name).has_value();
+}
 
 // Whether budget b is the job's: its user's, or its account's ("@account").
 bool covers(const Store::Budget& b, const Job& j) {
@@ -50,28 +55,35 @@ int64_t budget_period_start(const std::string& period, int64_t now_ms) {
   return static_cast<int64_t>(timegm(&tm)) * 1000;
 }
 
+// One usage report per period start and grouping, however many budgets share them (one query a
+// budget before).
 std::vector<Daemon::BudgetUse> Daemon::budget_uses(int64_t now) {
+  std::map<std::pair<int64_t, Store::ReportBy>, std::map<std::string, double>> reports;
   std::vector<BudgetUse> out;
   for (auto& b : store_->budgets()) {
     const bool account = b.subject[0] == '@';
     const int64_t since = budget_period_start(b.period, now);
-    double seconds = 0;
-    for (const auto& row : store_->report(since, now, account ? Store::ReportBy::kAccount
-                                                               : Store::ReportBy::kUser))
-      if (row.key == (account ? b.subject.substr(1) : b.subject)) seconds = row.gpu_seconds;
+    const Store::ReportBy by = account ? Store::ReportBy::kAccount : Store::ReportBy::kUser;
+    auto [report, fresh] = reports.try_emplace({since, by});
+    if (fresh)
+      for (const auto& row : store_->report(since, now, by))
+        report->second[row.key] = row.gpu_seconds;
+    const auto it = report->second.find(account ? b.subject.substr(1) : b.subject);
+    const double seconds = it == report->second.end() ? 0 : it->second;
     out.push_back({std::move(b), seconds / 3600.0, since});
   }
   return out;
 }
 
 const char* Daemon::budget_reason(const Job& j, const std::vector<BudgetUse>& uses) const {
-  const double need_h = j.time_limit_s > 0
-                            ? (j.shards ? double(j.shards) / std::max(1, most_shards())
-                                        : double(j.gpus_requested)) *
-                                  j.time_limit_s / 3600.0
-                            : 0.0;
+  const double need_h =
+      j.time_limit_s > 0
+          ? (j.shards ? double(j.shards) / std::max(1, most_shards()) : double(j.gpus_requested)) *
+                j.time_limit_s / 3600.0
+          : 0.0;
   for (const auto& u : uses) {
-    if (covers(u.budget, j) && (u.spent_hours >= u.budget.hours || u.spent_hours + need_h > u.budget.hours))
+    if (covers(u.budget, j) &&
+        (u.spent_hours >= u.budget.hours || u.spent_hours + need_h > u.budget.hours))
       return "AssocGrpGRESMinutes";
   }
   return nullptr;
@@ -102,9 +114,9 @@ nlohmann::json Daemon::op_budget_set(const Request& req, const Peer& peer) {
     throw std::invalid_argument(
         "permission denied: only root or the user the gpuq daemon runs as sets budgets");
   if (req.subject[0] != '@' && !user_exists(req.subject))
-    throw std::invalid_argument(fmt::format(
-        "budget for '{}': no such user on this machine (an account is written @NAME)",
-        req.subject));
+    throw std::invalid_argument(
+        fmt::format("budget for '{}': no such user on this machine (an account is written @NAME)",
+                    req.subject));
   if (!req.hours) {
     store_->clear_budget(req.subject);
     fmt::print(stderr, "gpuq daemon: budget of {} cleared by uid {}\n", req.subject, peer.uid);
