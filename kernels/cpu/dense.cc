@@ -11,19 +11,19 @@
 
 namespace gpurun::kernels {
 namespace {
-void check_cols(const char* op, const DenseDesc& d, int lo, int hi) {
+// [lo, hi) must lie in [0, end): `what` names the dimension ("columns", "rows") in the error.
+void check_range(const char* op, const DenseDesc& d, const char* what, int lo, int hi, int end) {
   validate(d);
-  if (lo < 0 || hi < lo || hi > d.in) {
-    throw std::invalid_argument(std::string(op) + ": columns [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + ") outside [0, " + std::to_string(d.in) + ")");
+  if (lo < 0 || hi < lo || hi > end) {
+    throw std::invalid_argument(std::string(op) + ": " + what + " [" + std::to_string(lo) + ", " +
+                                std::to_string(hi) + ") outside [0, " + std::to_string(end) + ")");
   }
 }
+void check_cols(const char* op, const DenseDesc& d, int lo, int hi) {
+  check_range(op, d, "columns", lo, hi, d.in);
+}
 void check_rows(const char* op, const DenseDesc& d, int lo, int hi) {
-  validate(d);
-  if (lo < 0 || hi < lo || hi > d.out) {
-    throw std::invalid_argument(std::string(op) + ": rows [" + std::to_string(lo) + ", " +
-                                std::to_string(hi) + ") outside [0, " + std::to_string(d.out) + ")");
-  }
+  check_range(op, d, "rows", lo, hi, d.out);
 }
 }  // namespace
 
@@ -41,8 +41,7 @@ void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y)
 
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc) {
-  validate(d);
-  dense_backward_weights_rows(d, x, dy, 0, d.out, dw, acc);
+  dense_backward_weights_rows(d, x, dy, 0, d.out, dw, acc);  // validates d
 }
 
 void dense_backward_data(const DenseDesc& d, const float* w, const float* dy, float* dx) {
@@ -118,9 +117,7 @@ void dense_forward(const DenseDesc& d, const float* x, const float* w, float* y)
 
 void dense_backward_weights(const DenseDesc& d, const float* x, const float* dy, float* dw,
                             Accumulate acc) {
-  validate(d);
-  const float beta = acc == Accumulate::kAdd ? 1.0f : 0.0f;
-  sgemm(Trans::kYes, Trans::kNo, d.out, d.in, d.batch, 1.0f, dy, d.out, x, d.in, beta, dw, d.in);
+  dense_backward_weights_rows(d, x, dy, 0, d.out, dw, acc);  // the same sgemm, every row
 }
 
 void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
