@@ -2,7 +2,6 @@
 // (cpu_kernels.h), one thread: milliseconds (best of N after a warm-up) and GFLOP/s, so a change
 // to a kernel or a library shows where the step's time goes. Run it on a quiet machine:
 //   build/bench/cpu_ops/bench_cpu_ops [--batch 64] [--repeats 20]
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -10,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_timing.h"
 #include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/cpu_kernels.h"
@@ -28,19 +28,6 @@ std::vector<float> noise(std::size_t n, unsigned seed) {
     x = float(int(seed >> 9) % 2001 - 1000) / 1000.0f;
   }
   return v;
-}
-
-double best_ms(int repeats, const std::function<void()>& f) {
-  f();  // warm-up: primitives and packing buffers are created here
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t = std::chrono::steady_clock::now();
-    f();
-    best = std::min(
-        best,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
-  }
-  return best;
 }
 
 struct Op {

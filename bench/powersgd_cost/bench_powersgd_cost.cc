@@ -4,35 +4,16 @@
 // pass. On one core a node (bench/two_node_link) this time is on the step's critical path: it is
 // why PowerSGD does not reach the two-node target at 10 Gbit/s there. Run it on a quiet machine:
 //   taskset -c 0 build/bench/powersgd_cost/bench_powersgd_cost [--rank R] [--repeats N]
-#include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <functional>
 #include <vector>
 
+#include "bench_timing.h"
 #include "cpu/powersgd.h"
 
 using gpurun::runtime::cpu::LowRankMatrix;
 using gpurun::runtime::cpu::PowerSgd;
-
-namespace {
-
-double best_ms(int repeats, const std::function<void()>& f) {
-  f();
-  double best = 1e30;
-  for (int r = 0; r < repeats; ++r) {
-    const auto t = std::chrono::steady_clock::now();
-    f();
-    best = std::min(
-        best,
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t).count());
-  }
-  return best;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   int rank = 4, repeats = 20;
