@@ -7,7 +7,9 @@
 #include <dlfcn.h>
 #include <gtest/gtest.h>
 #include <stdlib.h>
+#include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
 #include <string>
 
@@ -18,9 +20,15 @@ namespace gpuinfo = gpurun::gpuinfo;
 
 namespace {
 
-// Writes the stand-in's fixture and points it there (read at the next first nvmlInit_v2).
+// Writes the stand-in's fixture and points it there (read at the next first nvmlInit_v2). The
+// file is this process's own: CTest runs each test as a process, several at once, and a shared
+// name let one test read another's half-written fixture.
 void fixture(const std::string& json) {
-  const std::string path = ::testing::TempDir() + "nvml_standin_fixture.json";
+  const std::string path =
+      ::testing::TempDir() + "nvml_standin_fixture." + std::to_string(getpid()) + ".json";
+  static const std::string removed_at_exit = path;
+  static const int registered = std::atexit([] { unlink(removed_at_exit.c_str()); });
+  (void)registered;
   std::ofstream(path) << json;
   ASSERT_EQ(setenv("GPURUN_NVML_STANDIN", path.c_str(), 1), 0);
 }
@@ -86,6 +94,7 @@ TEST(NvmlStandin, ALostGpuIsNamedAndTheOthersAreRead) {
      "temp_c": 30},
     {"uuid": "GPU-bbbb", "lost": true}]})");
   gpuinfo::GpuSampler sampler;
+  ASSERT_EQ(sampler.backend().rfind("nvml", 0), 0u) << sampler.backend();
   const gpuinfo::GpuSnapshot s = sampler.sample();
   ASSERT_EQ(s.gpus.size(), 1u);
   EXPECT_EQ(s.gpus[0].uuid, "GPU-aaaa");
