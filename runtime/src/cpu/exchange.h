@@ -63,7 +63,10 @@ class CpuExchange {
   double seconds_ = 0;
 };
 
-// One SGD step (sgd.h) on parameters [lo, hi) of the flat buffers; grad_scale 1/members.
+// One SGD step (sgd.h) on n parameters whose gradients are `grads`; grad_scale 1/members.
+void sgd_piece(const ExchangeSetup& setup, int members, float lr, float* params,
+               const float* grads, float* velocity, std::size_t n);
+// The same on parameters [lo, hi) of the flat buffers.
 void sgd_range(const ExchangeSetup& setup, int members, float lr, float* params, const float* grads,
                float* velocity, std::size_t lo, std::size_t hi);
 

@@ -29,19 +29,25 @@ class AllreduceExchange final : public CpuExchange {
         hierarchical_(setup.requested == Exchange::kHierarchical),
         buckets_(setup.bucket_floats),
         pending_end_(model.param_floats()),
-        hook_{[this](std::size_t from) { on_ready(from); }, [this] { progress(); }} {
+        hook_{buckets_ ? Model::GradReady{[this](std::size_t from) { on_ready(from); },
+                                          [this] { progress(); }}
+                       : Model::GradReady{}} {
     if (setup.powersgd_rank > 0) {
       std::vector<LowRankMatrix> dense;
       for (const Model::Deferred& d : model.deferred()) dense.push_back({d.offset, d.rows, d.in});
       powersgd_ = std::make_unique<PowerSgd>(dense, model.grad_buffer_floats(),
                                              setup.powersgd_rank, pg.size(), kPowerSgdSeed);
+      // One model's backward makes rows final (more replicas add theirs after all finish).
+      if (members == pg.size())
+        hook_ = {[this](std::size_t from) { powersgd_->rows_final(model_.grads(), from); },
+                 [] {}};
     }
   }
 
   const char* name() const override {
     return powersgd_ ? "powersgd" : hierarchical_ ? "hierarchical" : buckets_ ? "overlap" : "allreduce";
   }
-  const Model::GradReady* ready_hook() override { return buckets_ ? &hook_ : nullptr; }
+  const Model::GradReady* ready_hook() override { return hook_.ready ? &hook_ : nullptr; }
   std::string summary() const override {
     std::string s = hierarchical_ ? "hierarchical allreduce (" + std::to_string(pg_.nodes()) +
                                         " nodes)"
@@ -81,19 +87,24 @@ class AllreduceExchange final : public CpuExchange {
       else
         pg_.allreduce_sum(data, n);
     };
-    if (powersgd_)
-      powersgd_->allreduce_sum(sum, model_.grads());
-    else if (buckets_)
+    float* vel = velocity_.size() ? velocity_.data() : nullptr;
+    if (powersgd_) {
+      // The compressed matrices step as PowerSGD hands out their M^; the rest after.
+      powersgd_->allreduce_sum(sum, model_.grads(),
+                               [&](std::size_t at, const float* piece, std::size_t n) {
+                                 sgd_piece(setup_, members_, lr, model_.params() + at, piece,
+                                           vel ? vel + at : nullptr, n);
+                               });
+      seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+      update(powersgd_->whole(), lr, vel, pool);
+      return;
+    }
+    if (buckets_)
       finish_buckets();
     else
       sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-    float* vel = velocity_.size() ? velocity_.data() : nullptr;
-    pool.run([&](int w) {
-      std::size_t lo, hi;
-      share(model_.param_floats(), pool.size(), w, lo, hi);
-      sgd_range(setup_, members_, lr, model_.params(), model_.grads(), vel, lo, hi);
-    });
+    update({{0, model_.param_floats()}}, lr, vel, pool);
   }
 
  private:
@@ -103,6 +114,21 @@ class AllreduceExchange final : public CpuExchange {
   int members_;
   std::vector<Layer::Range> whole_;
   FloatBuffer velocity_;
+  // The SGD step on the parameters in `ranges` (the stat slots past them left out), each worker
+  // of the pool taking its share of each.
+  void update(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float lr,
+              float* vel, WorkerPool& pool) {
+    const std::size_t end = model_.param_floats();
+    pool.run([&](int w) {
+      for (const auto& [begin, stop] : ranges) {
+        if (begin >= end) continue;
+        std::size_t lo, hi;
+        share(std::min(stop, end) - begin, pool.size(), w, lo, hi);
+        sgd_range(setup_, members_, lr, model_.params(), model_.grads(), vel, begin + lo,
+                  begin + hi);
+      }
+    });
+  }
   // Backward has finished the gradients from `from` on: the part not yet being summed goes out
   // once it holds a bucket's worth; every sum under way gets a chance to progress.
   void on_ready(std::size_t from) {
@@ -152,15 +178,21 @@ void check_buckets(const ExchangeSetup& setup, std::size_t models) {
 
 }  // namespace
 
-void sgd_range(const ExchangeSetup& setup, int members, float lr, float* params, const float* grads,
-               float* velocity, std::size_t lo, std::size_t hi) {
+void sgd_piece(const ExchangeSetup& setup, int members, float lr, float* params,
+               const float* grads, float* velocity, std::size_t n) {
   kernels::SgdDesc d;
-  d.n = hi - lo;
+  d.n = n;
   d.lr = lr;
   d.momentum = setup.momentum;
   d.weight_decay = setup.weight_decay;
   d.grad_scale = 1.0f / float(members);
-  kernels::cpu::sgd_step(d, params + lo, grads + lo, velocity ? velocity + lo : nullptr);
+  kernels::cpu::sgd_step(d, params, grads, velocity);
+}
+
+void sgd_range(const ExchangeSetup& setup, int members, float lr, float* params, const float* grads,
+               float* velocity, std::size_t lo, std::size_t hi) {
+  sgd_piece(setup, members, lr, params + lo, grads + lo, velocity ? velocity + lo : nullptr,
+            hi - lo);
 }
 
 std::unique_ptr<CpuExchange> make_allreduce_exchange(ProcessGroup& pg,

@@ -42,7 +42,7 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
       throw std::invalid_argument("PowerSGD: a matrix outside the buffer, or two that overlap");
     if (2 * std::size_t(m.rows + m.in) * std::size_t(rank) > full) continue;  // would not shrink
     Compressed c{m, FloatBuffer(std::size_t(rank) * m.in), FloatBuffer(std::size_t(m.rows) * rank),
-                 FloatBuffer(full)};
+                 FloatBuffer(full), m.rows};
     for (std::size_t i = 0; i < c.q_t.size(); ++i) c.q_t[i] = rng.uniform(-1.0f, 1.0f);
     c.error.fill(0.0f);
     if (m.offset > at) rest_.push_back({at, m.offset});
@@ -87,11 +87,13 @@ float dot(const float* a, const float* b, int n) {
 
 // Each pass below goes over M once, a row (or four) at a time, so that the row is still in cache
 // for the thin products: three passes over the 11 MB matrix instead of nine for whole-matrix
-// products and loops (bench/powersgd_cost times it).
+// products and loops (bench/powersgd_cost times it). In training the first runs on backward's
+// blocks of rows as they come (rows_final) and the last hands M^ to the optimizer a piece at a
+// time, so those two read no M that is not in cache already.
 
-void PowerSgd::add_error_and_project(Compressed& c, float* m) const {
+void PowerSgd::add_error_and_project(Compressed& c, float* m, int lo, int hi) const {
   const int in = c.m.in;
-  for (int row = 0; row < c.m.rows; ++row) {
+  for (int row = lo; row < hi; ++row) {
     float* mr = m + std::size_t(row) * in;
     const float* er = c.error.data() + std::size_t(row) * in;
     for (int j = 0; j < in; ++j) mr[j] += er[j];
@@ -123,7 +125,7 @@ void PowerSgd::project_transposed(Compressed& c, const float* m) const {
     }
 }
 
-void PowerSgd::decompress_and_keep_error(Compressed& c, float* m) const {
+void PowerSgd::decompress_and_keep_error(Compressed& c, float* m, const Apply& apply) const {
   constexpr int kChunk = 1024;  // M^'s piece of a row, in L1
   float approx[kChunk];
   const int in = c.m.in;
@@ -139,19 +141,32 @@ void PowerSgd::decompress_and_keep_error(Compressed& c, float* m) const {
         const float* qk = c.q_t.data() + std::size_t(k) * in + j0;
         for (int j = 0; j < len; ++j) approx[j] += pr[k] * qk[j];
       }
-      for (int j = 0; j < len; ++j) {
-        er[j0 + j] = mr[j0 + j] - approx[j] * share;
-        mr[j0 + j] = approx[j];
-      }
+      for (int j = 0; j < len; ++j) er[j0 + j] = mr[j0 + j] - approx[j] * share;
+      if (apply)
+        apply(c.m.offset + std::size_t(row) * in + j0, approx, std::size_t(len));
+      else
+        std::copy(approx, approx + len, mr + j0);
     }
   }
 }
 
-void PowerSgd::allreduce_sum(const Sum& sum, float* grads) {
-  // P = (M + E) Q for each matrix, sent with the rest of the buffer.
+void PowerSgd::rows_final(float* grads, std::size_t from) {
+  for (Compressed& c : mats_) {
+    const std::size_t in = std::size_t(c.m.in);
+    const std::size_t first =
+        from <= c.m.offset ? 0 : std::min<std::size_t>((from - c.m.offset + in - 1) / in, c.m.rows);
+    if (int(first) >= c.projected_from) continue;
+    add_error_and_project(c, grads + c.m.offset, int(first), c.projected_from);
+    c.projected_from = int(first);
+  }
+}
+
+void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply) {
+  // P = (M + E) Q for each matrix (the rows rows_final() left), sent with the rest of the buffer.
   float* out = send_p_.data();
   for (Compressed& c : mats_) {
-    add_error_and_project(c, grads + c.m.offset);
+    add_error_and_project(c, grads + c.m.offset, 0, c.projected_from);
+    c.projected_from = c.m.rows;  // the next step's rows are not final yet
     out = std::copy(c.p.data(), c.p.data() + c.p.size(), out);
   }
   pack_rest(grads, out);
@@ -173,7 +188,7 @@ void PowerSgd::allreduce_sum(const Sum& sum, float* grads) {
   for (Compressed& c : mats_) {
     std::copy(q_in, q_in + c.q_t.size(), c.q_t.data());  // the next step's warm start
     q_in += c.q_t.size();
-    decompress_and_keep_error(c, grads + c.m.offset);
+    decompress_and_keep_error(c, grads + c.m.offset, apply);
   }
 }
 

@@ -36,10 +36,20 @@ class PowerSgd {
   PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buffer_floats, int rank,
            int ranks, std::uint64_t seed);
 
+  // Backward has made the gradients from buffer offset `from` on final (Model::GradReady): the
+  // compressed rows among them take M += E and P = M Q now, while backward's block of them is
+  // still in cache. allreduce_sum() does the rows no call covered.
+  void rows_final(float* grads, std::size_t from);
   // Collective: the allreduce of `grads` (buffer_floats floats), compressed as above; `sum` is
-  // the in-place sum over the ranks each of its two messages goes through.
+  // the in-place sum over the ranks each of its two messages goes through. Without `apply` M^
+  // replaces M in the buffer. With it, M^ goes out a piece at a time, apply(offset, piece, n)
+  // for buffer floats [offset, offset + n), while the piece is in L1 (the optimizer's step: no
+  // pass over a whole M^), and the buffer's compressed matrices keep M + E.
   using Sum = std::function<void(float*, std::size_t)>;
-  void allreduce_sum(const Sum& sum, float* grads);
+  using Apply = std::function<void(std::size_t offset, const float* piece, std::size_t n)>;
+  void allreduce_sum(const Sum& sum, float* grads, const Apply& apply = {});
+  // The parts of the buffer that travel whole, [begin, end), in order.
+  const std::vector<std::pair<std::size_t, std::size_t>>& whole() const { return rest_; }
 
   std::size_t bytes_per_step() const { return 4 * (p_floats_ + rest_floats_ + q_floats_); }
   std::size_t compressed_matrices() const { return mats_.size(); }
@@ -51,10 +61,13 @@ class PowerSgd {
     FloatBuffer q_t;    // r x in: Q transposed (the layout the dense kernels take as weights)
     FloatBuffer p;      // rows x r
     FloatBuffer error;  // rows x in
+    int projected_from;  // rows from here on have had M += E, P = M Q this step
   };
-  void add_error_and_project(Compressed& c, float* m) const;       // M += E; P = M Q
-  void project_transposed(Compressed& c, const float* m) const;     // Q^T = P^T M
-  void decompress_and_keep_error(Compressed& c, float* m) const;  // E = M - M^/ranks; M = M^
+  // M += E; P = M Q, for rows [lo, hi).
+  void add_error_and_project(Compressed& c, float* m, int lo, int hi) const;
+  void project_transposed(Compressed& c, const float* m) const;  // Q^T = P^T M
+  // E = M - M^/ranks; then M = M^, or M^ to `apply`.
+  void decompress_and_keep_error(Compressed& c, float* m, const Apply& apply) const;
   void pack_rest(const float* grads, float* to) const;
   void unpack_rest(const float* from, float* grads) const;
 
