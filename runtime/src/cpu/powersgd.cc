@@ -44,7 +44,7 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
     Compressed c{m, FloatBuffer(std::size_t(rank) * m.in), FloatBuffer(std::size_t(m.rows) * rank),
                  FloatBuffer(full), m.rows};
     for (std::size_t i = 0; i < c.q_t.size(); ++i) c.q_t[i] = rng.uniform(-1.0f, 1.0f);
-    c.error.fill(0.0f);
+    c.m_last.fill(0.0f);
     if (m.offset > at) rest_.push_back({at, m.offset});
     at = m.offset + full;
     p_floats_ += c.p.size();
@@ -68,86 +68,29 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
   }
 }
 
-namespace {
 
-// The dot product of a and b (n floats) in 16 running sums, so that it vectorises without
-// leave to reorder the sum.
-float dot(const float* a, const float* b, int n) {
-  float acc[16] = {};
-  int j = 0;
-  for (; j + 16 <= n; j += 16)
-    for (int l = 0; l < 16; ++l) acc[l] += a[j + l] * b[j + l];
-  float sum = 0;
-  for (; j < n; ++j) sum += a[j] * b[j];
-  for (float x : acc) sum += x;
-  return sum;
+// Three passes over each matrix (the kernels of lowrank.h; bench/powersgd_cost times them). In
+// training the first runs on backward's blocks of rows as each is final (rows_final), and the last
+// hands M^ to the optimizer a piece at a time: neither reads an M^ or a G that is not in cache.
+
+void PowerSgd::add_error_and_project(Compressed& c, const float* g, int lo, int hi) const {
+  kernels::cpu::lowrank_add_and_project(desc(c), g, c.m_last.data(), c.p.data(), c.q_t.data(),
+                                        1.0f / float(ranks_), c.has_last, lo, hi);
 }
 
-}  // namespace
-
-// Each pass below goes over M once, a row (or four) at a time, so that the row is still in cache
-// for the thin products: three passes over the 11 MB matrix instead of nine for whole-matrix
-// products and loops (bench/powersgd_cost times it). In training the first runs on backward's
-// blocks of rows as they come (rows_final) and the last hands M^ to the optimizer a piece at a
-// time, so those two read no M that is not in cache already.
-
-void PowerSgd::add_error_and_project(Compressed& c, float* m, int lo, int hi) const {
-  const int in = c.m.in;
-  for (int row = lo; row < hi; ++row) {
-    float* mr = m + std::size_t(row) * in;
-    const float* er = c.error.data() + std::size_t(row) * in;
-    for (int j = 0; j < in; ++j) mr[j] += er[j];
-    for (int k = 0; k < rank_; ++k)  // the row is in L2 now
-      c.p[std::size_t(row) * rank_ + k] = dot(mr, c.q_t.data() + std::size_t(k) * in, in);
-  }
-}
-
-void PowerSgd::project_transposed(Compressed& c, const float* m) const {
-  const int in = c.m.in, rows = c.m.rows;
-  c.q_t.fill(0.0f);
-  int row = 0;
-  for (; row + 4 <= rows; row += 4) {  // four rows of M at a time: Q is read and written 1/4
-    const float* m0 = m + std::size_t(row) * in;
-    const float *m1 = m0 + in, *m2 = m1 + in, *m3 = m2 + in;
-    for (int k = 0; k < rank_; ++k) {
-      const float* pk = c.p.data() + std::size_t(row) * rank_ + k;
-      const float a0 = pk[0], a1 = pk[rank_], a2 = pk[2 * rank_], a3 = pk[3 * rank_];
-      float* qk = c.q_t.data() + std::size_t(k) * in;
-      for (int j = 0; j < in; ++j) qk[j] += a0 * m0[j] + a1 * m1[j] + a2 * m2[j] + a3 * m3[j];
-    }
-  }
-  for (; row < rows; ++row)
-    for (int k = 0; k < rank_; ++k) {
-      const float a = c.p[std::size_t(row) * rank_ + k];
-      const float* mr = m + std::size_t(row) * in;
-      float* qk = c.q_t.data() + std::size_t(k) * in;
-      for (int j = 0; j < in; ++j) qk[j] += a * mr[j];
-    }
-}
-
-void PowerSgd::decompress_and_keep_error(Compressed& c, float* m, const Apply& apply) const {
-  constexpr int kChunk = 1024;  // M^'s piece of a row, in L1
+void PowerSgd::decompress(Compressed& c, float* m, const Apply& apply) const {
   float approx[kChunk];
   const int in = c.m.in;
-  const float share = 1.0f / float(ranks_);
-  for (int row = 0; row < c.m.rows; ++row) {
-    float* mr = m + std::size_t(row) * in;
-    float* er = c.error.data() + std::size_t(row) * in;
-    const float* pr = c.p.data() + std::size_t(row) * rank_;
+  for (int row = 0; row < c.m.rows; ++row)
     for (int j0 = 0; j0 < in; j0 += kChunk) {
       const int len = std::min(kChunk, in - j0);
-      std::fill(approx, approx + len, 0.0f);
-      for (int k = 0; k < rank_; ++k) {
-        const float* qk = c.q_t.data() + std::size_t(k) * in + j0;
-        for (int j = 0; j < len; ++j) approx[j] += pr[k] * qk[j];
-      }
-      for (int j = 0; j < len; ++j) er[j0 + j] = mr[j0 + j] - approx[j] * share;
+      kernels::cpu::lowrank_approx_piece(desc(c), c.p.data(), c.q_t.data(), row, j0, len, approx);
       if (apply)
         apply(c.m.offset + std::size_t(row) * in + j0, approx, std::size_t(len));
       else
-        std::copy(approx, approx + len, mr + j0);
+        std::copy(approx, approx + len, m + std::size_t(row) * in + j0);
     }
-  }
+  c.has_last = true;
 }
 
 void PowerSgd::rows_final(float* grads, std::size_t from) {
@@ -179,16 +122,17 @@ void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply) {
     std::copy(in, in + c.p.size(), c.p.data());
     in += c.p.size();
     orthonormalize_columns(c.p.data(), c.m.rows, rank_);
-    project_transposed(c, grads + c.m.offset);
+    kernels::cpu::lowrank_project_transposed(desc(c), c.m_last.data(), c.p.data(),
+                                             c.q_t.data());
     q_out = std::copy(c.q_t.data(), c.q_t.data() + c.q_t.size(), q_out);
   }
   if (!mats_.empty()) sum(send_q_.data(), q_floats_);
-  // M^ = P Q^T replaces M; E keeps this rank's share of what it missed.
+  // M^ = P Q^T replaces M (or goes to `apply`); the next step's E is formed from M, P and Q.
   const float* q_in = send_q_.data();
   for (Compressed& c : mats_) {
     std::copy(q_in, q_in + c.q_t.size(), c.q_t.data());  // the next step's warm start
     q_in += c.q_t.size();
-    decompress_and_keep_error(c, grads + c.m.offset, apply);
+    decompress(c, grads + c.m.offset, apply);
   }
 }
 

@@ -10,7 +10,8 @@
 //     Q  = M^T P                     in x r;     allreduce Q
 //     M^ = P Q^T                     the rank-r approximation of the ranks' summed M
 //     E  = M - M^ / ranks            this rank's share of what the approximation missed
-// and the buffer then holds M^ where M was. Everything else in the buffer (convolutions, biases,
+// and the buffer then holds M^ where M was. E is not stored: the matrix keeps M, P and Q, and the
+// next step forms E = M - P Q^T / ranks row by row as it adds it (one pass over 11 MB less). Everything else in the buffer (convolutions, biases,
 // the small Dense layers that would not shrink, the stat slots) travels whole, with P. So a step
 // sends 4 (sum rows r + sum in r + rest) bytes instead of 4 x the whole buffer.
 #pragma once
@@ -21,6 +22,7 @@
 #include <vector>
 
 #include "cpu/buffer.h"
+#include "gpurun/kernels/lowrank.h"
 
 namespace gpurun::runtime::cpu {
 
@@ -44,7 +46,7 @@ class PowerSgd {
   // the in-place sum over the ranks each of its two messages goes through. Without `apply` M^
   // replaces M in the buffer. With it, M^ goes out a piece at a time, apply(offset, piece, n)
   // for buffer floats [offset, offset + n), while the piece is in L1 (the optimizer's step: no
-  // pass over a whole M^), and the buffer's compressed matrices keep M + E.
+  // pass over a whole M^), and the buffer's compressed matrices keep this step's gradient.
   using Sum = std::function<void(float*, std::size_t)>;
   using Apply = std::function<void(std::size_t offset, const float* piece, std::size_t n)>;
   void allreduce_sum(const Sum& sum, float* grads, const Apply& apply = {});
@@ -60,14 +62,16 @@ class PowerSgd {
     LowRankMatrix m;
     FloatBuffer q_t;    // r x in: Q transposed (the layout the dense kernels take as weights)
     FloatBuffer p;      // rows x r
-    FloatBuffer error;  // rows x in
+    FloatBuffer m_last;  // rows x in: this step's M once formed, else the last step's
     int projected_from;  // rows from here on have had M += E, P = M Q this step
+    bool has_last = false;  // whether m_last, p and q_t hold a last step (else E = 0)
   };
-  // M += E; P = M Q, for rows [lo, hi).
-  void add_error_and_project(Compressed& c, float* m, int lo, int hi) const;
-  void project_transposed(Compressed& c, const float* m) const;  // Q^T = P^T M
-  // E = M - M^/ranks; then M = M^, or M^ to `apply`.
-  void decompress_and_keep_error(Compressed& c, float* m, const Apply& apply) const;
+  static constexpr int kChunk = 1024;  // a piece of a row of M^, in L1
+  kernels::LowRankDesc desc(const Compressed& c) const { return {c.m.rows, c.m.in, rank_}; }
+  // For rows [lo, hi): M = G + E into m_last, E = the last M - the last M^ / ranks; P = M Q.
+  void add_error_and_project(Compressed& c, const float* g, int lo, int hi) const;
+  // M^ into m (the buffer's matrix), or to `apply`.
+  void decompress(Compressed& c, float* m, const Apply& apply) const;
   void pack_rest(const float* grads, float* to) const;
   void unpack_rest(const float* from, float* grads) const;
 

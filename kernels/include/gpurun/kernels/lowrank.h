@@ -1,0 +1,29 @@
+// lowrank.h: the row passes of a rank-r approximation M ~ P Q^T with error feedback, as PowerSGD
+// compresses a gradient (runtime/src/cpu/powersgd.h). M is rows x cols, P rows x rank, and Q is
+// kept transposed, rank x cols (the layout the dense kernels take as weights); all row-major.
+// Each pass goes over M once, a row at a time, so the thin products find the row in cache.
+#pragma once
+
+#include <cstddef>
+
+namespace gpurun::kernels {
+
+struct LowRankDesc {
+  int rows = 0, cols = 0, rank = 0;
+};
+
+namespace cpu {
+
+// For rows [lo, hi): m = g + (m - share * p q^T) with the p and q_t given (the last step's
+// error, formed as it is added; with `last` false, m = g), then p = m q: each row of p is read
+// for the first and then written.
+void lowrank_add_and_project(const LowRankDesc& d, const float* g, float* m, float* p,
+                             const float* q_t, float share, bool last, int lo, int hi);
+// q_t = p^T m.
+void lowrank_project_transposed(const LowRankDesc& d, const float* m, const float* p, float* q_t);
+// out[0, len) = columns [col, col + len) of row `row` of p q^T.
+void lowrank_approx_piece(const LowRankDesc& d, const float* p, const float* q_t, int row, int col,
+                          int len, float* out);
+
+}  // namespace cpu
+}  // namespace gpurun::kernels
