@@ -39,21 +39,23 @@ GPURUN_SIMD_CLONES void add_error(const float* g, const float* a, float share, i
   for (int j = 0; j < n; ++j) m[j] = g[j] + (m[j] - a[j] * share);
 }
 
-// q_t[k] += sum over four rows i of p[i][k] m[i], for each k.
+// Columns [col, col + len) of q_t[k] += sum over four rows i of p[i][k] m[i], for each k.
 GPURUN_SIMD_CLONES void add_four_rows(const float* m0, int cols, const float* p, int rank,
-                                      float* q_t) {
+                                      int col, int len, float* q_t) {
   const float *m1 = m0 + cols, *m2 = m1 + cols, *m3 = m2 + cols;
   for (int k = 0; k < rank; ++k) {
     const float a0 = p[k], a1 = p[rank + k], a2 = p[2 * rank + k], a3 = p[3 * rank + k];
     float* qk = q_t + std::size_t(k) * std::size_t(cols);
-    for (int j = 0; j < cols; ++j) qk[j] += a0 * m0[j] + a1 * m1[j] + a2 * m2[j] + a3 * m3[j];
+    for (int j = col; j < col + len; ++j)
+      qk[j] += a0 * m0[j] + a1 * m1[j] + a2 * m2[j] + a3 * m3[j];
   }
 }
 
-GPURUN_SIMD_CLONES void add_row(const float* m, int cols, const float* p, int rank, float* q_t) {
+GPURUN_SIMD_CLONES void add_row(const float* m, int cols, const float* p, int rank, int col,
+                                int len, float* q_t) {
   for (int k = 0; k < rank; ++k) {
     float* qk = q_t + std::size_t(k) * std::size_t(cols);
-    for (int j = 0; j < cols; ++j) qk[j] += p[k] * m[j];
+    for (int j = col; j < col + len; ++j) qk[j] += p[k] * m[j];
   }
 }
 
@@ -79,15 +81,19 @@ void lowrank_add_and_project(const LowRankDesc& d, const float* g, float* m, flo
   }
 }
 
-void lowrank_project_transposed(const LowRankDesc& d, const float* m, const float* p, float* q_t) {
-  std::fill(q_t, q_t + std::size_t(d.rank) * std::size_t(d.cols), 0.0f);
+void lowrank_project_transposed(const LowRankDesc& d, const float* m, const float* p, float* q_t,
+                                int col, int len) {
+  for (int k = 0; k < d.rank; ++k) {
+    float* qk = q_t + std::size_t(k) * std::size_t(d.cols) + col;
+    std::fill(qk, qk + len, 0.0f);
+  }
   int row = 0;
   for (; row + 4 <= d.rows; row += 4)  // four rows of m at a time: q_t is read and written 1/4
     add_four_rows(m + std::size_t(row) * std::size_t(d.cols), d.cols,
-                  p + std::size_t(row) * std::size_t(d.rank), d.rank, q_t);
+                  p + std::size_t(row) * std::size_t(d.rank), d.rank, col, len, q_t);
   for (; row < d.rows; ++row)
     add_row(m + std::size_t(row) * std::size_t(d.cols), d.cols,
-            p + std::size_t(row) * std::size_t(d.rank), d.rank, q_t);
+            p + std::size_t(row) * std::size_t(d.rank), d.rank, col, len, q_t);
 }
 
 void lowrank_approx_piece(const LowRankDesc& d, const float* p, const float* q_t, int row, int col,

@@ -10,6 +10,7 @@
 #include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/dense.h"
+#include "gpurun/kernels/lowrank.h"
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/softmax_xent.h"
 #include "gpurun/kernels/threads.h"
@@ -379,6 +380,66 @@ TEST(SgdVsRef, PlainMomentumAndWeightDecayMatch) {
   EXPECT_FLOAT_EQ(v, 1.1f);
   EXPECT_FLOAT_EQ(p, 0.89f);
   EXPECT_THROW(cpu::sgd_step(d, &p, &g, nullptr), std::invalid_argument);
+}
+
+// The row passes of PowerSGD (lowrank.h) against the formulas, in double, on an odd shape (rows
+// not a multiple of four, columns of no power of two) and the MNIST CNN's Dense matrix at rank 4.
+TEST(LowRankVsRef, ErrorFeedbackProjectionsAndApproximationMatch) {
+  for (const LowRankDesc d : {LowRankDesc{7, 2500, 3}, LowRankDesc{128, 21632, 4}}) {
+    SCOPED_TRACE(std::to_string(d.rows) + " x " + std::to_string(d.cols) + " rank " +
+                 std::to_string(d.rank));
+    const std::size_t n = std::size_t(d.rows) * d.cols;
+    const auto g = random_vec(n, 11), m0 = random_vec(n, 12);
+    const auto p0 = random_vec(std::size_t(d.rows) * d.rank, 13);
+    const auto q_t = random_vec(std::size_t(d.rank) * d.cols, 14);
+    const float share = 0.5f;
+    auto pq = [&](const std::vector<float>& p, int i, int j) {
+      double a = 0;
+      for (int k = 0; k < d.rank; ++k) a += double(p[i * d.rank + k]) * q_t[k * d.cols + j];
+      return a;
+    };
+    // m = g + (m - share p q^T), then p = m q; rows [2, rows) first, then [0, 2), as backward's
+    // blocks come from the last.
+    std::vector<float> m = m0, p = p0;
+    cpu::lowrank_add_and_project(d, g.data(), m.data(), p.data(), q_t.data(), share, true, 2,
+                                 d.rows);
+    cpu::lowrank_add_and_project(d, g.data(), m.data(), p.data(), q_t.data(), share, true, 0, 2);
+    std::vector<float> m_ref(n), p_ref(p.size());
+    for (int i = 0; i < d.rows; ++i)
+      for (int j = 0; j < d.cols; ++j)
+        m_ref[i * d.cols + j] = float(g[i * d.cols + j] + (m0[i * d.cols + j] - share * pq(p0, i, j)));
+    for (int i = 0; i < d.rows; ++i)
+      for (int k = 0; k < d.rank; ++k) {
+        double a = 0;
+        for (int j = 0; j < d.cols; ++j) a += double(m_ref[i * d.cols + j]) * q_t[k * d.cols + j];
+        p_ref[i * d.rank + k] = float(a);
+      }
+    EXPECT_TRUE(all_close(m, m_ref, 1e-5f, 1e-5f));
+    EXPECT_TRUE(all_close(p, p_ref, 1e-3f, 1e-4f));
+    // Without a last step, m = g.
+    std::vector<float> fresh = m0;
+    cpu::lowrank_add_and_project(d, g.data(), fresh.data(), p.data(), q_t.data(), share, false, 0,
+                                 d.rows);
+    EXPECT_EQ(fresh, g);
+    // q_t = p^T m, in two pieces of columns.
+    std::vector<float> q(q_t.size(), 9.0f), q_ref(q_t.size());
+    const int half = d.cols / 2 + 3;
+    cpu::lowrank_project_transposed(d, m.data(), p0.data(), q.data(), 0, half);
+    cpu::lowrank_project_transposed(d, m.data(), p0.data(), q.data(), half, d.cols - half);
+    for (int k = 0; k < d.rank; ++k)
+      for (int j = 0; j < d.cols; ++j) {
+        double a = 0;
+        for (int i = 0; i < d.rows; ++i) a += double(p0[i * d.rank + k]) * m[i * d.cols + j];
+        q_ref[k * d.cols + j] = float(a);
+      }
+    EXPECT_TRUE(all_close(q, q_ref, 1e-4f, 1e-4f));
+    // A piece of a row of p q^T.
+    std::vector<float> piece(100), piece_ref(100);
+    cpu::lowrank_approx_piece(d, p0.data(), q_t.data(), d.rows - 1, d.cols - 100, 100,
+                              piece.data());
+    for (int j = 0; j < 100; ++j) piece_ref[j] = float(pq(p0, d.rows - 1, d.cols - 100 + j));
+    EXPECT_TRUE(all_close(piece, piece_ref, 1e-5f, 1e-5f));
+  }
 }
 
 TEST(AccuracyVsRef, CountsArgmaxWithFirstMaxWinningTies) {

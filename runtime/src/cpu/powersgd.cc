@@ -122,8 +122,9 @@ void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply) {
     std::copy(in, in + c.p.size(), c.p.data());
     in += c.p.size();
     orthonormalize_columns(c.p.data(), c.m.rows, rank_);
-    kernels::cpu::lowrank_project_transposed(desc(c), c.m_last.data(), c.p.data(),
-                                             c.q_t.data());
+    for (int j0 = 0; j0 < c.m.in; j0 += kChunk)
+      kernels::cpu::lowrank_project_transposed(desc(c), c.m_last.data(), c.p.data(),
+                                               c.q_t.data(), j0, std::min(kChunk, c.m.in - j0));
     q_out = std::copy(c.q_t.data(), c.q_t.data() + c.q_t.size(), q_out);
   }
   if (!mats_.empty()) sum(send_q_.data(), q_floats_);

@@ -19,8 +19,10 @@ namespace cpu {
 // for the first and then written.
 void lowrank_add_and_project(const LowRankDesc& d, const float* g, float* m, float* p,
                              const float* q_t, float share, bool last, int lo, int hi);
-// q_t = p^T m.
-void lowrank_project_transposed(const LowRankDesc& d, const float* m, const float* p, float* q_t);
+// Columns [col, col + len) of q_t = p^T m (each q_t row's piece then stays in L1 as every row of
+// m goes by).
+void lowrank_project_transposed(const LowRankDesc& d, const float* m, const float* p, float* q_t,
+                                int col, int len);
 // out[0, len) = columns [col, col + len) of row `row` of p q^T.
 void lowrank_approx_piece(const LowRankDesc& d, const float* p, const float* q_t, int row, int col,
                           int len, float* out);
