@@ -97,5 +97,56 @@ TEST(PowerSgd, ErrorFeedbackCarriesWhatCompressionLeftOut) {
   EXPECT_LT(max_abs_diff(sent.data(), m.data(), m.size()), first_miss / 10);
 }
 
+// Training's path through PowerSGD: rows made final early by backward's blocks (rows_final), Q
+// summed in pieces started as each is made (start), and M^ handed to `apply` a piece at a time,
+// gives the bits of the plain call, step after step (the error feedback included); every float of
+// the matrix goes to `apply` once, and Q goes out in ceil(columns / 6144) sums.
+TEST(PowerSgd, EarlyRowsPiecesOfQAndAppliedPiecesGiveTheSameBits) {
+  constexpr int kRows = 40, kIn = 9000;
+  constexpr std::size_t kAt = 5, kEnd = kAt + std::size_t(kRows) * kIn + 3;
+  const std::vector<LowRankMatrix> mats{{kAt, kRows, kIn}};
+  PowerSgd plain(mats, kEnd, 2, 1, 99), piecewise(mats, kEnd, 2, 1, 99);
+  auto pg = make_single_process_group();
+  const auto sum = [&](float* d, std::size_t n) { pg->allreduce_sum(d, n); };
+  std::vector<std::size_t> starts;
+  const auto start = [&](float* d, std::size_t n) {
+    starts.push_back(n);
+    return pg->start_allreduce_sum(d, n);
+  };
+  Rng rng(21);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> a(kEnd);
+    for (auto& x : a) x = rng.uniform(-1, 1);
+    std::vector<float> b = a, applied(kEnd, 0.0f);
+    const std::vector<float> given = a;
+    std::vector<int> times(kEnd, 0);
+    plain.allreduce_sum(sum, a.data());
+    // Rows not final yet hold garbage, as backward leaves them: rows 26.. (row 25 not whole),
+    // then rows 10.., then all.
+    const auto row = [&](int r) { return kAt + std::size_t(r) * kIn; };
+    std::fill(b.begin() + row(0), b.begin() + row(26), 1e30f);
+    piecewise.rows_final(b.data(), row(25) + 7);
+    std::copy(given.begin() + row(10), given.begin() + row(26), b.begin() + row(10));
+    piecewise.rows_final(b.data(), row(10));
+    std::copy(given.begin() + row(0), given.begin() + row(10), b.begin() + row(0));
+    starts.clear();
+    piecewise.allreduce_sum(
+        sum, b.data(),
+        [&](std::size_t at, const float* piece, std::size_t n) {
+          for (std::size_t i = 0; i < n; ++i) {
+            applied[at + i] = piece[i];
+            ++times[at + i];
+          }
+        },
+        start);
+    for (std::size_t i = kAt; i < kAt + std::size_t(kRows) * kIn; ++i) {
+      ASSERT_EQ(times[i], 1) << "step " << step << " float " << i;
+      ASSERT_EQ(applied[i], a[i]) << "step " << step << " float " << i;
+    }
+    EXPECT_EQ(times[0] + times[kEnd - 1], 0) << "the whole parts are not the optimizer's here";
+    EXPECT_EQ(starts, (std::vector<std::size_t>{2 * 6144, 2 * (kIn - 6144)}));
+  }
+}
+
 }  // namespace
 }  // namespace gpurun::runtime::cpu

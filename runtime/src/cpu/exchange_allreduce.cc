@@ -90,11 +90,16 @@ class AllreduceExchange final : public CpuExchange {
     float* vel = velocity_.size() ? velocity_.data() : nullptr;
     if (powersgd_) {
       // The compressed matrices step as PowerSGD hands out their M^; the rest after.
-      powersgd_->allreduce_sum(sum, model_.grads(),
-                               [&](std::size_t at, const float* piece, std::size_t n) {
-                                 sgd_piece(setup_, members_, lr, model_.params() + at, piece,
-                                           vel ? vel + at : nullptr, n);
-                               });
+      const auto step = [&](std::size_t at, const float* piece, std::size_t n) {
+        sgd_piece(setup_, members_, lr, model_.params() + at, piece, vel ? vel + at : nullptr, n);
+      };
+      const auto start = [this](float* data, std::size_t n) {
+        return pg_.start_allreduce_sum(data, n);
+      };
+      if (hierarchical_)  // its sum is blocking
+        powersgd_->allreduce_sum(sum, model_.grads(), step);
+      else
+        powersgd_->allreduce_sum(sum, model_.grads(), step, start);
       seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
       update(powersgd_->whole(), lr, vel, pool);
       return;

@@ -78,19 +78,20 @@ void PowerSgd::add_error_and_project(Compressed& c, const float* g, int lo, int 
                                         1.0f / float(ranks_), c.has_last, lo, hi);
 }
 
-void PowerSgd::decompress(Compressed& c, float* m, const Apply& apply) const {
+void PowerSgd::decompress(Compressed& c, int j0, int len, float* m, const Apply& apply,
+                          const std::function<void()>& progress) const {
   float approx[kChunk];
-  const int in = c.m.in;
   for (int row = 0; row < c.m.rows; ++row)
-    for (int j0 = 0; j0 < in; j0 += kChunk) {
-      const int len = std::min(kChunk, in - j0);
-      kernels::cpu::lowrank_approx_piece(desc(c), c.p.data(), c.q_t.data(), row, j0, len, approx);
+    for (int j = j0; j < j0 + len; j += kChunk) {
+      if (row % 8 == 0 && j == j0) progress();
+      const int n = std::min(kChunk, j0 + len - j);
+      kernels::cpu::lowrank_approx_piece(desc(c), c.p.data(), c.q_t.data(), row, j, n, approx);
+      const std::size_t at = std::size_t(row) * std::size_t(c.m.in) + std::size_t(j);
       if (apply)
-        apply(c.m.offset + std::size_t(row) * in + j0, approx, std::size_t(len));
+        apply(c.m.offset + at, approx, std::size_t(n));
       else
-        std::copy(approx, approx + len, m + std::size_t(row) * in + j0);
+        std::copy(approx, approx + n, m + at);
     }
-  c.has_last = true;
 }
 
 void PowerSgd::rows_final(float* grads, std::size_t from) {
@@ -104,7 +105,7 @@ void PowerSgd::rows_final(float* grads, std::size_t from) {
   }
 }
 
-void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply) {
+void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply, const Start& start) {
   // P = (M + E) Q for each matrix (the rows rows_final() left), sent with the rest of the buffer.
   float* out = send_p_.data();
   for (Compressed& c : mats_) {
@@ -115,26 +116,53 @@ void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply) {
   pack_rest(grads, out);
   sum(send_p_.data(), send_p_.size());
   unpack_rest(send_p_.data() + p_floats_, grads);
-  // Q = M^T P from the orthonormalized sum of P: the same P on every rank.
   const float* in = send_p_.data();
-  float* q_out = send_q_.data();
-  for (Compressed& c : mats_) {
+  for (Compressed& c : mats_) {  // the same P on every rank
     std::copy(in, in + c.p.size(), c.p.data());
     in += c.p.size();
     orthonormalize_columns(c.p.data(), c.m.rows, rank_);
-    for (int j0 = 0; j0 < c.m.in; j0 += kChunk)
-      kernels::cpu::lowrank_project_transposed(desc(c), c.m_last.data(), c.p.data(),
-                                               c.q_t.data(), j0, std::min(kChunk, c.m.in - j0));
-    q_out = std::copy(c.q_t.data(), c.q_t.data() + c.q_t.size(), q_out);
   }
-  if (!mats_.empty()) sum(send_q_.data(), q_floats_);
-  // M^ = P Q^T replaces M (or goes to `apply`); the next step's E is formed from M, P and Q.
-  const float* q_in = send_q_.data();
-  for (Compressed& c : mats_) {
-    std::copy(q_in, q_in + c.q_t.size(), c.q_t.data());  // the next step's warm start
-    q_in += c.q_t.size();
-    decompress(c, grads + c.m.offset, apply);
+  exchange_q(sum, start, grads, apply);
+}
+
+// Q = M^T P a piece of columns at a time, each piece packed into send_q_ (its rank rows one
+// after another) and, with `start`, its sum started at once; then, as each piece's sum ends, M^'s
+// columns of it: the link carries one piece while the next is made or used.
+void PowerSgd::exchange_q(const Sum& sum, const Start& start, float* grads, const Apply& apply) {
+  struct Piece {
+    Compressed* c;
+    int j0, len;
+    float* at;
+    std::unique_ptr<PendingSum> sum;
+  };
+  std::vector<Piece> pieces;
+  const auto progress = [&pieces] {  // Open MPI moves a non-blocking sum only inside its calls
+    for (Piece& p : pieces)
+      if (p.sum) p.sum->test();
+  };
+  float* at = send_q_.data();
+  for (Compressed& c : mats_)
+    for (int j0 = 0; j0 < c.m.in; j0 += kSumColumns) {
+      const int len = std::min(kSumColumns, c.m.in - j0);
+      for (int j = j0; j < j0 + len; j += kChunk) {
+        kernels::cpu::lowrank_project_transposed(desc(c), c.m_last.data(), c.p.data(),
+                                                 c.q_t.data(), j, std::min(kChunk, j0 + len - j));
+        progress();
+      }
+      for (int k = 0; k < rank_; ++k)
+        std::copy_n(c.q_t.data() + std::size_t(k) * c.m.in + j0, len, at + std::size_t(k) * len);
+      pieces.push_back({&c, j0, len, at, start ? start(at, std::size_t(rank_) * len) : nullptr});
+      at += std::size_t(rank_) * len;
+    }
+  if (!start && !mats_.empty()) sum(send_q_.data(), q_floats_);
+  for (Piece& p : pieces) {
+    if (p.sum) p.sum->wait();
+    for (int k = 0; k < rank_; ++k)  // the sum: M^'s, and the next step's warm start
+      std::copy_n(p.at + std::size_t(k) * p.len, p.len,
+                  p.c->q_t.data() + std::size_t(k) * p.c->m.in + p.j0);
+    decompress(*p.c, p.j0, p.len, grads + p.c->m.offset, apply, progress);
   }
+  for (Compressed& c : mats_) c.has_last = true;
 }
 
 std::string PowerSgd::summary() const {

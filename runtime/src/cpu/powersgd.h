@@ -18,10 +18,12 @@
 
 #include <cstddef>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "cpu/buffer.h"
+#include "gpurun/runtime/process_group.h"
 #include "gpurun/kernels/lowrank.h"
 
 namespace gpurun::runtime::cpu {
@@ -47,9 +49,13 @@ class PowerSgd {
   // replaces M in the buffer. With it, M^ goes out a piece at a time, apply(offset, piece, n)
   // for buffer floats [offset, offset + n), while the piece is in L1 (the optimizer's step: no
   // pass over a whole M^), and the buffer's compressed matrices keep this step's gradient.
+  // With `start` (a non-blocking sum), Q's sum goes in pieces, each started once made, and M^
+  // follows each piece's end: the link and the passes over M overlap.
   using Sum = std::function<void(float*, std::size_t)>;
   using Apply = std::function<void(std::size_t offset, const float* piece, std::size_t n)>;
-  void allreduce_sum(const Sum& sum, float* grads, const Apply& apply = {});
+  using Start = std::function<std::unique_ptr<PendingSum>(float*, std::size_t)>;
+  void allreduce_sum(const Sum& sum, float* grads, const Apply& apply = {},
+                     const Start& start = {});
   // The parts of the buffer that travel whole, [begin, end), in order.
   const std::vector<std::pair<std::size_t, std::size_t>>& whole() const { return rest_; }
 
@@ -66,12 +72,18 @@ class PowerSgd {
     int projected_from;  // rows from here on have had M += E, P = M Q this step
     bool has_last = false;  // whether m_last, p and q_t hold a last step (else E = 0)
   };
-  static constexpr int kChunk = 1024;  // a piece of a row of M^, in L1
+  static constexpr int kChunk = 1024;  // a piece of a row of M^ (or of Q^T's rows), in L1
+  // Columns of Q^T a sum of Q carries: 96 kB at rank 4, the MNIST CNN's Q in four sums.
+  static constexpr int kSumColumns = 6 * kChunk;
   kernels::LowRankDesc desc(const Compressed& c) const { return {c.m.rows, c.m.in, rank_}; }
   // For rows [lo, hi): M = G + E into m_last, E = the last M - the last M^ / ranks; P = M Q.
   void add_error_and_project(Compressed& c, const float* g, int lo, int hi) const;
-  // M^ into m (the buffer's matrix), or to `apply`.
-  void decompress(Compressed& c, float* m, const Apply& apply) const;
+  // Q's sum and M^, a piece of columns at a time (powersgd.cc).
+  void exchange_q(const Sum& sum, const Start& start, float* grads, const Apply& apply);
+  // Columns [j0, j0 + len) of M^ into m (the buffer's matrix), or to `apply`.
+  // progress() runs every few rows.
+  void decompress(Compressed& c, int j0, int len, float* m, const Apply& apply,
+                  const std::function<void()>& progress) const;
   void pack_rest(const float* grads, float* to) const;
   void unpack_rest(const float* from, float* grads) const;
 
