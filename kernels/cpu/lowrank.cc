@@ -39,6 +39,11 @@ GPURUN_SIMD_CLONES void add_error(const float* g, const float* a, float share, i
   for (int j = 0; j < n; ++j) m[j] = g[j] + (m[j] - a[j] * share);
 }
 
+// m -= a * share over n floats.
+GPURUN_SIMD_CLONES void subtract(const float* a, float share, int n, float* m) {
+  for (int j = 0; j < n; ++j) m[j] = m[j] - a[j] * share;
+}
+
 // Columns [col, col + len) of q_t[k] += sum over four rows i of p[i][k] m[i], for each k.
 GPURUN_SIMD_CLONES void add_four_rows(const float* m0, int cols, const float* p, int rank,
                                       int col, int len, float* q_t) {
@@ -94,6 +99,26 @@ void lowrank_project_transposed(const LowRankDesc& d, const float* m, const floa
   for (; row < d.rows; ++row)
     add_row(m + std::size_t(row) * std::size_t(d.cols), d.cols,
             p + std::size_t(row) * std::size_t(d.rank), d.rank, col, len, q_t);
+}
+
+void lowrank_subtract_piece(const LowRankDesc& d, float* m, const float* p, const float* q_t,
+                            float share, int col, int len) {
+  float a[kPiece];
+  for (int row = 0; row < d.rows; ++row)
+    for (int j0 = col; j0 < col + len; j0 += kPiece) {
+      const int n = std::min(kPiece, col + len - j0);
+      approx(p + std::size_t(row) * std::size_t(d.rank), q_t, d.cols, d.rank, j0, n, a);
+      subtract(a, share, n, m + std::size_t(row) * std::size_t(d.cols) + j0);
+    }
+}
+
+void lowrank_project_piece(const LowRankDesc& d, const float* m, const float* q_t, float* p_next,
+                           int col, int len) {
+  for (int row = 0; row < d.rows; ++row)
+    for (int k = 0; k < d.rank; ++k)
+      p_next[std::size_t(row) * std::size_t(d.rank) + k] +=
+          dot(m + std::size_t(row) * std::size_t(d.cols) + col,
+              q_t + std::size_t(k) * std::size_t(d.cols) + col, len);
 }
 
 void lowrank_approx_piece(const LowRankDesc& d, const float* p, const float* q_t, int row, int col,

@@ -416,6 +416,17 @@ TEST(LowRankVsRef, ErrorFeedbackProjectionsAndApproximationMatch) {
       }
     EXPECT_TRUE(all_close(m, m_ref, 1e-5f, 1e-5f));
     EXPECT_TRUE(all_close(p, p_ref, 1e-3f, 1e-4f));
+    // The same a piece of columns at a time, the gradient added between (a deferred dW).
+    std::vector<float> m2 = m0, p_next(p.size(), 0.0f);
+    for (int col = 0; col < d.cols; col += 1000) {
+      const int len = std::min(1000, d.cols - col);
+      cpu::lowrank_subtract_piece(d, m2.data(), p0.data(), q_t.data(), share, col, len);
+      for (int i = 0; i < d.rows; ++i)
+        for (int j = col; j < col + len; ++j) m2[i * d.cols + j] += g[i * d.cols + j];
+      cpu::lowrank_project_piece(d, m2.data(), q_t.data(), p_next.data(), col, len);
+    }
+    EXPECT_TRUE(all_close(m2, m_ref, 1e-5f, 1e-5f));
+    EXPECT_TRUE(all_close(p_next, p_ref, 1e-3f, 1e-4f));
     // Without a last step, m = g.
     std::vector<float> fresh = m0;
     cpu::lowrank_add_and_project(d, g.data(), fresh.data(), p.data(), q_t.data(), share, false, 0,

@@ -5,8 +5,8 @@
 # run's (both runs are deterministic: one BLAS thread, a fixed seed, a 2-rank sum). At 2 epochs
 # (about 81%) a change of rounding alone moved the compressed run by 1.5 points; at 4 (about
 # 94.5%) the runs are past that early noise. The 8-epoch
-# Fashion-MNIST comparison is bench/results/powersgd.md. Bad values and the shared exchange are
-# refused by name.
+# Fashion-MNIST comparison is bench/results/powersgd.md. The three ways PowerSGD gets its gradient
+# agree (below). Bad values and the shared exchange are refused by name.
 #   powersgd_e2e_test.sh MNIST_CNN GPURUN DATA_DIR
 set -euo pipefail
 mnist=$1 gpurun=$2 data=$3
@@ -36,6 +36,30 @@ assert psgd["test_accuracy"] > 0.9, psgd["test_accuracy"]
 assert abs(gap) <= 1.5, gap
 PY
 grep -q "PowerSGD rank 4: 2 matrices" "$work/psgd.log" || fail "no PowerSGD summary: $(cat "$work/psgd.log")"
+# PowerSGD's three ways in (runtime/src/cpu/exchange_allreduce.cc): one model forms dW a piece at
+# a time into M (deferred), --micro-batch 32 adds E on the last micro-batch's blocks of dW rows
+# (rows_final), --threads 2 (two replicas of 32 images) leaves it all to the exchange. The last
+# two sum the same partial gradients in the same order: the same bits. The deferred form sums
+# P's dot products a piece at a time: within rounding of them after 30 steps.
+form() {  # form NAME ARGS...
+  local name=$1; shift
+  "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --batch-size 64 --exchange allreduce \
+    --seed 7 --grad-compression powersgd:4 --max-steps 30 --report "$work/$name.json" "$@" \
+    > "$work/$name.log" 2>&1 || { cat "$work/$name.log"; fail "the $name run failed"; }
+}
+form deferred --threads 1
+form micro --threads 1 --micro-batch 32
+form replicas --threads 2
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+d, m, r = (json.load(open(f"{w}/{n}.json")) for n in ("deferred", "micro", "replicas"))
+print(f"30 steps: final loss deferred {d['final_loss']:.6f}, micro-batch {m['final_loss']:.6f}, "
+      f"replicas {r['final_loss']:.6f}")
+assert m["param_checksum"] == r["param_checksum"], (m["param_checksum"], r["param_checksum"])
+assert d["steps_run"] == m["steps_run"] == 30, (d["steps_run"], m["steps_run"])
+assert abs(d["final_loss"] - m["final_loss"]) <= 1e-3 * m["final_loss"], (d["final_loss"], m["final_loss"])
+PY
 for bad in powersgd:0 powersgd:x topk:4 powersgd:65; do
   if "$mnist" --device cpu --data "$data" --grad-compression "$bad" > "$work/bad" 2>&1; then
     fail "--grad-compression $bad was accepted"

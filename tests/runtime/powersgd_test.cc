@@ -5,6 +5,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
@@ -145,6 +146,46 @@ TEST(PowerSgd, EarlyRowsPiecesOfQAndAppliedPiecesGiveTheSameBits) {
     }
     EXPECT_EQ(times[0] + times[kEnd - 1], 0) << "the whole parts are not the optimizer's here";
     EXPECT_EQ(starts, (std::vector<std::size_t>{2 * 6144, 2 * (kIn - 6144)}));
+  }
+}
+
+// The deferred form (Model::forward_backward_deferred): G is not in the buffer, and PowerSGD adds
+// it into M a piece of columns at a time through `add`. Over several steps, error feedback
+// included, it sends what the plain call sends, within rounding (P's dot products are summed a
+// piece at a time); `add` sees every column of the matrix once a step.
+TEST(PowerSgd, TheDeferredGradientGivesThePlainResult) {
+  constexpr int kRows = 12, kIn = 3000;
+  constexpr std::size_t kAt = 5, kEnd = kAt + std::size_t(kRows) * kIn + 3;
+  const std::vector<LowRankMatrix> mats{{kAt, kRows, kIn}};
+  PowerSgd plain(mats, kEnd, 2, 1, 99), deferred(mats, kEnd, 2, 1, 99);
+  EXPECT_TRUE(deferred.compresses(kAt));
+  EXPECT_FALSE(deferred.compresses(0));
+  auto pg = make_single_process_group();
+  const auto sum = [&](float* d, std::size_t n) { pg->allreduce_sum(d, n); };
+  Rng rng(23);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> a(kEnd);
+    for (auto& x : a) x = rng.uniform(-1, 1);
+    const std::vector<float> g = a;
+    std::vector<float> b = a, sent(kEnd, 0.0f);
+    std::fill(b.begin() + kAt, b.begin() + kAt + std::size_t(kRows) * kIn, 1e30f);  // not there
+    std::vector<int> cols(kIn, 0);
+    plain.allreduce_sum(sum, a.data());
+    deferred.allreduce_sum(
+        sum, b.data(),
+        [&](std::size_t at, const float* piece, std::size_t n) {
+          std::copy(piece, piece + n, sent.begin() + at);
+        },
+        {},
+        [&](const LowRankMatrix& m, int lo, int hi, float* into) {
+          ASSERT_EQ(m.offset, kAt);
+          for (int i = 0; i < m.rows; ++i)
+            for (int j = lo; j < hi; ++j) into[i * m.in + j] += g[kAt + std::size_t(i) * m.in + j];
+          for (int j = lo; j < hi; ++j) ++cols[j];
+        });
+    EXPECT_EQ(std::count(cols.begin(), cols.end(), 1), kIn) << "step " << step;
+    EXPECT_LT(max_abs_diff(sent.data() + kAt, a.data() + kAt, std::size_t(kRows) * kIn), 1e-4)
+        << "step " << step;
   }
 }
 

@@ -37,8 +37,13 @@ class AllreduceExchange final : public CpuExchange {
       for (const Model::Deferred& d : model.deferred()) dense.push_back({d.offset, d.rows, d.in});
       powersgd_ = std::make_unique<PowerSgd>(dense, model.grad_buffer_floats(),
                                              setup.powersgd_rank, pg.size(), kPowerSgdSeed);
-      // One model's backward makes rows final (more replicas add theirs after all finish).
-      if (members == pg.size())
+      // One model, whole batches: its Dense layers defer dW, and PowerSGD forms each compressed
+      // G straight into its M a piece at a time (PowerSgd::AddGradient). With micro-batches,
+      // M += E runs on the last one's blocks of dW rows as backward finishes each. More
+      // replicas add their gradients after all finish, so theirs wait for the exchange.
+      if (members == pg.size() && setup.micro_batch == 0)
+        defer_dense();
+      else if (members == pg.size())
         hook_ = {[this](std::size_t from) { powersgd_->rows_final(model_.grads(), from); },
                  [] {}};
     }
@@ -60,7 +65,7 @@ class AllreduceExchange final : public CpuExchange {
   std::size_t bytes_per_step() const override {
     return powersgd_ ? powersgd_->bytes_per_step() : model_.grad_buffer_floats() * sizeof(float);
   }
-  bool deferred() const override { return false; }
+  bool deferred() const override { return !x_.empty(); }
   const std::vector<Layer::Range>& summed() const override { return whole_; }
   const float* velocity() const override { return velocity_.size() ? velocity_.data() : nullptr; }
 
@@ -89,19 +94,9 @@ class AllreduceExchange final : public CpuExchange {
     };
     float* vel = velocity_.size() ? velocity_.data() : nullptr;
     if (powersgd_) {
-      // The compressed matrices step as PowerSGD hands out their M^; the rest after.
-      const auto step = [&](std::size_t at, const float* piece, std::size_t n) {
-        sgd_piece(setup_, members_, lr, model_.params() + at, piece, vel ? vel + at : nullptr, n);
-      };
-      const auto start = [this](float* data, std::size_t n) {
-        return pg_.start_allreduce_sum(data, n);
-      };
-      if (hierarchical_)  // its sum is blocking
-        powersgd_->allreduce_sum(sum, model_.grads(), step);
-      else
-        powersgd_->allreduce_sum(sum, model_.grads(), step, start);
+      powersgd_sum_and_step(sum, lr, vel);
       seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-      update(powersgd_->whole(), lr, vel, pool);
+      update(powersgd_->whole(), lr, vel, pool);  // what travelled whole
       return;
     }
     if (buckets_)
@@ -119,6 +114,48 @@ class AllreduceExchange final : public CpuExchange {
   int members_;
   std::vector<Layer::Range> whole_;
   FloatBuffer velocity_;
+  // PowerSGD's exchange; the compressed matrices take their SGD step as it hands out their M^.
+  void powersgd_sum_and_step(const PowerSgd::Sum& sum, float lr, float* vel) {
+    const auto step = [&](std::size_t at, const float* piece, std::size_t n) {
+      sgd_piece(setup_, members_, lr, model_.params() + at, piece, vel ? vel + at : nullptr, n);
+    };
+    PowerSgd::Start start;
+    if (!hierarchical_)  // (its sum blocks)
+      start = [this](float* data, std::size_t n) { return pg_.start_allreduce_sum(data, n); };
+    PowerSgd::AddGradient add;
+    if (deferred()) {
+      add = [this](const LowRankMatrix& m, int lo, int hi, float* into) {
+        add_deferred(index_of(m.offset), lo, hi, 1.0f, into);
+      };
+      for (std::size_t k = 0; k < x_.size(); ++k) {  // dW of what is not compressed, whole
+        const Model::Deferred& d = model_.deferred()[k];
+        if (!powersgd_->compresses(d.offset))
+          add_deferred(k, 0, d.in, 0.0f, model_.grads() + d.offset);
+      }
+    }
+    powersgd_->allreduce_sum(sum, model_.grads(), step, start, add);
+  }
+  // The Dense layers defer dW to the exchange (Model::forward_backward_deferred), their X and
+  // dZ in buffers of this exchange's.
+  void defer_dense() {
+    for (std::size_t k = 0; k < model_.deferred().size(); ++k) {
+      const Model::Deferred& d = model_.deferred()[k];
+      x_.emplace_back(std::size_t(setup_.slice) * std::size_t(d.in));
+      dz_.emplace_back(std::size_t(setup_.slice) * std::size_t(d.rows));
+      model_.bind_deferred(k, x_.back().data(), dz_.back().data());
+    }
+  }
+  // into = beta into + columns [lo, hi) of deferred layer k's dW (dZ^T X), `into` its matrix.
+  void add_deferred(std::size_t k, int lo, int hi, float beta, float* into) {
+    model_.layers()[model_.deferred()[k].layer]->weight_cols(setup_.slice, x_[k].data(),
+                                                             dz_[k].data(), lo, hi, 1.0f, beta,
+                                                             into);
+  }
+  std::size_t index_of(std::size_t offset) const {
+    for (std::size_t k = 0; k < model_.deferred().size(); ++k)
+      if (model_.deferred()[k].offset == offset) return k;
+    throw std::logic_error("allreduce exchange: no deferred layer at that offset");
+  }
   // The SGD step on the parameters in `ranges` (the stat slots past them left out), each worker
   // of the pool taking its share of each.
   void update(const std::vector<std::pair<std::size_t, std::size_t>>& ranges, float lr,
@@ -163,6 +200,7 @@ class AllreduceExchange final : public CpuExchange {
   std::vector<std::unique_ptr<PendingSum>> sums_;
   Model::GradReady hook_;
   std::unique_ptr<PowerSgd> powersgd_;
+  std::vector<FloatBuffer> x_, dz_;  // per deferred layer, when PowerSGD forms dW (defer_dense)
   static constexpr std::uint64_t kPowerSgdSeed = 0x506f776572534744;  // every rank's Q alike
 };
 

@@ -41,8 +41,13 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
     if (m.offset + full > buffer_floats || m.offset < at)
       throw std::invalid_argument("PowerSGD: a matrix outside the buffer, or two that overlap");
     if (2 * std::size_t(m.rows + m.in) * std::size_t(rank) > full) continue;  // would not shrink
-    Compressed c{m, FloatBuffer(std::size_t(rank) * m.in), FloatBuffer(std::size_t(m.rows) * rank),
-                 FloatBuffer(full), m.rows};
+    Compressed c{m,
+                 FloatBuffer(std::size_t(rank) * m.in),
+                 FloatBuffer(std::size_t(m.rows) * rank),
+                 FloatBuffer(full),
+                 m.rows,
+                 false,
+                 FloatBuffer(std::size_t(m.rows) * rank)};
     for (std::size_t i = 0; i < c.q_t.size(); ++i) c.q_t[i] = rng.uniform(-1.0f, 1.0f);
     c.m_last.fill(0.0f);
     if (m.offset > at) rest_.push_back({at, m.offset});
@@ -68,7 +73,6 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
   }
 }
 
-
 // Three passes over each matrix (the kernels of lowrank.h; bench/powersgd_cost times them). In
 // training the first runs on backward's blocks of rows as each is final (rows_final), and the last
 // hands M^ to the optimizer a piece at a time: neither reads an M^ or a G that is not in cache.
@@ -76,6 +80,27 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
 void PowerSgd::add_error_and_project(Compressed& c, const float* g, int lo, int hi) const {
   kernels::cpu::lowrank_add_and_project(desc(c), g, c.m_last.data(), c.p.data(), c.q_t.data(),
                                         1.0f / float(ranks_), c.has_last, lo, hi);
+}
+
+void PowerSgd::add_deferred_and_project(Compressed& c, const AddGradient& add) {
+  const float share = 1.0f / float(ranks_);
+  c.p_next.fill(0.0f);
+  for (int j0 = 0; j0 < c.m.in; j0 += kChunk) {
+    const int len = std::min(kChunk, c.m.in - j0);
+    if (c.has_last)
+      kernels::cpu::lowrank_subtract_piece(desc(c), c.m_last.data(), c.p.data(), c.q_t.data(),
+                                           share, j0, len);
+    add(c.m, j0, j0 + len, c.m_last.data());
+    kernels::cpu::lowrank_project_piece(desc(c), c.m_last.data(), c.q_t.data(), c.p_next.data(),
+                                        j0, len);
+  }
+  std::swap(c.p, c.p_next);
+}
+
+bool PowerSgd::compresses(std::size_t offset) const {
+  for (const Compressed& c : mats_)
+    if (c.m.offset == offset) return true;
+  return false;
 }
 
 void PowerSgd::decompress(Compressed& c, int j0, int len, float* m, const Apply& apply,
@@ -105,11 +130,15 @@ void PowerSgd::rows_final(float* grads, std::size_t from) {
   }
 }
 
-void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply, const Start& start) {
+void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply, const Start& start,
+                             const AddGradient& add) {
   // P = (M + E) Q for each matrix (the rows rows_final() left), sent with the rest of the buffer.
   float* out = send_p_.data();
   for (Compressed& c : mats_) {
-    add_error_and_project(c, grads + c.m.offset, 0, c.projected_from);
+    if (add)
+      add_deferred_and_project(c, add);
+    else
+      add_error_and_project(c, grads + c.m.offset, 0, c.projected_from);
     c.projected_from = c.m.rows;  // the next step's rows are not final yet
     out = std::copy(c.p.data(), c.p.data() + c.p.size(), out);
   }

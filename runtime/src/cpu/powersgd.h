@@ -11,9 +11,10 @@
 //     M^ = P Q^T                     the rank-r approximation of the ranks' summed M
 //     E  = M - M^ / ranks            this rank's share of what the approximation missed
 // and the buffer then holds M^ where M was. E is not stored: the matrix keeps M, P and Q, and the
-// next step forms E = M - P Q^T / ranks row by row as it adds it (one pass over 11 MB less). Everything else in the buffer (convolutions, biases,
-// the small Dense layers that would not shrink, the stat slots) travels whole, with P. So a step
-// sends 4 (sum rows r + sum in r + rest) bytes instead of 4 x the whole buffer.
+// next step forms E = M - P Q^T / ranks row by row as it adds it (one pass over 11 MB less).
+// Everything else in the buffer (convolutions, biases, the small Dense layers that would not
+// shrink, the stat slots) travels whole, with P. So a step sends 4 (sum rows r + sum in r + rest)
+// bytes instead of 4 x the whole buffer.
 #pragma once
 
 #include <cstddef>
@@ -23,8 +24,8 @@
 #include <vector>
 
 #include "cpu/buffer.h"
-#include "gpurun/runtime/process_group.h"
 #include "gpurun/kernels/lowrank.h"
+#include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime::cpu {
 
@@ -54,8 +55,16 @@ class PowerSgd {
   using Sum = std::function<void(float*, std::size_t)>;
   using Apply = std::function<void(std::size_t offset, const float* piece, std::size_t n)>;
   using Start = std::function<std::unique_ptr<PendingSum>(float*, std::size_t)>;
+  // With `add`, the compressed matrices' gradients are not in the buffer but deferred (Model::
+  // forward_backward_deferred): add(m, lo, hi, into) adds columns [lo, hi) of matrix m's
+  // gradient to `into` (m.rows x m.in, row-major), and PowerSGD forms M = G + E a piece of
+  // columns at a time, each piece of G made into M while M's piece is in cache: G never
+  // reaches memory. rows_final() has nothing to do then.
+  using AddGradient = std::function<void(const LowRankMatrix& m, int lo, int hi, float* into)>;
   void allreduce_sum(const Sum& sum, float* grads, const Apply& apply = {},
-                     const Start& start = {});
+                     const Start& start = {}, const AddGradient& add = {});
+  // Whether the matrix at buffer offset `offset` is compressed (the others travel whole).
+  bool compresses(std::size_t offset) const;
   // The parts of the buffer that travel whole, [begin, end), in order.
   const std::vector<std::pair<std::size_t, std::size_t>>& whole() const { return rest_; }
 
@@ -66,11 +75,12 @@ class PowerSgd {
  private:
   struct Compressed {
     LowRankMatrix m;
-    FloatBuffer q_t;    // r x in: Q transposed (the layout the dense kernels take as weights)
-    FloatBuffer p;      // rows x r
-    FloatBuffer m_last;  // rows x in: this step's M once formed, else the last step's
-    int projected_from;  // rows from here on have had M += E, P = M Q this step
+    FloatBuffer q_t;        // r x in: Q transposed (the layout the dense kernels take as weights)
+    FloatBuffer p;          // rows x r
+    FloatBuffer m_last;     // rows x in: this step's M once formed, else the last step's
+    int projected_from;     // rows from here on have had M += E, P = M Q this step
     bool has_last = false;  // whether m_last, p and q_t hold a last step (else E = 0)
+    FloatBuffer p_next;     // rows x r: the deferred form's P while the last P is in use
   };
   static constexpr int kChunk = 1024;  // a piece of a row of M^ (or of Q^T's rows), in L1
   // Columns of Q^T a sum of Q carries: 96 kB at rank 4, the MNIST CNN's Q in four sums.
@@ -78,6 +88,8 @@ class PowerSgd {
   kernels::LowRankDesc desc(const Compressed& c) const { return {c.m.rows, c.m.in, rank_}; }
   // For rows [lo, hi): M = G + E into m_last, E = the last M - the last M^ / ranks; P = M Q.
   void add_error_and_project(Compressed& c, const float* g, int lo, int hi) const;
+  // The deferred form of add_error_and_project, for all rows.
+  void add_deferred_and_project(Compressed& c, const AddGradient& add);
   // Q's sum and M^, a piece of columns at a time (powersgd.cc).
   void exchange_q(const Sum& sum, const Start& start, float* grads, const Apply& apply);
   // Columns [j0, j0 + len) of M^ into m (the buffer's matrix), or to `apply`.

@@ -23,6 +23,14 @@ void lowrank_add_and_project(const LowRankDesc& d, const float* g, float* m, flo
 // m goes by).
 void lowrank_project_transposed(const LowRankDesc& d, const float* m, const float* p, float* q_t,
                                 int col, int len);
+// The same pass a piece of columns at a time, for a gradient formed straight into m (a deferred
+// weight gradient, dZ^T X, added a piece at a time): first m -= share * p q^T over columns
+// [col, col + len) of every row, then (the gradient added) p_next += m q over those columns;
+// after every piece, from p_next = 0, p_next = m q.
+void lowrank_subtract_piece(const LowRankDesc& d, float* m, const float* p, const float* q_t,
+                            float share, int col, int len);
+void lowrank_project_piece(const LowRankDesc& d, const float* m, const float* q_t, float* p_next,
+                           int col, int len);
 // out[0, len) = columns [col, col + len) of row `row` of p q^T.
 void lowrank_approx_piece(const LowRankDesc& d, const float* p, const float* q_t, int row, int col,
                           int len, float* out);
