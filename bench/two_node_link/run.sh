@@ -18,17 +18,18 @@
 #     ranks with the real Open MPI over TCP (btl tcp,self; nothing shared between the nodes), and
 #     an rsh agent that enters node b's namespace, so mpirun starts node b's rank there.
 # Each rank is pinned to a core of its own (node a core 0, node b core 1): a 2-core machine holds
-# two one-core nodes. The one-node baseline is one rank on core 0, in the same run.
+# two one-core nodes. The one-node baseline is one rank on core 0, run just before each two-node
+# run (a pair), so that both see the same machine: a VM's speed drifts from minute to minute.
 #
 # Rows, at each rate: plain (one allreduce of the whole gradient after backward), overlapped
 # (--bucket-mb 1: 1 MB buckets summed while backward goes on) and PowerSGD rank 4
 # (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
-# one node's, uncompressed). Each run (the baseline and every row) is repeated N times (default
-# 3) and the run with the median images/s is the one reported. Beside each, scripts/step_model.py's prediction from the baseline's
-# compute and the row's bytes a step (it leaves out PowerSGD's own compute). Prints a markdown
-# table; --out writes it to a file as well. --configs picks the rows. Hierarchical does not apply
-# (one rank a node).
+# one node's, uncompressed, of the same pair). Each row runs N pairs (default 3) and reports the
+# pair with the median efficiency. Beside each, scripts/step_model.py's prediction from the
+# baseline's compute and the row's bytes a step (it leaves out PowerSGD's own compute). Prints a
+# markdown table; --out writes it to a file as well. --configs picks the rows. Hierarchical does
+# not apply (one rank a node).
 set -euo pipefail
 
 root=$(cd "$(dirname "$0")/../.." && pwd)
@@ -140,18 +141,20 @@ one_node() {
     { tail -20 "$1.log" >&2; die "the one-node run failed"; }
 }
 
-# median REPORT RUN REPORTS...: copies the report with the median images/s to REPORT.
-median() {
-  local to=$1; shift
-  python3 -c "import json,shutil,sys; r=sorted(sys.argv[2:], key=lambda p: \
-    json.load(open(p))['images_per_second']); shutil.copy(r[len(r) // 2], sys.argv[1])" "$to" "$@"
-}
-
-# repeat REPORT RUN ARGS...: RUN REPORT.N ARGS for N in 1..repeats, then the median to REPORT.
-repeat() {
-  local to=$1 run=$2 i; shift 2
-  for ((i = 1; i <= repeats; ++i)); do "$run" "$to.$i" "$@"; done
-  median "$to" $(for ((i = 1; i <= repeats; ++i)); do echo "$to.$i"; done)
+# pairs REPORT CONFIG: `repeats` pairs of the one-node baseline then the two nodes, back to back;
+# the pair with the median efficiency to REPORT.one and REPORT.two.
+pairs() {
+  local to=$1 config=$2 i
+  for ((i = 1; i <= repeats; ++i)); do
+    one_node "$to.one.$i"
+    two_nodes "$to.two.$i" "$config"
+  done
+  python3 -c "import json,shutil,sys; to,n=sys.argv[1],int(sys.argv[2]); \
+    ips=lambda p: json.load(open(p))['images_per_second']; \
+    r=sorted(range(1,n+1), key=lambda i: ips(f'{to}.two.{i}')/ips(f'{to}.one.{i}')); \
+    m=r[len(r)//2]; shutil.copy(f'{to}.one.{m}', to+'.one'); \
+    shutil.copy(f'{to}.two.{m}', to+'.two')" \
+    "$to" "$repeats"
 }
 
 # config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, overlap:MB.
@@ -177,16 +180,14 @@ two_nodes() {
 
 rows=()
 setup_nodes
-echo "two_node_link: one node (baseline)..." >&2
-repeat "$work/one.json" one_node
 for rate in ${rates//,/ }; do
   shape "$rate"
   gbit=$(python3 -c "import sys; print(int(sys.argv[1]) / 1e9)" "$(bits "$rate")")
   for config in ${configs//,/ }; do
-    echo "two_node_link: two nodes at $rate, $config..." >&2
-    repeat "$work/two-$rate-$config.json" two_nodes "$config"
-    row=$(python3 "$root/bench/two_node_link/row.py" "$work/one.json" \
-      "$work/two-$rate-$config.json" "$rate" "$gbit" "$root/scripts" "$config") ||
+    echo "two_node_link: two nodes at $rate, $config (after one node, $repeats pairs)..." >&2
+    pairs "$work/$rate-$config" "$config"
+    row=$(python3 "$root/bench/two_node_link/row.py" "$work/$rate-$config.one" \
+      "$work/$rate-$config.two" "$rate" "$gbit" "$root/scripts" "$config") ||
       die "no row for $rate, $config"
     rows+=("$row")
   done
@@ -197,8 +198,8 @@ done
   echo "joined by a veth pair that tc tbf shapes to the rate in each direction (no netem: the"
   echo "latency is the veth's own). Open MPI $(mpirun --version | sed -n 's/.*Open MPI) //p' | head -1)"
   echo "over TCP, launched by gpurun under a PBS-style allocation. mnist_cnn on $(basename "$data"),"
-  echo "$epochs epoch(s), $batch images per rank, --threads 1, exchange allreduce; the median of $repeats"
-  echo "runs each; $(date -u '+%Y-%m-%d %H:%M UTC'),"
+  echo "$epochs epoch(s), $batch images per rank, --threads 1, exchange allreduce; each row the"
+  echo "median of $repeats pairs (one node, then two nodes); $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1))."
   echo
   echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"

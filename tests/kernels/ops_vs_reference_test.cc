@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <limits>
 
 #include "gpurun/kernels/accuracy.h"
@@ -384,74 +385,92 @@ TEST(SgdVsRef, PlainMomentumAndWeightDecayMatch) {
 
 // The row passes of PowerSGD (lowrank.h) against the formulas, in double, on an odd shape (rows
 // not a multiple of four, columns of no power of two) and the MNIST CNN's Dense matrix at rank 4.
-TEST(LowRankVsRef, ErrorFeedbackProjectionsAndApproximationMatch) {
-  for (const LowRankDesc d : {LowRankDesc{7, 2500, 3}, LowRankDesc{128, 21632, 4}}) {
-    SCOPED_TRACE(std::to_string(d.rows) + " x " + std::to_string(d.cols) + " rank " +
-                 std::to_string(d.rank));
-    const std::size_t n = std::size_t(d.rows) * d.cols;
-    const auto g = random_vec(n, 11), m0 = random_vec(n, 12);
-    const auto p0 = random_vec(std::size_t(d.rows) * d.rank, 13);
-    const auto q_t = random_vec(std::size_t(d.rank) * d.cols, 14);
-    const float share = 0.5f;
-    auto pq = [&](const std::vector<float>& p, int i, int j) {
-      double a = 0;
-      for (int k = 0; k < d.rank; ++k) a += double(p[i * d.rank + k]) * q_t[k * d.cols + j];
-      return a;
-    };
-    // m = g + (m - share p q^T), then p = m q; rows [2, rows) first, then [0, 2), as backward's
-    // blocks come from the last.
-    std::vector<float> m = m0, p = p0;
-    cpu::lowrank_add_and_project(d, g.data(), m.data(), p.data(), q_t.data(), share, true, 2,
-                                 d.rows);
-    cpu::lowrank_add_and_project(d, g.data(), m.data(), p.data(), q_t.data(), share, true, 0, 2);
-    std::vector<float> m_ref(n), p_ref(p.size());
-    for (int i = 0; i < d.rows; ++i)
-      for (int j = 0; j < d.cols; ++j)
-        m_ref[i * d.cols + j] = float(g[i * d.cols + j] + (m0[i * d.cols + j] - share * pq(p0, i, j)));
-    for (int i = 0; i < d.rows; ++i)
-      for (int k = 0; k < d.rank; ++k) {
-        double a = 0;
-        for (int j = 0; j < d.cols; ++j) a += double(m_ref[i * d.cols + j]) * q_t[k * d.cols + j];
-        p_ref[i * d.rank + k] = float(a);
+class LowRankVsRef : public ::testing::TestWithParam<LowRankDesc> {
+ protected:
+  // c (n x m) = sum over l of a(i, l) b(l, j), in double.
+  static std::vector<float> product(int n, int inner, int m,
+                                    const std::function<double(int, int)>& a,
+                                    const std::function<double(int, int)>& b) {
+    std::vector<float> c(std::size_t(n) * m);
+    for (int i = 0; i < n; ++i)
+      for (int j = 0; j < m; ++j) {
+        double s = 0;
+        for (int l = 0; l < inner; ++l) s += a(i, l) * b(l, j);
+        c[std::size_t(i) * m + j] = float(s);
       }
-    EXPECT_TRUE(all_close(m, m_ref, 1e-5f, 1e-5f));
-    EXPECT_TRUE(all_close(p, p_ref, 1e-3f, 1e-4f));
-    // The same a piece of columns at a time, the gradient added between (a deferred dW).
-    std::vector<float> m2 = m0, p_next(p.size(), 0.0f);
-    for (int col = 0; col < d.cols; col += 1000) {
-      const int len = std::min(1000, d.cols - col);
-      cpu::lowrank_subtract_piece(d, m2.data(), p0.data(), q_t.data(), share, col, len);
-      for (int i = 0; i < d.rows; ++i)
-        for (int j = col; j < col + len; ++j) m2[i * d.cols + j] += g[i * d.cols + j];
-      cpu::lowrank_project_piece(d, m2.data(), q_t.data(), p_next.data(), col, len);
-    }
-    EXPECT_TRUE(all_close(m2, m_ref, 1e-5f, 1e-5f));
-    EXPECT_TRUE(all_close(p_next, p_ref, 1e-3f, 1e-4f));
-    // Without a last step, m = g.
-    std::vector<float> fresh = m0;
-    cpu::lowrank_add_and_project(d, g.data(), fresh.data(), p.data(), q_t.data(), share, false, 0,
-                                 d.rows);
-    EXPECT_EQ(fresh, g);
-    // q_t = p^T m, in two pieces of columns.
-    std::vector<float> q(q_t.size(), 9.0f), q_ref(q_t.size());
-    const int half = d.cols / 2 + 3;
-    cpu::lowrank_project_transposed(d, m.data(), p0.data(), q.data(), 0, half);
-    cpu::lowrank_project_transposed(d, m.data(), p0.data(), q.data(), half, d.cols - half);
-    for (int k = 0; k < d.rank; ++k)
-      for (int j = 0; j < d.cols; ++j) {
-        double a = 0;
-        for (int i = 0; i < d.rows; ++i) a += double(p0[i * d.rank + k]) * m[i * d.cols + j];
-        q_ref[k * d.cols + j] = float(a);
-      }
-    EXPECT_TRUE(all_close(q, q_ref, 1e-4f, 1e-4f));
-    // A piece of a row of p q^T.
-    std::vector<float> piece(100), piece_ref(100);
-    cpu::lowrank_approx_piece(d, p0.data(), q_t.data(), d.rows - 1, d.cols - 100, 100,
-                              piece.data());
-    for (int j = 0; j < 100; ++j) piece_ref[j] = float(pq(p0, d.rows - 1, d.cols - 100 + j));
-    EXPECT_TRUE(all_close(piece, piece_ref, 1e-5f, 1e-5f));
+    return c;
   }
+  void SetUp() override {
+    d = GetParam();
+    const std::size_t n = std::size_t(d.rows) * d.cols;
+    g = random_vec(n, 11);
+    m0 = random_vec(n, 12);
+    p0 = random_vec(std::size_t(d.rows) * d.rank, 13);
+    q_t = random_vec(std::size_t(d.rank) * d.cols, 14);
+    const std::vector<float> pq = product(d.rows, d.rank, d.cols, at(p0, d.rank), at(q_t, d.cols));
+    m_ref.resize(n);
+    for (std::size_t i = 0; i < n; ++i) m_ref[i] = float(g[i] + (m0[i] - share * double(pq[i])));
+    p_ref = product(d.rows, d.cols, d.rank, at(m_ref, d.cols), at_t(q_t, d.cols));
+  }
+  // Element (i, j) of a row-major matrix of `cols` columns, and of its transpose.
+  static std::function<double(int, int)> at(const std::vector<float>& v, int cols) {
+    return [&v, cols](int i, int j) { return double(v[std::size_t(i) * cols + j]); };
+  }
+  static std::function<double(int, int)> at_t(const std::vector<float>& v, int cols) {
+    return [&v, cols](int i, int j) { return double(v[std::size_t(j) * cols + i]); };
+  }
+
+  LowRankDesc d;
+  const float share = 0.5f;
+  std::vector<float> g, m0, p0, q_t, m_ref, p_ref;  // m_ref = g + (m0 - share p0 q^T), p = m q
+};
+
+// m = g + (m - share p q^T), then p = m q: rows [2, rows) first, then [0, 2), as backward's
+// blocks come from the last; without a last step, m = g.
+TEST_P(LowRankVsRef, AddAndProjectByRows) {
+  std::vector<float> m = m0, p = p0;
+  cpu::lowrank_add_and_project(d, g.data(), m.data(), p.data(), q_t.data(), share, true, 2, d.rows);
+  cpu::lowrank_add_and_project(d, g.data(), m.data(), p.data(), q_t.data(), share, true, 0, 2);
+  EXPECT_TRUE(all_close(m, m_ref, 1e-5f, 1e-5f));
+  EXPECT_TRUE(all_close(p, p_ref, 1e-3f, 1e-4f));
+  std::vector<float> fresh = m0;
+  cpu::lowrank_add_and_project(d, g.data(), fresh.data(), p.data(), q_t.data(), share, false, 0,
+                               d.rows);
+  EXPECT_EQ(fresh, g);
 }
+
+// The same a piece of columns at a time, the gradient added between (a deferred dW).
+TEST_P(LowRankVsRef, SubtractAndProjectByPieces) {
+  std::vector<float> m = m0, p_next(p0.size(), 0.0f);
+  for (int col = 0; col < d.cols; col += 1000) {
+    const int len = std::min(1000, d.cols - col);
+    cpu::lowrank_subtract_piece(d, m.data(), p0.data(), q_t.data(), share, col, len);
+    for (int i = 0; i < d.rows; ++i)
+      for (int j = col; j < col + len; ++j) m[i * d.cols + j] += g[i * d.cols + j];
+    cpu::lowrank_project_piece(d, m.data(), q_t.data(), p_next.data(), col, len);
+  }
+  EXPECT_TRUE(all_close(m, m_ref, 1e-5f, 1e-5f));
+  EXPECT_TRUE(all_close(p_next, p_ref, 1e-3f, 1e-4f));
+}
+
+// q_t = p^T m in two pieces of columns, and a piece of a row of p q^T.
+TEST_P(LowRankVsRef, ProjectTransposedAndApproximate) {
+  std::vector<float> q(q_t.size(), 9.0f);
+  const int half = d.cols / 2 + 3;
+  cpu::lowrank_project_transposed(d, m_ref.data(), p0.data(), q.data(), 0, half);
+  cpu::lowrank_project_transposed(d, m_ref.data(), p0.data(), q.data(), half, d.cols - half);
+  EXPECT_TRUE(all_close(q, product(d.rank, d.rows, d.cols, at_t(p0, d.rank), at(m_ref, d.cols)),
+                        1e-4f, 1e-4f));
+  std::vector<float> piece(100);
+  cpu::lowrank_approx_piece(d, p0.data(), q_t.data(), d.rows - 1, d.cols - 100, 100,
+                            piece.data());
+  const std::vector<float> pq = product(d.rows, d.rank, d.cols, at(p0, d.rank), at(q_t, d.cols));
+  const std::vector<float> want(pq.end() - 100, pq.end());
+  EXPECT_TRUE(all_close(piece, want, 1e-5f, 1e-5f));
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, LowRankVsRef,
+                         ::testing::Values(LowRankDesc{7, 2500, 3}, LowRankDesc{128, 21632, 4}));
 
 TEST(AccuracyVsRef, CountsArgmaxWithFirstMaxWinningTies) {
   const AccuracyDesc d{4, 3};

@@ -4,7 +4,7 @@
 # Checks:
 # - link_check.py refuses a link faster than the rate it was to be shaped to (loopback, "shaped
 #   to" 1 Gbit/s), and the harness's own check of its shaped link passed and printed its rate;
-# - the table has its rows, the median of 2 runs each;
+# - the table has its rows, each the median of 2 pairs (one node, then two);
 # - PowerSGD sends under 1 MB a step;
 # - the ranks really ran on two nodes over the shaped link (the exchange at 200 Mbit/s takes at
 #   least the gradient's bytes over that rate);
@@ -35,7 +35,7 @@ got=$(sed -n 's/^link check: .* took .* ms, \([0-9.]*\) Gbit\/s (shaped to 0.2 G
 [ -n "$got" ] || fail "no link check of the 200 Mbit/s link: $(cat "$log")"
 python3 -c "import sys; sys.exit(0 if 0.1 < float(sys.argv[1]) <= 0.22 else 1)" "$got" ||
   fail "the 200 Mbit/s link moved a burst at $got Gbit/s"
-grep -q "the median of 2" "$out" || fail "the table does not say it is the median of 2 runs"
+grep -q "median of 2 pairs" "$out" || fail "the table does not say it is the median of 2 pairs"
 row=$(grep "^| 200mbit | plain allreduce |" "$out") || fail "no 200mbit row in: $(cat "$out")"
 # | link | exchange | MB a step | 1 node | 2 nodes | efficiency | share | exchange ms/step | ...
 ms=$(awk -F'|' '{gsub(/ /, "", $9); print $9}' <<< "$row")
