@@ -25,6 +25,7 @@ class AllreduceExchange final : public CpuExchange {
         setup_(setup),
         members_(members),
         whole_{{0, model.grad_buffer_floats()}},
+        all_params_{{0, model.param_floats()}},
         velocity_(setup.momentum != 0.0f ? model.param_floats() : 0),
         hierarchical_(setup.requested == Exchange::kHierarchical),
         buckets_(setup.bucket_floats),
@@ -34,7 +35,10 @@ class AllreduceExchange final : public CpuExchange {
                        : Model::GradReady{}} {
     if (setup.powersgd_rank > 0) {
       std::vector<LowRankMatrix> dense;
-      for (const Model::Deferred& d : model.deferred()) dense.push_back({d.offset, d.rows, d.in});
+      for (std::size_t k = 0; k < model.deferred().size(); ++k) {
+        const Model::Deferred& d = model.deferred()[k];
+        dense.push_back({d.offset, d.rows, d.in, k});
+      }
       powersgd_ = std::make_unique<PowerSgd>(dense, model.grad_buffer_floats(),
                                              setup.powersgd_rank, pg.size(), kPowerSgdSeed);
       // One model, whole batches: its Dense layers defer dW, and PowerSGD forms each compressed
@@ -104,7 +108,7 @@ class AllreduceExchange final : public CpuExchange {
     else
       sum(model_.grads(), model_.grad_buffer_floats());  // the step's one collective
     seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
-    update({{0, model_.param_floats()}}, lr, vel, pool);
+    update(all_params_, lr, vel, pool);
   }
 
  private:
@@ -113,6 +117,7 @@ class AllreduceExchange final : public CpuExchange {
   ExchangeSetup setup_;
   int members_;
   std::vector<Layer::Range> whole_;
+  std::vector<std::pair<std::size_t, std::size_t>> all_params_;  // [0, param_floats)
   FloatBuffer velocity_;
   // PowerSGD's exchange; the compressed matrices take their SGD step as it hands out their M^.
   void powersgd_sum_and_step(const PowerSgd::Sum& sum, float lr, float* vel) {
@@ -125,7 +130,7 @@ class AllreduceExchange final : public CpuExchange {
     PowerSgd::AddGradient add;
     if (deferred()) {
       add = [this](const LowRankMatrix& m, int lo, int hi, float* into) {
-        add_deferred(index_of(m.offset), lo, hi, 1.0f, into);
+        add_deferred(m.id, lo, hi, 1.0f, into);
       };
       for (std::size_t k = 0; k < x_.size(); ++k) {  // dW of what is not compressed, whole
         const Model::Deferred& d = model_.deferred()[k];
@@ -150,11 +155,6 @@ class AllreduceExchange final : public CpuExchange {
     model_.layers()[model_.deferred()[k].layer]->weight_cols(setup_.slice, x_[k].data(),
                                                              dz_[k].data(), lo, hi, 1.0f, beta,
                                                              into);
-  }
-  std::size_t index_of(std::size_t offset) const {
-    for (std::size_t k = 0; k < model_.deferred().size(); ++k)
-      if (model_.deferred()[k].offset == offset) return k;
-    throw std::logic_error("allreduce exchange: no deferred layer at that offset");
   }
   // The SGD step on the parameters in `ranges` (the stat slots past them left out), each worker
   // of the pool taking its share of each.

@@ -74,22 +74,23 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
 }
 
 // Three passes over each matrix (the kernels of lowrank.h; bench/powersgd_cost times them). In
-// training the first runs on backward's blocks of rows as each is final (rows_final), and the last
-// hands M^ to the optimizer a piece at a time: neither reads an M^ or a G that is not in cache.
+// training the first forms a deferred G into M a piece of columns at a time
+// (add_deferred_and_project), or runs on backward's blocks of rows as each is final (rows_final),
+// and the last hands M^ to the optimizer a piece at a time: neither reads an M^ or a G that is
+// not in cache.
 
 void PowerSgd::add_error_and_project(Compressed& c, const float* g, int lo, int hi) const {
   kernels::cpu::lowrank_add_and_project(desc(c), g, c.m_last.data(), c.p.data(), c.q_t.data(),
-                                        1.0f / float(ranks_), c.has_last, lo, hi);
+                                        share(), c.has_last, lo, hi);
 }
 
 void PowerSgd::add_deferred_and_project(Compressed& c, const AddGradient& add) {
-  const float share = 1.0f / float(ranks_);
   c.p_next.fill(0.0f);
   for (int j0 = 0; j0 < c.m.in; j0 += kChunk) {
     const int len = std::min(kChunk, c.m.in - j0);
     if (c.has_last)
       kernels::cpu::lowrank_subtract_piece(desc(c), c.m_last.data(), c.p.data(), c.q_t.data(),
-                                           share, j0, len);
+                                           share(), j0, len);
     add(c.m, j0, j0 + len, c.m_last.data());
     kernels::cpu::lowrank_project_piece(desc(c), c.m_last.data(), c.q_t.data(), c.p_next.data(),
                                         j0, len);

@@ -32,6 +32,7 @@ namespace gpurun::runtime::cpu {
 struct LowRankMatrix {
   std::size_t offset = 0;  // in the gradient buffer
   int rows = 0, in = 0;    // row-major, rows x in
+  std::size_t id = 0;      // the caller's name for it (AddGradient gets it back)
 };
 
 class PowerSgd {
@@ -86,6 +87,7 @@ class PowerSgd {
   // Columns of Q^T a sum of Q carries: 96 kB at rank 4, the MNIST CNN's Q in four sums.
   static constexpr int kSumColumns = 6 * kChunk;
   kernels::LowRankDesc desc(const Compressed& c) const { return {c.m.rows, c.m.in, rank_}; }
+  float share() const { return 1.0f / float(ranks_); }  // this rank's share of the summed M^
   // For rows [lo, hi): M = G + E into m_last, E = the last M - the last M^ / ranks; P = M Q.
   void add_error_and_project(Compressed& c, const float* g, int lo, int hi) const;
   // The deferred form of add_error_and_project, for all rows.
