@@ -383,8 +383,9 @@ TEST(SgdVsRef, PlainMomentumAndWeightDecayMatch) {
   EXPECT_THROW(cpu::sgd_step(d, &p, &g, nullptr), std::invalid_argument);
 }
 
-// The row passes of PowerSGD (lowrank.h) against the formulas, in double, on an odd shape (rows
-// not a multiple of four, columns of no power of two) and the MNIST CNN's Dense matrix at rank 4.
+// The passes of PowerSGD (lowrank.h) against the formulas, in double, on odd shapes (rows not a
+// multiple of four, columns of no power of two, ranks that take groups of four, two and one
+// terms) and the MNIST CNN's Dense matrix at rank 4.
 class LowRankVsRef : public ::testing::TestWithParam<LowRankDesc> {
  protected:
   // c (n x m) = sum over l of a(i, l) b(l, j), in double.
@@ -444,7 +445,8 @@ TEST_P(LowRankVsRef, SubtractAndProjectByPieces) {
   std::vector<float> m = m0, p_next(p0.size(), 0.0f);
   for (int col = 0; col < d.cols; col += 1000) {
     const int len = std::min(1000, d.cols - col);
-    cpu::lowrank_subtract_piece(d, m.data(), p0.data(), q_t.data(), share, col, len);
+    cpu::lowrank_product(d, p0.data(), q_t.data(), 0, d.rows, col, len, -share, 1.0f,
+                         m.data() + col, d.cols);
     for (int i = 0; i < d.rows; ++i)
       for (int j = col; j < col + len; ++j) m[i * d.cols + j] += g[i * d.cols + j];
     cpu::lowrank_project_piece(d, m.data(), q_t.data(), p_next.data(), col, len);
@@ -453,7 +455,8 @@ TEST_P(LowRankVsRef, SubtractAndProjectByPieces) {
   EXPECT_TRUE(all_close(p_next, p_ref, 1e-3f, 1e-4f));
 }
 
-// q_t = p^T m in two pieces of columns, and a piece of a row of p q^T.
+// q_t = p^T m in two pieces of columns; a block of p q^T into a buffer of its own, and added,
+// scaled, to a block of a matrix.
 TEST_P(LowRankVsRef, ProjectTransposedAndApproximate) {
   std::vector<float> q(q_t.size(), 9.0f);
   const int half = d.cols / 2 + 3;
@@ -461,16 +464,27 @@ TEST_P(LowRankVsRef, ProjectTransposedAndApproximate) {
   cpu::lowrank_project_transposed(d, m_ref.data(), p0.data(), q.data(), half, d.cols - half);
   EXPECT_TRUE(all_close(q, product(d.rank, d.rows, d.cols, at_t(p0, d.rank), at(m_ref, d.cols)),
                         1e-4f, 1e-4f));
-  std::vector<float> piece(100);
-  cpu::lowrank_approx_piece(d, p0.data(), q_t.data(), d.rows - 1, d.cols - 100, 100,
-                            piece.data());
   const std::vector<float> pq = product(d.rows, d.rank, d.cols, at(p0, d.rank), at(q_t, d.cols));
-  const std::vector<float> want(pq.end() - 100, pq.end());
-  EXPECT_TRUE(all_close(piece, want, 1e-5f, 1e-5f));
+  const int rows = 3, col = d.cols - 100, len = 100, row0 = d.rows - rows;
+  std::vector<float> block(std::size_t(rows) * len, 7.0f), want_block, m = m0;
+  cpu::lowrank_product(d, p0.data(), q_t.data(), row0, rows, col, len, 1.0f, 0.0f, block.data(),
+                       len);
+  cpu::lowrank_product(d, p0.data(), q_t.data(), row0, rows, col, len, -0.5f, 1.0f,
+                       m.data() + std::size_t(row0) * d.cols + col, d.cols);
+  for (int i = row0; i < d.rows; ++i)
+    for (int j = col; j < col + len; ++j) {
+      const std::size_t k = std::size_t(i) * d.cols + j;
+      want_block.push_back(pq[k]);
+      EXPECT_NEAR(m[k], m0[k] - 0.5f * pq[k], 1e-5f) << i << ", " << j;
+    }
+  EXPECT_TRUE(all_close(block, want_block, 1e-5f, 1e-5f));
+  EXPECT_EQ(m[0], m0[0]) << "outside the block";
+  EXPECT_EQ(m[std::size_t(row0) * d.cols + col - 1], m0[std::size_t(row0) * d.cols + col - 1]);
 }
 
 INSTANTIATE_TEST_SUITE_P(Shapes, LowRankVsRef,
-                         ::testing::Values(LowRankDesc{7, 2500, 3}, LowRankDesc{128, 21632, 4}));
+                         ::testing::Values(LowRankDesc{7, 2500, 3}, LowRankDesc{9, 300, 7},
+                                           LowRankDesc{128, 21632, 4}));
 
 TEST(AccuracyVsRef, CountsArgmaxWithFirstMaxWinningTies) {
   const AccuracyDesc d{4, 3};

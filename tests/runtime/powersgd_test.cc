@@ -133,12 +133,12 @@ TEST(PowerSgd, EarlyRowsPiecesOfQAndAppliedPiecesGiveTheSameBits) {
     starts.clear();
     piecewise.allreduce_sum(
         sum, b.data(),
-        [&](std::size_t at, const float* piece, std::size_t n) {
+        PowerSgd::Apply{[&](std::size_t at, const float* piece, std::size_t n) {
           for (std::size_t i = 0; i < n; ++i) {
             applied[at + i] = piece[i];
             ++times[at + i];
           }
-        },
+        }},
         start);
     for (std::size_t i = kAt; i < kAt + std::size_t(kRows) * kIn; ++i) {
       ASSERT_EQ(times[i], 1) << "step " << step << " float " << i;
@@ -146,6 +146,33 @@ TEST(PowerSgd, EarlyRowsPiecesOfQAndAppliedPiecesGiveTheSameBits) {
     }
     EXPECT_EQ(times[0] + times[kEnd - 1], 0) << "the whole parts are not the optimizer's here";
     EXPECT_EQ(starts, (std::vector<std::size_t>{2 * 6144, 2 * (kIn - 6144)}));
+  }
+}
+
+// A plain SGD step straight from P and Q (apply.into): the parameters take scale x M^, M^ as
+// the plain call leaves it in the buffer, within rounding; the parts sent whole are the
+// caller's, and the buffer keeps the gradient.
+TEST(PowerSgd, APlainStepAddsTheScaledApproximationToTheParameters) {
+  constexpr int kRows = 20, kIn = 7000;
+  constexpr std::size_t kAt = 3, kEnd = kAt + std::size_t(kRows) * kIn + 4;
+  const std::vector<LowRankMatrix> mats{{kAt, kRows, kIn}};
+  PowerSgd plain(mats, kEnd, 2, 1, 5), stepped(mats, kEnd, 2, 1, 5);
+  auto pg = make_single_process_group();
+  const auto sum = [&](float* d, std::size_t n) { pg->allreduce_sum(d, n); };
+  Rng rng(31);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<float> a(kEnd), params(kEnd);
+    for (auto& x : a) x = rng.uniform(-1, 1);
+    for (auto& x : params) x = rng.uniform(-1, 1);
+    std::vector<float> b = a;
+    const std::vector<float> before = params, given = b;
+    plain.allreduce_sum(sum, a.data());
+    stepped.allreduce_sum(sum, b.data(), PowerSgd::Apply{{}, params.data(), -0.25f});
+    EXPECT_EQ(b, given);
+    for (std::size_t i = kAt; i < kAt + std::size_t(kRows) * kIn; ++i)
+      ASSERT_NEAR(params[i], before[i] - 0.25f * a[i], 1e-5f) << "step " << step << " float " << i;
+    EXPECT_EQ(params[0], before[0]);
+    EXPECT_EQ(params[kEnd - 1], before[kEnd - 1]);
   }
 }
 
@@ -173,9 +200,9 @@ TEST(PowerSgd, TheDeferredGradientGivesThePlainResult) {
     plain.allreduce_sum(sum, a.data());
     deferred.allreduce_sum(
         sum, b.data(),
-        [&](std::size_t at, const float* piece, std::size_t n) {
+        PowerSgd::Apply{[&](std::size_t at, const float* piece, std::size_t n) {
           std::copy(piece, piece + n, sent.begin() + at);
-        },
+        }},
         {},
         [&](const LowRankMatrix& m, int lo, int hi, float* into) {
           ASSERT_EQ(m.offset, kAt);

@@ -119,11 +119,18 @@ class AllreduceExchange final : public CpuExchange {
   std::vector<Layer::Range> whole_;
   std::vector<std::pair<std::size_t, std::size_t>> all_params_;  // [0, param_floats)
   FloatBuffer velocity_;
-  // PowerSGD's exchange; the compressed matrices take their SGD step as it hands out their M^.
+  // PowerSGD's exchange; the compressed matrices take their SGD step as it hands out their M^:
+  // a plain step (no momentum, no weight decay) straight from P and Q, W -= lr / ranks P Q^T.
   void powersgd_sum_and_step(const PowerSgd::Sum& sum, float lr, float* vel) {
-    const auto step = [&](std::size_t at, const float* piece, std::size_t n) {
-      sgd_piece(setup_, members_, lr, model_.params() + at, piece, vel ? vel + at : nullptr, n);
-    };
+    PowerSgd::Apply step;
+    if (setup_.momentum == 0.0f && setup_.weight_decay == 0.0f) {
+      step.into = model_.params();
+      step.scale = -lr / float(members_);
+    } else {
+      step.piece = [&](std::size_t at, const float* piece, std::size_t n) {
+        sgd_piece(setup_, members_, lr, model_.params() + at, piece, vel ? vel + at : nullptr, n);
+      };
+    }
     PowerSgd::Start start;
     if (!hierarchical_)  // (its sum blocks)
       start = [this](float* data, std::size_t n) { return pg_.start_allreduce_sum(data, n); };

@@ -60,6 +60,7 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
   for (const auto& [b, e] : rest_) rest_floats_ += e - b;
   send_p_ = FloatBuffer(p_floats_ + rest_floats_);
   send_q_ = FloatBuffer(std::max<std::size_t>(q_floats_, 1));
+  block_ = FloatBuffer(std::size_t(kApplyRows) * kSumColumns);
 }
 
 void PowerSgd::pack_rest(const float* grads, float* to) const {
@@ -76,8 +77,8 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
 // Three passes over each matrix (the kernels of lowrank.h; bench/powersgd_cost times them). In
 // training the first forms a deferred G into M a piece of columns at a time
 // (add_deferred_and_project), or runs on backward's blocks of rows as each is final (rows_final),
-// and the last hands M^ to the optimizer a piece at a time: neither reads an M^ or a G that is
-// not in cache.
+// and the last hands M^ to the optimizer a block at a time, or adds it to the parameters
+// straight from P and Q: neither reads an M^ or a G that is not in cache.
 
 void PowerSgd::add_error_and_project(Compressed& c, const float* g, int lo, int hi) const {
   kernels::cpu::lowrank_add_and_project(desc(c), g, c.m_last.data(), c.p.data(), c.q_t.data(),
@@ -89,8 +90,8 @@ void PowerSgd::add_deferred_and_project(Compressed& c, const AddGradient& add) {
   for (int j0 = 0; j0 < c.m.in; j0 += kChunk) {
     const int len = std::min(kChunk, c.m.in - j0);
     if (c.has_last)
-      kernels::cpu::lowrank_subtract_piece(desc(c), c.m_last.data(), c.p.data(), c.q_t.data(),
-                                           share(), j0, len);
+      kernels::cpu::lowrank_product(desc(c), c.p.data(), c.q_t.data(), 0, c.m.rows, j0, len,
+                                    -share(), 1.0f, c.m_last.data() + j0, c.m.in);
     add(c.m, j0, j0 + len, c.m_last.data());
     kernels::cpu::lowrank_project_piece(desc(c), c.m_last.data(), c.q_t.data(), c.p_next.data(),
                                         j0, len);
@@ -105,19 +106,26 @@ bool PowerSgd::compresses(std::size_t offset) const {
 }
 
 void PowerSgd::decompress(Compressed& c, int j0, int len, float* m, const Apply& apply,
-                          const std::function<void()>& progress) const {
-  float approx[kChunk];
-  for (int row = 0; row < c.m.rows; ++row)
-    for (int j = j0; j < j0 + len; j += kChunk) {
-      if (row % 8 == 0 && j == j0) progress();
-      const int n = std::min(kChunk, j0 + len - j);
-      kernels::cpu::lowrank_approx_piece(desc(c), c.p.data(), c.q_t.data(), row, j, n, approx);
-      const std::size_t at = std::size_t(row) * std::size_t(c.m.in) + std::size_t(j);
-      if (apply)
-        apply(c.m.offset + at, approx, std::size_t(n));
-      else
-        std::copy(approx, approx + n, m + at);
+                          const std::function<void()>& progress) {
+  const kernels::LowRankDesc d = desc(c);
+  for (int r0 = 0; r0 < c.m.rows; r0 += kApplyRows) {
+    progress();
+    const int rows = std::min(kApplyRows, c.m.rows - r0);
+    const std::size_t at = std::size_t(r0) * std::size_t(c.m.in) + std::size_t(j0);
+    if (apply.into) {
+      kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, apply.scale,
+                                    1.0f, apply.into + c.m.offset + at, c.m.in);
+    } else if (!apply.piece) {
+      kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, 1.0f, 0.0f,
+                                    m + at, c.m.in);
+    } else {
+      kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, 1.0f, 0.0f,
+                                    block_.data(), len);
+      for (int i = 0; i < rows; ++i)
+        apply.piece(c.m.offset + at + std::size_t(i) * std::size_t(c.m.in),
+                    block_.data() + std::size_t(i) * std::size_t(len), std::size_t(len));
     }
+  }
 }
 
 void PowerSgd::rows_final(float* grads, std::size_t from) {

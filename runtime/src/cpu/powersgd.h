@@ -35,6 +35,13 @@ struct LowRankMatrix {
   std::size_t id = 0;      // the caller's name for it (AddGradient gets it back)
 };
 
+// Where PowerSGD's M^ goes (PowerSgd::allreduce_sum).
+struct PowerSgdApply {
+  std::function<void(std::size_t offset, const float* piece, std::size_t n)> piece;
+  float* into = nullptr;
+  float scale = 0.0f;
+};
+
 class PowerSgd {
  public:
   // The matrices of `candidates` that shrink at least twofold at rank `rank` are compressed; the
@@ -48,13 +55,15 @@ class PowerSgd {
   void rows_final(float* grads, std::size_t from);
   // Collective: the allreduce of `grads` (buffer_floats floats), compressed as above; `sum` is
   // the in-place sum over the ranks each of its two messages goes through. Without `apply` M^
-  // replaces M in the buffer. With it, M^ goes out a piece at a time, apply(offset, piece, n)
-  // for buffer floats [offset, offset + n), while the piece is in L1 (the optimizer's step: no
-  // pass over a whole M^), and the buffer's compressed matrices keep this step's gradient.
+  // replaces M in the buffer. With it, the buffer's compressed matrices keep this step's
+  // gradient and M^ goes to the optimizer a block of rows at a time, while the block is in cache
+  // (no pass over a whole M^): with `apply.piece`, piece(offset, M^'s floats, n) for buffer
+  // floats [offset, offset + n); with `apply.into`, into[offset + i] += apply.scale * M^[i],
+  // made straight from P and Q (a plain SGD step, scale -lr / ranks: no M^ is made at all).
   // With `start` (a non-blocking sum), Q's sum goes in pieces, each started once made, and M^
   // follows each piece's end: the link and the passes over M overlap.
   using Sum = std::function<void(float*, std::size_t)>;
-  using Apply = std::function<void(std::size_t offset, const float* piece, std::size_t n)>;
+  using Apply = PowerSgdApply;
   using Start = std::function<std::unique_ptr<PendingSum>(float*, std::size_t)>;
   // With `add`, the compressed matrices' gradients are not in the buffer but deferred (Model::
   // forward_backward_deferred): add(m, lo, hi, into) adds columns [lo, hi) of matrix m's
@@ -86,6 +95,7 @@ class PowerSgd {
   static constexpr int kChunk = 1024;  // a piece of a row of M^ (or of Q^T's rows), in L1
   // Columns of Q^T a sum of Q carries: 96 kB at rank 4, the MNIST CNN's Q in four sums.
   static constexpr int kSumColumns = 6 * kChunk;
+  static constexpr int kApplyRows = 16;  // rows of M^ a block: 384 kB of a sum's columns
   kernels::LowRankDesc desc(const Compressed& c) const { return {c.m.rows, c.m.in, rank_}; }
   float share() const { return 1.0f / float(ranks_); }  // this rank's share of the summed M^
   // For rows [lo, hi): M = G + E into m_last, E = the last M - the last M^ / ranks; P = M Q.
@@ -94,10 +104,10 @@ class PowerSgd {
   void add_deferred_and_project(Compressed& c, const AddGradient& add);
   // Q's sum and M^, a piece of columns at a time (powersgd.cc).
   void exchange_q(const Sum& sum, const Start& start, float* grads, const Apply& apply);
-  // Columns [j0, j0 + len) of M^ into m (the buffer's matrix), or to `apply`.
-  // progress() runs every few rows.
+  // Columns [j0, j0 + len) of M^ into m (the buffer's matrix), or to `apply`, kApplyRows rows
+  // at a time; progress() runs before each block.
   void decompress(Compressed& c, int j0, int len, float* m, const Apply& apply,
-                  const std::function<void()>& progress) const;
+                  const std::function<void()>& progress);
   void pack_rest(const float* grads, float* to) const;
   void unpack_rest(const float* from, float* grads) const;
 
@@ -107,6 +117,7 @@ class PowerSgd {
   std::vector<std::pair<std::size_t, std::size_t>> rest_;  // [begin, end) sent whole
   std::size_t p_floats_ = 0, q_floats_ = 0, rest_floats_ = 0;
   FloatBuffer send_p_, send_q_;
+  FloatBuffer block_;  // kApplyRows x kSumColumns: a block of M^ for apply.piece
 };
 
 // Modified Gram-Schmidt on the columns of p (rows x cols, row-major); a column with no length

@@ -1,7 +1,7 @@
 // lowrank.h: the row passes of a rank-r approximation M ~ P Q^T with error feedback, as PowerSGD
 // compresses a gradient (runtime/src/cpu/powersgd.h). M is rows x cols, P rows x rank, and Q is
 // kept transposed, rank x cols (the layout the dense kernels take as weights); all row-major.
-// Each pass goes over M once, a row at a time, so the thin products find the row in cache.
+// Each pass goes over M once: a row at a time, or a piece of columns at a time.
 #pragma once
 
 #include <cstddef>
@@ -19,21 +19,20 @@ namespace cpu {
 // for the first and then written.
 void lowrank_add_and_project(const LowRankDesc& d, const float* g, float* m, float* p,
                              const float* q_t, float share, bool last, int lo, int hi);
-// Columns [col, col + len) of q_t = p^T m (each q_t row's piece then stays in L1 as every row of
-// m goes by).
+// Columns [col, col + len) of q_t = p^T m.
 void lowrank_project_transposed(const LowRankDesc& d, const float* m, const float* p, float* q_t,
                                 int col, int len);
 // The same pass a piece of columns at a time, for a gradient formed straight into m (a deferred
 // weight gradient, dZ^T X, added a piece at a time): first m -= share * p q^T over columns
-// [col, col + len) of every row, then (the gradient added) p_next += m q over those columns;
-// after every piece, from p_next = 0, p_next = m q.
-void lowrank_subtract_piece(const LowRankDesc& d, float* m, const float* p, const float* q_t,
-                            float share, int col, int len);
+// [col, col + len) of every row (lowrank_product), then (the gradient added)
+// p_next += m q over those columns: after every piece, from p_next = 0, p_next = m q.
 void lowrank_project_piece(const LowRankDesc& d, const float* m, const float* q_t, float* p_next,
                            int col, int len);
-// out[0, len) = columns [col, col + len) of row `row` of p q^T.
-void lowrank_approx_piece(const LowRankDesc& d, const float* p, const float* q_t, int row, int col,
-                          int len, float* out);
+// c = alpha * (p q^T)[rows [row0, row0 + rows), columns [col, col + len)] + beta * c, c's rows
+// ldc floats apart: the error's removal from m (beta 1), M^ itself (beta 0), or a plain SGD
+// step straight from p and q (beta 1, alpha -lr / ranks).
+void lowrank_product(const LowRankDesc& d, const float* p, const float* q_t, int row0, int rows,
+                     int col, int len, float alpha, float beta, float* c, int ldc);
 
 }  // namespace cpu
 }  // namespace gpurun::kernels
