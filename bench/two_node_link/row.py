@@ -9,25 +9,34 @@ any overlap: for the overlapped row the exchange measured is only what backward 
 import json
 import sys
 
-one_path, two_path, rate, gbit, scripts, config = sys.argv[1:7]
-sys.path.insert(0, scripts)
-import step_model  # noqa: E402
 
-one, two = (json.load(open(p)) for p in (one_path, two_path))
-# run.sh's config: "none", "powersgd:R" or "overlap:MB".
-kind, _, value = config.partition(":")
-name = {"none": "plain allreduce", "powersgd": f"PowerSGD rank {value}",
-        "overlap": f"overlapped, {value} MB buckets"}[kind]
-eff = two["images_per_second"] / (2 * one["images_per_second"])
-step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
-share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0
-model_input = dict(one, gradient_bytes=two["exchange_bytes_per_step"])
-# An unshaped veth (GBIT 0) has no rate for the model to use.
-pred = step_model.predict(model_input, 2, float(gbit), 0.0, 1, hierarchical=True) \
-    if float(gbit) > 0 else None
-model = f"{100 * pred['efficiency']:.0f}%" if pred else "n/a"
-print(f"| {rate} | {name} | {two['exchange_bytes_per_step'] / 1e6:.2f} | "
-      f"{one['images_per_second']:.0f} | {two['images_per_second']:.0f} | {100 * eff:.0f}% | "
-      f"{100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
-      f"{model} | {100 * one['test_accuracy']:.2f}% | "
-      f"{100 * two['test_accuracy']:.2f}% |")
+def config_name(config):
+    """run.sh's config ("none", "powersgd:R" or "overlap:MB") as the tables name it."""
+    kind, _, value = config.partition(":")
+    return {"none": "plain allreduce", "powersgd": f"PowerSGD rank {value}",
+            "overlap": f"overlapped, {value} MB buckets"}[kind]
+
+
+def main():
+    one_path, two_path, rate, gbit, scripts, config = sys.argv[1:7]
+    sys.path.insert(0, scripts)
+    import step_model
+
+    one, two = (json.load(open(p)) for p in (one_path, two_path))
+    eff = two["images_per_second"] / (2 * one["images_per_second"])
+    step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
+    share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0
+    model_input = dict(one, gradient_bytes=two["exchange_bytes_per_step"])
+    # An unshaped veth (GBIT 0) has no rate for the model to use.
+    pred = step_model.predict(model_input, 2, float(gbit), 0.0, 1, hierarchical=True) \
+        if float(gbit) > 0 else None
+    model = f"{100 * pred['efficiency']:.0f}%" if pred else "n/a"
+    print(f"| {rate} | {config_name(config)} | {two['exchange_bytes_per_step'] / 1e6:.2f} | "
+          f"{one['images_per_second']:.0f} | {two['images_per_second']:.0f} | {100 * eff:.0f}% | "
+          f"{100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
+          f"{model} | {100 * one['test_accuracy']:.2f}% | "
+          f"{100 * two['test_accuracy']:.2f}% |")
+
+
+if __name__ == "__main__":
+    main()

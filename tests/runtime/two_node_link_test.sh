@@ -8,6 +8,8 @@
 # - PowerSGD sends under 1 MB a step;
 # - the ranks really ran on two nodes over the shaped link (the exchange at 200 Mbit/s takes at
 #   least the gradient's bytes over that rate);
+# - --accuracy-seeds 2 adds the accuracy table: a row a config, means of two seeds, and gaps
+#   that are the one node's mean minus the two nodes' (a bad count is refused by name);
 # - nothing the harness made is left: no namespace, no veth, no temp dir.
 #   two_node_link_test.sh ROOT BUILD_DIR DATA_DIR
 set -euo pipefail
@@ -26,8 +28,11 @@ grep -q "the token bucket lets a step's gradient through unshaped" "$log" ||
   fail "link_check's refusal does not say why: $(cat "$log")"
 wait
 before=$(ls -d /tmp/gpurun-link-* 2>/dev/null | wc -l)
+"$root/bench/two_node_link/run.sh" --accuracy-seeds two 2> "$log" &&
+  fail "--accuracy-seeds two was taken"
+grep -q "accuracy-seeds 'two': expected a count" "$log" || fail "no clear error: $(cat "$log")"
 BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates 200mbit --configs none,powersgd:4 \
-  --repeats 2 --data "$data" --out "$out" -- --max-steps 8 2> "$log" ||
+  --repeats 2 --accuracy-seeds 2 --data "$data" --out "$out" -- --max-steps 8 2> "$log" ||
   { cat "$log" >&2; fail "the harness failed"; }
 [ "$(grep -c "^two_node_link: two nodes at 200mbit" "$log")" -eq 2 ] ||
   fail "not one line a row: $(cat "$log")"
@@ -46,6 +51,15 @@ psgd=$(grep "^| 200mbit | PowerSGD rank 4 |" "$out") || fail "no PowerSGD row in
 mb=$(awk -F'|' '{gsub(/ /, "", $4); print $4}' <<< "$psgd")
 python3 -c "import sys; sys.exit(0 if 0 < float(sys.argv[1]) < 1 else 1)" "$mb" ||
   fail "PowerSGD sent $mb MB a step: $psgd"
+grep -q "^Test accuracy over seeds 1-2 " "$out" || fail "no accuracy table: $(cat "$out")"
+[ "$(grep -c "^two_node_link: accuracy, seed" "$log")" -eq 2 ] || fail "not two seeds: $(cat "$log")"
+for name in "plain allreduce" "PowerSGD rank 4"; do
+  acc=$(grep "^| $name | [0-9.]*% |" "$out") || fail "no accuracy row for $name: $(cat "$out")"
+  # | exchange | 1 node mean | 2 nodes mean | gap, mean | ± | largest gap |
+  python3 -c "import sys; f=[x.strip().rstrip('%') for x in sys.argv[1].split('|')]; \
+    sys.exit(0 if abs(float(f[2]) - float(f[3]) - float(f[4])) < 0.011 else 1)" "$acc" ||
+    fail "the mean gap is not the means' difference: $acc"
+done
 ip netns list | grep -q gpurun-bench && fail "a namespace was left: $(ip netns list)"
 ip link | grep -q gpurun-v && fail "a veth was left"
 [ "$(ls -d /tmp/gpurun-link-* 2>/dev/null | wc -l)" -le "$before" ] || fail "a temp dir was left"
