@@ -26,7 +26,7 @@
 # (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
 # one node's, uncompressed, of the same pair). Each row runs N pairs (default 3) and reports the
-# pair with the median efficiency. Beside each, scripts/step_model.py's prediction from the
+# pair with the median efficiency, and the lowest and highest of the N. Beside each, scripts/step_model.py's prediction from the
 # baseline's compute and the row's bytes a step (it leaves out PowerSGD's own compute). Prints a
 # markdown table; --out writes it to a file as well. --configs picks the rows. Hierarchical does
 # not apply (one rank a node).
@@ -153,7 +153,7 @@ one_node() {
 }
 
 # pairs REPORT CONFIG: `repeats` pairs of the one-node baseline then the two nodes, back to back;
-# the pair with the median efficiency to REPORT.one and REPORT.two.
+# the pair with the median efficiency to REPORT.one and REPORT.two, every pair's to REPORT.effs.
 pairs() {
   local to=$1 config=$2 i
   for ((i = 1; i <= repeats; ++i)); do
@@ -164,7 +164,8 @@ pairs() {
     ips=lambda p: json.load(open(p))['images_per_second']; \
     r=sorted(range(1,n+1), key=lambda i: ips(f'{to}.two.{i}')/ips(f'{to}.one.{i}')); \
     m=r[len(r)//2]; shutil.copy(f'{to}.one.{m}', to+'.one'); \
-    shutil.copy(f'{to}.two.{m}', to+'.two')" \
+    shutil.copy(f'{to}.two.{m}', to+'.two'); \
+    json.dump([ips(f'{to}.two.{i}')/ips(f'{to}.one.{i}')/2 for i in r], open(to+'.effs','w'))" \
     "$to" "$repeats"
 }
 
@@ -198,7 +199,8 @@ for rate in ${rates//,/ }; do
     echo "two_node_link: two nodes at $rate, $config (after one node, $repeats pairs)..." >&2
     pairs "$work/$rate-$config" "$config"
     row=$(python3 "$root/bench/two_node_link/row.py" "$work/$rate-$config.one" \
-      "$work/$rate-$config.two" "$rate" "$gbit" "$root/scripts" "$config") ||
+      "$work/$rate-$config.two" "$rate" "$gbit" "$root/scripts" "$config" \
+      "$work/$rate-$config.effs") ||
       die "no row for $rate, $config"
     rows+=("$row")
   done
@@ -226,8 +228,8 @@ fi
   echo "median of $repeats pairs (one node, then two nodes); $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1))."
   echo
-  echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | pairs' range | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
   ((seeds == 0)) || { echo; printf '%s\n' "${accuracy[@]}"; }
 } | tee "$work/table.md"

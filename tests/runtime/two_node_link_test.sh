@@ -4,7 +4,8 @@
 # Checks:
 # - link_check.py refuses a link faster than the rate it was to be shaped to (loopback, "shaped
 #   to" 1 Gbit/s), and the harness's own check of its shaped link passed and printed its rate;
-# - the table has its rows, each the median of 2 pairs (one node, then two);
+# - the table has its rows, each the median of 2 pairs (one node, then two), within the pairs'
+#   range it shows;
 # - PowerSGD sends under 1 MB a step;
 # - the ranks really ran on two nodes over the shaped link (the exchange at 200 Mbit/s takes at
 #   least the gradient's bytes over that rate);
@@ -42,8 +43,12 @@ python3 -c "import sys; sys.exit(0 if 0.1 < float(sys.argv[1]) <= 0.22 else 1)" 
   fail "the 200 Mbit/s link moved a burst at $got Gbit/s"
 grep -q "median of 2 pairs" "$out" || fail "the table does not say it is the median of 2 pairs"
 row=$(grep "^| 200mbit | plain allreduce |" "$out") || fail "no 200mbit row in: $(cat "$out")"
-# | link | exchange | MB a step | 1 node | 2 nodes | efficiency | share | exchange ms/step | ...
-ms=$(awk -F'|' '{gsub(/ /, "", $9); print $9}' <<< "$row")
+# | link | exchange | MB a step | 1 node | 2 nodes | efficiency | pairs' range | share |
+# exchange ms/step | ...
+ms=$(awk -F'|' '{gsub(/ /, "", $10); print $10}' <<< "$row")
+python3 -c "import sys; f=[x.strip().rstrip('%') for x in sys.argv[1].split('|')]; \
+  lo, hi = map(float, f[7].split('-')); sys.exit(0 if lo <= float(f[6]) <= hi else 1)" "$row" ||
+  fail "the median pair's efficiency is outside the pairs' range: $row"
 # 11.08 MB at 200 Mbit/s is 443 ms each way; a ring of two sends it once each way: >= 400 ms.
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 400 else 1)" "$ms" ||
   fail "the exchange took $ms ms a step: not over the 200 Mbit/s link? $row"
