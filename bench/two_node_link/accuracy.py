@@ -30,8 +30,9 @@ def main():
         two = [accuracy(f"{work}/acc-{config}.{s}") for s in range(1, seeds + 1)]
         gaps = [a - b for a, b in zip(one, two)]
         se = statistics.stdev(gaps) / len(gaps) ** 0.5 if len(gaps) > 1 else float("nan")
-        print(f"| {config_name(config)} | {statistics.mean(one):.2f}% | {statistics.mean(two):.2f}% "
-              f"| {statistics.mean(gaps):+.2f} | {se:.2f} | {max(gaps):+.2f} |")
+        print(f"| {config_name(config)} | {statistics.mean(one):.2f}% "
+              f"| {statistics.mean(two):.2f}% | {statistics.mean(gaps):+.2f} | {se:.2f} "
+              f"| {max(gaps):+.2f} |")
 
 
 if __name__ == "__main__":

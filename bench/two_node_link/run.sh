@@ -25,9 +25,10 @@
 # (--bucket-mb 1: 1 MB buckets summed while backward goes on) and PowerSGD rank 4
 # (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
-# one node's, uncompressed and with one node's fastest exchange, of the same pair). Each row runs N pairs (default 3) and reports the
-# pair with the median efficiency, and the lowest and highest of the N. Beside each, scripts/step_model.py's prediction from the
-# baseline's compute and the row's bytes a step (it leaves out PowerSGD's own compute). Prints a
+# one node's, uncompressed and with one node's fastest exchange, of the same pair). Each row runs
+# N pairs (default 3) and reports the pair with the median efficiency, and the lowest and highest
+# of the N. Beside each, scripts/step_model.py's prediction from the baseline's compute and the
+# row's bytes a step (it leaves out PowerSGD's own compute). Prints a
 # markdown table; --out writes it to a file as well. --configs picks the rows. Hierarchical does
 # not apply (one rank a node).
 #

@@ -46,8 +46,8 @@ GPURUN_INLINE void product_block(const float* __restrict p, int ldp, const float
 }
 
 template <int G, bool Add>
-GPURUN_INLINE void product_rows(const float* p, int ldp, const float* q, std::size_t ldq,
-                                int rows, int len, float alpha, float* c, std::size_t ldc) {
+GPURUN_INLINE void product_rows(const float* p, int ldp, const float* q, std::size_t ldq, int rows,
+                                int len, float alpha, float* c, std::size_t ldc) {
   int r = 0;
   for (; r + 4 <= rows; r += 4)
     product_block<4, G, Add>(p + r * ldp, ldp, q, ldq, len, alpha, c + r * ldc, ldc);
@@ -92,7 +92,8 @@ template <int G>
 GPURUN_INLINE void project_rows(const float* m, std::size_t ldm, const float* q, std::size_t ldq,
                                 int rows, int len, float* out, int ldo) {
   int r = 0;
-  for (; r + 4 <= rows; r += 4) project_block<4, G>(m + r * ldm, ldm, q, ldq, len, out + r * ldo, ldo);
+  for (; r + 4 <= rows; r += 4)
+    project_block<4, G>(m + r * ldm, ldm, q, ldq, len, out + r * ldo, ldo);
   for (; r < rows; ++r) project_block<1, G>(m + r * ldm, ldm, q, ldq, len, out + r * ldo, ldo);
 }
 
@@ -105,8 +106,8 @@ GPURUN_SIMD_CLONES void project_group(int g, const float* m, std::size_t ldm, co
 
 // Columns [col, col + len) of q_t[k] += sum over four rows i of p[i][k] m[i], for each k: q_t's
 // piece stays in L1 as the rows of m go by, read and written once for four of them.
-GPURUN_SIMD_CLONES void add_four_rows(const float* m0, int cols, const float* p, int rank,
-                                      int col, int len, float* q_t) {
+GPURUN_SIMD_CLONES void add_four_rows(const float* m0, int cols, const float* p, int rank, int col,
+                                      int len, float* q_t) {
   const float *m1 = m0 + cols, *m2 = m1 + cols, *m3 = m2 + cols;
   for (int k = 0; k < rank; ++k) {
     const float a0 = p[k], a1 = p[rank + k], a2 = p[2 * rank + k], a3 = p[3 * rank + k];
@@ -132,12 +133,12 @@ GPURUN_SIMD_CLONES void add_gradient(const float* g, int n, float* m) {
 }  // namespace
 
 void lowrank_product(const LowRankDesc& d, const float* p, const float* q_t, int row0, int rows,
-                     int col, int len, float alpha, float beta, float* c, int ldc) {
+                     int col, int len, float alpha, bool add, float* c, int ldc) {
   const float* pr = p + std::size_t(row0) * std::size_t(d.rank);
   for (int k = 0; k < d.rank; k += group(d.rank, k))
-    product_group(group(d.rank, k), beta != 0.0f || k > 0, pr + k, d.rank,
-                  q_t + std::size_t(k) * std::size_t(d.cols) + col, std::size_t(d.cols), rows,
-                  len, alpha, c, std::size_t(ldc));
+    product_group(group(d.rank, k), add || k > 0, pr + k, d.rank,
+                  q_t + std::size_t(k) * std::size_t(d.cols) + col, std::size_t(d.cols), rows, len,
+                  alpha, c, std::size_t(ldc));
 }
 
 void lowrank_project_piece(const LowRankDesc& d, const float* m, const float* q_t, float* p_next,
@@ -172,7 +173,7 @@ void lowrank_add_and_project(const LowRankDesc& d, const float* g, float* m, flo
     const std::size_t n = std::size_t(rows) * std::size_t(d.cols);
     float* pr = p + std::size_t(r0) * std::size_t(d.rank);
     if (last) {
-      lowrank_product(d, p, q_t, r0, rows, 0, d.cols, -share, 1.0f, m + at, d.cols);
+      lowrank_product(d, p, q_t, r0, rows, 0, d.cols, -share, true, m + at, d.cols);
       for (int r = 0; r < rows; ++r)
         add_gradient(g + at + std::size_t(r) * d.cols, d.cols, m + at + std::size_t(r) * d.cols);
     } else {

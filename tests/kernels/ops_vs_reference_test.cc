@@ -445,7 +445,7 @@ TEST_P(LowRankVsRef, SubtractAndProjectByPieces) {
   std::vector<float> m = m0, p_next(p0.size(), 0.0f);
   for (int col = 0; col < d.cols; col += 1000) {
     const int len = std::min(1000, d.cols - col);
-    cpu::lowrank_product(d, p0.data(), q_t.data(), 0, d.rows, col, len, -share, 1.0f,
+    cpu::lowrank_product(d, p0.data(), q_t.data(), 0, d.rows, col, len, -share, true,
                          m.data() + col, d.cols);
     for (int i = 0; i < d.rows; ++i)
       for (int j = col; j < col + len; ++j) m[i * d.cols + j] += g[i * d.cols + j];
@@ -467,9 +467,9 @@ TEST_P(LowRankVsRef, ProjectTransposedAndApproximate) {
   const std::vector<float> pq = product(d.rows, d.rank, d.cols, at(p0, d.rank), at(q_t, d.cols));
   const int rows = 3, col = d.cols - 100, len = 100, row0 = d.rows - rows;
   std::vector<float> block(std::size_t(rows) * len, 7.0f), want_block, m = m0;
-  cpu::lowrank_product(d, p0.data(), q_t.data(), row0, rows, col, len, 1.0f, 0.0f, block.data(),
-                       len);
-  cpu::lowrank_product(d, p0.data(), q_t.data(), row0, rows, col, len, -0.5f, 1.0f,
+  cpu::lowrank_product(d, p0.data(), q_t.data(), row0, rows, col, len, 1.0f, false,
+                       block.data(), len);
+  cpu::lowrank_product(d, p0.data(), q_t.data(), row0, rows, col, len, -0.5f, true,
                        m.data() + std::size_t(row0) * d.cols + col, d.cols);
   for (int i = row0; i < d.rows; ++i)
     for (int j = col; j < col + len; ++j) {

@@ -91,7 +91,7 @@ void PowerSgd::add_deferred_and_project(Compressed& c, const AddGradient& add) {
     const int len = std::min(kChunk, c.m.in - j0);
     if (c.has_last)
       kernels::cpu::lowrank_product(desc(c), c.p.data(), c.q_t.data(), 0, c.m.rows, j0, len,
-                                    -share(), 1.0f, c.m_last.data() + j0, c.m.in);
+                                    -share(), true, c.m_last.data() + j0, c.m.in);
     add(c.m, j0, j0 + len, c.m_last.data());
     kernels::cpu::lowrank_project_piece(desc(c), c.m_last.data(), c.q_t.data(), c.p_next.data(),
                                         j0, len);
@@ -114,12 +114,12 @@ void PowerSgd::decompress(Compressed& c, int j0, int len, float* m, const Apply&
     const std::size_t at = std::size_t(r0) * std::size_t(c.m.in) + std::size_t(j0);
     if (apply.into) {
       kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, apply.scale,
-                                    1.0f, apply.into + c.m.offset + at, c.m.in);
+                                    true, apply.into + c.m.offset + at, c.m.in);
     } else if (!apply.piece) {
-      kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, 1.0f, 0.0f,
+      kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, 1.0f, false,
                                     m + at, c.m.in);
     } else {
-      kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, 1.0f, 0.0f,
+      kernels::cpu::lowrank_product(d, c.p.data(), c.q_t.data(), r0, rows, j0, len, 1.0f, false,
                                     block_.data(), len);
       for (int i = 0; i < rows; ++i)
         apply.piece(c.m.offset + at + std::size_t(i) * std::size_t(c.m.in),

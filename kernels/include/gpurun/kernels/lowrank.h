@@ -28,11 +28,11 @@ void lowrank_project_transposed(const LowRankDesc& d, const float* m, const floa
 // p_next += m q over those columns: after every piece, from p_next = 0, p_next = m q.
 void lowrank_project_piece(const LowRankDesc& d, const float* m, const float* q_t, float* p_next,
                            int col, int len);
-// c = alpha * (p q^T)[rows [row0, row0 + rows), columns [col, col + len)] + beta * c, c's rows
-// ldc floats apart: the error's removal from m (beta 1), M^ itself (beta 0), or a plain SGD
-// step straight from p and q (beta 1, alpha -lr / ranks).
+// c = alpha * (p q^T)[rows [row0, row0 + rows), columns [col, col + len)], plus c itself with
+// `add`; c's rows ldc floats apart: the error's removal from m (add), M^ itself, or a plain SGD
+// step straight from p and q (add, alpha -lr / ranks).
 void lowrank_product(const LowRankDesc& d, const float* p, const float* q_t, int row0, int rows,
-                     int col, int len, float alpha, float beta, float* c, int ldc);
+                     int col, int len, float alpha, bool add, float* c, int ldc);
 
 }  // namespace cpu
 }  // namespace gpurun::kernels
