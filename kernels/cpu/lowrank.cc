@@ -126,8 +126,8 @@ GPURUN_SIMD_CLONES void add_row(const float* m, int cols, const float* p, int ra
 }
 
 // m = g + m over n floats.
-GPURUN_SIMD_CLONES void add_gradient(const float* g, int n, float* m) {
-  for (int j = 0; j < n; ++j) m[j] = g[j] + m[j];
+GPURUN_SIMD_CLONES void add_gradient(const float* g, std::size_t n, float* m) {
+  for (std::size_t j = 0; j < n; ++j) m[j] = g[j] + m[j];
 }
 
 }  // namespace
@@ -174,8 +174,7 @@ void lowrank_add_and_project(const LowRankDesc& d, const float* g, float* m, flo
     float* pr = p + std::size_t(r0) * std::size_t(d.rank);
     if (last) {
       lowrank_product(d, p, q_t, r0, rows, 0, d.cols, -share, true, m + at, d.cols);
-      for (int r = 0; r < rows; ++r)
-        add_gradient(g + at + std::size_t(r) * d.cols, d.cols, m + at + std::size_t(r) * d.cols);
+      add_gradient(g + at, n, m + at);  // the block's rows are contiguous
     } else {
       std::copy(g + at, g + at + n, m + at);
     }
