@@ -14,7 +14,7 @@
 #           one-allreduce run, bit for bit (2 ranks)
 # resume    a checkpoint on SIGUSR1 mid-epoch, then --resume: the same weights, bit for bit, as
 #           one uninterrupted run (2 ranks, NCCL, momentum). (LeNet's checkpoints resume across
-#           backends in runtime_cuda_backend; it learns on the GPU path in runtime_cuda_e2e.)
+#           backends in runtime_cuda_backend; it learns on the GPU path in runtime_cuda_e2e_*.)
 # hang      rank 1 never arrives at an allreduce (GPURUN_STANDIN_NCCL_HANG): the job ends within
 #           --comm-timeout + 5 s of the hang, the ranks name themselves and the collective, and no
 #           kernel runs on the aborted communicator (the stand-in would abort the process)
