@@ -6,7 +6,10 @@
 # MPI 4.1's TCP BTL now and then refuses its own non-blocking connect ("failed to TCP connect to
 # a peer ... Operation now in progress") and a rank dies of a jump to address 0 during wireup,
 # before gpurun or the program can do anything (seen in about 1 of 4 full runs, each time in a
-# different test). A second 75 is a failure: the test never passes without one clean run.
+# different test; once, at daed17b, the rank died before Open MPI could print its warning).
+# wireup_crash() in slurm_test_lib.sh says what it takes for this crash, and
+# wireup_crash_test.sh checks it. A second 75 is a failure: the test never passes without one
+# clean run, so a crash of the program's own at start, which would come back, still fails.
 set -uo pipefail
 "$@"
 rc=$?

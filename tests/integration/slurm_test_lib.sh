@@ -51,20 +51,25 @@ fail() {
   if [[ -n ${jobid:-} ]]; then scontrol show job "$jobid" >&2 2>/dev/null || true; fi
   echo "$name: cluster logs in $dir/log" >&2
   if wireup_crash; then
-    echo "$name: the job died in Open MPI's TCP wireup (a rank's SIGSEGV right after Open MPI's" \
-      "'failed to TCP connect to a peer'): exit 75, rerun_on_wireup_crash.sh runs the test once more" >&2
+    echo "$name: the job died in Open MPI's TCP wireup (a rank's jump to address 0 in its first" \
+      "seconds): exit 75, rerun_on_wireup_crash.sh runs the test once more" >&2
     exit 75
   fi
   exit 1
 }
 
-# Whether the job's output shows Open MPI's TCP wireup crash on this one-host cluster: Open MPI's
-# own warning that it failed to TCP connect to a peer, and a rank killed by SIGSEGV (see
-# rerun_on_wireup_crash.sh). Any other failure is a failure.
+# Whether the job's output shows Open MPI's TCP wireup crash on this one-host cluster (see
+# rerun_on_wireup_crash.sh): a rank killed by SIGSEGV, and either Open MPI's own warning that it
+# failed to TCP connect to a peer, or, when the crash came before that warning, Open MPI's signal
+# handler's report of a jump to address 0 within 10 s of the start: the fault address nil and a
+# backtrace that stops at the signal frame ([ 0], no [ 1]: there is no caller to unwind from pc 0).
+# A null dereference in a function (a caller in [ 1]) is not this. Any other failure is a failure.
 wireup_crash() {
   [[ -n ${out:-} && -f $out ]] || return 1
-  grep -q 'Open MPI failed to TCP connect to a peer MPI process' "$out" &&
-    grep -Eq 'was killed by signal 11 \(SIGSEGV\)|Signal: Segmentation fault' "$out"
+  grep -Eq 'was killed by signal 11 \(SIGSEGV\)|Signal: Segmentation fault' "$out" || return 1
+  grep -q 'Open MPI failed to TCP connect to a peer MPI process' "$out" && return 0
+  grep -q 'Failing at address: (nil)' "$out" && ! grep -Eq '\[ *1\] ' "$out" &&
+    grep -Eq 'was killed by signal 11 \(SIGSEGV\) after [0-9]\.[0-9] s' "$out"
 }
 
 slurm_test_cleanup() {
