@@ -1,9 +1,10 @@
 #!/usr/bin/env python3
-"""row.py ONE.json TWO.json RATE GBIT SCRIPTS_DIR CONFIG EFFS.json: one markdown row of
+"""row.py ONE.json TWO.json RATE GBIT SCRIPTS_DIR CONFIG EFFS.json TWINS: one markdown row of
 bench/two_node_link/run.sh.
 
 ONE is the one-node baseline's mnist_cnn report, TWO a two-node run's (the pair of median
-efficiency), EFFS every pair's efficiency. The model's efficiency is
+efficiency), TWINS.a and TWINS.b the same pair's twins (a one-node run on each core at once), EFFS
+every pair's efficiencies (pairs.py). The model's efficiency is
 scripts/step_model.py's for two nodes at GBIT Gbit/s, from the baseline's compute and node
 exchange and the bytes the two-node run sent a step (PowerSGD's own compute is not in it, nor
 any overlap: for the overlapped row the exchange measured is only what backward did not hide).
@@ -19,14 +20,21 @@ def config_name(config):
             "overlap": f"overlapped, {value} MB buckets"}[kind]
 
 
+def span(effs):
+    """The lowest and highest of a row's pairs' efficiencies, as "lo-hi%"."""
+    return f"{100 * min(effs):.0f}-{100 * max(effs):.0f}%"
+
+
 def main():
-    one_path, two_path, rate, gbit, scripts, config, effs_path = sys.argv[1:8]
+    one_path, two_path, rate, gbit, scripts, config, effs_path, twins = sys.argv[1:9]
     sys.path.insert(0, scripts)
     import step_model
 
     one, two = (json.load(open(p)) for p in (one_path, two_path))
     eff = two["images_per_second"] / (2 * one["images_per_second"])
     effs = json.load(open(effs_path))
+    twins_ips = sum(json.load(open(f"{twins}.{node}"))["images_per_second"] for node in "ab")
+    eff_twins = two["images_per_second"] / twins_ips
     step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
     share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0
     model_input = dict(one, gradient_bytes=two["exchange_bytes_per_step"])
@@ -36,7 +44,8 @@ def main():
     model = f"{100 * pred['efficiency']:.0f}%" if pred else "n/a"
     print(f"| {rate} | {config_name(config)} | {two['exchange_bytes_per_step'] / 1e6:.2f} | "
           f"{one['images_per_second']:.0f} | {two['images_per_second']:.0f} | {100 * eff:.0f}% | "
-          f"{100 * min(effs):.0f}-{100 * max(effs):.0f}% | "
+          f"{span(effs['alone'])} | {twins_ips:.0f} | {100 * eff_twins:.0f}% | "
+          f"{span(effs['twins'])} | "
           f"{100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
           f"{model} | {100 * one['test_accuracy']:.2f}% | "
           f"{100 * two['test_accuracy']:.2f}% |")

@@ -20,14 +20,17 @@
 # Each rank is pinned to a core of its own (node a core 0, node b core 1): a 2-core machine holds
 # two one-core nodes. The one-node baseline is one rank on core 0, run just before each two-node
 # run (a pair), so that both see the same machine: a VM's speed drifts from minute to minute.
+# Between them run the twins: a one-node run on each core at once. The two nodes of this VM share
+# its L3 and memory bus, which two real nodes would not; against the twins, who share them too,
+# the efficiency shows what the exchange alone costs. Both efficiencies are in the table.
 #
 # Rows, at each rate: plain (one allreduce of the whole gradient after backward), overlapped
 # (--bucket-mb 1: 1 MB buckets summed while backward goes on) and PowerSGD rank 4
 # (--grad-compression powersgd:4: the Dense layers' gradients as two thin matrices).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
-# one node's, uncompressed and with one node's fastest exchange, of the same pair). Each row runs
-# N pairs (default 3) and reports the pair with the median efficiency, and the lowest and highest
-# of the N. Beside each, scripts/step_model.py's prediction from the baseline's compute and the
+# one node's, uncompressed and with one node's fastest exchange, of the same pair); against twins
+# = the two nodes' images/s / the sum of the twins'. Each row runs N pairs (default 3) and reports
+# the pair with the median efficiency, and the lowest and highest of the N, of each. Beside each, scripts/step_model.py's prediction from the baseline's compute and the
 # row's bytes a step (it leaves out PowerSGD's own compute). Prints a
 # markdown table; --out writes it to a file as well. --configs picks the rows. Hierarchical does
 # not apply (one rank a node).
@@ -156,21 +159,30 @@ one_node() {
     { tail -20 "$1.log" >&2; die "the one-node run failed"; }
 }
 
-# pairs REPORT CONFIG: `repeats` pairs of the one-node baseline then the two nodes, back to back;
-# the pair with the median efficiency to REPORT.one and REPORT.two, every pair's to REPORT.effs.
+# twins REPORT: two one-node runs at once, node a's on core 0 (REPORT.a) and node b's on core 1
+# (REPORT.b), each alone in its namespace: what the two nodes of this VM do when they never talk.
+# They share the L3 and the memory bus as the two-node run does, which two real nodes would not.
+twins() {
+  local a b
+  ip netns exec "$A" taskset -c 0 "$mnist" "${mnist_args[@]}" --exchange auto --seed "$seed" \
+    --report "$1.a" > "$1.a.log" 2>&1 & a=$!
+  ip netns exec "$B" taskset -c 1 "$mnist" "${mnist_args[@]}" --exchange auto --seed "$seed" \
+    --report "$1.b" > "$1.b.log" 2>&1 & b=$!
+  wait "$a" || { tail -20 "$1.a.log" >&2; die "node a's twin run failed"; }
+  wait "$b" || { tail -20 "$1.b.log" >&2; die "node b's twin run failed"; }
+}
+
+# pairs REPORT CONFIG: `repeats` times the one-node baseline, the twins, then the two nodes, back
+# to back; pairs.py picks the median pair (REPORT.one, .twins.a, .twins.b, .two) and writes every
+# pair's efficiencies (REPORT.effs).
 pairs() {
   local to=$1 config=$2 i
   for ((i = 1; i <= repeats; ++i)); do
     one_node "$to.one.$i"
+    twins "$to.twins.$i"
     two_nodes "$to.two.$i" "$config"
   done
-  python3 -c "import json,shutil,sys; to,n=sys.argv[1],int(sys.argv[2]); \
-    ips=lambda p: json.load(open(p))['images_per_second']; \
-    r=sorted(range(1,n+1), key=lambda i: ips(f'{to}.two.{i}')/ips(f'{to}.one.{i}')); \
-    m=r[len(r)//2]; shutil.copy(f'{to}.one.{m}', to+'.one'); \
-    shutil.copy(f'{to}.two.{m}', to+'.two'); \
-    json.dump([ips(f'{to}.two.{i}')/ips(f'{to}.one.{i}')/2 for i in r], open(to+'.effs','w'))" \
-    "$to" "$repeats"
+  python3 "$root/bench/two_node_link/pairs.py" "$to" "$repeats" || die "no median pair for $to"
 }
 
 # config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, overlap:MB.
@@ -205,7 +217,7 @@ for rate in ${rates//,/ }; do
     pairs "$work/$rate-$config" "$config"
     row=$(python3 "$root/bench/two_node_link/row.py" "$work/$rate-$config.one" \
       "$work/$rate-$config.two" "$rate" "$gbit" "$root/scripts" "$config" \
-      "$work/$rate-$config.effs") ||
+      "$work/$rate-$config.effs" "$work/$rate-$config.twins") ||
       die "no row for $rate, $config"
     rows+=("$row")
   done
@@ -231,11 +243,15 @@ fi
   echo "over TCP, launched by gpurun under a PBS-style allocation. mnist_cnn on $(basename "$data"),"
   echo "$epochs epoch(s), $batch images per rank, --threads 1, seed $row_seed; two nodes --exchange allreduce,"
   echo "one node its fastest, auto (the SGD step fused into the Dense layers' dW); each row the"
-  echo "median of $repeats pairs (one node, then two nodes); $(date -u '+%Y-%m-%d %H:%M UTC'),"
+  echo "median of $repeats pairs (one node, twins, then two nodes); $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1))."
   echo
-  echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | pairs' range | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
-  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
+  echo "Efficiency: two nodes' images/s against twice one node's, alone on the VM. Against twins:"
+  echo "against two one-node runs at once, one on each core, which share the L3 and memory bus as"
+  echo "the two nodes do (two real nodes would not): what the exchange alone costs."
+  echo
+  echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | pairs' range | twins images/s | against twins | pairs' range | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
+  echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
   printf '%s\n' "${rows[@]}"
   ((seeds == 0)) || { echo; printf '%s\n' "${accuracy[@]}"; }
 } | tee "$work/table.md"

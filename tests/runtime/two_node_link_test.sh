@@ -4,8 +4,8 @@
 # Checks:
 # - link_check.py refuses a link faster than the rate it was to be shaped to (loopback, "shaped
 #   to" 1 Gbit/s), and the harness's own check of its shaped link passed and printed its rate;
-# - the table has its rows, each the median of 2 pairs (one node, then two), within the pairs'
-#   range it shows;
+# - the table has its rows, each the median of 2 pairs (one node, twins, then two nodes), within
+#   the pairs' range it shows, against one node and against the twins;
 # - PowerSGD sends under 1 MB a step;
 # - the ranks really ran on two nodes over the shaped link (the exchange at 200 Mbit/s takes at
 #   least the gradient's bytes over that rate);
@@ -43,12 +43,16 @@ python3 -c "import sys; sys.exit(0 if 0.1 < float(sys.argv[1]) <= 0.22 else 1)" 
   fail "the 200 Mbit/s link moved a burst at $got Gbit/s"
 grep -q "median of 2 pairs" "$out" || fail "the table does not say it is the median of 2 pairs"
 row=$(grep "^| 200mbit | plain allreduce |" "$out") || fail "no 200mbit row in: $(cat "$out")"
-# | link | exchange | MB a step | 1 node | 2 nodes | efficiency | pairs' range | share |
-# exchange ms/step | ...
-ms=$(awk -F'|' '{gsub(/ /, "", $10); print $10}' <<< "$row")
-python3 -c "import sys; f=[x.strip().rstrip('%') for x in sys.argv[1].split('|')]; \
-  lo, hi = map(float, f[7].split('-')); sys.exit(0 if lo <= float(f[6]) <= hi else 1)" "$row" ||
-  fail "the median pair's efficiency is outside the pairs' range: $row"
+# | link | exchange | MB a step | 1 node | 2 nodes | efficiency | pairs' range | twins images/s |
+# against twins | pairs' range | share | exchange ms/step | ...
+ms=$(awk -F'|' '{gsub(/ /, "", $13); print $13}' <<< "$row")
+within() {  # within EFF_FIELD RANGE_FIELD: the row's median pair lies in its pairs' range
+  python3 -c "import sys; f=[x.strip().rstrip('%') for x in sys.argv[1].split('|')]; \
+    lo, hi = map(float, f[$2].split('-')); sys.exit(0 if lo <= float(f[$1]) <= hi else 1)" "$row"
+}
+within 6 7 || fail "the median pair's efficiency is outside the pairs' range: $row"
+within 9 10 || fail "the median pair's efficiency against twins is outside its range: $row"
+[ "$(grep -c "^| 200mbit |" "$out")" -eq 2 ] || fail "not two rows: $(cat "$out")"
 # 11.08 MB at 200 Mbit/s is 443 ms each way; a ring of two sends it once each way: >= 400 ms.
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 400 else 1)" "$ms" ||
   fail "the exchange took $ms ms a step: not over the 200 Mbit/s link? $row"

@@ -1,0 +1,34 @@
+#!/usr/bin/env python3
+"""pairs.py TO N: the median pair of bench/two_node_link/run.sh's N pairs of one row.
+
+Pair i is TO.one.i (one node alone), TO.twins.i.a and TO.twins.i.b (a one-node run on each core
+at once) and TO.two.i (two nodes), mnist_cnn's reports. The pair of median efficiency (two nodes'
+images/s over twice one node's) is copied to TO.one, TO.twins.a, TO.twins.b and TO.two; TO.effs
+gets every pair's efficiency and, under "twins", every pair's efficiency against its twins (two
+nodes' images/s over the sum of the twins').
+"""
+import json
+import shutil
+import sys
+
+
+def ips(path):
+    return json.load(open(path))["images_per_second"]
+
+
+def main():
+    to, n = sys.argv[1], int(sys.argv[2])
+    alone = {i: ips(f"{to}.two.{i}") / (2 * ips(f"{to}.one.{i}")) for i in range(1, n + 1)}
+    twins = {i: ips(f"{to}.two.{i}") / (ips(f"{to}.twins.{i}.a") + ips(f"{to}.twins.{i}.b"))
+             for i in range(1, n + 1)}
+    order = sorted(alone, key=alone.get)
+    m = order[len(order) // 2]
+    for src, dst in ((f"{to}.one.{m}", f"{to}.one"), (f"{to}.two.{m}", f"{to}.two"),
+                     (f"{to}.twins.{m}.a", f"{to}.twins.a"), (f"{to}.twins.{m}.b", f"{to}.twins.b")):
+        shutil.copy(src, dst)
+    json.dump({"alone": [alone[i] for i in order], "twins": [twins[i] for i in order]},
+              open(f"{to}.effs", "w"))
+
+
+if __name__ == "__main__":
+    main()
