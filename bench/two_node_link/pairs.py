@@ -23,9 +23,10 @@ def main():
              for i in range(1, n + 1)}
     order = sorted(alone, key=alone.get)
     m = order[len(order) // 2]
-    for src, dst in ((f"{to}.one.{m}", f"{to}.one"), (f"{to}.two.{m}", f"{to}.two"),
-                     (f"{to}.twins.{m}.a", f"{to}.twins.a"), (f"{to}.twins.{m}.b", f"{to}.twins.b")):
-        shutil.copy(src, dst)
+    for kind in ("one", "two"):
+        shutil.copy(f"{to}.{kind}.{m}", f"{to}.{kind}")
+    for node in "ab":
+        shutil.copy(f"{to}.twins.{m}.{node}", f"{to}.twins.{node}")
     json.dump({"alone": [alone[i] for i in order], "twins": [twins[i] for i in order]},
               open(f"{to}.effs", "w"))
 

@@ -30,9 +30,10 @@
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
 # one node's, uncompressed and with one node's fastest exchange, of the same pair); against twins
 # = the two nodes' images/s / the sum of the twins'. Each row runs N pairs (default 3) and reports
-# the pair with the median efficiency, and the lowest and highest of the N, of each. Beside each, scripts/step_model.py's prediction from the baseline's compute and the
-# row's bytes a step (it leaves out PowerSGD's own compute). Prints a
-# markdown table; --out writes it to a file as well. --configs picks the rows. Hierarchical does
+# the pair with the median efficiency, and the lowest and highest of the N, of each. Beside
+# each, scripts/step_model.py's prediction from the baseline's compute and the row's bytes a step
+# (it leaves out PowerSGD's own compute). Prints a markdown table; --out writes it to a file as
+# well. --configs picks the rows. Hierarchical does
 # not apply (one rank a node).
 #
 # Test accuracy: the rows above train with seed 7 (row_seed), and on the 2,000 test images one

@@ -14,7 +14,8 @@ set -uo pipefail
 "$@"
 rc=$?
 if ((rc == 75)); then
-  echo "rerun_on_wireup_crash: $(basename "$1") hit Open MPI's TCP wireup crash: running it once more"
+  echo "rerun_on_wireup_crash: $(basename "$1") hit Open MPI's TCP wireup crash:" \
+    "running it once more"
   "$@"
   rc=$?
   ((rc == 75)) && rc=1

@@ -13,7 +13,12 @@ check() {
   cat > "$out"
   local got=no
   if wireup_crash; then got=yes; fi
-  if [[ $got == "$2" ]]; then echo "ok: $1 ($got)"; else echo "FAIL: $1: got $got, want $2"; failed=1; fi
+  if [[ $got == "$2" ]]; then
+    echo "ok: $1 ($got)"
+  else
+    echo "FAIL: $1: got $got, want $2"
+    failed=1
+  fi
 }
 head='gpurun: 4 ranks on 2 nodes via srun'
 jump0='1: [vm:12564] *** Process received signal ***
@@ -22,7 +27,8 @@ jump0='1: [vm:12564] *** Process received signal ***
 1: [vm:12564] Failing at address: (nil)
 1: [vm:12564] [ 0] /lib/x86_64-linux-gnu/libc.so.6(+0x3c050)[0x7f4cd9c5a050]
 1: [vm:12564] *** End of error message ***'
-killed='gpurun: rank 1 on node1 was killed by signal 11 (SIGSEGV) after 0.7 s; stopped 3 other ranks'
+killed='gpurun: rank 1 on node1 was killed by signal 11 (SIGSEGV) after 0.7 s;'
+killed+=' stopped 3 other ranks'
 warning='2: WARNING: Open MPI failed to TCP connect to a peer MPI process.  This
 2: should not happen.
 2:   Error:      Operation now in progress (115)'

@@ -14,7 +14,10 @@
 set -euo pipefail
 part=$1 probe=$2 bin=$3 lenet=$4 data=$5 mpiexec=${6:-}
 case $part in learn | graph | lenet | resume | mpi) ;;
-  *) echo "cuda_e2e_test.sh: unknown part '$part' (expected learn, graph, lenet, resume or mpi)" >&2; exit 2 ;;
+  *)
+    echo "cuda_e2e_test.sh: unknown part '$part' (expected learn, graph, lenet, resume or mpi)" >&2
+    exit 2
+    ;;
 esac
 "$probe" || exit $?
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-cuda-e2e.XXXXXX")
