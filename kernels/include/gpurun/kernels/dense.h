@@ -52,8 +52,10 @@ void dense_backward_weights_rows(const DenseDesc& d, const float* x, const float
 //
 // Rows [lo, hi) of dW (the weights of outputs lo..hi-1, contiguous in memory), for the allreduce
 // that starts summing a piece of dW while backward computes the next (--bucket-mb):
-//   dense_backward_weights_rows: dw[lo:hi, :] = dy[:, lo:hi]^T * x, the same bits as those rows
-//   of dense_backward_weights; throws std::invalid_argument when [lo, hi) is not in [0, out).
+//   dense_backward_weights_rows: dw[lo:hi, :] = dy[:, lo:hi]^T * x, those rows of
+//   dense_backward_weights within rounding (the BLAS may sum a block of rows in another order
+//   than the whole: on AMD Zen, oneDNN and OpenBLAS do, 1 ulp apart); throws
+//   std::invalid_argument when [lo, hi) is not in [0, out).
 namespace cpu {
 void dense_weight_cols(const DenseDesc& d, const float* x, const float* dy, int lo, int hi,
                        float alpha, float beta, float* c);
