@@ -16,11 +16,21 @@ def ips(path):
     return json.load(open(path))["images_per_second"]
 
 
+def efficiency(one_ips, two_ips):
+    """Weak scaling: two nodes' images/s over twice one node's."""
+    return two_ips / (2 * one_ips)
+
+
+def against_twins(two_ips, twin_a_ips, twin_b_ips):
+    """Two nodes' images/s over the sum of the twins'."""
+    return two_ips / (twin_a_ips + twin_b_ips)
+
+
 def main():
     to, n = sys.argv[1], int(sys.argv[2])
-    alone = {i: ips(f"{to}.two.{i}") / (2 * ips(f"{to}.one.{i}")) for i in range(1, n + 1)}
-    twins = {i: ips(f"{to}.two.{i}") / (ips(f"{to}.twins.{i}.a") + ips(f"{to}.twins.{i}.b"))
-             for i in range(1, n + 1)}
+    alone = {i: efficiency(ips(f"{to}.one.{i}"), ips(f"{to}.two.{i}")) for i in range(1, n + 1)}
+    twins = {i: against_twins(ips(f"{to}.two.{i}"), ips(f"{to}.twins.{i}.a"),
+                              ips(f"{to}.twins.{i}.b")) for i in range(1, n + 1)}
     order = sorted(alone, key=alone.get)
     m = order[len(order) // 2]
     for kind in ("one", "two"):

@@ -12,6 +12,8 @@ any overlap: for the overlapped row the exchange measured is only what backward 
 import json
 import sys
 
+from pairs import against_twins, efficiency, ips
+
 
 def config_name(config):
     """run.sh's config ("none", "powersgd:R" or "overlap:MB") as the tables name it."""
@@ -31,10 +33,10 @@ def main():
     import step_model
 
     one, two = (json.load(open(p)) for p in (one_path, two_path))
-    eff = two["images_per_second"] / (2 * one["images_per_second"])
+    eff = efficiency(one["images_per_second"], two["images_per_second"])
     effs = json.load(open(effs_path))
-    twins_ips = sum(json.load(open(f"{twins}.{node}"))["images_per_second"] for node in "ab")
-    eff_twins = two["images_per_second"] / twins_ips
+    twin_ips = [ips(f"{twins}.{node}") for node in "ab"]
+    eff_twins = against_twins(two["images_per_second"], *twin_ips)
     step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
     share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0
     model_input = dict(one, gradient_bytes=two["exchange_bytes_per_step"])
@@ -44,7 +46,7 @@ def main():
     model = f"{100 * pred['efficiency']:.0f}%" if pred else "n/a"
     print(f"| {rate} | {config_name(config)} | {two['exchange_bytes_per_step'] / 1e6:.2f} | "
           f"{one['images_per_second']:.0f} | {two['images_per_second']:.0f} | {100 * eff:.0f}% | "
-          f"{span(effs['alone'])} | {twins_ips:.0f} | {100 * eff_twins:.0f}% | "
+          f"{span(effs['alone'])} | {sum(twin_ips):.0f} | {100 * eff_twins:.0f}% | "
           f"{span(effs['twins'])} | "
           f"{100 * share:.0f}% | {1e3 * two['exchange_seconds_per_step']:.1f} | "
           f"{model} | {100 * one['test_accuracy']:.2f}% | "

@@ -151,26 +151,27 @@ shape() {
 mnist_args=(--device cpu --threads 1 --data "$data" --epochs "$epochs" --batch-size "$batch"
   --lr-scaling linear "${extra[@]+"${extra[@]}"}")
 
-# one_node REPORT: the baseline, one rank on core 0 in node a, with one node's fastest exchange
-# (auto: the shared-memory exchange, whose SGD step is fused into the Dense layers' dW sgemm;
-# --exchange allreduce would add a pass over the 11 MB gradient).
-one_node() {
-  ip netns exec "$A" taskset -c 0 "$mnist" "${mnist_args[@]}" --exchange auto --seed "$seed" \
-    --report "$1" > "$1.log" 2>&1 ||
-    { tail -20 "$1.log" >&2; die "the one-node run failed"; }
+# one_node_on NAMESPACE CORE REPORT: one node's run, one rank on CORE in NAMESPACE, with one
+# node's fastest exchange (auto: the shared-memory exchange, whose SGD step is fused into the
+# Dense layers' dW sgemm; --exchange allreduce would add a pass over the 11 MB gradient). Its
+# output goes to REPORT.log, shown when it fails.
+one_node_on() {
+  ip netns exec "$1" taskset -c "$2" "$mnist" "${mnist_args[@]}" --exchange auto --seed "$seed" \
+    --report "$3" > "$3.log" 2>&1 || { tail -20 "$3.log" >&2; return 1; }
 }
+
+# one_node REPORT: the baseline, on core 0 in node a.
+one_node() { one_node_on "$A" 0 "$1" || die "the one-node run failed"; }
 
 # twins REPORT: two one-node runs at once, node a's on core 0 (REPORT.a) and node b's on core 1
 # (REPORT.b), each alone in its namespace: what the two nodes of this VM do when they never talk.
 # They share the L3 and the memory bus as the two-node run does, which two real nodes would not.
 twins() {
   local a b
-  ip netns exec "$A" taskset -c 0 "$mnist" "${mnist_args[@]}" --exchange auto --seed "$seed" \
-    --report "$1.a" > "$1.a.log" 2>&1 & a=$!
-  ip netns exec "$B" taskset -c 1 "$mnist" "${mnist_args[@]}" --exchange auto --seed "$seed" \
-    --report "$1.b" > "$1.b.log" 2>&1 & b=$!
-  wait "$a" || { tail -20 "$1.a.log" >&2; die "node a's twin run failed"; }
-  wait "$b" || { tail -20 "$1.b.log" >&2; die "node b's twin run failed"; }
+  one_node_on "$A" 0 "$1.a" & a=$!
+  one_node_on "$B" 1 "$1.b" & b=$!
+  wait "$a" || die "node a's twin run failed"
+  wait "$b" || die "node b's twin run failed"
 }
 
 # pairs REPORT CONFIG: `repeats` times the one-node baseline, the twins, then the two nodes, back
