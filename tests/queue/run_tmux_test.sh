@@ -9,7 +9,8 @@
 #   - Ctrl-C reaches the foreground program (sleep dies), not gpuq (the session goes on);
 #   - exit N frees the GPU and gpuq run exits N; the session is in gpuq history with its GPUs;
 #   - a gpuq run killed with SIGKILL frees the GPU within 5 s and leaves no process behind;
-#   - gpuq alloc: a shell in the job; leaving it frees the GPUs;
+#   - gpuq alloc: a shell in the job, which runs what was typed while the job waited; leaving it
+#     frees the GPUs;
 #   - from a script: --pty refuses; without it stdin, stdout and the exit status pass through,
 #     also across a kill -9 and restart of the daemon;
 #   - while the GPU is held, gpuq run says where it stands, then starts when the GPU is free;
@@ -128,11 +129,17 @@ echo "freed in about $((SECONDS - t0)) s"
 until_true 5 "the session's processes to be gone" no_sleeps
 gpuq history -a | grep -Eq " CANCELLED " || fail "the killed session is not CANCELLED in history"
 
-echo "== gpuq alloc: a shell in the job"
+echo "== gpuq alloc: a shell in the job; what was typed while it waited reaches that shell"
+# The command is typed while the job waits for the GPU, before gpuq alloc puts the terminal in raw
+# mode: a flush there (TCSAFLUSH) dropped it, and CI once typed it just too early.
+HOLD=$(cd "$WORK" && gpuq submit --parsable --gres=gpu:1 -t 10 --wrap 'sleep 300')
+until_true 10 "the batch job to run" running
 session env SHELL=/bin/bash "$GPUQ" alloc --gres=gpu:1
-until_true 20 "gpuq alloc's job to run" running
+until_screen 20 'queued: position 1'
 tm send-keys -t s 'echo ALLOC=$SLURM_JOB_ID:$CUDA_VISIBLE_DEVICES' Enter
-until_screen 10 '^ALLOC=[0-9]+:0'
+until_screen 10 '^echo ALLOC='
+gpuq cancel "$HOLD"
+until_screen 20 '^ALLOC=[0-9]+:0'
 tm send-keys -t s 'exit' Enter
 until_screen 10 '^CLIENT-EXIT=0'
 until_true 5 "the GPU to be free after leaving gpuq alloc's shell" queue_empty

@@ -91,11 +91,13 @@ RawTerminal::RawTerminal() {
   if (tcgetattr(STDIN_FILENO, &modes) != 0) return;
   saved_ = new State{modes};
   cfmakeraw(&modes);
-  active_ = tcsetattr(STDIN_FILENO, TCSAFLUSH, &modes) == 0;
+  // TCSADRAIN, not TCSAFLUSH: what the user typed while the job waited in the queue is kept and
+  // reaches the job's terminal, as ssh keeps type-ahead (a flush dropped the first command).
+  active_ = tcsetattr(STDIN_FILENO, TCSADRAIN, &modes) == 0;
 }
 
 RawTerminal::~RawTerminal() {
-  if (active_) tcsetattr(STDIN_FILENO, TCSAFLUSH, &saved_->modes);
+  if (active_) tcsetattr(STDIN_FILENO, TCSADRAIN, &saved_->modes);
   delete saved_;
 }
 

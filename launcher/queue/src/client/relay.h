@@ -24,7 +24,8 @@ struct Pty {
 Pty open_pty();
 
 // The caller's terminal in raw mode while it lives (keys reach the job's terminal untouched:
-// Ctrl-C becomes the job's SIGINT there), restored on destruction.
+// Ctrl-C becomes the job's SIGINT there), restored on destruction. Keys typed before it (while
+// the job was queued) are kept, not flushed: they go to the job first.
 class RawTerminal {
  public:
   RawTerminal();
