@@ -77,6 +77,15 @@ within() {
   "$py" -c "import sys; d=float(sys.argv[2])-float(sys.argv[1]); print(f'{d:.1f} s'); sys.exit(0 if d <= float(sys.argv[3]) else 1)" "$1" "$EPOCHREALTIME" "$2"
 }
 
+# descendants PID: every process below PID (children, theirs, ...), one a line.
+descendants() {
+  local c
+  for c in $(pgrep -P "$1"); do
+    echo "$c"
+    descendants "$c"
+  done
+}
+
 # stamp: each line of stdin prefixed by the wall-clock time it arrived (seconds, microseconds).
 stamp() { while IFS= read -r line; do printf '%s %s\n' "$EPOCHREALTIME" "$line"; done; }
 
@@ -182,8 +191,11 @@ stuck)
   pid=$!
   for ((i = 0; i < 600; i++)); do grep -q "^training:" "$work/stuck.log" && break; sleep 0.1; done
   sleep 1
+  # Rank 1 of this job only: other tests (resume) run the same mnist_cnn side by side, and
+  # stopping their rank 1 instead hung them (CI at 72aaded failed resume and stuck so).
   rank1=""
-  for p in $(pgrep -f "^$mnist "); do
+  for p in $(descendants "$pid"); do
+    [[ $(readlink "/proc/$p/exe" 2>/dev/null) == "$(readlink -f "$mnist")" ]] || continue
     tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "RANK=1" && rank1=$p
   done
   [[ -n $rank1 ]] || fail "rank 1's process not found"
