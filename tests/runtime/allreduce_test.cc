@@ -1,11 +1,39 @@
 // allreduce_test.cc: the Open MPI process group, run by CTest under `mpirun -n 2` and as one
 // plain process (singleton init). In the nccl-tests manner the inputs are chosen so the exact
 // sum is known: rank r contributes (r + 1) * (i % 7), small integers that floats add exactly.
+// Last, the bounded sums: equal to the plain ones, and on 2 ranks a double sum rank 1 joins only
+// after rank 0's timeout throws CollectiveTimeout naming the sum, its type and the rank.
+#include <unistd.h>
+
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "gpurun/runtime/process_group.h"
+
+// Rank 1 joins a double sum 2 s late; rank 0's bound of 0.5 s must end it first, by name.
+std::size_t late_peer_times_out(gpurun::runtime::ProcessGroup& pg) {
+  double d[3] = {1, 2, 3};
+  if (pg.rank() == 1) {
+    ::sleep(2);
+    // Non-blocking, as rank 0's (a blocking collective does not match a non-blocking one): the
+    // abandoned sum completes in rank 0's next MPI calls, so both ranks finish cleanly.
+    pg.allreduce_sum_within(d, 3, 30.0, "the late sum");
+    return 0;
+  }
+  try {
+    pg.allreduce_sum_within(d, 3, 0.5, "the losses and the stop vote");
+  } catch (const gpurun::runtime::CollectiveTimeout& e) {
+    const std::string m = e.what();
+    const bool named = m.find("MPI_Allreduce of 3 doubles (the losses and the stop vote)") == 0 &&
+                       m.find("timeout of 0.5 s on rank 0") != std::string::npos;
+    std::printf("rank 0: %s\n", m.c_str());
+    return named ? 0 : 1;
+  }
+  std::fprintf(stderr, "rank 0: the sum rank 1 joined 2 s late did not time out after 0.5 s\n");
+  return 1;
+}
 
 int main() {
   try {
@@ -29,6 +57,15 @@ int main() {
     pg->broadcast(b.data(), b.size() * sizeof(float), 0);
     for (float x : b)
       if (x != 42.0f) ++wrong;
+    std::vector<float> f(1000);
+    for (std::size_t i = 0; i < f.size(); ++i) f[i] = float((r + 1) * (i % 7));
+    pg->allreduce_sum_within(f.data(), f.size(), 30.0, "a bounded float sum");
+    for (std::size_t i = 0; i < f.size(); ++i)
+      if (f[i] != float(rank_sum * (i % 7))) ++wrong;
+    double bd[2] = {double(r + 1), 0.25};
+    pg->allreduce_sum_within(bd, 2, 30.0, "a bounded double sum");
+    if (bd[0] != rank_sum || bd[1] != 0.25 * w) ++wrong;
+    if (w == 2) wrong += late_peer_times_out(*pg);
     pg->barrier();
     std::printf("rank %d of %d (%s, local %d/%d): %zu wrong values\n", r, w, pg->backend().c_str(),
                 pg->local_rank(), pg->local_size(), wrong);

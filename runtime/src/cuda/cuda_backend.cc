@@ -7,9 +7,10 @@
 // gradients go through pinned host memory and the process group's MPI allreduce, between two
 // graphs. The host only launches; it reads losses back at each sync (every loss_every steps).
 // A stuck or failed collective (or a rank that never joins) is bounded by comm_timeout_s on both
-// paths: NCCL's by a watchdog thread, checked before every launch too; the host-staged MPI sum by
-// a polled MPI_Iallreduce. What follows is CudaOptions::on_comm_failure (backend.h): by default
-// the rank says which collective failed and ends at once, without freeing device memory.
+// paths: NCCL's by a watchdog thread, checked before every launch too; the host-staged MPI sum,
+// and the MPI sums of losses and evaluation on both paths, by a polled MPI_Iallreduce. What
+// follows is CudaOptions::on_comm_failure (backend.h): by default the rank says which collective
+// failed and ends at once, without freeing device memory.
 // Everything is allocated at construction (nothing during steps or evaluation), zeroed and
 // uploaded on the compute stream.
 // Run: mnist_cnn --device cuda; tests: ctest -L gpu.
@@ -22,15 +23,15 @@
 #include <vector>
 
 #include "backend/backends.h"
-#include "gpurun/cuda_support/check.cuh"
-#include "gpurun/cuda_support/owners.h"
+#include "data/sampler.h"
 #include "device_model.h"
 #include "gpurun/common/strings.h"
+#include "gpurun/cuda_support/check.cuh"
+#include "gpurun/cuda_support/owners.h"
 #include "gpurun/kernels/accuracy.h"
 #include "gpurun/kernels/conv2d.h"
 #include "gpurun/kernels/sgd.h"
 #include "gpurun/kernels/softmax_xent.h"
-#include "data/sampler.h"
 #include "nccl_comm.h"
 #include "step_kernels.h"
 
@@ -193,8 +194,8 @@ struct DeviceData {
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data, const BackendConfig& cfg,
-              const CudaOptions& opt, std::ostream& log);
+  CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
+              const BackendConfig& cfg, const CudaOptions& opt, std::ostream& log);
 
   BackendInfo info() const override { return info_; }
   void set_state(const float* params, const float* velocity) override;
@@ -212,6 +213,8 @@ class CudaBackend final : public Backend {
   void enqueue_part2();
   void enqueue_backward_in_buckets();
   void host_allreduce();
+  template <typename T>
+  void bounded_sum(T* data, std::size_t n, const char* what);
   void warm_up_and_capture();
   GraphExec capture(void (CudaBackend::*body)());
   void capture_both();
@@ -222,7 +225,7 @@ class CudaBackend final : public Backend {
   const float momentum_, weight_decay_;
   const CudaOptions opt_;
   const std::size_t spe_;
-  const int dev_;  // chosen (cudaSetDevice) before anything is allocated
+  const int dev_;                      // chosen (cudaSetDevice) before anything is allocated
   OwnedStream compute_, comm_stream_;  // before the buffers, which are zeroed on compute_
   BackendInfo info_;
   cuda::AllreduceBackend exchange_ = cuda::AllreduceBackend::kNone;
@@ -258,12 +261,16 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
       h_grads_(0),
       t_(4) {
   if (opt.loss_every < 1) {
-    throw std::invalid_argument("CUDA options: loss_every (steps between loss read-backs) must "
-                                "be >= 1, got " + std::to_string(opt.loss_every));
+    throw std::invalid_argument(
+        "CUDA options: loss_every (steps between loss read-backs) must "
+        "be >= 1, got " +
+        std::to_string(opt.loss_every));
   }
   if (!(opt.comm_timeout_s > 0)) {
-    throw std::invalid_argument("CUDA options: comm_timeout_s (seconds before a stuck collective "
-                                "is an error) must be > 0, got " + std::to_string(opt.comm_timeout_s));
+    throw std::invalid_argument(
+        "CUDA options: comm_timeout_s (seconds before a stuck collective "
+        "is an error) must be > 0, got " +
+        std::to_string(opt.comm_timeout_s));
   }
   info_.device = "cuda:" + device_name(dev_);
   info_.versions = library_versions();
@@ -283,8 +290,7 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
   step_done_.resize(std::size_t(opt.loss_every));
   info_.exchange = cuda::to_string(exchange_);
   // NCCL and the host-staged path both allreduce the whole gradient each step ("none": 1 rank).
-  info_.exchange_bytes_per_step =
-      info_.exchange == "none" ? 0 : dm_.param_floats() * sizeof(float);
+  info_.exchange_bytes_per_step = info_.exchange == "none" ? 0 : dm_.param_floats() * sizeof(float);
   info_.graph = opt.graph == GraphMode::kCapture;
   const bool buckets = exchange_ == cuda::AllreduceBackend::kNccl && opt.bucket_floats > 0;
   info_.summary = std::string(info_.graph ? "CUDA Graph" : "eager") + ", allreduce " +
@@ -382,13 +388,19 @@ void CudaBackend::host_allreduce() {
   const auto t = Clock::now();
   GPURUN_CUDA_CHECK(cudaEventRecord(ev_d2h_.get(), compute_.get()));
   cuda::wait_event(ev_d2h_.get(), wd_.get(), "gradient download");
+  bounded_sum(h_grads_.get(), dm_.param_floats(), "the gradients, staged through host memory");
+  mpi_seconds_ += seconds_since(t);
+}
+
+// Every MPI sum of a step loop is bounded by comm_timeout_s, not the gradients' only: a peer
+// stopped between two steps leaves this rank in the next sync's or evaluation's sum.
+template <typename T>
+void CudaBackend::bounded_sum(T* data, std::size_t n, const char* what) {
   try {
-    pg_.allreduce_sum_within(h_grads_.get(), dm_.param_floats(), opt_.comm_timeout_s,
-                             "the gradients, staged through host memory");
+    pg_.allreduce_sum_within(data, n, opt_.comm_timeout_s, what);
   } catch (const CollectiveTimeout& e) {
     cuda::comm_failure(e.what(), opt_.on_comm_failure);
   }
-  mpi_seconds_ += seconds_since(t);
 }
 
 GraphExec CudaBackend::capture(void (CudaBackend::*body)()) {
@@ -454,8 +466,8 @@ void CudaBackend::get_state(std::vector<float>* params, std::vector<float>* velo
   const cudaStream_t s = compute_.get();
   params->resize(n);
   // Into pageable memory: each call returns when its copy, after the stream's work, is done.
-  GPURUN_CUDA_CHECK(cudaMemcpyAsync(params->data(), dm_.params(), n * sizeof(float),
-                                    cudaMemcpyDeviceToHost, s));
+  GPURUN_CUDA_CHECK(
+      cudaMemcpyAsync(params->data(), dm_.params(), n * sizeof(float), cudaMemcpyDeviceToHost, s));
   velocity->clear();
   if (dm_.velocity()) {
     velocity->resize(n);
@@ -504,7 +516,8 @@ void CudaBackend::step(std::int64_t step, bool stop_requested) {
   // The trainer syncs at least every sync_every() = loss_every steps: the slot is free.
   const std::size_t slot = std::size_t(next_step_ - synced_);
   if (slot >= step_done_.size())
-    throw std::logic_error("CUDA backend: more steps than the loss read-back interval between syncs");
+    throw std::logic_error(
+        "CUDA backend: more steps than the loss read-back interval between syncs");
   GPURUN_CUDA_CHECK(cudaEventRecord(step_done_[slot].get(), compute_.get()));
   ++next_step_;
 }
@@ -546,7 +559,7 @@ Progress CudaBackend::sync() {
     sums[1] += double(dd_.h_correct_hist[t]);
     p.rank_losses.push_back(double(dd_.h_loss_hist[t]) / batch_);
   }
-  pg_.allreduce_sum(sums, 3);
+  bounded_sum(sums, 3, "the losses and the stop vote");
   p.loss_sum = sums[0];
   p.correct = sums[1];
   p.stop = sums[2] > 0;
@@ -556,8 +569,8 @@ Progress CudaBackend::sync() {
 
 Evaluation CudaBackend::evaluate(int eval_batch) {
   if (eval_batch < 1 || eval_batch > dm_.max_batch()) {
-    throw std::invalid_argument("evaluation batch " + std::to_string(eval_batch) +
-                                " outside 1.." + std::to_string(dm_.max_batch()) +
+    throw std::invalid_argument("evaluation batch " + std::to_string(eval_batch) + " outside 1.." +
+                                std::to_string(dm_.max_batch()) +
                                 " (the activations were sized for the larger of the training "
                                 "and evaluation batches)");
   }
@@ -584,7 +597,7 @@ Evaluation CudaBackend::evaluate(int eval_batch) {
     sums[0] += dd_.h_eval_loss[b];
     sums[1] += double(dd_.h_eval_correct[b]);
   }
-  pg_.allreduce_sum(sums, 3);
+  bounded_sum(sums, 3, "the evaluation's sums");
   return {sums[0] / sums[2], sums[1] / sums[2]};
 }
 

@@ -124,34 +124,13 @@ class MpiProcessGroup final : public ProcessGroup {
           MPI_Allreduce(MPI_IN_PLACE, data + off, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
     }
   }
-  // MPI_Iallreduce polled against a deadline: spin briefly (a step's sum takes milliseconds),
-  // then sleep between tests so a stuck peer costs no CPU.
   void allreduce_sum_within(float* data, std::size_t n, double timeout_s,
                             const char* what) override {
-    if (size_ == 1) return;
-    const auto start = std::chrono::steady_clock::now();
-    const auto deadline = start + std::chrono::duration<double>(timeout_s);
-    for (std::size_t off = 0; off < n; off += kMaxChunk) {
-      const int c = int(std::min(kMaxChunk, n - off));
-      MPI_Request req = MPI_REQUEST_NULL;
-      GPURUN_MPI_CHECK(
-          MPI_Iallreduce(MPI_IN_PLACE, data + off, c, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD, &req));
-      for (int spins = 0;; ++spins) {
-        int done = 0;
-        GPURUN_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
-        if (done) break;
-        if (std::chrono::steady_clock::now() >= deadline) {
-          char secs[32];
-          std::snprintf(secs, sizeof secs, "%.1f", timeout_s);
-          throw CollectiveTimeout(std::string("MPI_Allreduce of ") + std::to_string(n) +
-                                  " floats (" + what + ") did not complete within the " +
-                                  "communication timeout of " + secs + " s on rank " +
-                                  std::to_string(rank_) + " (" + common::hostname() + ") of " +
-                                  std::to_string(size_) + " ranks; a peer died or is stuck");
-        }
-        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
-      }
-    }
+    sum_within(data, n, MPI_FLOAT, "floats", timeout_s, what);
+  }
+  void allreduce_sum_within(double* data, std::size_t n, double timeout_s,
+                            const char* what) override {
+    sum_within(data, n, MPI_DOUBLE, "doubles", timeout_s, what);
   }
   int nodes() const override { return nodes_; }
   std::unique_ptr<PendingSum> start_allreduce_sum(float* data, std::size_t n) override {
@@ -171,8 +150,8 @@ class MpiProcessGroup final : public ProcessGroup {
     for (std::size_t off = 0; off < n; off += kMaxChunk) {
       const int c = int(std::min(kMaxChunk, n - off));
       float* p = data + off;
-      GPURUN_MPI_CHECK(MPI_Reduce(node_rank == 0 ? MPI_IN_PLACE : p, p, c, MPI_FLOAT, MPI_SUM, 0,
-                                  node_));
+      GPURUN_MPI_CHECK(
+          MPI_Reduce(node_rank == 0 ? MPI_IN_PLACE : p, p, c, MPI_FLOAT, MPI_SUM, 0, node_));
       if (leaders_ != MPI_COMM_NULL)
         GPURUN_MPI_CHECK(MPI_Allreduce(MPI_IN_PLACE, p, c, MPI_FLOAT, MPI_SUM, leaders_));
       GPURUN_MPI_CHECK(MPI_Bcast(p, c, MPI_FLOAT, 0, node_));
@@ -217,6 +196,37 @@ class MpiProcessGroup final : public ProcessGroup {
   }
 
  private:
+  // MPI_Iallreduce polled against a deadline: spin briefly (a step's sum takes milliseconds),
+  // then sleep between tests so a stuck peer costs no CPU.
+  template <typename T>
+  void sum_within(T* data, std::size_t n, MPI_Datatype type, const char* unit, double timeout_s,
+                  const char* what) {
+    if (size_ == 1) return;
+    const auto deadline =
+        std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+    for (std::size_t off = 0; off < n; off += kMaxChunk) {
+      const int c = int(std::min(kMaxChunk, n - off));
+      MPI_Request req = MPI_REQUEST_NULL;
+      GPURUN_MPI_CHECK(
+          MPI_Iallreduce(MPI_IN_PLACE, data + off, c, type, MPI_SUM, MPI_COMM_WORLD, &req));
+      for (int spins = 0;; ++spins) {
+        int done = 0;
+        GPURUN_MPI_CHECK(MPI_Test(&req, &done, MPI_STATUS_IGNORE));
+        if (done) break;
+        if (std::chrono::steady_clock::now() >= deadline) {
+          char secs[32];
+          std::snprintf(secs, sizeof secs, "%.1f", timeout_s);
+          throw CollectiveTimeout(std::string("MPI_Allreduce of ") + std::to_string(n) + " " +
+                                  unit + " (" + what + ") did not complete within the " +
+                                  "communication timeout of " + secs + " s on rank " +
+                                  std::to_string(rank_) + " (" + common::hostname() + ") of " +
+                                  std::to_string(size_) + " ranks; a peer died or is stuck");
+        }
+        if (spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(100));
+      }
+    }
+  }
+
   // One window: rank 0 allocates all of it, every rank maps rank 0's segment (so the layout is
   // the same for all). Nobody writes it here: a page lands on the NUMA node of the rank that
   // first touches it, which the trainer arranges to be the rank that writes it.

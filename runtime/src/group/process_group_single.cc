@@ -61,6 +61,10 @@ void ProcessGroup::allreduce_sum_within(float* data, std::size_t n, double, cons
   allreduce_sum(data, n);
 }
 
+void ProcessGroup::allreduce_sum_within(double* data, std::size_t n, double, const char*) {
+  allreduce_sum(data, n);
+}
+
 std::unique_ptr<SharedMemory> ProcessGroup::allocate_shared(std::size_t bytes,
                                                             std::string& why_not) {
   if (size() == 1) return make_private_memory(bytes);

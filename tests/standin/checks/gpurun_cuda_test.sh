@@ -20,7 +20,8 @@
 #           kernel runs on the aborted communicator (the stand-in would abort the process)
 # async     rank 1's NCCL reports an asynchronous error (GPURUN_STANDIN_NCCL_ASYNC_ERROR): the same
 # stuck     host-staged path: rank 1 is stopped (SIGSTOP) mid-epoch; rank 0's bounded MPI sum
-#           ends the job within --comm-timeout + 5 s, naming itself and the collective
+#           ends the job within --comm-timeout + 5 s, naming itself and the collective (the
+#           gradients', or the losses' or evaluation's when rank 1 stopped just before one)
 set -euo pipefail
 mode=$1 gpurun=$2 mnist=$3 data=$4
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-standin.XXXXXX")
@@ -206,7 +207,9 @@ stuck)
   cat "$work/stuck.log"
   ((rc != 0 && rc != 124)) || fail "exit status $rc (124: it hung)"
   within "$stopped" 8 || fail "the job did not end within --comm-timeout + 5 s of rank 1 stopping"
-  grep -q "MPI_Allreduce of [0-9]* floats (the gradients, staged through host memory) did not complete within the communication timeout of 3.0 s on rank 0" \
+  # Rank 0 waits in the gradients' sum, or (when rank 1 stopped just before a sync point) in the
+  # losses' or the evaluation's: each is bounded and named.
+  grep -Eq "MPI_Allreduce of [0-9]+ (floats|doubles) \((the gradients, staged through host memory|the losses and the stop vote|the evaluation's sums)\) did not complete within the communication timeout of 3.0 s on rank 0" \
     "$work/stuck.log" || fail "rank 0 did not name itself and the collective"
   echo "PASS (stuck): rank 0 named the stuck host-staged sum and the job ended"
   ;;

@@ -57,7 +57,8 @@ class ProcessGroup {
   virtual void allreduce_sum(double* data, std::size_t n) = 0;
   // The same sum, bounded: throws CollectiveTimeout naming `what`, this rank and host when it has
   // not completed within timeout_s. (The default, for groups that cannot wait, is unbounded.)
-  virtual void allreduce_sum_within(float* data, std::size_t n, double timeout_s,
+  virtual void allreduce_sum_within(float* data, std::size_t n, double timeout_s, const char* what);
+  virtual void allreduce_sum_within(double* data, std::size_t n, double timeout_s,
                                     const char* what);
   // The same sum in three stages: within each node (to its first rank), across nodes (their
   // first ranks), then back within each node, so each node sends its gradient over the network
