@@ -6,7 +6,10 @@
 #            CPU stand-in of CUDA, cuBLAS, cuDNN and NCCL (tests/standin): every GPU test, none
 #            skipped, in three block orders; the GPU path under gpurun; mutation checks
 #   asan     build-asan/: the stand-in's unit tests once more under AddressSanitizer and UBSan
-# With ccache (scripts/install-deps.sh installs it) the builds share what they compile alike.
+# With ccache (scripts/install-deps.sh installs it) the builds share what they compile alike, and
+# so do runs in other clones on the same machine: the cache is the user's (~/.cache/gpurun-ccache,
+# or CCACHE_DIR), not the clone's, so a fresh clone compiles only what changed. A hit is the same
+# object the compiler would make (ccache hashes the preprocessed source, compiler and flags).
 #   ./scripts/test.sh                                   everything (CI runs this through .ci/run)
 #   BUILD_DIR=build-x ./scripts/test.sh -R hostlist     extra args go to the main part's ctest
 #   GPURUN_TEST_PARTS=standin ./scripts/test.sh         only some parts (comma-separated)
@@ -23,9 +26,10 @@ gen=()
 if command -v ninja >/dev/null 2>&1; then gen=(-G Ninja); fi
 launcher=()
 if command -v ccache >/dev/null 2>&1; then
-  # Paths below the checkout are hashed relative to it, so the build folders (and the mutation
-  # checks' copy) hit each other's objects.
-  export CCACHE_DIR=${CCACHE_DIR:-$root/.cache/ccache} CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
+  # Paths below the checkout are hashed relative to it, so the build folders, the mutation
+  # checks' copy and other clones hit each other's objects.
+  export CCACHE_DIR=${CCACHE_DIR:-${XDG_CACHE_HOME:-${HOME:-$root}/.cache}/gpurun-ccache}
+  export CCACHE_BASEDIR=$root CCACHE_NOHASHDIR=true
   launcher=(-DCMAKE_C_COMPILER_LAUNCHER=ccache -DCMAKE_CXX_COMPILER_LAUNCHER=ccache
     -DCMAKE_CUDA_COMPILER_LAUNCHER=ccache)
 fi
