@@ -22,7 +22,9 @@
 #
 # Environment:
 #   GPURUN_SLURM_DIR        state directory (default /tmp/gpurun-slurm)
-#   GPURUN_SLURM_PORT       slurmctld port (default 16817); the nodes use PORT+4 and PORT+5
+#   GPURUN_SLURM_PORT       slurmctld port (default 14817); the nodes use PORT+4 and PORT+5.
+#                           Below 15000: gpurun derives MASTER_PORT from 15000-31999, and a
+#                           gpurun run beside the cluster's start could hold a port it needs
 #   GPURUN_SLURM_TIMEOUT    seconds start/stop wait for each step (default 60)
 #   GPURUN_SLURM_CPUS       CPUs each fake node claims (default 4)
 set -euo pipefail
@@ -30,7 +32,7 @@ set -euo pipefail
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1' "$0" | sed 's/^# \{0,1\}//'; }
 
 dir=${GPURUN_SLURM_DIR:-/tmp/gpurun-slurm}
-port=${GPURUN_SLURM_PORT:-16817}
+port=${GPURUN_SLURM_PORT:-14817}
 timeout=${GPURUN_SLURM_TIMEOUT:-60}
 cpus=${GPURUN_SLURM_CPUS:-4}
 nodes=(node1 node2)
