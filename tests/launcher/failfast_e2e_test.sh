@@ -3,7 +3,7 @@
 # exit with that rank's status in under 15 s, name the rank, and leave no rank process behind.
 set -euo pipefail
 gpurun=$1
-tag="gpurun-failfast-$$"
+tag="gpurun-failfast-$$-rank"  # delimited: pid 12's tag is no substring of pid 123's
 log=$(mktemp); trap 'rm -f "$log"; pkill -f "$tag" || true' EXIT
 
 alive() {  # live (non-zombie) processes carrying our tag

@@ -5,7 +5,7 @@
 # the node lost. Each is detected in under 15 s, named, and leaves no rank process behind.
 set -euo pipefail
 gpurun=$1
-tag="gpurun-relay-e2e-$$"
+tag="gpurun-relay-e2e-$$-rank"  # delimited: pid 12's tag is no substring of pid 123's
 dir=$(mktemp -d)
 gp=
 cleanup() {

@@ -37,13 +37,15 @@ shared_stuck_peer)
   # are bounded by --comm-timeout, so rank 0 gives up with one line naming the rank behind and
   # its pid, instead of every rank spinning forever (the old waits had no bound). mpirun may
   # wait for the stopped rank it was told to kill, so the test kills it once rank 0 has spoken.
-  "${mpirun_[@]}" -n 2 "$bin" --data "$data" --threads 1 --exchange shared --comm-timeout 3 \
-    --epochs 50 >"$work/log" 2>&1 &
+  # GPURUN_TEST_RUN marks this run's ranks: another test's mnist_cnn is never the one stopped.
+  GPURUN_TEST_RUN=$work "${mpirun_[@]}" -x GPURUN_TEST_RUN -n 2 "$bin" --data "$data" \
+    --threads 1 --exchange shared --comm-timeout 3 --epochs 50 >"$work/log" 2>&1 &
   job=$!
   wait_for "$work/log" "^epoch 1/50"
   stopped=""
-  for p in $(pgrep -f -- "--exchange shared --comm-timeout 3 --epochs 50"); do
-    if tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null | grep -qx "OMPI_COMM_WORLD_RANK=1"; then
+  for p in $(pgrep -x mnist_cnn || true); do
+    env=$(tr '\0' '\n' <"/proc/$p/environ" 2>/dev/null) || continue
+    if grep -qx "GPURUN_TEST_RUN=$work" <<<"$env" && grep -qx "OMPI_COMM_WORLD_RANK=1" <<<"$env"; then
       kill -STOP "$p" && stopped=$p
     fi
   done
