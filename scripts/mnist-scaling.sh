@@ -25,8 +25,9 @@
 #   --note      a sentence for scaling.md (what else ran on the machine, ...)
 #   --link      also predict, beside the measured table, the step time and efficiency on 1 to 16
 #               nodes over links of these rates (Gbit/s), from the smallest run's report
-#               (scripts/step_model.py: compute, node exchange and gradient bytes per step, a ring
-#               allreduce across nodes; a floor on the step, not a measurement)
+#               (scripts/step_model.py: compute, node exchange and wire bytes per step, PowerSGD's
+#               when the runs pass --grad-compression, a ring allreduce across nodes; a floor on
+#               the step, not a measurement)
 #   --latency-us the links' one-way latency for --link (default 50)
 #   after --     extra mnist_cnn options (--threads 1, --max-steps 200, --seed 7, ...)
 #

@@ -2,15 +2,18 @@
 """step_model.py: will more nodes help? Predicts mnist_cnn's step time on N nodes from one report.
 
     scripts/step_model.py REPORT.json --gbit 10 [--gbit 1] [--latency-us 50] [--nodes 1,2,4,8]
-                          [--ranks-per-node K]
+                          [--ranks-per-node K] [--baseline BASE.json]
 
-REPORT.json is `mnist_cnn --report` of a run on one node. It records, per step, the compute time
-(compute_seconds_per_step), the time the ranks of that node spent combining gradients
-(exchange_seconds_per_step) and the gradient each rank hands to an allreduce (gradient_bytes).
-Across N nodes, the model adds a ring allreduce of that gradient over a link of G Gbit/s with a
-one-way latency L (the alpha-beta model of Thakur, Rabenseifner and Gropp 2005):
+REPORT.json is `mnist_cnn --report` of a run on one node, with the exchange and compression the
+nodes would use. It records, per step, the compute time (compute_seconds_per_step), the time the
+ranks of that node spent combining gradients (exchange_seconds_per_step) and what each rank would
+hand to an allreduce across nodes (wire_bytes_per_step: the whole gradient, or with
+--grad-compression powersgd:R PowerSGD's thin matrices; older reports: gradient_bytes). Across N
+nodes, the model adds a ring allreduce of those bytes over a link of G Gbit/s with a one-way
+latency L (the alpha-beta model of Thakur, Rabenseifner and Gropp 2005), in S sums one after
+another (S = 1; PowerSGD sums P, then Q: S = 2):
 
-    ring(N) = 2 (N - 1) / N * bytes / bandwidth + 2 (N - 1) * L
+    ring(N) = 2 (N - 1) / N * bytes / bandwidth + S * 2 (N - 1) * L
 
     flat:          every rank in one ring over the N nodes (it replaces the node exchange); the K
                    ranks of a node share its link, which carries K * 2 (P - 1) / P * bytes, P = N K
@@ -21,7 +24,12 @@ one-way latency L (the alpha-beta model of Thakur, Rabenseifner and Gropp 2005):
     step(N) = compute + max(node exchange, flat ring), or compute + node exchange + ring(N)
               (no overlap of compute and exchange)
 
-Weak scaling keeps the images per rank, so the efficiency against one node is step(1) / step(N).
+With compression the node exchange is mostly the compression's own CPU time (on one rank it is
+nothing else), which the ring cannot hide: step(N) = compute + node exchange + ring, flat too.
+
+Weak scaling keeps the images per rank, so the efficiency against one node is step(1) / step(N);
+with --baseline, against BASE.json's step instead (compute + exchange): the one-node run you
+would otherwise make, e.g. mnist_cnn's fastest, without compression, when REPORT.json compresses.
 The model ignores what a real link adds (TCP's ramp-up, contention, the MPI library's choice of
 algorithm): it is a floor on the step time, a bound on the efficiency. Compare it with a measured
 table before trusting it.
@@ -34,32 +42,52 @@ REQUIRED = ("compute_seconds_per_step", "exchange_seconds_per_step", "gradient_b
             "batch_per_rank", "world_size")
 
 
-def ring_seconds(nbytes, ring_size, link_bytes_per_s, latency_s, sharers=1):
-    """One ring allreduce of nbytes over ring_size members, `sharers` of them per link."""
+def ring_seconds(nbytes, ring_size, link_bytes_per_s, latency_s, sharers=1, sums=1):
+    """A ring allreduce of nbytes in `sums` sums one after another over ring_size members,
+    `sharers` of them per link."""
     if ring_size <= 1:
         return 0.0
     volume = sharers * 2.0 * (ring_size - 1) / ring_size * nbytes
-    return volume / link_bytes_per_s + 2.0 * (ring_size - 1) * latency_s
+    return volume / link_bytes_per_s + sums * 2.0 * (ring_size - 1) * latency_s
 
 
-def predict(report, nodes, gbit, latency_s, ranks_per_node, hierarchical):
-    """The predicted step on `nodes` nodes: a dict of seconds, shares and images/s."""
+def compressed(report):
+    """Whether the report's run compressed its gradient (--grad-compression)."""
+    return report.get("grad_compression", "none") != "none"
+
+
+def wire_bytes(report):
+    """What a rank hands to the allreduce across nodes a step (older reports: the gradient)."""
+    return float(report.get("wire_bytes_per_step") or report["gradient_bytes"])
+
+
+def one_node_step(report):
+    return float(report["compute_seconds_per_step"]) + float(report["exchange_seconds_per_step"])
+
+
+def predict(report, nodes, gbit, latency_s, ranks_per_node, hierarchical, baseline=None):
+    """The predicted step on `nodes` nodes: a dict of seconds, shares and images/s; the
+    efficiency against `baseline`'s one-node step (default: the report's own)."""
     compute = float(report["compute_seconds_per_step"])
     local = float(report["exchange_seconds_per_step"])
-    nbytes = float(report["gradient_bytes"])
+    nbytes = wire_bytes(report)
+    sums = 2 if compressed(report) else 1  # PowerSGD sums P, then Q
     link = gbit * 1e9 / 8.0
     ranks = nodes * ranks_per_node
     if nodes == 1:
         exchange = local
     elif hierarchical:
-        exchange = local + ring_seconds(nbytes, nodes, link, latency_s)
+        exchange = local + ring_seconds(nbytes, nodes, link, latency_s, sums=sums)
     else:
-        # The ring is as slow as its slowest hop: the link, or the node's own (measured) exchange.
-        exchange = max(local, ring_seconds(nbytes, ranks, link, latency_s, sharers=ranks_per_node))
+        ring = ring_seconds(nbytes, ranks, link, latency_s, sharers=ranks_per_node, sums=sums)
+        # The ring is as slow as its slowest hop: the link, or the node's own (measured) exchange;
+        # a compression's CPU time comes before the ring's.
+        exchange = local + ring if compressed(report) else max(local, ring)
     step = compute + exchange
+    base = one_node_step(baseline if baseline is not None else report)
     return {"nodes": nodes, "ranks": ranks, "step": step,
             "exchange_share": exchange / step if step > 0 else 0.0,
-            "efficiency": (compute + local) / step if step > 0 else 0.0,
+            "efficiency": base / step if step > 0 else 0.0,
             "images_per_second": ranks * float(report["batch_per_rank"]) / step if step > 0 else 0.0}
 
 
@@ -76,22 +104,29 @@ def load_report(path):
     return report
 
 
-def table(report, args):
+def table(report, args, baseline=None):
     ranks_per_node = args.ranks_per_node or int(report["world_size"])
     kinds = [False, True] if ranks_per_node > 1 else [False]
+    what = (f"{report['grad_compression']} ({wire_bytes(report) / 1e6:.2f} MB a step per rank, "
+            f"in two sums; the node exchange is mostly the compression's CPU time)"
+            if compressed(report) else f"{wire_bytes(report) / 1e6:.2f} MB of gradient per rank")
+    against = (f" Efficiency against the baseline's one-node step, "
+               f"{1e3 * one_node_step(baseline):.2f} ms." if baseline is not None else "")
     lines = [f"Predicted by `scripts/step_model.py` from a one-node run of {report['world_size']} "
              f"rank(s): compute {1e3 * float(report['compute_seconds_per_step']):.2f} ms and "
              f"node exchange {1e3 * float(report['exchange_seconds_per_step']):.2f} ms per step, "
-             f"{float(report['gradient_bytes']) / 1e6:.2f} MB of gradient per rank; "
+             f"{what}; "
              f"{ranks_per_node} rank(s) per node, link latency {args.latency_us:g} us. "
-             f"A ring allreduce across nodes, no overlap: a floor on the step, not a measurement.",
+             f"A ring allreduce across nodes, no overlap: a floor on the step, not a "
+             f"measurement.{against}",
              "",
              "| link | exchange | nodes | ranks | step (ms) | exchange share | efficiency | images/s |",
              "|---|---|---:|---:|---:|---:|---:|---:|"]
     for gbit in args.gbit:
         for hier in kinds:
             for n in args.nodes:
-                p = predict(report, n, gbit, args.latency_us * 1e-6, ranks_per_node, hier)
+                p = predict(report, n, gbit, args.latency_us * 1e-6, ranks_per_node, hier,
+                            baseline)
                 lines.append(f"| {gbit:g} Gbit/s | {'hierarchical' if hier else 'flat'} | {n} | "
                              f"{p['ranks']} | {1e3 * p['step']:.2f} | "
                              f"{100 * p['exchange_share']:.0f}% | {100 * p['efficiency']:.0f}% | "
@@ -108,6 +143,9 @@ def main():
     ap.add_argument("--nodes", default="1,2,4,8,16", help="node counts (default 1,2,4,8,16)")
     ap.add_argument("--ranks-per-node", type=int, default=0,
                     help="ranks per node (default: the report's world size)")
+    ap.add_argument("--baseline", metavar="BASE.json",
+                    help="a one-node report to measure the efficiency against (default: REPORT's "
+                         "own one-node step), e.g. the fastest run without compression")
     args = ap.parse_args()
     try:
         args.nodes = [int(n) for n in args.nodes.split(",")]
@@ -115,7 +153,8 @@ def main():
         ap.error(f"--nodes: expected a comma list of node counts, got {args.nodes!r}")
     if any(n < 1 for n in args.nodes) or any(g <= 0 for g in args.gbit) or args.latency_us < 0:
         ap.error("node counts and bandwidths must be positive, the latency not negative")
-    print(table(load_report(args.report), args))
+    baseline = load_report(args.baseline) if args.baseline else None
+    print(table(load_report(args.report), args, baseline))
 
 
 if __name__ == "__main__":

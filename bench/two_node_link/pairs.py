@@ -2,8 +2,9 @@
 """pairs.py TO N: the median pair of bench/two_node_link/run.sh's N pairs of one row.
 
 Pair i is TO.one.i (one node alone), TO.twins.i.a and TO.twins.i.b (a one-node run on each core
-at once) and TO.two.i (two nodes), mnist_cnn's reports. The pair of median efficiency (two nodes'
-images/s over twice one node's) is copied to TO.one, TO.twins.a, TO.twins.b and TO.two; TO.effs
+at once), TO.conf.i (the row's config on one node, the step model's input) and TO.two.i (two
+nodes), mnist_cnn's reports. The pair of median efficiency (two nodes' images/s over twice one
+node's) is copied to TO.one, TO.twins.a, TO.twins.b, TO.conf and TO.two; TO.effs
 gets every pair's efficiency and, under "twins", every pair's efficiency against its twins (two
 nodes' images/s over the sum of the twins').
 """
@@ -33,7 +34,7 @@ def main():
                               ips(f"{to}.twins.{i}.b")) for i in range(1, n + 1)}
     order = sorted(alone, key=alone.get)
     m = order[len(order) // 2]
-    for kind in ("one", "two"):
+    for kind in ("one", "conf", "two"):
         shutil.copy(f"{to}.{kind}.{m}", f"{to}.{kind}")
     for node in "ab":
         shutil.copy(f"{to}.twins.{m}.{node}", f"{to}.twins.{node}")

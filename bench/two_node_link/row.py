@@ -1,13 +1,13 @@
 #!/usr/bin/env python3
-"""row.py ONE.json TWO.json RATE GBIT SCRIPTS_DIR CONFIG EFFS.json TWINS: one markdown row of
-bench/two_node_link/run.sh.
+"""row.py ONE.json TWO.json RATE GBIT SCRIPTS_DIR CONFIG EFFS.json TWINS CONF.json: one markdown
+row of bench/two_node_link/run.sh.
 
 ONE is the one-node baseline's mnist_cnn report, TWO a two-node run's (the pair of median
 efficiency), TWINS.a and TWINS.b the same pair's twins (a one-node run on each core at once), EFFS
-every pair's efficiencies (pairs.py). The model's efficiency is
-scripts/step_model.py's for two nodes at GBIT Gbit/s, from the baseline's compute and node
-exchange and the bytes the two-node run sent a step (PowerSGD's own compute is not in it, nor
-any overlap: for the overlapped row the exchange measured is only what backward did not hide).
+every pair's efficiencies (pairs.py), CONF the same pair's one-node run of the row's config. The
+model's efficiency is scripts/step_model.py's for two nodes at GBIT Gbit/s from CONF (its
+compute, its exchange, PowerSGD's CPU time included, its wire bytes) against ONE's step: what a
+user could predict from one node before the run. It models no overlap.
 """
 import json
 import sys
@@ -28,20 +28,19 @@ def span(effs):
 
 
 def main():
-    one_path, two_path, rate, gbit, scripts, config, effs_path, twins = sys.argv[1:9]
+    one_path, two_path, rate, gbit, scripts, config, effs_path, twins, conf_path = sys.argv[1:10]
     sys.path.insert(0, scripts)
     import step_model
 
-    one, two = (json.load(open(p)) for p in (one_path, two_path))
+    one, two, conf = (json.load(open(p)) for p in (one_path, two_path, conf_path))
     eff = efficiency(one["images_per_second"], two["images_per_second"])
     effs = json.load(open(effs_path))
     twin_ips = [ips(f"{twins}.{node}") for node in "ab"]
     eff_twins = against_twins(two["images_per_second"], *twin_ips)
     step = two["compute_seconds_per_step"] + two["exchange_seconds_per_step"]
     share = two["exchange_seconds_per_step"] / step if step > 0 else 0.0
-    model_input = dict(one, gradient_bytes=two["exchange_bytes_per_step"])
     # An unshaped veth (GBIT 0) has no rate for the model to use.
-    pred = step_model.predict(model_input, 2, float(gbit), 0.0, 1, hierarchical=True) \
+    pred = step_model.predict(conf, 2, float(gbit), 0.0, 1, hierarchical=False, baseline=one) \
         if float(gbit) > 0 else None
     model = f"{100 * pred['efficiency']:.0f}%" if pred else "n/a"
     print(f"| {rate} | {config_name(config)} | {two['exchange_bytes_per_step'] / 1e6:.2f} | "

@@ -31,8 +31,10 @@
 # one node's, uncompressed and with one node's fastest exchange, of the same pair); against twins
 # = the two nodes' images/s / the sum of the twins'. Each row runs N pairs (default 3) and reports
 # the pair with the median efficiency, and the lowest and highest of the N, of each. Beside
-# each, scripts/step_model.py's prediction from the baseline's compute and the row's bytes a step
-# (it leaves out PowerSGD's own compute). Prints a markdown table; --out writes it to a file as
+# each, scripts/step_model.py's prediction for two nodes, from a one-node run of the row's own
+# config in the same pair (one rank, --exchange allreduce and the config's options: its compute,
+# its exchange, PowerSGD's CPU time included, and the bytes it would send), against the
+# baseline's step, as a user would predict before a run. Prints a markdown table; --out writes it to a file as
 # well. --configs picks the rows. Hierarchical does
 # not apply (one rank a node).
 #
@@ -174,14 +176,23 @@ twins() {
   wait "$b" || die "node b's twin run failed"
 }
 
-# pairs REPORT CONFIG: `repeats` times the one-node baseline, the twins, then the two nodes, back
-# to back; pairs.py picks the median pair (REPORT.one, .twins.a, .twins.b, .two) and writes every
-# pair's efficiencies (REPORT.effs).
+# one_config REPORT CONFIG: the step model's input, one rank on core 0 in node a with the row's
+# exchange and options (what the two nodes run, on one node).
+one_config() {
+  ip netns exec "$A" taskset -c 0 "$mnist" "${mnist_args[@]}" --exchange allreduce --seed "$seed" \
+    $(config_args "$2") --report "$1" > "$1.log" 2>&1 ||
+    { tail -20 "$1.log" >&2; die "the one-node run of $2 failed"; }
+}
+
+# pairs REPORT CONFIG: `repeats` times the one-node baseline, the twins, the config on one node,
+# then the two nodes, back to back; pairs.py picks the median pair (REPORT.one, .twins.a,
+# .twins.b, .conf, .two) and writes every pair's efficiencies (REPORT.effs).
 pairs() {
   local to=$1 config=$2 i
   for ((i = 1; i <= repeats; ++i)); do
     one_node "$to.one.$i"
     twins "$to.twins.$i"
+    one_config "$to.conf.$i" "$config"
     two_nodes "$to.two.$i" "$config"
   done
   python3 "$root/bench/two_node_link/pairs.py" "$to" "$repeats" || die "no median pair for $to"
@@ -219,7 +230,7 @@ for rate in ${rates//,/ }; do
     pairs "$work/$rate-$config" "$config"
     row=$(python3 "$root/bench/two_node_link/row.py" "$work/$rate-$config.one" \
       "$work/$rate-$config.two" "$rate" "$gbit" "$root/scripts" "$config" \
-      "$work/$rate-$config.effs" "$work/$rate-$config.twins") ||
+      "$work/$rate-$config.effs" "$work/$rate-$config.twins" "$work/$rate-$config.conf") ||
       die "no row for $rate, $config"
     rows+=("$row")
   done
@@ -250,7 +261,9 @@ fi
   echo
   echo "Efficiency: two nodes' images/s against twice one node's, alone on the VM. Against twins:"
   echo "against two one-node runs at once, one on each core, which share the L3 and memory bus as"
-  echo "the two nodes do (two real nodes would not): what the exchange alone costs."
+  echo "the two nodes do (two real nodes would not): what the exchange alone costs. Model's"
+  echo "efficiency: scripts/step_model.py's two nodes from a one-node run of the row's config in"
+  echo "the same pair (its compute, exchange and wire bytes; no overlap), against one node."
   echo
   echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | pairs' range | twins images/s | against twins | pairs' range | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"

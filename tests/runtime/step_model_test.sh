@@ -30,6 +30,19 @@ assert abs(two["efficiency"] - 0.010 / want) < 1e-12
 assert abs(two["images_per_second"] - 4 * 64 / want) < 1e-6
 flat = m.predict(r, 2, 1, 0, 2, hierarchical=False)  # 1 Gbit/s: the link is the slow hop
 assert abs(flat["step"] - (0.008 + 2 * 1.5 * S / (1e9 / 8))) < 1e-12, flat
+# Compressed (PowerSGD): its wire bytes in two sums (two latencies per sum), after its CPU time,
+# flat too; the efficiency against a baseline's one-node step when one is given.
+c = dict(r, world_size=1, grad_compression="powersgd:1", wire_bytes_per_step=S / 100)
+two = m.predict(c, 2, 10, 50e-6, 1, hierarchical=False)
+want = 0.010 + S / 100 / link + 2 * 2 * 50e-6
+assert abs(two["step"] - want) < 1e-12, (two, want)
+base = {"compute_seconds_per_step": 0.007, "exchange_seconds_per_step": 0.0005}
+two = m.predict(c, 2, 10, 50e-6, 1, hierarchical=False, baseline=base)
+assert abs(two["efficiency"] - 0.0075 / want) < 1e-12, two
+one = m.predict(c, 1, 10, 50e-6, 1, hierarchical=False, baseline=base)
+assert abs(one["efficiency"] - 0.0075 / 0.010) < 1e-12, one  # compression costs one node too
+# An older report, without wire bytes: the whole gradient, one sum.
+assert m.wire_bytes(r) == S and not m.compressed(r)
 print("formula: ok")
 PY
 
@@ -65,6 +78,40 @@ slow = {(k, n): float(s) for g, k, n, r, s in rows if g == "1"}
 fast = {(k, n): float(s) for g, k, n, r, s in rows if g == "10"}
 assert slow[("hierarchical", "2")] > fast[("hierarchical", "2")], (slow, fast)
 print("report and table: ok")
+PY
+echo "== a one-node PowerSGD report: its wire bytes and compression, the model against a baseline"
+"$mnist" --device cpu --data "$data" --epochs 1 --max-steps 12 --threads 1 --seed 3 \
+  --grad-compression powersgd:2 --report "$work/psgd.json" > "$work/psgd.log" 2>&1 ||
+  { cat "$work/psgd.log"; fail "the one-node PowerSGD run failed"; }
+"$mnist" --device cpu --data "$data" --epochs 1 --max-steps 12 --threads 1 --seed 3 \
+  --report "$work/base.json" > "$work/base.log" 2>&1 ||
+  { cat "$work/base.log"; fail "the one-node baseline run failed"; }
+python3 "$root/scripts/step_model.py" "$work/psgd.json" --baseline "$work/base.json" --gbit 1 \
+  --nodes 1,2 > "$work/psgd.md" || fail "step_model.py on the PowerSGD report failed"
+python3 - "$work" <<'PY'
+import json, re, sys
+w = sys.argv[1]
+p, b = (json.load(open(f"{w}/{n}.json")) for n in ("psgd", "base"))
+two = json.load(open(f"{w}/out/runs/ranks-2.json"))
+# One rank sends nothing, yet the report says what it would send across nodes.
+assert p["world_size"] == 1 and p["exchange_bytes_per_step"] == 0, p
+assert p["grad_compression"] == "powersgd:2", p["grad_compression"]
+assert 0 < p["wire_bytes_per_step"] < p["gradient_bytes"] / 10, p["wire_bytes_per_step"]
+assert b["grad_compression"] == "none" and b["exchange"] == "shared", (b["exchange"],)
+# The shared exchange stays in the node; across nodes the whole buffer would go, as the
+# 2-rank allreduce run sent it.
+assert b["wire_bytes_per_step"] == two["exchange_bytes_per_step"] == two["wire_bytes_per_step"], \
+    (b["wire_bytes_per_step"], two["exchange_bytes_per_step"])
+md = open(f"{w}/psgd.md").read()
+assert "powersgd:2" in md and "against the baseline" in md, md
+rows = re.findall(r"^\| 1 Gbit/s \| flat \| (\d) \| \d \| ([\d.]+) \| \d+% \| (\d+)% \|", md, re.M)
+assert [n for n, _, _ in rows] == ["1", "2"], md
+base = 1e3 * (b["compute_seconds_per_step"] + b["exchange_seconds_per_step"])
+one = 1e3 * (p["compute_seconds_per_step"] + p["exchange_seconds_per_step"])
+assert abs(float(rows[0][1]) - one) < 0.01, (rows, one)
+assert abs(int(rows[0][2]) - 100 * base / one) <= 1, (rows, base, one)
+assert float(rows[1][1]) > one, rows  # the link comes on top of the compression
+print("PowerSGD report and model: ok")
 PY
 echo "== a report without the fields is refused by name"
 echo '{"world_size": 1}' > "$work/old.json"

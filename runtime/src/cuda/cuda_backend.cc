@@ -291,6 +291,7 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
   info_.exchange = cuda::to_string(exchange_);
   // NCCL and the host-staged path both allreduce the whole gradient each step ("none": 1 rank).
   info_.exchange_bytes_per_step = info_.exchange == "none" ? 0 : dm_.param_floats() * sizeof(float);
+  info_.wire_bytes_per_step = dm_.param_floats() * sizeof(float);
   info_.graph = opt.graph == GraphMode::kCapture;
   const bool buckets = exchange_ == cuda::AllreduceBackend::kNccl && opt.bucket_floats > 0;
   info_.summary = std::string(info_.graph ? "CUDA Graph" : "eager") + ", allreduce " +

@@ -50,12 +50,16 @@ nlohmann::json run_fields(const TrainConfig& cfg, const ReportContext& ctx) {
 // exchange and the bytes each rank hands to collectives across ranks (the backend's figure: the
 // whole gradient for an allreduce, NCCL or the host-staged MPI path; PowerSGD's thin matrices;
 // none for the shared-memory exchange, which stays in the node, or a single rank).
-// gradient_bytes is an uncompressed allreduce's payload whatever the exchange.
+// gradient_bytes is an uncompressed allreduce's payload whatever the exchange; wire_bytes_per_step
+// what this run's exchange and compression would send across nodes a step, for any world size
+// (a one-node run's report is enough for the model), and grad_compression which compression.
 void add_step_model(nlohmann::json& j, const TrainResult& r) {
   const double steps = double(std::max<std::int64_t>(r.steps_run, 1));
   j["steps_run"] = r.steps_run;
   j["gradient_bytes"] = double(r.param_count) * sizeof(float);
   j["exchange_bytes_per_step"] = r.backend.exchange_bytes_per_step;
+  j["wire_bytes_per_step"] = r.backend.wire_bytes_per_step;
+  j["grad_compression"] = r.backend.compression;
   j["compute_seconds_per_step"] = r.compute_seconds / steps;
   j["exchange_seconds_per_step"] = r.exchange_seconds / steps;
 }

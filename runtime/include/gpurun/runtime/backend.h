@@ -70,6 +70,11 @@ struct BackendInfo {
   // Bytes a rank hands to collectives across ranks each step (the report's
   // exchange_bytes_per_step; 0 when nothing leaves the node).
   std::size_t exchange_bytes_per_step = 0;
+  // What this run's exchange would hand to the collectives across nodes each step, at any world
+  // size (one rank too): the whole gradient buffer, or PowerSGD's thin matrices and the rest
+  // (the report's wire_bytes_per_step, the bytes scripts/step_model.py puts on the link).
+  std::size_t wire_bytes_per_step = 0;
+  std::string compression = "none";  // the report's grad_compression: "none" or "powersgd:R"
 };
 
 class Backend {
