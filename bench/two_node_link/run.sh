@@ -6,7 +6,8 @@
 #                                   [--data DIR] [--build DIR] [--out FILE] [-- MNIST_CNN_ARGS...]
 #
 # What it makes, and removes on exit (also on failure or Ctrl-C):
-#   - two network namespaces, gpurun-bench-a and gpurun-bench-b, each a "node" with one address
+#   - two network namespaces, gpurun-bench-a.ID and gpurun-bench-b.ID (ID from this run's pid, so
+#     that two runs at once never share one), each a "node" with one address
 #     (10.77.0.1, 10.77.0.2) on one end of a veth pair; loopback up in each;
 #   - at each rate, tc tbf on both ends (each direction shaped to the rate; this kernel has tbf
 #     and htb but no netem, so the latency is the veth's own, microseconds). The bucket holds
@@ -85,7 +86,8 @@ gpurun=$build/launcher/gpurun mnist=$build/examples/mnist_cnn/mnist_cnn
 [[ -d $data ]] || die "no data in $data (scripts/fetch-data.sh)"
 (($(nproc) >= 2)) || die "needs 2 cores: one a node"
 
-A=gpurun-bench-a B=gpurun-bench-b
+id=$(($$ % 100000))  # a veth's name holds 15 characters
+A=gpurun-bench-a.$id B=gpurun-bench-b.$id VA=gpurun-va$id VB=gpurun-vb$id
 work=$(mktemp -d /tmp/gpurun-link-XXXXXX)
 chmod 755 "$work"
 cleanup() {
@@ -103,11 +105,11 @@ setup_nodes() {
   cleanup
   work=$(mktemp -d /tmp/gpurun-link-XXXXXX) && chmod 755 "$work"
   ip netns add "$A" && ip netns add "$B"
-  ip link add gpurun-va type veth peer name gpurun-vb
-  ip link set gpurun-va netns "$A" && ip link set gpurun-vb netns "$B"
-  ip -n "$A" addr add 10.77.0.1/24 dev gpurun-va && ip -n "$B" addr add 10.77.0.2/24 dev gpurun-vb
+  ip link add "$VA" type veth peer name "$VB"
+  ip link set "$VA" netns "$A" && ip link set "$VB" netns "$B"
+  ip -n "$A" addr add 10.77.0.1/24 dev "$VA" && ip -n "$B" addr add 10.77.0.2/24 dev "$VB"
   for ns in "$A" "$B"; do ip -n "$ns" link set lo up; done
-  ip -n "$A" link set gpurun-va up && ip -n "$B" link set gpurun-vb up
+  ip -n "$A" link set "$VA" up && ip -n "$B" link set "$VB" up
   # The rsh agent mpirun uses for node b: into its namespace, on core 1.
   cat > "$work/ns-rsh" <<EOF
 #!/bin/sh
@@ -134,7 +136,7 @@ shape() {
   local rate=$1 b burst
   b=$(bits "$rate")
   burst=$((b / 8 / 10000)); ((burst >= 65536)) || burst=65536
-  for end in "$A gpurun-va" "$B gpurun-vb"; do
+  for end in "$A $VA" "$B $VB"; do
     set -- $end
     if ((b)); then
       ip netns exec "$1" tc qdisc replace dev "$2" root tbf rate "$rate" burst "$burst" latency 20ms

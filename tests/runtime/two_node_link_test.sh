@@ -11,6 +11,7 @@
 #   least the gradient's bytes over that rate);
 # - --accuracy-seeds 2 adds the accuracy table: a row a config, means of two seeds, and gaps
 #   that are the one node's mean minus the two nodes' (a bad count is refused by name);
+# - two runs at once both succeed (each has namespaces and a veth of its own);
 # - nothing the harness made is left: no namespace, no veth, no temp dir.
 #   two_node_link_test.sh ROOT BUILD_DIR DATA_DIR
 set -euo pipefail
@@ -68,6 +69,19 @@ for name in "plain allreduce" "PowerSGD rank 4"; do
   python3 -c "import sys; f=[x.strip().rstrip('%') for x in sys.argv[1].split('|')]; \
     sys.exit(0 if abs(float(f[2]) - float(f[3]) - float(f[4])) < 0.011 else 1)" "$acc" ||
     fail "the mean gap is not the means' difference: $acc"
+done
+# Two runs at once: each makes and removes namespaces and a veth of its own (a second run once
+# removed the first's namespaces and both failed).
+for i in 1 2; do
+  BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates unshaped --configs none \
+    --repeats 1 --data "$data" -- --max-steps 4 > "$log.$i" 2>&1 &
+  eval "twin$i=\$!"
+done
+for i in 1 2; do
+  pid=twin$i
+  wait "${!pid}" || { cat "$log.$i" >&2; rm -f "$log.$i"; fail "run $i of two at once failed"; }
+  grep -q "^| unshaped | plain allreduce |" "$log.$i" || fail "run $i: no row: $(cat "$log.$i")"
+  rm -f "$log.$i"
 done
 ip netns list | grep -q gpurun-bench && fail "a namespace was left: $(ip netns list)"
 ip link | grep -q gpurun-v && fail "a veth was left"
