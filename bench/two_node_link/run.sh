@@ -35,9 +35,8 @@
 # each, scripts/step_model.py's prediction for two nodes, from a one-node run of the row's own
 # config in the same pair (one rank, --exchange allreduce and the config's options: its compute,
 # its exchange, PowerSGD's CPU time included, and the bytes it would send), against the
-# baseline's step, as a user would predict before a run. Prints a markdown table; --out writes it to a file as
-# well. --configs picks the rows. Hierarchical does
-# not apply (one rank a node).
+# baseline's step, as a user would predict before a run. Prints a markdown table; --out writes
+# it to a file as well. --configs picks the rows. Hierarchical does not apply (one rank a node).
 #
 # Test accuracy: the rows above train with seed 7 (row_seed), and on the 2,000 test images one
 # seed's accuracy moves by about half a point from seed to seed: a single pair cannot say whether
