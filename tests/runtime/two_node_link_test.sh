@@ -72,14 +72,14 @@ for name in "plain allreduce" "PowerSGD rank 4"; do
 done
 # Two runs at once: each makes and removes namespaces and a veth of its own (a second run once
 # removed the first's namespaces and both failed).
+runs=()
 for i in 1 2; do
   BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates unshaped --configs none \
     --repeats 1 --data "$data" -- --max-steps 4 > "$log.$i" 2>&1 &
-  eval "twin$i=\$!"
+  runs+=($!)
 done
 for i in 1 2; do
-  pid=twin$i
-  wait "${!pid}" || { cat "$log.$i" >&2; rm -f "$log.$i"; fail "run $i of two at once failed"; }
+  wait "${runs[i - 1]}" || { cat "$log.$i" >&2; rm -f "$log.$i"; fail "run $i of two at once failed"; }
   grep -q "^| unshaped | plain allreduce |" "$log.$i" || fail "run $i: no row: $(cat "$log.$i")"
   rm -f "$log.$i"
 done
