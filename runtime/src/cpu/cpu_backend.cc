@@ -35,7 +35,6 @@ class CpuBackend final : public Backend {
         micro_(opt.micro_batch),
         workers_(workers_for(opt, cfg.batch_per_rank)),
         slice_(batch_ / workers_),
-        powersgd_rank_(opt.powersgd_rank),
         pool_(workers_),
         x_(std::size_t(batch_) * data.train.image_floats()),
         y_(std::size_t(batch_)) {
@@ -67,11 +66,8 @@ class CpuBackend final : public Backend {
     i.workers = workers_;
     i.fused_update = exchange_->fused();
     i.exchange_bytes_per_step = pg_.size() > 1 ? exchange_->bytes_per_step() : 0;
-    // Across nodes the shared exchange gives way to an allreduce of the whole buffer.
-    i.wire_bytes_per_step = i.exchange == "shared"
-                                ? models_[0]->grad_buffer_floats() * sizeof(float)
-                                : exchange_->bytes_per_step();
-    if (i.exchange == "powersgd") i.compression = "powersgd:" + std::to_string(powersgd_rank_);
+    i.wire_bytes_per_step = exchange_->wire_bytes_per_step();
+    i.compression = exchange_->compression();
     return i;
   }
 
@@ -103,7 +99,7 @@ class CpuBackend final : public Backend {
 
   ProcessGroup& pg_;
   const Dataset& data_;
-  const int batch_, micro_, workers_, slice_, powersgd_rank_;
+  const int batch_, micro_, workers_, slice_;
   WorkerPool pool_;
   std::vector<std::unique_ptr<Model>> models_;
   std::unique_ptr<cpu::CpuExchange> exchange_;

@@ -57,6 +57,11 @@ class CpuExchange {
   double seconds() const { return seconds_; }  // spent combining, so far
   // Bytes a rank hands to collectives across ranks each step (0: none leave the node).
   virtual std::size_t bytes_per_step() const = 0;
+  // What it would hand to the collectives across nodes each step, at any world size
+  // (BackendInfo::wire_bytes_per_step): by default bytes_per_step().
+  virtual std::size_t wire_bytes_per_step() const { return bytes_per_step(); }
+  // BackendInfo::compression: "none" or "powersgd:R".
+  virtual std::string compression() const { return "none"; }
   virtual std::string note() const { return ""; }  // Backend::epoch_note
 
  protected:

@@ -69,6 +69,9 @@ class AllreduceExchange final : public CpuExchange {
   std::size_t bytes_per_step() const override {
     return powersgd_ ? powersgd_->bytes_per_step() : model_.grad_buffer_floats() * sizeof(float);
   }
+  std::string compression() const override {
+    return powersgd_ ? "powersgd:" + std::to_string(setup_.powersgd_rank) : "none";
+  }
   bool deferred() const override { return !x_.empty(); }
   const std::vector<Layer::Range>& summed() const override { return whole_; }
   const float* velocity() const override { return velocity_.size() ? velocity_.data() : nullptr; }

@@ -184,6 +184,10 @@ class SharedExchange final : public CpuExchange {
 
   const char* name() const override { return "shared"; }
   std::size_t bytes_per_step() const override { return 0; }  // it sends nothing off the node
+  // Across nodes an allreduce of the whole buffer takes its place.
+  std::size_t wire_bytes_per_step() const override {
+    return model_.grad_buffer_floats() * sizeof(float);
+  }
   std::string summary() const override {
     const auto n = std::count(split_.begin(), split_.end(), true);
     if (n == 0) return "shared-memory exchange";
