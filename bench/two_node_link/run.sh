@@ -154,13 +154,16 @@ shape() {
 mnist_args=(--device cpu --threads 1 --data "$data" --epochs "$epochs" --batch-size "$batch"
   --lr-scaling linear "${extra[@]+"${extra[@]}"}")
 
-# one_node_on NAMESPACE CORE REPORT: one node's run, one rank on CORE in NAMESPACE, with one
-# node's fastest exchange (auto: the shared-memory exchange, whose SGD step is fused into the
-# Dense layers' dW sgemm; --exchange allreduce would add a pass over the 11 MB gradient). Its
-# output goes to REPORT.log, shown when it fails.
+# one_node_on NAMESPACE CORE REPORT [ARGS...]: one node's run, one rank on CORE in NAMESPACE,
+# with ARGS, by default one node's fastest exchange (auto: the shared-memory exchange, whose SGD
+# step is fused into the Dense layers' dW sgemm; --exchange allreduce would add a pass over the
+# 11 MB gradient). Its output goes to REPORT.log, shown when it fails.
 one_node_on() {
-  ip netns exec "$1" taskset -c "$2" "$mnist" "${mnist_args[@]}" --exchange auto --seed "$seed" \
-    --report "$3" > "$3.log" 2>&1 || { tail -20 "$3.log" >&2; return 1; }
+  local ns=$1 core=$2 report=$3
+  shift 3
+  (($#)) || set -- --exchange auto
+  ip netns exec "$ns" taskset -c "$core" "$mnist" "${mnist_args[@]}" "$@" --seed "$seed" \
+    --report "$report" > "$report.log" 2>&1 || { tail -20 "$report.log" >&2; return 1; }
 }
 
 # one_node REPORT: the baseline, on core 0 in node a.
@@ -180,9 +183,8 @@ twins() {
 # one_config REPORT CONFIG: the step model's input, one rank on core 0 in node a with the row's
 # exchange and options (what the two nodes run, on one node).
 one_config() {
-  ip netns exec "$A" taskset -c 0 "$mnist" "${mnist_args[@]}" --exchange allreduce --seed "$seed" \
-    $(config_args "$2") --report "$1" > "$1.log" 2>&1 ||
-    { tail -20 "$1.log" >&2; die "the one-node run of $2 failed"; }
+  one_node_on "$A" 0 "$1" --exchange allreduce $(config_args "$2") ||
+    die "the one-node run of $2 failed"
 }
 
 # pairs REPORT CONFIG: `repeats` times the one-node baseline, the twins, the config on one node,
