@@ -8,10 +8,10 @@ REPORT.json is `mnist_cnn --report` of a run on one node, with the exchange and 
 nodes would use. It records, per step, the compute time (compute_seconds_per_step), the time the
 ranks of that node spent combining gradients (exchange_seconds_per_step) and what each rank would
 hand to an allreduce across nodes (wire_bytes_per_step: the whole gradient, or with
---grad-compression powersgd:R PowerSGD's thin matrices; older reports: gradient_bytes). Across N
+--grad-compression powersgd:R or acp:R the thin matrices; older reports: gradient_bytes). Across N
 nodes, the model adds a ring allreduce of those bytes over a link of G Gbit/s with a one-way
 latency L (the alpha-beta model of Thakur, Rabenseifner and Gropp 2005), in S sums one after
-another (S = 1; PowerSGD sums P, then Q: S = 2):
+another (S = 1; PowerSGD sums P, then Q: S = 2; acp:R one of the two: S = 1):
 
     ring(N) = 2 (N - 1) / N * bytes / bandwidth + S * 2 (N - 1) * L
 
@@ -56,6 +56,11 @@ def compressed(report):
     return report.get("grad_compression", "none") != "none"
 
 
+def sums_per_step(report):
+    """The sums one after another a step: PowerSGD sums P, then Q; ACP-SGD (acp:R) one of them."""
+    return 2 if report.get("grad_compression", "none").startswith("powersgd") else 1
+
+
 def wire_bytes(report):
     """What a rank hands to the allreduce across nodes a step (older reports: the gradient)."""
     return float(report.get("wire_bytes_per_step") or report["gradient_bytes"])
@@ -71,7 +76,7 @@ def predict(report, nodes, gbit, latency_s, ranks_per_node, hierarchical, baseli
     compute = float(report["compute_seconds_per_step"])
     local = float(report["exchange_seconds_per_step"])
     nbytes = wire_bytes(report)
-    sums = 2 if compressed(report) else 1  # PowerSGD sums P, then Q
+    sums = sums_per_step(report)
     link = gbit * 1e9 / 8.0
     ranks = nodes * ranks_per_node
     if nodes == 1:
@@ -108,7 +113,7 @@ def table(report, args, baseline=None):
     ranks_per_node = args.ranks_per_node or int(report["world_size"])
     kinds = [False, True] if ranks_per_node > 1 else [False]
     what = (f"{report['grad_compression']} ({wire_bytes(report) / 1e6:.2f} MB a step per rank, "
-            f"in two sums; the node exchange is mostly the compression's CPU time)"
+            f"in {sums_per_step(report)} sum(s); the node exchange is mostly the compression's CPU time)"
             if compressed(report) else f"{wire_bytes(report) / 1e6:.2f} MB of gradient per rank")
     against = (f" Efficiency against the baseline's one-node step, "
                f"{1e3 * one_node_step(baseline):.2f} ms." if baseline is not None else "")

@@ -16,9 +16,10 @@ from pairs import against_twins, efficiency, ips
 
 
 def config_name(config):
-    """run.sh's config ("none", "powersgd:R" or "overlap:MB") as the tables name it."""
+    """run.sh's config ("none", "powersgd:R", "acp:R" or "overlap:MB") as the tables name it."""
     kind, _, value = config.partition(":")
     return {"none": "plain allreduce", "powersgd": f"PowerSGD rank {value}",
+            "acp": f"alternating PowerSGD (ACP-SGD) rank {value}",
             "overlap": f"overlapped, {value} MB buckets"}[kind]
 
 

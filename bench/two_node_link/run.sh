@@ -201,13 +201,13 @@ pairs() {
   python3 "$root/bench/two_node_link/pairs.py" "$to" "$repeats" || die "no median pair for $to"
 }
 
-# config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, overlap:MB.
+# config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, acp:R, overlap:MB.
 config_args() {
   case $1 in
     none) ;;
-    powersgd:*) echo "--grad-compression $1" ;;
+    powersgd:* | acp:*) echo "--grad-compression $1" ;;
     overlap:*) echo "--bucket-mb ${1#overlap:}" ;;
-    *) die "config '$1': expected none, powersgd:R or overlap:MB" ;;
+    *) die "config '$1': expected none, powersgd:R, acp:R or overlap:MB" ;;
   esac
 }
 

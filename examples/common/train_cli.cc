@@ -112,9 +112,11 @@ po::options_description describe(Options& o, const Example& ex) {
       "per rank), on the GPU with NCCL on the communication stream; 0: one allreduce after "
       "backward")(
       "grad-compression", po::value(&o.grad_compression)->default_value(o.grad_compression),
-      "CPU, allreduce exchange: none, or powersgd:R (PowerSGD of rank R with error feedback for "
+      "CPU, allreduce exchange: none, powersgd:R (PowerSGD of rank R with error feedback for "
       "the Dense layers' gradients: each sends (rows + inputs) x R floats instead of rows x "
-      "inputs; the report's exchange_bytes_per_step says what a step sent)")(
+      "inputs, in two sums a step; the report's exchange_bytes_per_step says what a step sent), "
+      "or acp:R (alternating PowerSGD, ACP-SGD: a step sends either rows x R or inputs x R "
+      "floats, in one sum, and makes it in one pass over the gradient)")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "
@@ -158,13 +160,15 @@ std::string parse_split(const std::string& text, rt::SplitShares& split) {
   return split.weights.size() >= 2 ? "" : bad;
 }
 
-// "none" or "powersgd:R" (R from 1 to 64) into *rank (0 for none); an empty string, or the complaint.
-std::string parse_compression(const std::string& text, int* rank) {
+// "none", "powersgd:R" or "acp:R" (R from 1 to 64) into *rank (0 for none) and *alternate (acp);
+// an empty string, or the complaint.
+std::string parse_compression(const std::string& text, int* rank, bool* alternate) {
   const std::string bad =
-      "--grad-compression must be none or powersgd:R with R from 1 to 64, got " + text;
+      "--grad-compression must be none, powersgd:R or acp:R with R from 1 to 64, got " + text;
   *rank = 0;
+  *alternate = text.rfind("acp:", 0) == 0;
   if (text == "none") return "";
-  const std::string prefix = "powersgd:";
+  const std::string prefix = *alternate ? "acp:" : "powersgd:";
   if (text.rfind(prefix, 0) != 0) return bad;
   const std::string digits = text.substr(prefix.size());
   if (digits.empty() || digits.size() > 2 || digits.find_first_not_of("0123456789") != std::string::npos)
@@ -194,7 +198,8 @@ std::string interpret(Options& o, const po::variables_map& vm) {
   if (std::string why = parse_split(o.split_balance, o.backend.cpu.split); !why.empty()) {
     return why;
   }
-  if (std::string why = parse_compression(o.grad_compression, &o.backend.cpu.powersgd_rank);
+  if (std::string why = parse_compression(o.grad_compression, &o.backend.cpu.powersgd_rank,
+                                          &o.backend.cpu.powersgd_alternate);
       !why.empty())
     return why;
   if (!(o.bucket_mb >= 0) || o.bucket_mb > 1e4) return "--bucket-mb must be from 0 to 10000";

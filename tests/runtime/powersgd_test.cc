@@ -216,5 +216,102 @@ TEST(PowerSgd, TheDeferredGradientGivesThePlainResult) {
   }
 }
 
+// Alternating (ACP-SGD): a step makes one thin matrix and sums once. A rank-2 gradient at rank
+// 2: the first step (P = M Q^) finds M's column space, so the second (Q = M^T P^) sends all of
+// what it is given, the error included: over two steps of the same gradient the two sent add up
+// to twice it. The sums alternate between P and the rest, and Q and the rest.
+TEST(PowerSgd, AlternatingSendsOneThinMatrixAStepAndCatchesUpInTwo) {
+  Layout l;
+  const std::vector<float> m = low_rank(40, 30, 2, 11);
+  std::vector<float> buf(Layout::kEnd), sent(m.size(), 0.0f);
+  PowerSgd acp(l.mats, buf.size(), 2, 1, 99, true);
+  const std::size_t rest = Layout::kEnd - 1200;
+  EXPECT_EQ(acp.bytes_per_step(), 4 * rest + 2 * (40 * 2 + 30 * 2));  // the mean of two steps
+  auto pg = make_single_process_group();
+  std::vector<std::size_t> sums;
+  const auto sum = [&](float* d, std::size_t n) {
+    sums.push_back(n);
+    pg->allreduce_sum(d, n);
+  };
+  Rng rng(5);
+  for (int step = 0; step < 2; ++step) {
+    for (auto& x : buf) x = rng.uniform(-1, 1);
+    std::copy(m.begin(), m.end(), buf.begin() + Layout::kBig);
+    const std::vector<float> before = buf;
+    acp.allreduce_sum(sum, buf.data());
+    for (std::size_t i = 0; i < m.size(); ++i) sent[i] += buf[Layout::kBig + i];
+    EXPECT_EQ(max_abs_diff(buf.data(), before.data(), Layout::kBig), 0.0);
+    EXPECT_EQ(max_abs_diff(buf.data() + Layout::kBig + 1200, before.data() + Layout::kBig + 1200,
+                           Layout::kEnd - Layout::kBig - 1200),
+              0.0);
+    if (step == 0) {
+      EXPECT_GT(max_abs_diff(sent.data(), m.data(), m.size()), 0.05);
+    }
+  }
+  std::vector<float> twice(m.size());
+  for (std::size_t i = 0; i < m.size(); ++i) twice[i] = 2 * m[i];
+  EXPECT_LT(max_abs_diff(sent.data(), twice.data(), m.size()), 1e-4);
+  EXPECT_EQ(sums, (std::vector<std::size_t>{40 * 2 + rest, 30 * 2 + rest}));
+}
+
+// The error feedback works alternating too: a rank-3 gradient at rank 1, then zero gradients;
+// what was sent adds up to the gradient far better than the first step alone did.
+TEST(PowerSgd, AlternatingErrorFeedbackCarriesWhatCompressionLeftOut) {
+  Layout l;
+  const std::vector<float> m = low_rank(40, 30, 3, 17);
+  std::vector<float> buf(Layout::kEnd, 0.0f), sent(m.size(), 0.0f);
+  PowerSgd acp(l.mats, buf.size(), 1, 1, 99, true);
+  auto pg = make_single_process_group();
+  double first_miss = 0;
+  for (int step = 0; step < 12; ++step) {
+    std::fill(buf.begin(), buf.end(), 0.0f);
+    if (step == 0) std::copy(m.begin(), m.end(), buf.begin() + Layout::kBig);
+    acp.allreduce_sum([&](float* d, std::size_t n) { pg->allreduce_sum(d, n); }, buf.data());
+    for (std::size_t i = 0; i < m.size(); ++i) sent[i] += buf[Layout::kBig + i];
+    if (step == 0) first_miss = max_abs_diff(sent.data(), m.data(), m.size());
+  }
+  EXPECT_GT(first_miss, 0.05);
+  EXPECT_LT(max_abs_diff(sent.data(), m.data(), m.size()), first_miss / 10);
+}
+
+// Alternating, training's deferred form (G added a piece at a time through `add`) and the plain
+// call (G in the buffer) make the same bits, step after step; a plain SGD step straight from P and
+// Q (apply.into) adds scale x what the plain call leaves in the buffer, within rounding.
+TEST(PowerSgd, AlternatingDeferredAndAppliedGiveThePlainResult) {
+  constexpr int kRows = 12, kIn = 9000;
+  constexpr std::size_t kAt = 5, kEnd = kAt + std::size_t(kRows) * kIn + 3;
+  const std::vector<LowRankMatrix> mats{{kAt, kRows, kIn}};
+  PowerSgd plain(mats, kEnd, 2, 1, 99, true), deferred(mats, kEnd, 2, 1, 99, true),
+      stepped(mats, kEnd, 2, 1, 99, true);
+  auto pg = make_single_process_group();
+  const auto sum = [&](float* d, std::size_t n) { pg->allreduce_sum(d, n); };
+  Rng rng(23);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> a(kEnd), params(kEnd);
+    for (auto& x : a) x = rng.uniform(-1, 1);
+    for (auto& x : params) x = rng.uniform(-1, 1);
+    const std::vector<float> g = a, before = params;
+    std::vector<float> b = a, c = a, sent(kEnd, 0.0f);
+    std::fill(b.begin() + kAt, b.begin() + kAt + std::size_t(kRows) * kIn, 1e30f);  // not there
+    plain.allreduce_sum(sum, a.data());
+    const auto add = [&](const LowRankMatrix& m, int lo, int hi, float* into) {
+      for (int i = 0; i < m.rows; ++i)
+        for (int j = lo; j < hi; ++j) into[i * m.in + j] += g[kAt + std::size_t(i) * m.in + j];
+    };
+    deferred.allreduce_sum(
+        sum, b.data(),
+        PowerSgd::Apply{[&](std::size_t at, const float* piece, std::size_t n) {
+          std::copy(piece, piece + n, sent.begin() + at);
+        }},
+        {}, add);
+    stepped.allreduce_sum(sum, c.data(), PowerSgd::Apply{{}, params.data(), -0.25f});
+    for (std::size_t i = kAt; i < kAt + std::size_t(kRows) * kIn; ++i) {
+      ASSERT_EQ(sent[i], a[i]) << "step " << step << " float " << i;
+      ASSERT_NEAR(params[i], before[i] - 0.25f * a[i], 1e-5f) << "step " << step << " float " << i;
+    }
+    EXPECT_EQ(c, g) << "with apply the buffer keeps the gradient";
+  }
+}
+
 }  // namespace
 }  // namespace gpurun::runtime::cpu

@@ -53,6 +53,7 @@ class CpuBackend final : public Backend {
     setup.split = opt.split;
     setup.timeout_s = opt.comm_timeout_s;
     setup.powersgd_rank = opt.powersgd_rank;
+    setup.powersgd_alternate = opt.powersgd_alternate;
     setup.bucket_floats = opt.bucket_floats;
     exchange_ = cpu::make_exchange(pg, models_, setup, log);
   }

@@ -26,6 +26,7 @@ struct ExchangeSetup {
   SplitShares split;  // the shared exchange's split layers (backend.h)
   double timeout_s = 300;  // the shared exchange: a wait for a peer this long is an error
   int powersgd_rank = 0;   // > 0: the allreduce exchange compresses Dense gradients (powersgd.h)
+  bool powersgd_alternate = false;  // ... alternating (ACP-SGD)
   std::size_t bucket_floats = 0;  // > 0: the allreduce exchange overlaps buckets with backward
 };
 
@@ -60,7 +61,7 @@ class CpuExchange {
   // What it would hand to the collectives across nodes each step, at any world size
   // (BackendInfo::wire_bytes_per_step): by default bytes_per_step().
   virtual std::size_t wire_bytes_per_step() const { return bytes_per_step(); }
-  // BackendInfo::compression: "none" or "powersgd:R".
+  // BackendInfo::compression: "none", "powersgd:R" or "acp:R".
   virtual std::string compression() const { return "none"; }
   virtual std::string note() const { return ""; }  // Backend::epoch_note
 

@@ -1,8 +1,8 @@
 // exchange_allreduce.cc: the allreduce exchange (exchange.h). Every rank keeps its own copy of
 // the parameters; one MPI_Allreduce sums the whole gradient buffer (gradients + stat slots), then
 // every rank applies the same SGD step, its workers each taking a share of the parameters. With
-// --grad-compression powersgd:R the Dense layers' gradients go through PowerSGD (powersgd.h)
-// instead of the allreduce whole.
+// --grad-compression powersgd:R (or acp:R, alternating) the Dense layers' gradients go through
+// PowerSGD (powersgd.h) instead of the allreduce whole.
 #include <chrono>
 #include <cstring>
 #include <memory>
@@ -40,7 +40,8 @@ class AllreduceExchange final : public CpuExchange {
         dense.push_back({d.offset, d.rows, d.in, k});
       }
       powersgd_ = std::make_unique<PowerSgd>(dense, model.grad_buffer_floats(),
-                                             setup.powersgd_rank, pg.size(), kPowerSgdSeed);
+                                             setup.powersgd_rank, pg.size(), kPowerSgdSeed,
+                                             setup.powersgd_alternate);
       // One model, whole batches: its Dense layers defer dW, and PowerSGD forms each compressed
       // G straight into its M a piece at a time (PowerSgd::AddGradient). With micro-batches,
       // M += E runs on the last one's blocks of dW rows as backward finishes each. More
@@ -70,7 +71,8 @@ class AllreduceExchange final : public CpuExchange {
     return powersgd_ ? powersgd_->bytes_per_step() : model_.grad_buffer_floats() * sizeof(float);
   }
   std::string compression() const override {
-    return powersgd_ ? "powersgd:" + std::to_string(setup_.powersgd_rank) : "none";
+    if (!powersgd_) return "none";
+    return (setup_.powersgd_alternate ? "acp:" : "powersgd:") + std::to_string(setup_.powersgd_rank);
   }
   bool deferred() const override { return !x_.empty(); }
   const std::vector<Layer::Range>& summed() const override { return whole_; }

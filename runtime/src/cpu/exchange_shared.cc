@@ -615,7 +615,7 @@ std::unique_ptr<CpuExchange> make_exchange(ProcessGroup& pg,
   }
   if (setup.requested == Exchange::kShared && (setup.powersgd_rank > 0 || setup.bucket_floats))
     throw std::invalid_argument(
-        std::string(setup.powersgd_rank > 0 ? "--grad-compression powersgd compresses"
+        std::string(setup.powersgd_rank > 0 ? "--grad-compression powersgd or acp compresses"
                                             : "--bucket-mb overlaps the sums of") +
         " the gradients ranks allreduce; the shared exchange sends none (give --exchange "
         "allreduce or auto)");

@@ -11,24 +11,39 @@
 
 namespace gpurun::runtime::cpu {
 
-void orthonormalize_columns(float* p, int rows, int cols) {
-  for (int j = 0; j < cols; ++j) {
+namespace {
+
+// Modified Gram-Schmidt on `count` vectors of `length` floats, element k of vector j at
+// a[j * vec + k * elem].
+void orthonormalize(float* a, int count, int length, std::size_t vec, std::size_t elem) {
+  const auto at = [&](int j, int k) -> float& { return a[std::size_t(j) * vec + std::size_t(k) * elem]; };
+  for (int j = 0; j < count; ++j) {
     for (int i = 0; i < j; ++i) {
       double dot = 0;
-      for (int k = 0; k < rows; ++k) dot += double(p[k * cols + i]) * p[k * cols + j];
-      for (int k = 0; k < rows; ++k) p[k * cols + j] -= float(dot) * p[k * cols + i];
+      for (int k = 0; k < length; ++k) dot += double(at(i, k)) * at(j, k);
+      for (int k = 0; k < length; ++k) at(j, k) -= float(dot) * at(i, k);
     }
     double norm = 0;
-    for (int k = 0; k < rows; ++k) norm += double(p[k * cols + j]) * p[k * cols + j];
+    for (int k = 0; k < length; ++k) norm += double(at(j, k)) * at(j, k);
     norm = std::sqrt(norm);
     const float scale = norm > 1e-12 ? float(1.0 / norm) : 0.0f;
-    for (int k = 0; k < rows; ++k) p[k * cols + j] *= scale;
+    for (int k = 0; k < length; ++k) at(j, k) *= scale;
   }
 }
 
+}  // namespace
+
+void orthonormalize_columns(float* p, int rows, int cols) {
+  orthonormalize(p, cols, rows, 1, std::size_t(cols));
+}
+
+void orthonormalize_rows(float* q, int rows, int cols) {
+  orthonormalize(q, rows, cols, std::size_t(cols), 1);
+}
+
 PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buffer_floats,
-                   int rank, int ranks, std::uint64_t seed)
-    : rank_(rank), ranks_(ranks), buffer_floats_(buffer_floats) {
+                   int rank, int ranks, std::uint64_t seed, bool alternate)
+    : rank_(rank), ranks_(ranks), alternate_(alternate), buffer_floats_(buffer_floats) {
   if (rank < 1)
     throw std::invalid_argument("PowerSGD rank " + std::to_string(rank) + ": must be >= 1");
   Rng rng(seed);
@@ -47,9 +62,11 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
                  FloatBuffer(full),
                  m.rows,
                  false,
-                 FloatBuffer(std::size_t(m.rows) * rank)};
+                 FloatBuffer(std::size_t(m.rows) * rank),
+                 FloatBuffer(alternate ? std::size_t(rank) * m.in : 0)};
     for (std::size_t i = 0; i < c.q_t.size(); ++i) c.q_t[i] = rng.uniform(-1.0f, 1.0f);
     c.m_last.fill(0.0f);
+    if (alternate) prepare_alternating(c);  // the first step makes P
     if (m.offset > at) rest_.push_back({at, m.offset});
     at = m.offset + full;
     p_floats_ += c.p.size();
@@ -58,7 +75,7 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
   }
   if (at < buffer_floats) rest_.push_back({at, buffer_floats});
   for (const auto& [b, e] : rest_) rest_floats_ += e - b;
-  send_p_ = FloatBuffer(p_floats_ + rest_floats_);
+  send_p_ = FloatBuffer((alternate ? std::max(p_floats_, q_floats_) : p_floats_) + rest_floats_);
   send_q_ = FloatBuffer(std::max<std::size_t>(q_floats_, 1));
   block_ = FloatBuffer(std::size_t(kApplyRows) * kSumColumns);
 }
@@ -129,6 +146,7 @@ void PowerSgd::decompress(Compressed& c, int j0, int len, float* m, const Apply&
 }
 
 void PowerSgd::rows_final(float* grads, std::size_t from) {
+  if (alternate_) return;  // its one pass forms M in pieces of columns
   for (Compressed& c : mats_) {
     const std::size_t in = std::size_t(c.m.in);
     const std::size_t first =
@@ -141,6 +159,7 @@ void PowerSgd::rows_final(float* grads, std::size_t from) {
 
 void PowerSgd::allreduce_sum(const Sum& sum, float* grads, const Apply& apply, const Start& start,
                              const AddGradient& add) {
+  if (alternate_) return alternating_sum(sum, grads, apply, add);
   // P = (M + E) Q for each matrix (the rows rows_final() left), sent with the rest of the buffer.
   float* out = send_p_.data();
   for (Compressed& c : mats_) {
@@ -203,11 +222,78 @@ void PowerSgd::exchange_q(const Sum& sum, const Start& start, float* grads, cons
   for (Compressed& c : mats_) c.has_last = true;
 }
 
+// ACP-SGD: one pass over each M (its thin matrix made as it is formed), one sum, M^ applied.
+void PowerSgd::alternating_sum(const Sum& sum, float* grads, const Apply& apply,
+                               const AddGradient& add) {
+  float* out = send_p_.data();
+  for (Compressed& c : mats_) {
+    form_and_project_alternating(c, grads + c.m.offset, add);
+    const FloatBuffer& made = q_step_ ? c.q_t : c.p_next;
+    out = std::copy(made.data(), made.data() + made.size(), out);
+  }
+  pack_rest(grads, out);
+  sum(send_p_.data(), std::size_t(out - send_p_.data()) + rest_floats_);
+  const float* in = send_p_.data();
+  for (Compressed& c : mats_) {  // the factors of M^, the same on every rank
+    FloatBuffer& made = q_step_ ? c.q_t : c.p;
+    std::copy(in, in + made.size(), made.data());
+    in += made.size();
+    if (q_step_)
+      std::swap(c.p, c.p_next);  // P^
+    else
+      std::swap(c.q_t, c.q_next);  // Q^
+  }
+  unpack_rest(in, grads);
+  for (Compressed& c : mats_) {
+    for (int j0 = 0; j0 < c.m.in; j0 += kSumColumns)
+      decompress(c, j0, std::min(kSumColumns, c.m.in - j0), grads + c.m.offset, apply, [] {});
+    c.has_last = true;
+  }
+  q_step_ = !q_step_;
+  for (Compressed& c : mats_) prepare_alternating(c);
+}
+
+// A piece of columns at a time: M = G + E (E = the last M - the last M^ / ranks), then this
+// piece's share of P = M Q^ (into p_next, from zero) or its columns of Q^T = P^^T M (into q_t,
+// whose piece the error has just used).
+void PowerSgd::form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add) {
+  if (!q_step_) c.p_next.fill(0.0f);
+  float* m = c.m_last.data();
+  const std::size_t in = std::size_t(c.m.in);
+  for (int j0 = 0; j0 < c.m.in; j0 += kChunk) {
+    const int len = std::min(kChunk, c.m.in - j0);
+    if (c.has_last)
+      kernels::cpu::lowrank_product(desc(c), c.p.data(), c.q_t.data(), 0, c.m.rows, j0, len,
+                                    -share(), true, m + j0, c.m.in);
+    if (add) {
+      add(c.m, j0, j0 + len, m);
+    } else {
+      for (std::size_t r = 0; r < std::size_t(c.m.rows); ++r)
+        for (std::size_t j = r * in + j0; j < r * in + j0 + len; ++j) m[j] += g[j];
+    }
+    if (q_step_)
+      kernels::cpu::lowrank_project_transposed(desc(c), m, c.p_next.data(), c.q_t.data(), j0, len);
+    else
+      kernels::cpu::lowrank_project_piece(desc(c), m, c.q_next.data(), c.p_next.data(), j0, len);
+  }
+}
+
+void PowerSgd::prepare_alternating(Compressed& c) const {
+  if (q_step_) {
+    std::copy(c.p.data(), c.p.data() + c.p.size(), c.p_next.data());
+    orthonormalize_columns(c.p_next.data(), c.m.rows, rank_);
+  } else {
+    std::copy(c.q_t.data(), c.q_t.data() + c.q_t.size(), c.q_next.data());
+    orthonormalize_rows(c.q_next.data(), rank_, c.m.in);
+  }
+}
+
 std::string PowerSgd::summary() const {
-  char text[128];
-  std::snprintf(text, sizeof text, "PowerSGD rank %d: %zu %s, %.2f MB -> %.2f MB a step", rank_,
-                mats_.size(), mats_.size() == 1 ? "matrix" : "matrices",
-                4e-6 * double(buffer_floats_), 1e-6 * double(bytes_per_step()));
+  char text[160];
+  std::snprintf(text, sizeof text, "%s rank %d: %zu %s, %.2f MB -> %.2f MB a step%s",
+                alternate_ ? "alternating PowerSGD (ACP-SGD)" : "PowerSGD", rank_, mats_.size(),
+                mats_.size() == 1 ? "matrix" : "matrices", 4e-6 * double(buffer_floats_),
+                1e-6 * double(bytes_per_step()), alternate_ ? " (the mean of two)" : "");
   return text;
 }
 

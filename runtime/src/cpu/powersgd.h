@@ -15,6 +15,15 @@
 // Everything else in the buffer (convolutions, biases, the small Dense layers that would not
 // shrink, the stat slots) travels whole, with P. So a step sends 4 (sum rows r + sum in r + rest)
 // bytes instead of 4 x the whole buffer.
+//
+// Alternating (--grad-compression acp:R; ACP-SGD, Zhang, Zhang, Shi, Chu and Li, "Evaluation and
+// Optimization of Gradient Compression for Distributed Deep Learning", ICDCS 2023): a step makes
+// and sums only one of the two thin matrices, the other kept from the last step and
+// orthonormalized first. Even steps: P = M Q^ (Q^ = the last Q, orthonormal), M^ = P Q^^T; odd
+// steps: Q = M^T P^ (P^ = the last P, orthonormal), M^ = P^ Q^T. Either is the summed M
+// projected on a rank-r subspace, so the error feedback is the same. A step then has one sum
+// (the thin matrix and the rest of the buffer) and one pass over M, where PowerSGD has two of
+// each: M is formed and projected a piece of columns at a time while the piece is in cache.
 #pragma once
 
 #include <cstddef>
@@ -46,8 +55,9 @@ class PowerSgd {
  public:
   // The matrices of `candidates` that shrink at least twofold at rank `rank` are compressed; the
   // rest of [0, buffer_floats) travels whole. Q starts the same on every rank (from `seed`).
+  // With `alternate`, ACP-SGD (above).
   PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buffer_floats, int rank,
-           int ranks, std::uint64_t seed);
+           int ranks, std::uint64_t seed, bool alternate = false);
 
   // Backward has made the gradients from buffer offset `from` on final (Model::GradReady): the
   // compressed rows among them take M += E and P = M Q now, while backward's block of them is
@@ -69,7 +79,9 @@ class PowerSgd {
   // forward_backward_deferred): add(m, lo, hi, into) adds columns [lo, hi) of matrix m's
   // gradient to `into` (m.rows x m.in, row-major), and PowerSGD forms M = G + E a piece of
   // columns at a time, each piece of G made into M while M's piece is in cache: G never
-  // reaches memory. rows_final() has nothing to do then.
+  // reaches memory. rows_final() has nothing to do then. Alternating, the same pieces (without
+  // `add`, the buffer's G added a piece at a time), one sum with `sum`; `start` and rows_final()
+  // are not used.
   using AddGradient = std::function<void(const LowRankMatrix& m, int lo, int hi, float* into)>;
   void allreduce_sum(const Sum& sum, float* grads, const Apply& apply = {},
                      const Start& start = {}, const AddGradient& add = {});
@@ -78,7 +90,11 @@ class PowerSgd {
   // The parts of the buffer that travel whole, [begin, end), in order.
   const std::vector<std::pair<std::size_t, std::size_t>>& whole() const { return rest_; }
 
-  std::size_t bytes_per_step() const { return 4 * (p_floats_ + rest_floats_ + q_floats_); }
+  // Alternating, the mean of a step that sends P and one that sends Q.
+  std::size_t bytes_per_step() const {
+    return alternate_ ? 4 * rest_floats_ + 2 * (p_floats_ + q_floats_)
+                      : 4 * (p_floats_ + rest_floats_ + q_floats_);
+  }
   std::size_t compressed_matrices() const { return mats_.size(); }
   std::string summary() const;  // "PowerSGD rank 4: 2 matrices, 11.08 MB -> 0.33 MB a step"
 
@@ -91,6 +107,9 @@ class PowerSgd {
     int projected_from;     // rows from here on have had M += E, P = M Q this step
     bool has_last = false;  // whether m_last, p and q_t hold a last step (else E = 0)
     FloatBuffer p_next;     // rows x r: the deferred form's P while the last P is in use
+    // Alternating: r x in, the last Q orthonormalized for a step that makes P (p_next holds the
+    // last P orthonormalized for a step that makes Q).
+    FloatBuffer q_next;
   };
   static constexpr int kChunk = 1024;  // a piece of a row of M^ (or of Q^T's rows), in L1
   // Columns of Q^T a sum of Q carries: 96 kB at rank 4, the MNIST CNN's Q in four sums.
@@ -108,10 +127,18 @@ class PowerSgd {
   // at a time; progress() runs before each block.
   void decompress(Compressed& c, int j0, int len, float* m, const Apply& apply,
                   const std::function<void()>& progress);
+  // ACP-SGD's step (allreduce_sum with `alternate`), and its one pass over a matrix: M = G + E
+  // and this step's thin matrix, a piece of columns at a time.
+  void alternating_sum(const Sum& sum, float* grads, const Apply& apply, const AddGradient& add);
+  void form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add);
+  // After a step, the orthonormal factor the next one projects on (q_next or p_next).
+  void prepare_alternating(Compressed& c) const;
   void pack_rest(const float* grads, float* to) const;
   void unpack_rest(const float* from, float* grads) const;
 
   int rank_, ranks_;
+  bool alternate_;
+  bool q_step_ = false;  // alternating: this step makes Q (else P)
   std::size_t buffer_floats_;
   std::vector<Compressed> mats_;
   std::vector<std::pair<std::size_t, std::size_t>> rest_;  // [begin, end) sent whole
@@ -123,5 +150,7 @@ class PowerSgd {
 // Modified Gram-Schmidt on the columns of p (rows x cols, row-major); a column with no length
 // left after the ones before it becomes zero.
 void orthonormalize_columns(float* p, int rows, int cols);
+// The same on the rows of q (rows x cols, row-major): Q^T's rows are Q's columns.
+void orthonormalize_rows(float* q, int rows, int cols);
 
 }  // namespace gpurun::runtime::cpu

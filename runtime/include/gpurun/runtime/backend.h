@@ -74,7 +74,7 @@ struct BackendInfo {
   // size (one rank too): the whole gradient buffer, or PowerSGD's thin matrices and the rest
   // (the report's wire_bytes_per_step, the bytes scripts/step_model.py puts on the link).
   std::size_t wire_bytes_per_step = 0;
-  std::string compression = "none";  // the report's grad_compression: "none" or "powersgd:R"
+  std::string compression = "none";  // the report's grad_compression: none, powersgd:R, acp:R
 };
 
 class Backend {
@@ -144,6 +144,8 @@ struct CpuOptions {
   // > 0: PowerSGD of this rank for the Dense layers' gradients (the allreduce exchange only;
   // runtime/src/cpu/powersgd.h); 0: the gradients travel whole.
   int powersgd_rank = 0;
+  // With powersgd_rank: alternating PowerSGD (ACP-SGD), one thin matrix and one sum a step.
+  bool powersgd_alternate = false;
   // > 0: the allreduce exchange sums the gradient in buckets of about this many floats (whole
   // layers or blocks of a Dense layer's rows, from the last), each started (MPI_Iallreduce) as
   // soon as backward has produced it,
