@@ -313,5 +313,56 @@ TEST(PowerSgd, AlternatingDeferredAndAppliedGiveThePlainResult) {
   }
 }
 
+double dot(const float* a, const float* b, std::size_t n) {
+  double s = 0;
+  for (std::size_t i = 0; i < n; ++i) s += double(a[i]) * b[i];
+  return s;
+}
+
+// Alternating against its definition, over two ranks (a sum that doubles: two ranks with the same
+// gradient) and two matrices, one of three pieces of columns. Each step, what is sent for a matrix
+// is the orthogonal projection of the ranks' summed M = G + E on a rank-r subspace: its residual
+// is orthogonal to it (<S - M^, M^> = 0), and it is neither 0 nor S. The test keeps E itself,
+// E = M - M^ / 2: a wrong share, a wrong order of the pieces or of the matrices, or a stale
+// factor breaks the projection of the next step.
+TEST(PowerSgd, AlternatingSendsAProjectionOfTheSummedMEachStep) {
+  constexpr std::size_t kA = 3, kB = kA + 20 * 2500 + 4, kEnd = kB + 40 * 30 + 2;
+  const std::vector<LowRankMatrix> mats{{kB, 40, 30}, {kA, 20, 2500}};  // any order
+  PowerSgd acp(mats, kEnd, 1, 2, 7, true);
+  EXPECT_EQ(acp.compressed_matrices(), 2u);
+  const auto twice = [](float* d, std::size_t n) {
+    for (std::size_t i = 0; i < n; ++i) d[i] *= 2.0f;
+  };
+  std::vector<std::vector<float>> kept(2);  // M, for the next step's E
+  std::vector<std::vector<float>> sent_last(2);
+  Rng rng(41);
+  for (int step = 0; step < 6; ++step) {
+    std::vector<float> buf(kEnd);
+    for (auto& x : buf) x = rng.uniform(-0.1f, 0.1f);
+    const std::vector<float> given = buf;
+    acp.allreduce_sum(twice, buf.data());
+    for (int k = 0; k < 2; ++k) {
+      const LowRankMatrix& m = mats[k];
+      const std::size_t n = std::size_t(m.rows) * m.in;
+      std::vector<float> big(n), s(n), resid(n);
+      for (std::size_t i = 0; i < n; ++i) {
+        const float e = step == 0 ? 0.0f : kept[k][i] - 0.5f * sent_last[k][i];
+        big[i] = given[m.offset + i] + e;
+        s[i] = 2.0f * big[i];
+        resid[i] = s[i] - buf[m.offset + i];
+      }
+      const float* hat = buf.data() + m.offset;
+      const double ss = dot(s.data(), s.data(), n), hh = dot(hat, hat, n);
+      EXPECT_LT(std::fabs(dot(resid.data(), hat, n)), 1e-4 * ss) << "step " << step << " matrix " << k;
+      EXPECT_GT(hh, 1e-4 * ss) << "step " << step << " matrix " << k;
+      EXPECT_GT(dot(resid.data(), resid.data(), n), 1e-2 * ss) << "step " << step << " matrix " << k;
+      kept[k] = big;
+      sent_last[k].assign(hat, hat + n);
+    }
+    for (std::size_t i = 0; i < kA; ++i) ASSERT_EQ(buf[i], 2.0f * given[i]);  // the rest, summed
+    ASSERT_EQ(buf[kEnd - 1], 2.0f * given[kEnd - 1]);
+  }
+}
+
 }  // namespace
 }  // namespace gpurun::runtime::cpu

@@ -41,6 +41,12 @@ two = m.predict(c, 2, 10, 50e-6, 1, hierarchical=False, baseline=base)
 assert abs(two["efficiency"] - 0.0075 / want) < 1e-12, two
 one = m.predict(c, 1, 10, 50e-6, 1, hierarchical=False, baseline=base)
 assert abs(one["efficiency"] - 0.0075 / 0.010) < 1e-12, one  # compression costs one node too
+# Alternating PowerSGD (acp:R): one sum a step, one latency per hop.
+for kind in ("acp:1", "acp:2"):
+    a = dict(c, grad_compression=kind)
+    two = m.predict(a, 2, 10, 50e-6, 1, hierarchical=False)
+    want = 0.010 + S / 100 / link + 2 * 1 * 50e-6
+    assert abs(two["step"] - want) < 1e-12, (kind, two, want)
 # An older report, without wire bytes: the whole gradient, one sum.
 assert m.wire_bytes(r) == S and not m.compressed(r)
 print("formula: ok")

@@ -48,7 +48,7 @@ class AllreduceExchange final : public CpuExchange {
       // replicas add their gradients after all finish, so theirs wait for the exchange.
       if (members == pg.size() && setup.micro_batch == 0)
         defer_dense();
-      else if (members == pg.size())
+      else if (members == pg.size() && !setup.powersgd_alternate)  // (alternating: no rows)
         hook_ = {[this](std::size_t from) { powersgd_->rows_final(model_.grads(), from); },
                  [] {}};
     }

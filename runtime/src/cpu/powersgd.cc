@@ -76,7 +76,7 @@ PowerSgd::PowerSgd(const std::vector<LowRankMatrix>& candidates, std::size_t buf
   if (at < buffer_floats) rest_.push_back({at, buffer_floats});
   for (const auto& [b, e] : rest_) rest_floats_ += e - b;
   send_p_ = FloatBuffer((alternate ? std::max(p_floats_, q_floats_) : p_floats_) + rest_floats_);
-  send_q_ = FloatBuffer(std::max<std::size_t>(q_floats_, 1));
+  send_q_ = FloatBuffer(alternate ? 0 : std::max<std::size_t>(q_floats_, 1));
   block_ = FloatBuffer(std::size_t(kApplyRows) * kSumColumns);
 }
 
@@ -91,7 +91,8 @@ void PowerSgd::unpack_rest(const float* from, float* grads) const {
   }
 }
 
-// Three passes over each matrix (the kernels of lowrank.h; bench/powersgd_cost times them). In
+// Vogels et al.'s PowerSGD: three passes over each matrix (the kernels of lowrank.h;
+// bench/powersgd_cost times them; the alternating form, below, makes one). In
 // training the first forms a deferred G into M a piece of columns at a time
 // (add_deferred_and_project), or runs on backward's blocks of rows as each is final (rows_final),
 // and the last hands M^ to the optimizer a block at a time, or adds it to the parameters

@@ -11,7 +11,7 @@
 //     M^ = P Q^T                     the rank-r approximation of the ranks' summed M
 //     E  = M - M^ / ranks            this rank's share of what the approximation missed
 // and the buffer then holds M^ where M was. E is not stored: the matrix keeps M, P and Q, and the
-// next step forms E = M - P Q^T / ranks row by row as it adds it (one pass over 11 MB less).
+// next step forms E = M - P Q^T / ranks as it adds it (one pass over 11 MB less).
 // Everything else in the buffer (convolutions, biases, the small Dense layers that would not
 // shrink, the stat slots) travels whole, with P. So a step sends 4 (sum rows r + sum in r + rest)
 // bytes instead of 4 x the whole buffer.
@@ -64,7 +64,7 @@ class PowerSgd {
   // still in cache. allreduce_sum() does the rows no call covered.
   void rows_final(float* grads, std::size_t from);
   // Collective: the allreduce of `grads` (buffer_floats floats), compressed as above; `sum` is
-  // the in-place sum over the ranks each of its two messages goes through. Without `apply` M^
+  // the in-place sum over the ranks each of its messages (two, or one alternating) goes through. Without `apply` M^
   // replaces M in the buffer. With it, the buffer's compressed matrices keep this step's
   // gradient and M^ goes to the optimizer a block of rows at a time, while the block is in cache
   // (no pass over a whole M^): with `apply.piece`, piece(offset, M^'s floats, n) for buffer
@@ -106,10 +106,10 @@ class PowerSgd {
     FloatBuffer m_last;     // rows x in: this step's M once formed, else the last step's
     int projected_from;     // rows from here on have had M += E, P = M Q this step
     bool has_last = false;  // whether m_last, p and q_t hold a last step (else E = 0)
-    FloatBuffer p_next;     // rows x r: the deferred form's P while the last P is in use
-    // Alternating: r x in, the last Q orthonormalized for a step that makes P (p_next holds the
-    // last P orthonormalized for a step that makes Q).
-    FloatBuffer q_next;
+    // rows x r: the deferred form's P while the last P is in use (alternating: the P being made,
+    // or for a step that makes Q the last P orthonormalized).
+    FloatBuffer p_next;
+    FloatBuffer q_next;  // alternating, r x in: the last Q orthonormalized, for a step making P
   };
   static constexpr int kChunk = 1024;  // a piece of a row of M^ (or of Q^T's rows), in L1
   // Columns of Q^T a sum of Q carries: 96 kB at rank 4, the MNIST CNN's Q in four sums.
