@@ -116,7 +116,8 @@ po::options_description describe(Options& o, const Example& ex) {
       "the Dense layers' gradients: each sends (rows + inputs) x R floats instead of rows x "
       "inputs, in two sums a step; the report's exchange_bytes_per_step says what a step sent), "
       "or acp:R (alternating PowerSGD, ACP-SGD: a step sends either rows x R or inputs x R "
-      "floats, in one sum, and makes it in one pass over the gradient)")(
+      "floats, in one sum, and makes it in one pass over the gradient; at R = 1 it can diverge "
+      "where PowerSGD does not: R >= 2 is the safe choice)")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "
