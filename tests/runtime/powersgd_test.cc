@@ -78,16 +78,20 @@ TEST(PowerSgd, ALowRankGradientComesThroughAndTheRestIsUntouched) {
 }
 
 // At rank 1 a rank-3 gradient loses something each step; the error feedback carries it into the
-// next: after a step with a zero gradient, what was sent over both steps adds up to the first
-// gradient far better than the first step alone did.
-TEST(PowerSgd, ErrorFeedbackCarriesWhatCompressionLeftOut) {
+// next: after steps with a zero gradient, what was sent over all of them adds up to the first
+// gradient far better than the first step alone did. Alternating too, in twice the steps (each
+// step makes one factor).
+class ErrorFeedback : public ::testing::TestWithParam<bool> {};
+
+TEST_P(ErrorFeedback, CarriesWhatCompressionLeftOut) {
   Layout l;
   const std::vector<float> m = low_rank(40, 30, 3, 17);
   std::vector<float> buf(Layout::kEnd, 0.0f), sent(m.size(), 0.0f);
-  PowerSgd psgd(l.mats, buf.size(), 1, 1, 99);
+  const bool alternate = GetParam();
+  PowerSgd psgd(l.mats, buf.size(), 1, 1, 99, alternate);
   auto pg = make_single_process_group();
   double first_miss = 0;
-  for (int step = 0; step < 6; ++step) {
+  for (int step = 0; step < (alternate ? 12 : 6); ++step) {
     std::fill(buf.begin(), buf.end(), 0.0f);
     if (step == 0) std::copy(m.begin(), m.end(), buf.begin() + Layout::kBig);
     psgd.allreduce_sum([&](float* d, std::size_t n) { pg->allreduce_sum(d, n); }, buf.data());
@@ -97,6 +101,9 @@ TEST(PowerSgd, ErrorFeedbackCarriesWhatCompressionLeftOut) {
   EXPECT_GT(first_miss, 0.05);  // rank 1 of a rank-3 matrix misses a lot at first
   EXPECT_LT(max_abs_diff(sent.data(), m.data(), m.size()), first_miss / 10);
 }
+
+INSTANTIATE_TEST_SUITE_P(PowerSgd, ErrorFeedback, ::testing::Values(false, true),
+                         [](const auto& info) { return info.param ? "Alternating" : "PowerSgd"; });
 
 // Training's path through PowerSGD: rows made final early by backward's blocks (rows_final), Q
 // summed in pieces started as each is made (start), and M^ handed to `apply` a piece at a time,
@@ -252,26 +259,6 @@ TEST(PowerSgd, AlternatingSendsOneThinMatrixAStepAndCatchesUpInTwo) {
   for (std::size_t i = 0; i < m.size(); ++i) twice[i] = 2 * m[i];
   EXPECT_LT(max_abs_diff(sent.data(), twice.data(), m.size()), 1e-4);
   EXPECT_EQ(sums, (std::vector<std::size_t>{40 * 2 + rest, 30 * 2 + rest}));
-}
-
-// The error feedback works alternating too: a rank-3 gradient at rank 1, then zero gradients;
-// what was sent adds up to the gradient far better than the first step alone did.
-TEST(PowerSgd, AlternatingErrorFeedbackCarriesWhatCompressionLeftOut) {
-  Layout l;
-  const std::vector<float> m = low_rank(40, 30, 3, 17);
-  std::vector<float> buf(Layout::kEnd, 0.0f), sent(m.size(), 0.0f);
-  PowerSgd acp(l.mats, buf.size(), 1, 1, 99, true);
-  auto pg = make_single_process_group();
-  double first_miss = 0;
-  for (int step = 0; step < 12; ++step) {
-    std::fill(buf.begin(), buf.end(), 0.0f);
-    if (step == 0) std::copy(m.begin(), m.end(), buf.begin() + Layout::kBig);
-    acp.allreduce_sum([&](float* d, std::size_t n) { pg->allreduce_sum(d, n); }, buf.data());
-    for (std::size_t i = 0; i < m.size(); ++i) sent[i] += buf[Layout::kBig + i];
-    if (step == 0) first_miss = max_abs_diff(sent.data(), m.data(), m.size());
-  }
-  EXPECT_GT(first_miss, 0.05);
-  EXPECT_LT(max_abs_diff(sent.data(), m.data(), m.size()), first_miss / 10);
 }
 
 // Alternating, training's deferred form (G added a piece at a time through `add`) and the plain
