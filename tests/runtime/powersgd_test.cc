@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "gpurun/runtime/process_group.h"
@@ -340,9 +341,10 @@ TEST(PowerSgd, AlternatingSendsAProjectionOfTheSummedMEachStep) {
       }
       const float* hat = buf.data() + m.offset;
       const double ss = dot(s.data(), s.data(), n), hh = dot(hat, hat, n);
-      EXPECT_LT(std::fabs(dot(resid.data(), hat, n)), 1e-4 * ss) << "step " << step << " matrix " << k;
-      EXPECT_GT(hh, 1e-4 * ss) << "step " << step << " matrix " << k;
-      EXPECT_GT(dot(resid.data(), resid.data(), n), 1e-2 * ss) << "step " << step << " matrix " << k;
+      const std::string at = "step " + std::to_string(step) + " matrix " + std::to_string(k);
+      EXPECT_LT(std::fabs(dot(resid.data(), hat, n)), 1e-4 * ss) << at;
+      EXPECT_GT(hh, 1e-4 * ss) << at;
+      EXPECT_GT(dot(resid.data(), resid.data(), n), 1e-2 * ss) << at;
       kept[k] = big;
       sent_last[k].assign(hat, hat + n);
     }

@@ -74,8 +74,9 @@ std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, 
     }
     if (options.device == Device::kCuda && options.cpu.powersgd_rank > 0)
       throw std::invalid_argument(
-          "--grad-compression powersgd or acp is the CPU path's (runtime/src/cpu/powersgd.h); the GPU "
-          "path allreduces the whole gradient with NCCL: give --device cpu, or no compression");
+          "--grad-compression powersgd or acp is the CPU path's (runtime/src/cpu/powersgd.h); "
+          "the GPU path allreduces the whole gradient with NCCL: give --device cpu, or no "
+          "compression");
 #if !GPURUN_HAVE_CUDA
     if (options.device == Device::kCuda) {
       throw std::runtime_error(

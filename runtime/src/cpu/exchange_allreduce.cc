@@ -72,7 +72,8 @@ class AllreduceExchange final : public CpuExchange {
   }
   std::string compression() const override {
     if (!powersgd_) return "none";
-    return (setup_.powersgd_alternate ? "acp:" : "powersgd:") + std::to_string(setup_.powersgd_rank);
+    return (setup_.powersgd_alternate ? "acp:" : "powersgd:") +
+           std::to_string(setup_.powersgd_rank);
   }
   bool deferred() const override { return !x_.empty(); }
   const std::vector<Layer::Range>& summed() const override { return whole_; }

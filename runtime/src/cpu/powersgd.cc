@@ -16,7 +16,9 @@ namespace {
 // Modified Gram-Schmidt on `count` vectors of `length` floats, element k of vector j at
 // a[j * vec + k * elem].
 void orthonormalize(float* a, int count, int length, std::size_t vec, std::size_t elem) {
-  const auto at = [&](int j, int k) -> float& { return a[std::size_t(j) * vec + std::size_t(k) * elem]; };
+  const auto at = [&](int j, int k) -> float& {
+    return a[std::size_t(j) * vec + std::size_t(k) * elem];
+  };
   for (int j = 0; j < count; ++j) {
     for (int i = 0; i < j; ++i) {
       double dot = 0;

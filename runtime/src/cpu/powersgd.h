@@ -64,14 +64,15 @@ class PowerSgd {
   // still in cache. allreduce_sum() does the rows no call covered.
   void rows_final(float* grads, std::size_t from);
   // Collective: the allreduce of `grads` (buffer_floats floats), compressed as above; `sum` is
-  // the in-place sum over the ranks each of its messages (two, or one alternating) goes through. Without `apply` M^
-  // replaces M in the buffer. With it, the buffer's compressed matrices keep this step's
-  // gradient and M^ goes to the optimizer a block of rows at a time, while the block is in cache
-  // (no pass over a whole M^): with `apply.piece`, piece(offset, M^'s floats, n) for buffer
-  // floats [offset, offset + n); with `apply.into`, into[offset + i] += apply.scale * M^[i],
-  // made straight from P and Q (a plain SGD step, scale -lr / ranks: no M^ is made at all).
-  // With `start` (a non-blocking sum), Q's sum goes in pieces, each started once made, and M^
-  // follows each piece's end: the link and the passes over M overlap.
+  // the in-place sum over the ranks each of its messages (two, or one alternating) goes
+  // through. Without `apply` M^ replaces M in the buffer. With it, the buffer's compressed
+  // matrices keep this step's gradient and M^ goes to the optimizer a block of rows at a time,
+  // while the block is in cache (no pass over a whole M^): with `apply.piece`,
+  // piece(offset, M^'s floats, n) for buffer floats [offset, offset + n); with `apply.into`,
+  // into[offset + i] += apply.scale * M^[i], made straight from P and Q (a plain SGD step,
+  // scale -lr / ranks: no M^ is made at all). With `start` (a non-blocking sum), Q's sum goes
+  // in pieces, each started once made, and M^ follows each piece's end: the link and the
+  // passes over M overlap.
   using Sum = std::function<void(float*, std::size_t)>;
   using Apply = PowerSgdApply;
   using Start = std::function<std::unique_ptr<PendingSum>(float*, std::size_t)>;
