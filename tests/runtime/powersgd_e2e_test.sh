@@ -79,6 +79,15 @@ for bad in powersgd:0 powersgd:x topk:4 powersgd:65 acp:0 acp: acp:65 acp:4x \
   fi
   grep -q -- "--grad-compression must be none, powersgd:R or acp:R" "$work/bad" || fail "$bad: $(cat "$work/bad")"
 done
+# The GPU path has no compression: asked for it, mnist_cnn refuses before it looks for a GPU.
+for c in powersgd:4 acp:2; do
+  if "$mnist" --device cuda --data "$data" --grad-compression $c --max-steps 1 > "$work/gpu" 2>&1
+  then
+    fail "--device cuda --grad-compression $c was accepted"
+  fi
+  grep -q "grad-compression powersgd or acp is the CPU path's" "$work/gpu" ||
+    fail "cuda, $c: $(cat "$work/gpu")"
+done
 for c in powersgd:4 acp:4; do
   if "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --exchange shared \
     --grad-compression $c --max-steps 2 > "$work/shared" 2>&1; then
