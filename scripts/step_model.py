@@ -113,7 +113,8 @@ def table(report, args, baseline=None):
     ranks_per_node = args.ranks_per_node or int(report["world_size"])
     kinds = [False, True] if ranks_per_node > 1 else [False]
     what = (f"{report['grad_compression']} ({wire_bytes(report) / 1e6:.2f} MB a step per rank, "
-            f"in {sums_per_step(report)} sum(s); the node exchange is mostly the compression's CPU time)"
+            f"in {sums_per_step(report)} sum(s); the node exchange is mostly the compression's "
+            f"CPU time)"
             if compressed(report) else f"{wire_bytes(report) / 1e6:.2f} MB of gradient per rank")
     against = (f" Efficiency against the baseline's one-node step, "
                f"{1e3 * one_node_step(baseline):.2f} ms." if baseline is not None else "")

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # bench/two_node_link/run.sh: mnist_cnn on two "nodes" joined by a real, shaped link (issue 31).
 #
-#   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit] [--configs none,overlap:1,powersgd:1,acp:2]
-#                                   [--epochs N] [--batch B] [--repeats N] [--accuracy-seeds N]
+#   sudo bench/two_node_link/run.sh [--rates 10gbit,1gbit]
+#                                   [--configs none,overlap:1,powersgd:1,acp:2] [--epochs N]
+#                                   [--batch B] [--repeats N] [--accuracy-seeds N]
 #                                   [--data DIR] [--build DIR] [--out FILE] [-- MNIST_CNN_ARGS...]
 #
 # What it makes, and removes on exit (also on failure or Ctrl-C):
