@@ -105,17 +105,31 @@ void PowerSgd::add_error_and_project(Compressed& c, const float* g, int lo, int 
                                         share(), c.has_last, lo, hi);
 }
 
-void PowerSgd::add_deferred_and_project(Compressed& c, const AddGradient& add) {
-  c.p_next.fill(0.0f);
+void PowerSgd::form_pieces(Compressed& c, const float* g, const AddGradient& add,
+                           const std::function<void(int j0, int len)>& project) const {
+  float* m = c.m_last.data();
+  const std::size_t in = std::size_t(c.m.in);
   for (int j0 = 0; j0 < c.m.in; j0 += kChunk) {
     const int len = std::min(kChunk, c.m.in - j0);
     if (c.has_last)
       kernels::cpu::lowrank_product(desc(c), c.p.data(), c.q_t.data(), 0, c.m.rows, j0, len,
-                                    -share(), true, c.m_last.data() + j0, c.m.in);
-    add(c.m, j0, j0 + len, c.m_last.data());
+                                    -share(), true, m + j0, c.m.in);
+    if (add) {
+      add(c.m, j0, j0 + len, m);
+    } else {
+      for (std::size_t r = 0; r < std::size_t(c.m.rows); ++r)
+        for (std::size_t j = r * in + j0; j < r * in + j0 + len; ++j) m[j] += g[j];
+    }
+    project(j0, len);
+  }
+}
+
+void PowerSgd::add_deferred_and_project(Compressed& c, const AddGradient& add) {
+  c.p_next.fill(0.0f);
+  form_pieces(c, nullptr, add, [&](int j0, int len) {
     kernels::cpu::lowrank_project_piece(desc(c), c.m_last.data(), c.q_t.data(), c.p_next.data(),
                                         j0, len);
-  }
+  });
   std::swap(c.p, c.p_next);
 }
 
@@ -261,24 +275,13 @@ void PowerSgd::alternating_sum(const Sum& sum, float* grads, const Apply& apply,
 // whose piece the error has just used).
 void PowerSgd::form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add) {
   if (!q_step_) c.p_next.fill(0.0f);
-  float* m = c.m_last.data();
-  const std::size_t in = std::size_t(c.m.in);
-  for (int j0 = 0; j0 < c.m.in; j0 += kChunk) {
-    const int len = std::min(kChunk, c.m.in - j0);
-    if (c.has_last)
-      kernels::cpu::lowrank_product(desc(c), c.p.data(), c.q_t.data(), 0, c.m.rows, j0, len,
-                                    -share(), true, m + j0, c.m.in);
-    if (add) {
-      add(c.m, j0, j0 + len, m);
-    } else {
-      for (std::size_t r = 0; r < std::size_t(c.m.rows); ++r)
-        for (std::size_t j = r * in + j0; j < r * in + j0 + len; ++j) m[j] += g[j];
-    }
+  const float* m = c.m_last.data();
+  form_pieces(c, g, add, [&](int j0, int len) {
     if (q_step_)
       kernels::cpu::lowrank_project_transposed(desc(c), m, c.p_next.data(), c.q_t.data(), j0, len);
     else
       kernels::cpu::lowrank_project_piece(desc(c), m, c.q_next.data(), c.p_next.data(), j0, len);
-  }
+  });
 }
 
 void PowerSgd::prepare_alternating(Compressed& c) const {

@@ -120,6 +120,11 @@ class PowerSgd {
   float share() const { return 1.0f / float(ranks_); }  // this rank's share of the summed M^
   // For rows [lo, hi): M = G + E into m_last, E = the last M - the last M^ / ranks; P = M Q.
   void add_error_and_project(Compressed& c, const float* g, int lo, int hi) const;
+  // M = G + E a piece of columns at a time, for all rows (E = the last M - the last M^ / ranks,
+  // formed as it is added; G through `add`, else from g, the matrix in the buffer), each piece
+  // handed to project(j0, len) while it is in cache.
+  void form_pieces(Compressed& c, const float* g, const AddGradient& add,
+                   const std::function<void(int j0, int len)>& project) const;
   // The deferred form of add_error_and_project, for all rows.
   void add_deferred_and_project(Compressed& c, const AddGradient& add);
   // Q's sum and M^, a piece of columns at a time (powersgd.cc).
