@@ -304,11 +304,14 @@ CudaBackend::CudaBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset
 }
 
 void CudaBackend::mark(int i, cudaStream_t on) {
-  // External records become event nodes when captured, so replays can be timed too.
-  if (opt_.breakdown) {
-    GPURUN_CUDA_CHECK(
-        cudaEventRecordWithFlags(t_[std::size_t(i)].get(), on, cudaEventRecordExternal));
-  }
+  // External records become event nodes when captured, so replays can be timed too. CUDA refuses
+  // the flag outside a capture (the eager warm-up steps, --no-graph): plain records there.
+  if (!opt_.breakdown) return;
+  cudaStreamCaptureStatus capturing = cudaStreamCaptureStatusNone;
+  GPURUN_CUDA_CHECK(cudaStreamIsCapturing(on, &capturing));
+  const unsigned flags = capturing == cudaStreamCaptureStatusActive ? cudaEventRecordExternal
+                                                                    : cudaEventRecordDefault;
+  GPURUN_CUDA_CHECK(cudaEventRecordWithFlags(t_[std::size_t(i)].get(), on, flags));
 }
 
 // Gather (by the device step counter), forward, loss, backward, and (NCCL) the allreduce forked

@@ -6,10 +6,13 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <stdexcept>
 #include <vector>
 
 #include "../test_util.h"
 #include "gpu_test_util.h"
+#include "gpurun/cuda_support/check.cuh"
+#include "gpurun/cuda_support/owners.h"
 #include "gpurun/kernels/accuracy.h"
 #include "gpurun/kernels/bias_act.h"
 #include "gpurun/kernels/conv2d.h"
@@ -183,6 +186,21 @@ TEST_F(CudaOps, ReluWithoutBiasMatchesCpu) {
   DeviceVec<float> dy(y0);
   cuda::bias_act_forward(d, dy.get(), nullptr, kDefault);
   EXPECT_TRUE(all_close(dy.host(), y, 0.0f, 0.0f));
+}
+
+// A runtime call's failure, once caught, is not reported again by the next launch check. CUDA
+// keeps a failed call's error as the thread's last error until cudaGetLastError reads it; on an
+// H200 a caught cudaEventRecordWithFlags failure failed the next test's first launch. The call
+// here is one CUDA refuses (and the stand-in with it): an external record outside a capture.
+TEST_F(CudaOps, ACaughtFailureIsNotReportedAgainByTheNextLaunch) {
+  cuda_support::OwnedStream stream;
+  cuda_support::Event ev;
+  EXPECT_THROW(GPURUN_CUDA_CHECK(cudaEventRecordWithFlags(ev.get(), stream.get(),
+                                                          cudaEventRecordExternal)),
+               std::runtime_error);
+  const BiasActDesc d{2, 1, 8, Activation::kRelu};
+  DeviceVec<float> dy(random_vec(d.floats(), 33));
+  EXPECT_NO_THROW(cuda::bias_act_forward(d, dy.get(), nullptr, kDefault));
 }
 
 // Softmax cross-entropy: expf/logf differ from the host's by an ulp or two: dlogits

@@ -133,9 +133,17 @@ cudaError_t submit(StreamImpl* s, Work work) {
 
 // ---- events inside captures (runtime_api.cc calls these first) -------------------------------
 
-// A record on a capturing stream: remembers the position; External adds a record node.
+// A record on a capturing stream: remembers the position; External adds a record node. External
+// outside a capture is refused, as CUDA documents ("invalid when used outside of capture") and an
+// H200 answered (cudaErrorIllegalState).
 bool capture_record(EventImpl* e, StreamImpl* s, unsigned flags, cudaError_t* err) {
   std::lock_guard<std::mutex> lock(mu());
+  if (s->capture == nullptr && (flags & cudaEventRecordExternal)) {
+    *err = fail(cudaErrorIllegalState,
+                "cudaEventRecordWithFlags: cudaEventRecordExternal on a stream that is not "
+                "capturing");
+    return true;
+  }
   if (s->capture == nullptr) {
     e->captured = nullptr;
     return false;
