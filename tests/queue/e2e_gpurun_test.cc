@@ -68,3 +68,33 @@ TEST(GpuqGpurun, ArrayScriptReadsSlurmVariablesAndGpurunSaysGpuq) {
     EXPECT_EQ(lines(out).at(1), fmt::format("scheduler   gpuq (gpuq), job {}", id)) << out;
   }
 }
+
+// Open MPI's mpirun in a gpuq job, as a cluster script calls it and as gpurun's default engine
+// does. gpuq sets SLURM_JOBID, and from it Open MPI reads the job's nodes and slots from Slurm's
+// variables; without SLURM_NODELIST and SLURM_TASKS_PER_NODE it stopped before starting a rank
+// (first seen on a GPU machine: every gpurun in a gpuq job failed, unless --launcher local).
+TEST(GpuqGpurun, MpirunAndGpurunStartTheJobsTasks) {
+  Daemon d;
+  d.script("mpi.sh",
+           "#!/bin/sh\n#SBATCH -n 2\n"
+           "root=; [ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n"
+           "mpirun $root sh -c 'echo mpi=$OMPI_COMM_WORLD_RANK/$OMPI_COMM_WORLD_SIZE'\n"
+           "\"$GPURUN\" -n 2 -- sh -c 'echo rank=$RANK/$WORLD_SIZE'\n");
+  Result r = sh(fmt::format("cd {} && GPURUN={} {} submit --parsable mpi.sh", d.dir(), GPURUN_BIN,
+                            d.cli()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const int64_t job = std::stoll(r.out);
+  auto j = d.wait_final(job, 60);
+  const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
+  EXPECT_EQ(j["state"], "COMPLETED") << text;
+  EXPECT_NE(text.find("via mpirun"), std::string::npos) << "gpurun's engine was not mpirun:\n"
+                                                         << text;
+  auto out = lines(text);
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const std::string& l) {
+                             return l.rfind("mpi=", 0) != 0 && l.rfind("rank=", 0) != 0;
+                           }),
+            out.end());
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"mpi=0/2", "mpi=1/2", "rank=0/2", "rank=1/2"})) << text;
+}

@@ -191,14 +191,22 @@ namespace {
 
 // Slurm's variables that batch scripts read (sbatch.1 "OUTPUT ENVIRONMENT VARIABLES"), so a
 // cluster script runs here unchanged. gpurun still sees a gpuq job: GPUQ_JOB_ID, which equals
-// SLURM_JOB_ID here, wins over them (launcher/src/alloc/detect.cc).
-void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const ArrayShape& a) {
+// SLURM_JOB_ID here, wins over them (launcher/src/alloc/detect.cc). The node list and the tasks
+// per node complete the allocation for Open MPI: once SLURM_JOBID is set, its mpirun reads the
+// job's nodes and slots from them, and without them it stops before starting anything (that
+// broke every `mpirun` in a job, gpurun's too).
+void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const ArrayShape& a,
+                   const std::string& host) {
   const std::string id = std::to_string(j.id);
   env["SLURM_JOB_ID"] = id;
   env["SLURM_JOBID"] = id;
   env["SLURM_JOB_NAME"] = j.name;
   env["SLURM_SUBMIT_DIR"] = j.cwd;
   env["SLURM_JOB_NUM_NODES"] = "1";
+  env["SLURM_NNODES"] = "1";
+  env["SLURM_JOB_NODELIST"] = host;
+  env["SLURM_NODELIST"] = host;
+  env["SLURM_TASKS_PER_NODE"] = std::to_string(j.ntasks);
   env["SLURM_NTASKS"] = std::to_string(j.ntasks);
   env["SLURM_CPUS_PER_TASK"] = std::to_string(j.cpus);
   env["SLURM_RESTART_COUNT"] = std::to_string(j.restart_count);
@@ -240,7 +248,7 @@ void Daemon::spawn_supervisor(Job& j) {
   const std::vector<int>& gpus = j.gpus;
   std::map<std::string, std::string> env = j.env;
   std::string ids = join_ids(gpus);
-  set_slurm_env(env, j, shape_of(j));
+  set_slurm_env(env, j, shape_of(j), host_);
   env["GPUQ_JOB_ID"] = std::to_string(j.id);
   env["GPUQ_GPUS"] = ids;
   env["GPUQ_NUM_GPUS"] = std::to_string(gpus.size());
