@@ -211,7 +211,7 @@ std::size_t conv2d_workspace_floats(const Conv2dDesc& d) {
       conv_algo_choice() == ConvAlgoChoice::kBenchmark ? Choice::kBenchmark : Choice::kHeuristic;
   const Plan& pl = plan(d, how, kMaxWorkspaceBytes);
   const std::size_t bytes = std::max({pl.fwd_bytes, pl.bwd_filter_bytes, pl.bwd_data_bytes});
-  return (bytes + sizeof(float) - 1) / sizeof(float);
+  return std::max((bytes + sizeof(float) - 1) / sizeof(float), conv2d_direct_workspace_floats(d));
 }
 
 void conv2d_forward(const Conv2dDesc& d, const float* x, const float* w, float* y, Workspace ws,

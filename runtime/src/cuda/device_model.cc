@@ -89,9 +89,9 @@ void DeviceModel::forward_layer(std::size_t i, int b, k::Stream s) const {
   const float* in = layer_input(i);
   float* out = act_[i];
   switch (l.kind) {
-    case LayerKind::kConv2D:
-      kc::conv2d_forward(conv_desc(l, b), in, weights(i), out, ws(), s);
-      kc::bias_act_forward(bias_desc(l, b), out, bias(i), s);
+    case LayerKind::kConv2D:  // one direct kernel for small filters, else cuDNN + bias_act
+      kc::conv2d_bias_act_forward(conv_desc(l, b), l.activation, in, weights(i), bias(i), out,
+                                  ws(), s);
       return;
     case LayerKind::kDense:
       kc::dense_forward(dense_desc(l, b), in, weights(i), out, s);
@@ -118,6 +118,11 @@ void DeviceModel::backward_layer(std::size_t i, int b, k::Stream s) const {
   const auto over = k::Accumulate::kOverwrite;
   switch (l.kind) {
     case LayerKind::kConv2D:
+      if (!dx) {  // a first layer: the weights' and the bias's gradients only, fused when direct
+        kc::conv2d_bias_act_backward_weights(conv_desc(l, b), l.activation, in, act_[i], dy,
+                                             dweights(i), dbias(i), ws(), over, s);
+        return;
+      }
       kc::bias_act_backward(bias_desc(l, b), act_[i], dy, dbias(i), over, s);
       kc::conv2d_backward_weights(conv_desc(l, b), in, dy, dweights(i), ws(), over, s);
       if (dx) kc::conv2d_backward_data(conv_desc(l, b), weights(i), dy, dx, ws(), s);

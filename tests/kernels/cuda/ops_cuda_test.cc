@@ -6,7 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <cstdint>
+#include <cstring>
+#include <iterator>
 #include <stdexcept>
+#include <string>
 #include <vector>
 
 #include "../test_util.h"
@@ -73,6 +76,72 @@ TEST_F(CudaOps, Conv2dBackwardWeightsMatchesCpu) {
                                     kDefault);
       EXPECT_TRUE(all_close(ddw.host(), ref, 1e-3f, 1e-4f))
           << "acc " << int(acc) << " batch " << d.batch;
+    }
+  }
+}
+
+// Convolution, bias and activation in one call: the direct kernels (at most 32 taps: the MNIST
+// layer; 3 channels of 3x3 with stride 2 and padding; LeNet's 5x5) and, beyond, cuDNN +
+// bias_act, against ref::conv2d_forward + ref::bias_act_forward: 1e-4 + 1e-4*|ref|.
+const Conv2dDesc kFusedShapes[] = {conv_desc(64, 1, 28, 32, 3), conv_desc(5, 3, 11, 7, 3, 2, 1),
+                                   conv_desc(3, 1, 32, 6, 5), conv_desc(2, 8, 9, 4, 5, 1, 2)};
+
+TEST_F(CudaOps, ConvBiasActForwardMatchesCpu) {
+  EXPECT_TRUE(cuda::conv2d_direct(kFusedShapes[0]));
+  EXPECT_FALSE(cuda::conv2d_direct(kFusedShapes[3]));  // 200 taps: cuDNN
+  for (const Conv2dDesc& d : kFusedShapes) {
+    for (const Activation act : {Activation::kRelu, Activation::kNone}) {
+      const auto x = random_vec(d.x_floats(), 40), w = random_vec(d.w_floats(), 41);
+      const auto b = random_vec(std::size_t(d.out_c), 42);
+      std::vector<float> ref(d.y_floats());
+      ref::conv2d_forward(d, x.data(), w.data(), ref.data());
+      ref::bias_act_forward({d.batch, d.out_c, d.out_h() * d.out_w(), act}, ref.data(), b.data());
+      const std::size_t wsf = cuda::conv2d_workspace_floats(d) + 1;
+      DeviceVec<float> dx(x), dw(w), db(b), dy(d.y_floats()), ws(wsf);
+      cuda::conv2d_bias_act_forward(d, act, dx.get(), dw.get(), db.get(), dy.get(),
+                                    {ws.get(), wsf}, kDefault);
+      EXPECT_TRUE(all_close(dy.host(), ref, 1e-4f, 1e-4f))
+          << "batch " << d.batch << " in_c " << d.in_c << " act " << int(act);
+    }
+  }
+}
+
+// A first layer's backward to the weights and the bias: g = dy * act'(y), dw = sum of g * patch,
+// db = sum of g, over batch*out_h*out_w positions (173,056 for the MNIST layer at batch 256, 339
+// blocks of the direct kernels' first stage): 1e-3 + 1e-4*|ref|, overwriting and adding. The
+// direct kernels sum in an order fixed by the shape: a second call gives the same bits.
+TEST_F(CudaOps, ConvBiasActBackwardWeightsMatchesCpuAndRepeats) {
+  std::vector<Conv2dDesc> shapes(std::begin(kFusedShapes), std::end(kFusedShapes));
+  shapes[0].batch = 256;
+  for (const Conv2dDesc& d : shapes) {
+    const BiasActDesc bd{d.batch, d.out_c, d.out_h() * d.out_w(), Activation::kRelu};
+    const auto x = random_vec(d.x_floats(), 43), y = random_vec(d.y_floats(), 44);
+    const auto dyv = random_vec(d.y_floats(), 45);
+    const auto dw0 = random_vec(d.w_floats(), 46), db0 = random_vec(std::size_t(d.out_c), 47);
+    const std::size_t wsf = cuda::conv2d_workspace_floats(d) + 1;
+    DeviceVec<float> dx(x), dyact(y), ws(wsf);
+    std::vector<float> first;
+    for (const Accumulate acc : {Accumulate::kOverwrite, Accumulate::kAdd, Accumulate::kOverwrite}) {
+      std::vector<float> g = dyv, rw = dw0, rb = db0;
+      ref::bias_act_backward(bd, y.data(), g.data(), rb.data(), acc);
+      ref::conv2d_backward_weights(d, x.data(), g.data(), rw.data(), acc);
+      DeviceVec<float> ddy(dyv), ddw(dw0), ddb(db0);
+      cuda::conv2d_bias_act_backward_weights(d, bd.act, dx.get(), dyact.get(), ddy.get(),
+                                             ddw.get(), ddb.get(), {ws.get(), wsf}, acc, kDefault);
+      const std::string what = "batch " + std::to_string(d.batch) + " in_c " +
+                               std::to_string(d.in_c) + " acc " + std::to_string(int(acc));
+      EXPECT_TRUE(all_close(ddw.host(), rw, 1e-3f, 1e-4f)) << "dw, " << what;
+      EXPECT_TRUE(all_close(ddb.host(), rb, 1e-3f, 1e-4f)) << "db, " << what;
+      if (acc == Accumulate::kAdd) continue;
+      std::vector<float> bits = ddw.host();
+      const std::vector<float> b2 = ddb.host();
+      bits.insert(bits.end(), b2.begin(), b2.end());
+      if (first.empty()) {
+        first = bits;
+      } else {
+        EXPECT_EQ(0, std::memcmp(first.data(), bits.data(), bits.size() * sizeof(float)))
+            << "a second call gave other bits, " << what;
+      }
     }
   }
 }

@@ -6,10 +6,13 @@
 #           sum (two ranks on one GPU), whose losses follow the CPU backend's at the same settings
 #           (OpenBLAS, one thread, the allreduce exchange): the first 25 steps within 1e-4 x
 #           (1 + |cpu loss|), where any wrong gradient shows at once; then, as FP32 rounding
-#           differences compound chaotically, steps 25..99 within 10% each and 2% on average.
-#           (Measured: 2e-5 over the first 25 steps, then 0.7% mean and 4.4% at most; two CPU runs
-#           that differ only in their thread count drift apart exactly as much.) The report says
-#           device cuda and names the stand-in.
+#           differences compound chaotically, steps 25..99 within max(2%, 1.5 x the control's
+#           drift) on average. The control, in the same run: the CPU run at 2 threads instead of
+#           1, which sums in another order and nothing else. (Measured with the direct conv
+#           kernels on the GPU side: 1.5e-4 over the first 25 steps, then 3.6% mean and 15% at
+#           one step; the 2-thread CPU run 1.5e-4, 3.4% and 11%: the drift of one step can be
+#           10% either way, so only the mean is bounded.) The report says device cuda and names
+#           the stand-in.
 # overlap   --bucket-mb (NCCL buckets overlapping backward, graph and eager): the weights of the
 #           one-allreduce run, bit for bit (2 ranks)
 # resume    a checkpoint on SIGUSR1 mid-epoch, then --resume: the same weights, bit for bit, as
@@ -48,20 +51,23 @@ run() {
   ((rc == 0)) || { cat "$work/$name.log"; fail "$name exited $rc"; }
 }
 
-# same_losses A B: the first 100 step losses of run A follow run B's (the CPU's).
+# same_losses A B [MEAN]: the first 100 step losses of run A follow run B's (the CPU's): the first
+# 25 within 1e-4 x (1 + |b|), steps 25..99 within MEAN (default 2%) on average. Prints the mean
+# drift last.
 same_losses() {
-  "$py" - "$work/$1.json" "$work/$2.json" <<'PY' || fail "$1's losses do not follow $2's"
+  "$py" - "$work/$1.json" "$work/$2.json" "${3:-0.02}" <<'PY' || fail "$1's losses do not follow $2's"
 import json, sys
-a, b = (json.load(open(p))["step_losses"][:100] for p in sys.argv[1:])
+a, b = (json.load(open(p))["step_losses"][:100] for p in sys.argv[1:3])
 assert len(a) == 100 and len(b) == 100, (len(a), len(b))
 rel = [abs(x - y) / abs(y) for x, y in zip(a, b)]
 bad = [(i, a[i], b[i]) for i in range(25) if not abs(a[i] - b[i]) <= 1e-4 * (1 + abs(b[i]))]
-bad += [(i, a[i], b[i]) for i in range(25, 100) if not rel[i] <= 0.10]
 mean = sum(rel[25:]) / 75
 for i, x, y in bad[:5]:
     print(f"step {i}: {x} vs {y}")
-print(f"first 25 steps: {max(rel[:25]):.1e} apart at most; steps 25..99: {mean:.2%} on average")
-sys.exit(1 if bad or mean > 0.02 else 0)
+print(f"first 25 steps: {max(rel[:25]):.1e} apart at most; steps 25..99: {mean:.2%} on average"
+      f" (bound {float(sys.argv[3]):.2%}), {max(rel[25:]):.1%} at most")
+print(mean)
+sys.exit(1 if bad or mean > float(sys.argv[3]) else 0)
 PY
 }
 
@@ -129,8 +135,12 @@ ranks)
   run cpu2 2 cpu 1 --epochs 1 --batch-size 32 --record-losses 100 "${cpu_same[@]}"
   check_report gpu2_nccl nccl 2
   check_report gpu2_host mpi-host-staged 2
-  same_losses gpu2_nccl cpu2
-  same_losses gpu2_host cpu2
+  run cpu2_control 2 cpu 1 --epochs 1 --batch-size 32 --record-losses 100 \
+    --cpu-kernels openblas --exchange allreduce --threads 2
+  control=$(same_losses cpu2_control cpu2 1 | tee /dev/stderr | tail -n 1)
+  bound=$("$py" -c "import sys; print(max(0.02, 1.5 * float(sys.argv[1])))" "$control")
+  same_losses gpu2_nccl cpu2 "$bound"
+  same_losses gpu2_host cpu2 "$bound"
   echo "PASS: 1 rank, 2 ranks over NCCL and host-staged follow the CPU for 100 steps;" \
     "test accuracy $(json "$work/gpu2_nccl.json" test_accuracy) (NCCL)"
   ;;

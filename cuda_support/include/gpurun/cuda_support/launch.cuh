@@ -15,6 +15,15 @@
 // spilled (the build fails on spills and local memory).
 #define GPURUN_KERNEL_BOUNDS(threads) __launch_bounds__(threads, 1)
 
+// Before a loop over a compile-time count whose body indexes a small array: fully unrolled, the
+// array stays in registers (ptxas fails the build on local memory). The stand-in's C++ has no
+// such pragma.
+#if defined(GPURUN_CUDA_STANDIN)
+#define GPURUN_UNROLL
+#else
+#define GPURUN_UNROLL _Pragma("unroll")
+#endif
+
 #if defined(GPURUN_CUDA_STANDIN)
 #define GPURUN_KERNEL_LAUNCH(kernel, grid, block, smem, stream, ...)                     \
   (void)::gpurun_standin::launch(#kernel, kernel, dim3(grid), dim3(block), smem, stream, \

@@ -85,6 +85,20 @@ void conv2d_backward_weights(const Conv2dDesc& d, const float* x, const float* d
                              Workspace ws, Accumulate acc, Stream s);
 void conv2d_backward_data(const Conv2dDesc& d, const float* w, const float* dy, float* dx,
                           Workspace ws, Stream s);
+// Whether the direct kernels (conv_direct.cu) take d: at most 32 taps (in_c * k_h * k_w) and 256
+// output channels, a network's first layers. conv2d_workspace_floats() includes what they need.
+bool conv2d_direct(const Conv2dDesc& d);
+std::size_t conv2d_direct_workspace_floats(const Conv2dDesc& d);
+// y = act(conv(x, w) + b) (b may be nullptr): one direct kernel when conv2d_direct(d), else
+// conv2d_forward and bias_act_forward.
+void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x, const float* w,
+                             const float* b, float* y, Workspace ws, Stream s);
+// The backward of conv2d_bias_act_forward to the weights and the bias only (a first layer, whose
+// input needs no gradient): dw and db (db may be nullptr), with the sums in a fixed order (the
+// same bits run to run). Direct: dy is left as it was; else it is masked by act'(y) on the way.
+void conv2d_bias_act_backward_weights(const Conv2dDesc& d, Activation act, const float* x,
+                                      const float* y, float* dy, float* dw, float* db,
+                                      Workspace ws, Accumulate acc, Stream s);
 }  // namespace cuda
 #endif
 
