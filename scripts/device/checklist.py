@@ -71,13 +71,22 @@ def last_lines(path, n=3):
     return " | ".join(keep[-n:])[:400]
 
 
+def ran_no_test(log):
+    """A GoogleTest program that passed without running a case ("[  PASSED  ] 0 tests")."""
+    with open(log, errors="replace") as f:
+        return re.search(r"\[  PASSED  \] (\x1b\[m)?0 tests", f.read()) is not None
+
+
 def run_one(t, subst, logdir, cwd, have_gpu, left):
     """One test of the list: (name, status, seconds, detail)."""
     argv, env = list(t["argv"]), list(t.get("env", []))
     for k, v in subst.items():
         argv = [a.replace(k, v) for a in argv]
         env = [e.replace(k, v) for e in env]
-    environ = dict(os.environ, **dict(e.split("=", 1) for e in env if "=" in e))
+    # GoogleTest's variables (GTEST_FILTER above all) from the caller's environment would run a
+    # part of a test program and still exit 0: each program runs whole.
+    environ = {k: v for k, v in os.environ.items() if not k.startswith("GTEST_")}
+    environ.update(dict(e.split("=", 1) for e in env if "=" in e))
     name = "gpu_test:" + t["name"]
     if left < 5:
         return name, "not run", 0.0, "out of time (the gpu_tests step's budget)"
@@ -95,6 +104,8 @@ def run_one(t, subst, logdir, cwd, have_gpu, left):
             out.write("cannot start: %s\n" % e)
             rc = 127
     secs = time.monotonic() - t0
+    if rc == 0 and ran_no_test(log):
+        return name, "FAILED", secs, "exit 0 but ran no test: " + last_lines(log)
     if rc == 0:
         return name, "ok", secs, last_lines(log, 1)
     if rc == 77 and have_gpu != "1":
