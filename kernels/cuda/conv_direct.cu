@@ -52,22 +52,28 @@ Shape shape_of(const Conv2dDesc& d) {
   return s;
 }
 
-// The patch of position (n, oh, ow) for taps t < MaxTaps: zero outside the image and beyond the
-// shape's taps.
-template <int MaxTaps>
+// The patch of position (n, oh, ow) for taps t < MaxTaps: zero outside the image (Padded only:
+// without padding every tap of an output position is inside) and beyond the shape's taps.
+template <int MaxTaps, bool Padded>
 __device__ __forceinline__ void load_patch(const float* __restrict__ x, const Shape& s, int n,
                                            int oh, int ow, float (&v)[MaxTaps]) {
+  const float* img = x + std::size_t(n) * s.in_c * s.in_h * s.in_w;
+  const int h0 = oh * s.stride - s.pad, w0 = ow * s.stride - s.pad;
   GPURUN_UNROLL
   for (int t = 0; t < MaxTaps; ++t) {
-    const int ih = oh * s.stride - s.pad + s.tap_h[t], iw = ow * s.stride - s.pad + s.tap_w[t];
-    const bool in = t < s.taps && ih >= 0 && ih < s.in_h && iw >= 0 && iw < s.in_w;
-    v[t] = in ? x[(std::size_t(n) * s.in_c + s.tap_c[t]) * s.in_h * s.in_w +
-                  std::size_t(ih) * s.in_w + iw]
-              : 0.0f;
+    const int ih = h0 + s.tap_h[t], iw = w0 + s.tap_w[t];
+    bool in = t < s.taps;
+    if (Padded) in = in && ih >= 0 && ih < s.in_h && iw >= 0 && iw < s.in_w;
+    v[t] = in ? img[(s.tap_c[t] * s.in_h + ih) * s.in_w + iw] : 0.0f;
   }
 }
 
+// Output channels a warp of stage 1 sums at once (sharing each patch it loads), as many as keep
+// its accumulators in registers.
 template <int MaxTaps>
+constexpr int kGroup = MaxTaps <= 9 ? 4 : MaxTaps <= 16 ? 2 : 1;
+
+template <int MaxTaps, bool Padded>
 __global__ void GPURUN_KERNEL_BOUNDS(kThreads)
     conv_direct_fwd_kernel(const float* __restrict__ x, const float* __restrict__ w,
                            const float* __restrict__ b, float* __restrict__ y, Shape s,
@@ -77,7 +83,7 @@ __global__ void GPURUN_KERNEL_BOUNDS(kThreads)
        p += gridDim.x * blockDim.x) {
     const int n = p / plane, r = p % plane;
     float v[MaxTaps];
-    load_patch<MaxTaps>(x, s, n, r / s.out_w, r % s.out_w, v);
+    load_patch<MaxTaps, Padded>(x, s, n, r / s.out_w, r % s.out_w, v);
     float* out = y + std::size_t(n) * s.out_c * plane + r;
     for (int o = 0; o < s.out_c; ++o) {
       const float* wo = w + o * s.taps;
@@ -90,42 +96,63 @@ __global__ void GPURUN_KERNEL_BOUNDS(kThreads)
   }
 }
 
-// Stage 1: partial[block][o][t] (t < taps: the weight's sum; t == taps: the bias's).
-template <int MaxTaps>
+// Stage 1: partial[block][o][t] (t < taps: the weight's sum; t == taps: the bias's). A warp takes
+// kGroup channels at a time; its lanes step through the block's positions 32 apart, carrying
+// (n, oh, ow) along instead of dividing.
+template <int MaxTaps, bool Padded>
 __global__ void GPURUN_KERNEL_BOUNDS(kThreads)
     conv_direct_bwd_partial_kernel(const float* __restrict__ x, const float* __restrict__ y,
                                    const float* __restrict__ dy, float* __restrict__ partial,
                                    Shape s, bool relu) {
-  __shared__ float lanes[kWarps][32][MaxTaps + 1];  // +1: the bias; odd stride, no bank conflict
+  constexpr int G = kGroup<MaxTaps>;
+  __shared__ float lanes[kWarps][32][MaxTaps + 1];  // +1: the bias
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, plane = s.out_h * s.out_w;
-  const int p0 = blockIdx.x * kChunk, p1 = min(p0 + kChunk, s.positions());
-  for (int o = warp; o < s.out_c; o += kWarps) {
-    float acc[MaxTaps], bias = 0.0f;
+  const int first = int(blockIdx.x) * kChunk, p0 = first + lane;
+  const int p1 = min(first + kChunk, s.positions());
+  for (int o0 = warp * G; o0 < s.out_c; o0 += kWarps * G) {
+    float acc[G][MaxTaps], bias[G];
     GPURUN_UNROLL
-    for (int t = 0; t < MaxTaps; ++t) acc[t] = 0.0f;
-    for (int p = p0 + lane; p < p1; p += 32) {
-      const int n = p / plane, r = p % plane;
-      const std::size_t k = (std::size_t(n) * s.out_c + o) * plane + r;
-      float g = dy[k];
-      if (relu && !(y[k] > 0.0f)) g = 0.0f;
-      float v[MaxTaps];
-      load_patch<MaxTaps>(x, s, n, r / s.out_w, r % s.out_w, v);
-      bias += g;
+    for (int c = 0; c < G; ++c) {
+      bias[c] = 0.0f;
       GPURUN_UNROLL
-      for (int t = 0; t < MaxTaps; ++t) acc[t] = fmaf(g, v[t], acc[t]);
+      for (int t = 0; t < MaxTaps; ++t) acc[c][t] = 0.0f;
+    }
+    int n = p0 / plane, oh = p0 % plane / s.out_w, ow = p0 % s.out_w;
+    for (int p = p0; p < p1; p += 32) {
+      float v[MaxTaps];
+      load_patch<MaxTaps, Padded>(x, s, n, oh, ow, v);
+      const std::size_t k0 = (std::size_t(n) * s.out_c + o0) * plane + oh * s.out_w + ow;
+      GPURUN_UNROLL
+      for (int c = 0; c < G; ++c) {
+        if (o0 + c >= s.out_c) break;  // the same for the whole warp
+        const std::size_t k = k0 + std::size_t(c) * plane;
+        float g = dy[k];
+        if (relu && !(y[k] > 0.0f)) g = 0.0f;
+        bias[c] += g;
+        GPURUN_UNROLL
+        for (int t = 0; t < MaxTaps; ++t) acc[c][t] = fmaf(g, v[t], acc[c][t]);
+      }
+      for (ow += 32; ow >= s.out_w;) {  // the position 32 further on
+        ow -= s.out_w;
+        if (++oh == s.out_h) oh = 0, ++n;
+      }
     }
     GPURUN_UNROLL
-    for (int t = 0; t < MaxTaps; ++t) lanes[warp][lane][t] = acc[t];
-    lanes[warp][lane][MaxTaps] = bias;
-    __syncwarp(0xffffffffu);
-    float* out = partial + (std::size_t(blockIdx.x) * s.out_c + o) * (s.taps + 1);
-    for (int t = lane; t <= s.taps; t += 32) {
-      const int from = t < s.taps ? t : MaxTaps;  // the bias after the weights
-      float sum = 0.0f;
-      for (int l = 0; l < 32; ++l) sum += lanes[warp][l][from];
-      out[t] = sum;
+    for (int c = 0; c < G; ++c) {
+      if (o0 + c >= s.out_c) break;
+      GPURUN_UNROLL
+      for (int t = 0; t < MaxTaps; ++t) lanes[warp][lane][t] = acc[c][t];
+      lanes[warp][lane][MaxTaps] = bias[c];
+      __syncwarp(0xffffffffu);
+      float* out = partial + (std::size_t(blockIdx.x) * s.out_c + o0 + c) * (s.taps + 1);
+      for (int t = lane; t <= s.taps; t += 32) {
+        const int from = t < s.taps ? t : MaxTaps;  // the bias after the weights
+        float sum = 0.0f;
+        for (int l = 0; l < 32; ++l) sum += lanes[warp][l][from];
+        out[t] = sum;
+      }
+      __syncwarp(0xffffffffu);  // the buffer is the next channel's
     }
-    __syncwarp(0xffffffffu);  // the buffer is the warp's next channel's
   }
 }
 
@@ -150,13 +177,18 @@ int stage1_blocks(const Shape& s) {
   return (s.positions() + kChunk - 1) / kChunk;
 }
 
-// The smallest instantiation that holds the shape's taps.
+// The smallest instantiation that holds the shape's taps, with or without padding: f(MaxTaps,
+// Padded) as integral constants.
 template <typename F>
-void with_taps(int taps, F&& f) {
-  if (taps <= 9) return f(std::integral_constant<int, 9>{});
-  if (taps <= 16) return f(std::integral_constant<int, 16>{});
-  if (taps <= 25) return f(std::integral_constant<int, 25>{});
-  f(std::integral_constant<int, kMaxTaps>{});
+void with_shape(const Shape& s, F&& f) {
+  auto taps = [&](auto padded) {
+    if (s.taps <= 9) return f(std::integral_constant<int, 9>{}, padded);
+    if (s.taps <= 16) return f(std::integral_constant<int, 16>{}, padded);
+    if (s.taps <= 25) return f(std::integral_constant<int, 25>{}, padded);
+    f(std::integral_constant<int, kMaxTaps>{}, padded);
+  };
+  if (s.pad > 0) return taps(std::true_type{});
+  taps(std::false_type{});
 }
 
 }  // namespace
@@ -185,9 +217,11 @@ void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x
   const Shape sh = shape_of(d);
   const bool relu = act == Activation::kRelu;
   const int grid = detail::grid_blocks(std::size_t(sh.positions()), kThreads);
-  with_taps(sh.taps, [&](auto taps) {
-    GPURUN_LAUNCH(conv_direct_fwd_kernel<decltype(taps)::value>, grid, kThreads, 0,
-                  detail::raw(s), x, w, b, y, sh, relu);
+  with_shape(sh, [&](auto taps, auto padded) {
+    constexpr int kTaps = decltype(taps)::value;
+    constexpr bool kPadded = decltype(padded)::value;
+    const auto conv_direct_fwd = conv_direct_fwd_kernel<kTaps, kPadded>;
+    GPURUN_LAUNCH(conv_direct_fwd, grid, kThreads, 0, detail::raw(s), x, w, b, y, sh, relu);
   });
 }
 
@@ -207,9 +241,12 @@ void conv2d_bias_act_backward_weights(const Conv2dDesc& d, Activation act, const
   const Shape sh = shape_of(d);
   const bool relu = act == Activation::kRelu;
   const int blocks = stage1_blocks(sh);
-  with_taps(sh.taps, [&](auto taps) {
-    GPURUN_LAUNCH(conv_direct_bwd_partial_kernel<decltype(taps)::value>, blocks, kThreads, 0,
-                  detail::raw(s), x, y, dy, ws.data, sh, relu);
+  with_shape(sh, [&](auto taps, auto padded) {
+    constexpr int kTaps = decltype(taps)::value;
+    constexpr bool kPadded = decltype(padded)::value;
+    const auto conv_direct_bwd_partial = conv_direct_bwd_partial_kernel<kTaps, kPadded>;
+    GPURUN_LAUNCH(conv_direct_bwd_partial, blocks, kThreads, 0, detail::raw(s), x, y, dy,
+                  ws.data, sh, relu);
   });
   const int values = sh.out_c * (sh.taps + 1);
   GPURUN_LAUNCH(conv_direct_bwd_final_kernel, (values + kWarps - 1) / kWarps, kThreads, 0,

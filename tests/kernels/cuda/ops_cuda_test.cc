@@ -81,14 +81,17 @@ TEST_F(CudaOps, Conv2dBackwardWeightsMatchesCpu) {
 }
 
 // Convolution, bias and activation in one call: the direct kernels (at most 32 taps: the MNIST
-// layer; 3 channels of 3x3 with stride 2 and padding; LeNet's 5x5) and, beyond, cuDNN +
-// bias_act, against ref::conv2d_forward + ref::bias_act_forward: 1e-4 + 1e-4*|ref|.
+// layer; 3 channels of 3x3 with stride 2 and padding; LeNet's 5x5; 6 channels, which the
+// backward's groups of 4 do not divide, on 4x4 outputs, fewer than a warp's 32 positions; 4x4
+// taps, in groups of 2, 5 channels) and, beyond, cuDNN + bias_act, against ref::conv2d_forward +
+// ref::bias_act_forward: 1e-4 + 1e-4*|ref|.
 const Conv2dDesc kFusedShapes[] = {conv_desc(64, 1, 28, 32, 3), conv_desc(5, 3, 11, 7, 3, 2, 1),
-                                   conv_desc(3, 1, 32, 6, 5), conv_desc(2, 8, 9, 4, 5, 1, 2)};
+                                   conv_desc(3, 1, 32, 6, 5),   conv_desc(40, 1, 6, 6, 3),
+                                   conv_desc(3, 1, 10, 5, 4),   conv_desc(2, 8, 9, 4, 5, 1, 2)};
 
 TEST_F(CudaOps, ConvBiasActForwardMatchesCpu) {
   EXPECT_TRUE(cuda::conv2d_direct(kFusedShapes[0]));
-  EXPECT_FALSE(cuda::conv2d_direct(kFusedShapes[3]));  // 200 taps: cuDNN
+  EXPECT_FALSE(cuda::conv2d_direct(kFusedShapes[5]));  // 200 taps: cuDNN
   for (const Conv2dDesc& d : kFusedShapes) {
     for (const Activation act : {Activation::kRelu, Activation::kNone}) {
       const auto x = random_vec(d.x_floats(), 40), w = random_vec(d.w_floats(), 41);
