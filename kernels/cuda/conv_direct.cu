@@ -6,15 +6,15 @@
 //   forward   one thread per output position: its patch (in_c x k_h x k_w <= kMaxTaps values) in
 //             registers, every output channel written (coalesced along the row), the filters
 //             read as warp-uniform loads, bias and activation fused;
-//   backward  stage 1: a block per kChunk consecutive positions, a warp per output channel in
-//             turn, each lane summing g * patch and g (g = dy masked by act'(y)) over its
-//             positions; the warp's 32 lanes then meet in shared memory and lane t sums value t
-//             over them in lane order: one partial per block in the workspace;
+//   backward  stage 1: a block per kChunk consecutive positions, a warp per group of up to 4
+//             output channels in turn, each lane summing g * patch and g (g = dy masked by
+//             act'(y)) over its positions, one patch load serving the group; the warp's 32 lanes
+//             then meet in shared memory and lane t sums value t over them in lane order: one
+//             partial per block in the workspace;
 //             stage 2: a warp per weight (and bias) sums the blocks' partials in a fixed order.
 // No atomics: the sums' order depends on the shape only, so a run repeats bit for bit (on any
 // GPU). The taps' offsets travel in the launch's parameters, so neither kernel waits at a block
 // barrier. Tested against the reference by tests/kernels/cuda (ctest -L gpu).
-#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -27,7 +27,7 @@ namespace gpurun::kernels::cuda {
 namespace {
 
 constexpr int kMaxTaps = 32;      // in_c * k_h * k_w of a direct shape
-constexpr int kMaxOutC = 256;     // output channels of a direct shape (shared memory)
+constexpr int kMaxOutC = 256;     // output channels of a direct shape (wider layers: cuDNN)
 constexpr int kThreads = 256;     // both stages' block
 constexpr int kWarps = kThreads / 32;
 constexpr int kChunk = 512;       // positions per stage-1 block
@@ -196,8 +196,9 @@ void with_shape(const Shape& s, F&& f) {
 bool conv2d_direct(const Conv2dDesc& d) {
   validate(d);
   const std::size_t positions = std::size_t(d.batch) * d.out_h() * d.out_w();
+  const std::size_t image = std::size_t(d.in_c) * d.in_h * d.in_w;  // indexed in int
   return d.in_c * d.k_h * d.k_w <= kMaxTaps && d.out_c <= kMaxOutC &&
-         positions < (std::size_t(1) << 31) - kChunk && d.x_floats() < (std::size_t(1) << 40);
+         positions < (std::size_t(1) << 31) - kChunk && image < (std::size_t(1) << 31);
 }
 
 std::size_t conv2d_direct_workspace_floats(const Conv2dDesc& d) {
