@@ -105,7 +105,8 @@ __global__ void GPURUN_KERNEL_BOUNDS(kThreads)
                                    const float* __restrict__ dy, float* __restrict__ partial,
                                    Shape s, bool relu) {
   constexpr int G = kGroup<MaxTaps>;
-  __shared__ float lanes[kWarps][32][MaxTaps + 1];  // +1: the bias
+  // A lane's values (the weights', then the bias's) at an odd stride: no bank conflicts.
+  __shared__ float lanes[kWarps][32][(MaxTaps + 1) | 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, plane = s.out_h * s.out_w;
   const int first = int(blockIdx.x) * kChunk, p0 = first + lane;
   const int p1 = min(first + kChunk, s.positions());
@@ -197,8 +198,10 @@ bool conv2d_direct(const Conv2dDesc& d) {
   validate(d);
   const std::size_t positions = std::size_t(d.batch) * d.out_h() * d.out_w();
   const std::size_t image = std::size_t(d.in_c) * d.in_h * d.in_w;  // indexed in int
-  return d.in_c * d.k_h * d.k_w <= kMaxTaps && d.out_c <= kMaxOutC &&
-         positions < (std::size_t(1) << 31) - kChunk && image < (std::size_t(1) << 31);
+  // Positions are counted in int, and the forward's grid-stride loop steps up to 2^21 past them.
+  return std::size_t(d.in_c) * d.k_h * d.k_w <= kMaxTaps && d.out_c <= kMaxOutC &&
+         positions < (std::size_t(1) << 31) - (std::size_t(1) << 21) &&
+         image < (std::size_t(1) << 31);
 }
 
 std::size_t conv2d_direct_workspace_floats(const Conv2dDesc& d) {

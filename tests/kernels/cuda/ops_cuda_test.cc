@@ -83,28 +83,37 @@ TEST_F(CudaOps, Conv2dBackwardWeightsMatchesCpu) {
 // Convolution, bias and activation in one call: the direct kernels (at most 32 taps: the MNIST
 // layer; 3 channels of 3x3 with stride 2 and padding; LeNet's 5x5; 6 channels, which the
 // backward's groups of 4 do not divide, on 4x4 outputs, fewer than a warp's 32 positions; 4x4
-// taps, in groups of 2, 5 channels) and, beyond, cuDNN + bias_act, against ref::conv2d_forward +
-// ref::bias_act_forward: 1e-4 + 1e-4*|ref|.
+// taps, in groups of 2, 5 channels; a 2x3 filter on 9x13 images with padding and 64 channels,
+// two groups a warp) and, beyond, cuDNN + bias_act, against ref::conv2d_forward +
+// ref::bias_act_forward: 1e-4 + 1e-4*|ref|. Bias and ReLU, and neither.
+Conv2dDesc wide_desc() {
+  Conv2dDesc d = conv_desc(3, 1, 9, 64, 3, 1, 1);
+  d.in_w = 13, d.k_h = 2;
+  return d;
+}
 const Conv2dDesc kFusedShapes[] = {conv_desc(64, 1, 28, 32, 3), conv_desc(5, 3, 11, 7, 3, 2, 1),
                                    conv_desc(3, 1, 32, 6, 5),   conv_desc(40, 1, 6, 6, 3),
-                                   conv_desc(3, 1, 10, 5, 4),   conv_desc(2, 8, 9, 4, 5, 1, 2)};
+                                   conv_desc(3, 1, 10, 5, 4),   wide_desc(),
+                                   conv_desc(2, 8, 9, 4, 5, 1, 2)};
 
 TEST_F(CudaOps, ConvBiasActForwardMatchesCpu) {
   EXPECT_TRUE(cuda::conv2d_direct(kFusedShapes[0]));
-  EXPECT_FALSE(cuda::conv2d_direct(kFusedShapes[5]));  // 200 taps: cuDNN
+  EXPECT_FALSE(cuda::conv2d_direct(kFusedShapes[6]));  // 200 taps: cuDNN
   for (const Conv2dDesc& d : kFusedShapes) {
-    for (const Activation act : {Activation::kRelu, Activation::kNone}) {
+    for (const bool bias : {true, false}) {
+      const Activation act = bias ? Activation::kRelu : Activation::kNone;
       const auto x = random_vec(d.x_floats(), 40), w = random_vec(d.w_floats(), 41);
       const auto b = random_vec(std::size_t(d.out_c), 42);
       std::vector<float> ref(d.y_floats());
       ref::conv2d_forward(d, x.data(), w.data(), ref.data());
-      ref::bias_act_forward({d.batch, d.out_c, d.out_h() * d.out_w(), act}, ref.data(), b.data());
+      ref::bias_act_forward({d.batch, d.out_c, d.out_h() * d.out_w(), act}, ref.data(),
+                            bias ? b.data() : nullptr);
       const std::size_t wsf = cuda::conv2d_workspace_floats(d) + 1;
       DeviceVec<float> dx(x), dw(w), db(b), dy(d.y_floats()), ws(wsf);
-      cuda::conv2d_bias_act_forward(d, act, dx.get(), dw.get(), db.get(), dy.get(),
-                                    {ws.get(), wsf}, kDefault);
+      cuda::conv2d_bias_act_forward(d, act, dx.get(), dw.get(), bias ? db.get() : nullptr,
+                                    dy.get(), {ws.get(), wsf}, kDefault);
       EXPECT_TRUE(all_close(dy.host(), ref, 1e-4f, 1e-4f))
-          << "batch " << d.batch << " in_c " << d.in_c << " act " << int(act);
+          << "batch " << d.batch << " in_c " << d.in_c << " out_c " << d.out_c << " bias " << bias;
     }
   }
 }
@@ -146,6 +155,24 @@ TEST_F(CudaOps, ConvBiasActBackwardWeightsMatchesCpuAndRepeats) {
             << "a second call gave other bits, " << what;
       }
     }
+  }
+}
+
+// Without an activation nothing is masked, and without a bias gradient (db nullptr) only dw is
+// written: the direct kernels, and dy is left as it was.
+TEST_F(CudaOps, ConvBackwardWeightsWithoutActivationOrBias) {
+  for (const Conv2dDesc& d : {kFusedShapes[0], wide_desc()}) {
+    const auto x = random_vec(d.x_floats(), 50), y = random_vec(d.y_floats(), 51);
+    const auto dyv = random_vec(d.y_floats(), 52);
+    std::vector<float> rw(d.w_floats());
+    ref::conv2d_backward_weights(d, x.data(), dyv.data(), rw.data());
+    const std::size_t wsf = cuda::conv2d_workspace_floats(d) + 1;
+    DeviceVec<float> dx(x), dyact(y), ddy(dyv), ddw(d.w_floats()), ws(wsf);
+    cuda::conv2d_bias_act_backward_weights(d, Activation::kNone, dx.get(), dyact.get(), ddy.get(),
+                                           ddw.get(), nullptr, {ws.get(), wsf},
+                                           Accumulate::kOverwrite, kDefault);
+    EXPECT_TRUE(all_close(ddw.host(), rw, 1e-3f, 1e-4f)) << "out_c " << d.out_c;
+    EXPECT_TRUE(all_close(ddy.host(), dyv, 0.0f, 0.0f)) << "dy changed, out_c " << d.out_c;
   }
 }
 
