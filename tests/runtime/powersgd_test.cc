@@ -301,6 +301,58 @@ TEST(PowerSgd, AlternatingDeferredAndAppliedGiveThePlainResult) {
   }
 }
 
+// Alternating as training calls it (G through `add`, M^ to `apply`, non-blocking sums): a step
+// making Q starts its sum a piece of 6,144 columns at a time as the pass makes them, and sums the
+// rest of the buffer after; a step making P sums once. The same bits as the plain call.
+TEST(PowerSgd, AlternatingQStepsSumTheirPiecesAsTheyAreMade) {
+  constexpr int kRows = 12, kIn = 9000;
+  constexpr std::size_t kAt = 5, kEnd = kAt + std::size_t(kRows) * kIn + 3;
+  const std::vector<LowRankMatrix> mats{{kAt, kRows, kIn}};
+  PowerSgd plain(mats, kEnd, 2, 1, 99, true), started(mats, kEnd, 2, 1, 99, true);
+  auto pg = make_single_process_group();
+  std::vector<std::size_t> sums, starts;
+  const auto sum = [&](float* d, std::size_t n) {
+    sums.push_back(n);
+    pg->allreduce_sum(d, n);
+  };
+  const auto start = [&](float* d, std::size_t n) {
+    starts.push_back(n);
+    return pg->start_allreduce_sum(d, n);
+  };
+  Rng rng(29);
+  for (int step = 0; step < 4; ++step) {
+    std::vector<float> a(kEnd);
+    for (auto& x : a) x = rng.uniform(-1, 1);
+    const std::vector<float> g = a;
+    std::vector<float> b = a, sent(kEnd, 0.0f);
+    std::fill(b.begin() + kAt, b.begin() + kAt + std::size_t(kRows) * kIn, 1e30f);  // not there
+    plain.allreduce_sum([&](float* d, std::size_t n) { pg->allreduce_sum(d, n); }, a.data());
+    const auto add = [&](const LowRankMatrix& m, int lo, int hi, float* into) {
+      for (int i = 0; i < m.rows; ++i)
+        for (int j = lo; j < hi; ++j) into[i * m.in + j] += g[kAt + std::size_t(i) * m.in + j];
+    };
+    sums.clear();
+    starts.clear();
+    started.allreduce_sum(
+        sum, b.data(),
+        PowerSgd::Apply{[&](std::size_t at, const float* piece, std::size_t n) {
+          std::copy(piece, piece + n, sent.begin() + at);
+        }},
+        start, add);
+    for (std::size_t i = kAt; i < kAt + std::size_t(kRows) * kIn; ++i)
+      ASSERT_EQ(sent[i], a[i]) << "step " << step << " float " << i;
+    EXPECT_EQ(b[0], a[0]) << "step " << step;
+    EXPECT_EQ(b[kEnd - 1], a[kEnd - 1]) << "step " << step;
+    if (step % 2 == 0) {  // P: 12 x 2 floats and the rest, in one sum
+      EXPECT_EQ(sums, (std::vector<std::size_t>{24 + 8})) << "step " << step;
+      EXPECT_TRUE(starts.empty()) << "step " << step;
+    } else {
+      EXPECT_EQ(sums, (std::vector<std::size_t>{8})) << "step " << step;
+      EXPECT_EQ(starts, (std::vector<std::size_t>{2 * 6144, 2 * (kIn - 6144)})) << "step " << step;
+    }
+  }
+}
+
 double dot(const float* a, const float* b, std::size_t n) {
   double s = 0;
   for (std::size_t i = 0; i < n; ++i) s += double(a[i]) * b[i];

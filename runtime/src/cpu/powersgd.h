@@ -129,13 +129,34 @@ class PowerSgd {
   void add_deferred_and_project(Compressed& c, const AddGradient& add);
   // Q's sum and M^, a piece of columns at a time (powersgd.cc).
   void exchange_q(const Sum& sum, const Start& start, float* grads, const Apply& apply);
+  // A piece of Q^T's columns being summed: its rank rows packed at `at`, its sum (when started).
+  struct QPiece {
+    Compressed* c;
+    int j0, len;
+    float* at;
+    std::unique_ptr<PendingSum> sum;
+  };
+  // Packs columns [j0, j0 + len) of c's Q^T at `at` (moved past them) and starts their sum when
+  // `start` is given.
+  void start_q_piece(std::vector<QPiece>& pieces, Compressed& c, int j0, int len, float*& at,
+                     const Start& start) const;
+  // As each piece's sum ends: its columns back into Q^T (M^'s, and the next step's), then M^'s
+  // columns of it to grads or `apply`.
+  void finish_q_pieces(std::vector<QPiece>& pieces, float* grads, const Apply& apply);
+  // Open MPI moves a non-blocking sum only inside its calls: a test of each one under way.
+  static void test_pieces(std::vector<QPiece>& pieces);
   // Columns [j0, j0 + len) of M^ into m (the buffer's matrix), or to `apply`, kApplyRows rows
   // at a time; progress() runs before each block.
   void decompress(Compressed& c, int j0, int len, float* m, const Apply& apply,
                   const std::function<void()>& progress);
   // ACP-SGD's step (allreduce_sum with `alternate`), and its one pass over a matrix: M = G + E
   // and this step's thin matrix, a piece of columns at a time.
-  void alternating_sum(const Sum& sum, float* grads, const Apply& apply, const AddGradient& add);
+  void alternating_sum(const Sum& sum, const Start& start, float* grads, const Apply& apply,
+                       const AddGradient& add);
+  // Its Q step with `start`: each piece of Q's columns summed as the pass makes it, while the
+  // pass goes on; the rest of the buffer in one sum after.
+  void alternating_q_started(const Sum& sum, const Start& start, float* grads, const Apply& apply,
+                             const AddGradient& add);
   void form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add);
   // After a step, the orthonormal factor the next one projects on (q_next or p_next).
   void prepare_alternating(Compressed& c) const;
