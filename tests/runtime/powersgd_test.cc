@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -54,6 +55,46 @@ TEST(PowerSgd, ColumnsComeOutOrthonormal) {
 struct Layout {
   static constexpr std::size_t kBig = 7, kSmall = 7 + 1200 + 5, kEnd = kSmall + 12 + 3;
   std::vector<LowRankMatrix> mats{{kBig, 40, 30}, {kSmall, 4, 3}};
+};
+
+// n floats uniform in [-1, 1).
+std::vector<float> uniform_buffer(Rng& rng, std::size_t n) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = rng.uniform(-1, 1);
+  return v;
+}
+
+// A deferred call's buffer: the matrix's floats [at, at + floats) not there yet (garbage), as
+// backward leaves them when it defers dW.
+std::vector<float> without_matrix(std::vector<float> v, std::size_t at, std::size_t floats) {
+  std::fill(v.begin() + at, v.begin() + at + floats, 1e30f);
+  return v;
+}
+
+// A deferred call's `add`: G's columns [lo, hi) of each row, from g (the whole buffer's gradient).
+PowerSgd::AddGradient add_from(const std::vector<float>& g) {
+  return [&g](const LowRankMatrix& m, int lo, int hi, float* into) {
+    for (int i = 0; i < m.rows; ++i)
+      for (int j = lo; j < hi; ++j) into[i * m.in + j] += g[m.offset + std::size_t(i) * m.in + j];
+  };
+}
+
+// Sums on one process that note the size of each sum, and of each started sum.
+struct RecordedSums {
+  std::unique_ptr<ProcessGroup> pg = make_single_process_group();
+  std::vector<std::size_t> sums, starts;
+  PowerSgd::Sum sum() {
+    return [this](float* d, std::size_t n) {
+      sums.push_back(n);
+      pg->allreduce_sum(d, n);
+    };
+  }
+  PowerSgd::Start start() {
+    return [this](float* d, std::size_t n) {
+      starts.push_back(n);
+      return pg->start_allreduce_sum(d, n);
+    };
+  }
 };
 
 TEST(PowerSgd, ALowRankGradientComesThroughAndTheRestIsUntouched) {
@@ -115,17 +156,13 @@ TEST(PowerSgd, EarlyRowsPiecesOfQAndAppliedPiecesGiveTheSameBits) {
   constexpr std::size_t kAt = 5, kEnd = kAt + std::size_t(kRows) * kIn + 3;
   const std::vector<LowRankMatrix> mats{{kAt, kRows, kIn}};
   PowerSgd plain(mats, kEnd, 2, 1, 99), piecewise(mats, kEnd, 2, 1, 99);
-  auto pg = make_single_process_group();
-  const auto sum = [&](float* d, std::size_t n) { pg->allreduce_sum(d, n); };
-  std::vector<std::size_t> starts;
-  const auto start = [&](float* d, std::size_t n) {
-    starts.push_back(n);
-    return pg->start_allreduce_sum(d, n);
-  };
+  RecordedSums rec;
+  const PowerSgd::Sum sum = rec.sum();
+  const PowerSgd::Start start = rec.start();
+  std::vector<std::size_t>& starts = rec.starts;
   Rng rng(21);
   for (int step = 0; step < 3; ++step) {
-    std::vector<float> a(kEnd);
-    for (auto& x : a) x = rng.uniform(-1, 1);
+    std::vector<float> a = uniform_buffer(rng, kEnd);
     std::vector<float> b = a, applied(kEnd, 0.0f);
     const std::vector<float> given = a;
     std::vector<int> times(kEnd, 0);
@@ -199,11 +236,9 @@ TEST(PowerSgd, TheDeferredGradientGivesThePlainResult) {
   const auto sum = [&](float* d, std::size_t n) { pg->allreduce_sum(d, n); };
   Rng rng(23);
   for (int step = 0; step < 4; ++step) {
-    std::vector<float> a(kEnd);
-    for (auto& x : a) x = rng.uniform(-1, 1);
+    std::vector<float> a = uniform_buffer(rng, kEnd);
     const std::vector<float> g = a;
-    std::vector<float> b = a, sent(kEnd, 0.0f);
-    std::fill(b.begin() + kAt, b.begin() + kAt + std::size_t(kRows) * kIn, 1e30f);  // not there
+    std::vector<float> b = without_matrix(a, kAt, std::size_t(kRows) * kIn), sent(kEnd, 0.0f);
     std::vector<int> cols(kIn, 0);
     plain.allreduce_sum(sum, a.data());
     deferred.allreduce_sum(
@@ -214,8 +249,7 @@ TEST(PowerSgd, TheDeferredGradientGivesThePlainResult) {
         {},
         [&](const LowRankMatrix& m, int lo, int hi, float* into) {
           ASSERT_EQ(m.offset, kAt);
-          for (int i = 0; i < m.rows; ++i)
-            for (int j = lo; j < hi; ++j) into[i * m.in + j] += g[kAt + std::size_t(i) * m.in + j];
+          add_from(g)(m, lo, hi, into);
           for (int j = lo; j < hi; ++j) ++cols[j];
         });
     EXPECT_EQ(std::count(cols.begin(), cols.end(), 1), kIn) << "step " << step;
@@ -279,13 +313,9 @@ TEST(PowerSgd, AlternatingDeferredAndAppliedGiveThePlainResult) {
     for (auto& x : a) x = rng.uniform(-1, 1);
     for (auto& x : params) x = rng.uniform(-1, 1);
     const std::vector<float> g = a, before = params;
-    std::vector<float> b = a, c = a, sent(kEnd, 0.0f);
-    std::fill(b.begin() + kAt, b.begin() + kAt + std::size_t(kRows) * kIn, 1e30f);  // not there
+    std::vector<float> b = without_matrix(a, kAt, std::size_t(kRows) * kIn), c = a, sent(kEnd, 0.0f);
     plain.allreduce_sum(sum, a.data());
-    const auto add = [&](const LowRankMatrix& m, int lo, int hi, float* into) {
-      for (int i = 0; i < m.rows; ++i)
-        for (int j = lo; j < hi; ++j) into[i * m.in + j] += g[kAt + std::size_t(i) * m.in + j];
-    };
+    const PowerSgd::AddGradient add = add_from(g);
     deferred.allreduce_sum(
         sum, b.data(),
         PowerSgd::Apply{[&](std::size_t at, const float* piece, std::size_t n) {
@@ -309,28 +339,19 @@ TEST(PowerSgd, AlternatingQStepsSumTheirPiecesAsTheyAreMade) {
   constexpr std::size_t kAt = 5, kEnd = kAt + std::size_t(kRows) * kIn + 3;
   const std::vector<LowRankMatrix> mats{{kAt, kRows, kIn}};
   PowerSgd plain(mats, kEnd, 2, 1, 99, true), started(mats, kEnd, 2, 1, 99, true);
-  auto pg = make_single_process_group();
-  std::vector<std::size_t> sums, starts;
-  const auto sum = [&](float* d, std::size_t n) {
-    sums.push_back(n);
-    pg->allreduce_sum(d, n);
-  };
-  const auto start = [&](float* d, std::size_t n) {
-    starts.push_back(n);
-    return pg->start_allreduce_sum(d, n);
-  };
+  RecordedSums rec;
+  auto& pg = rec.pg;
+  std::vector<std::size_t>& sums = rec.sums;
+  std::vector<std::size_t>& starts = rec.starts;
+  const PowerSgd::Sum sum = rec.sum();
+  const PowerSgd::Start start = rec.start();
   Rng rng(29);
   for (int step = 0; step < 4; ++step) {
-    std::vector<float> a(kEnd);
-    for (auto& x : a) x = rng.uniform(-1, 1);
+    std::vector<float> a = uniform_buffer(rng, kEnd);
     const std::vector<float> g = a;
-    std::vector<float> b = a, sent(kEnd, 0.0f);
-    std::fill(b.begin() + kAt, b.begin() + kAt + std::size_t(kRows) * kIn, 1e30f);  // not there
+    std::vector<float> b = without_matrix(a, kAt, std::size_t(kRows) * kIn), sent(kEnd, 0.0f);
     plain.allreduce_sum([&](float* d, std::size_t n) { pg->allreduce_sum(d, n); }, a.data());
-    const auto add = [&](const LowRankMatrix& m, int lo, int hi, float* into) {
-      for (int i = 0; i < m.rows; ++i)
-        for (int j = lo; j < hi; ++j) into[i * m.in + j] += g[kAt + std::size_t(i) * m.in + j];
-    };
+    const PowerSgd::AddGradient add = add_from(g);
     sums.clear();
     starts.clear();
     started.allreduce_sum(
