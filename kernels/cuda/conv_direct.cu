@@ -178,6 +178,11 @@ int stage1_blocks(const Shape& s) {
   return (s.positions() + kChunk - 1) / kChunk;
 }
 
+// Floats of stage 1's partials: [block][o][taps + 1].
+std::size_t partial_floats(const Shape& s) {
+  return std::size_t(stage1_blocks(s)) * s.out_c * (s.taps + 1);
+}
+
 // The smallest instantiation that holds the shape's taps, with or without padding: f(MaxTaps,
 // Padded) as integral constants.
 template <typename F>
@@ -205,9 +210,7 @@ bool conv2d_direct(const Conv2dDesc& d) {
 }
 
 std::size_t conv2d_direct_workspace_floats(const Conv2dDesc& d) {
-  if (!conv2d_direct(d)) return 0;
-  const Shape s = shape_of(d);
-  return std::size_t(stage1_blocks(s)) * s.out_c * (s.taps + 1);
+  return conv2d_direct(d) ? partial_floats(shape_of(d)) : 0;
 }
 
 void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x, const float* w,
@@ -237,12 +240,12 @@ void conv2d_bias_act_backward_weights(const Conv2dDesc& d, Activation act, const
     conv2d_backward_weights(d, x, dy, dw, ws, acc, s);
     return;
   }
-  const std::size_t need = conv2d_direct_workspace_floats(d);
+  const Shape sh = shape_of(d);
+  const std::size_t need = partial_floats(sh);
   if (ws.data == nullptr || ws.floats < need)
     throw std::invalid_argument("conv2d_bias_act_backward_weights: workspace of " +
                                 std::to_string(ws.floats) + " floats, the direct kernels need " +
                                 std::to_string(need) + " (size it with conv2d_workspace_floats)");
-  const Shape sh = shape_of(d);
   const bool relu = act == Activation::kRelu;
   const int blocks = stage1_blocks(sh);
   with_shape(sh, [&](auto taps, auto padded) {

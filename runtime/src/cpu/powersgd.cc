@@ -267,11 +267,14 @@ void PowerSgd::alternating_sum(const Sum& sum, const Start& start, float* grads,
       std::swap(c.q_t, c.q_next);  // Q^
   }
   unpack_rest(in, grads);
-  for (Compressed& c : mats_) {
+  for (Compressed& c : mats_)
     for (int j0 = 0; j0 < c.m.in; j0 += kSumColumns)
       decompress(c, j0, std::min(kSumColumns, c.m.in - j0), grads + c.m.offset, apply, [] {});
-    c.has_last = true;
-  }
+  end_alternating_step();
+}
+
+void PowerSgd::end_alternating_step() {
+  for (Compressed& c : mats_) c.has_last = true;
   q_step_ = !q_step_;
   for (Compressed& c : mats_) prepare_alternating(c);
 }
@@ -285,9 +288,7 @@ void PowerSgd::alternating_q_started(const Sum& sum, const Start& start, float* 
   float* at = send_p_.data();
   for (Compressed& c : mats_) {
     int from = 0;  // the first column not sent yet
-    form_pieces(c, grads + c.m.offset, add, [&](int j0, int len) {
-      kernels::cpu::lowrank_project_transposed(desc(c), c.m_last.data(), c.p_next.data(),
-                                               c.q_t.data(), j0, len);
+    form_and_project_alternating(c, grads + c.m.offset, add, [&](int j0, int len) {
       test_pieces(pieces);
       if (j0 + len - from >= kSumColumns || j0 + len == c.m.in) {
         start_q_piece(pieces, c, from, j0 + len - from, at, start);
@@ -301,15 +302,14 @@ void PowerSgd::alternating_q_started(const Sum& sum, const Start& start, float* 
   if (rest_floats_ > 0) sum(rest, rest_floats_);
   unpack_rest(rest, grads);
   finish_q_pieces(pieces, grads, apply);
-  for (Compressed& c : mats_) c.has_last = true;
-  q_step_ = false;
-  for (Compressed& c : mats_) prepare_alternating(c);
+  end_alternating_step();
 }
 
 // A piece of columns at a time: M = G + E (E = the last M - the last M^ / ranks), then this
 // piece's share of P = M Q^ (into p_next, from zero) or its columns of Q^T = P^^T M (into q_t,
-// whose piece the error has just used).
-void PowerSgd::form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add) {
+// whose piece the error has just used); then made(j0, len), when given.
+void PowerSgd::form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add,
+                                            const std::function<void(int j0, int len)>& made) {
   if (!q_step_) c.p_next.fill(0.0f);
   const float* m = c.m_last.data();
   form_pieces(c, g, add, [&](int j0, int len) {
@@ -317,6 +317,7 @@ void PowerSgd::form_and_project_alternating(Compressed& c, const float* g, const
       kernels::cpu::lowrank_project_transposed(desc(c), m, c.p_next.data(), c.q_t.data(), j0, len);
     else
       kernels::cpu::lowrank_project_piece(desc(c), m, c.q_next.data(), c.p_next.data(), j0, len);
+    if (made) made(j0, len);
   });
 }
 

@@ -157,9 +157,12 @@ class PowerSgd {
   // pass goes on; the rest of the buffer in one sum after.
   void alternating_q_started(const Sum& sum, const Start& start, float* grads, const Apply& apply,
                              const AddGradient& add);
-  void form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add);
+  void form_and_project_alternating(Compressed& c, const float* g, const AddGradient& add,
+                                    const std::function<void(int j0, int len)>& made = {});
   // After a step, the orthonormal factor the next one projects on (q_next or p_next).
   void prepare_alternating(Compressed& c) const;
+  // The end of an alternating step: a last step exists, the other thin matrix is next.
+  void end_alternating_step();
   void pack_rest(const float* grads, float* to) const;
   void unpack_rest(const float* from, float* grads) const;
 
