@@ -6,15 +6,17 @@
 //   forward   one thread per output position: its patch (in_c x k_h x k_w <= kMaxTaps values) in
 //             registers, every output channel written (coalesced along the row), the filters
 //             read as warp-uniform loads, bias and activation fused;
-//   backward  stage 1: a block per kChunk consecutive positions, a warp per group of up to 4
-//             output channels in turn, each lane summing g * patch and g (g = dy masked by
-//             act'(y)) over its positions, one patch load serving the group; the warp's 32 lanes
-//             then meet in shared memory and lane t sums value t over them in lane order: one
-//             partial per block in the workspace;
+//   backward  stage 1: a block per chunk of consecutive positions (64 to 512, for about a
+//             thousand blocks: batch 64 had 85 blocks of 512 for an H200's 132 SMs), a warp
+//             per group of up to 4 output channels in turn, each lane summing g * patch and g
+//             (g = dy masked by act'(y)) over its positions, one patch load serving the group;
+//             the warp's 32 lanes then meet in shared memory and lane t sums value t over
+//             them in lane order: one partial per block in the workspace;
 //             stage 2: a warp per weight (and bias) sums the blocks' partials in a fixed order.
 // No atomics: the sums' order depends on the shape only, so a run repeats bit for bit (on any
 // GPU). The taps' offsets travel in the launch's parameters, so neither kernel waits at a block
 // barrier. Tested against the reference by tests/kernels/cuda (ctest -L gpu).
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 #include <type_traits>
@@ -30,19 +32,22 @@ constexpr int kMaxTaps = 32;      // in_c * k_h * k_w of a direct shape
 constexpr int kMaxOutC = 256;     // output channels of a direct shape (wider layers: cuDNN)
 constexpr int kThreads = 256;     // both stages' block
 constexpr int kWarps = kThreads / 32;
-constexpr int kChunk = 512;       // positions per stage-1 block
+constexpr int kMinChunk = 64, kMaxChunk = 512;  // positions per stage-1 block (a multiple of 32)
+constexpr int kStage1Blocks = 1024;               // what the chunk aims at
 
 // What the kernels need of a Conv2dDesc, with each tap's channel and offsets in (c, kh, kw)
 // order (taps beyond the shape's: 0, masked by t < taps).
 struct Shape {
-  int batch, in_c, in_h, in_w, out_c, out_h, out_w, stride, pad, taps;
+  int batch, in_c, in_h, in_w, out_c, out_h, out_w, stride, pad, taps, chunk;
   unsigned char tap_c[kMaxTaps], tap_h[kMaxTaps], tap_w[kMaxTaps];
   __host__ __device__ int positions() const { return batch * out_h * out_w; }
 };
 
 Shape shape_of(const Conv2dDesc& d) {
   Shape s{d.batch, d.in_c, d.in_h, d.in_w, d.out_c, d.out_h(), d.out_w(),
-          d.stride, d.pad, d.in_c * d.k_h * d.k_w, {}, {}, {}};
+          d.stride, d.pad, d.in_c * d.k_h * d.k_w, 0, {}, {}, {}};
+  const std::size_t aim = (std::size_t(s.positions()) / kStage1Blocks + 31) / 32 * 32;
+  s.chunk = int(std::clamp<std::size_t>(aim, kMinChunk, kMaxChunk));
   const int kk = d.k_h * d.k_w;
   for (int t = 0; t < s.taps; ++t) {
     s.tap_c[t] = static_cast<unsigned char>(t / kk);
@@ -108,8 +113,8 @@ __global__ void GPURUN_KERNEL_BOUNDS(kThreads)
   // A lane's values (the weights', then the bias's) at an odd stride: no bank conflicts.
   __shared__ float lanes[kWarps][32][(MaxTaps + 1) | 1];
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, plane = s.out_h * s.out_w;
-  const int first = int(blockIdx.x) * kChunk, p0 = first + lane;
-  const int p1 = min(first + kChunk, s.positions());
+  const int first = int(blockIdx.x) * s.chunk, p0 = first + lane;
+  const int p1 = min(first + s.chunk, s.positions());
   for (int o0 = warp * G; o0 < s.out_c; o0 += kWarps * G) {
     float acc[G][MaxTaps], bias[G];
     GPURUN_UNROLL
@@ -175,7 +180,7 @@ __global__ void GPURUN_KERNEL_BOUNDS(kThreads)
 }
 
 int stage1_blocks(const Shape& s) {
-  return (s.positions() + kChunk - 1) / kChunk;
+  return (s.positions() + s.chunk - 1) / s.chunk;
 }
 
 // Floats of stage 1's partials: [block][o][taps + 1].

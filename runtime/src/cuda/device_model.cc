@@ -74,10 +74,14 @@ DeviceModel::DeviceModel(const ModelSpec& spec, int batch, int eval_batch, bool 
     dact_buf_.emplace_back(std::size_t(max_batch_) * l.output.size(), owner);
     act_.push_back(act_buf_.back().get());
     dact_.push_back(dact_buf_.back().get());
-    // Algorithms are benchmarked now, outside any capture; the workspace fits the largest.
-    if (l.kind == LayerKind::kConv2D) {
-      ws = std::max({ws, kc::conv2d_workspace_floats(conv_desc(l, batch)),
-                     kc::conv2d_workspace_floats(conv_desc(l, eval_batch))});
+    // cuDNN's algorithms are benchmarked now, outside any capture; the workspace fits the
+    // largest. A first layer on the direct kernels never calls cuDNN (it needs no input
+    // gradient): no search for it.
+    if (l.kind != LayerKind::kConv2D) continue;
+    for (const int n : {batch, eval_batch}) {
+      const k::Conv2dDesc d = conv_desc(l, n);
+      ws = std::max(ws, i == 0 && kc::conv2d_direct(d) ? kc::conv2d_direct_workspace_floats(d)
+                                                        : kc::conv2d_workspace_floats(d));
     }
   }
   if (act_buf_.empty()) throw std::invalid_argument("model: no layer with outputs of its own");

@@ -191,10 +191,13 @@ TEST_F(CudaOps, Conv2dBackwardDataMatchesCpu) {
 
 // Dense: forward sums `in` products (21,632 for the MNIST layer, values in [-1, 1] scaled by
 // 0.05 to keep activations O(1)), dW sums `batch`, dX sums `out`: 1e-3 + 1e-4*|ref| covers FP32
-// accumulation-order differences of K up to ~2e4.
+// accumulation-order differences of K up to ~2e4. The shapes take both dW paths: cuBLAS, and
+// the narrow layers' kernel (out <= 64 and in * out <= 65,536; 40 x 1024 x 64 is its edge,
+// 3 x 2080 x 32 just past it).
 TEST_F(CudaOps, DenseMatchesCpu) {
   for (const DenseDesc d :
-       {DenseDesc{64, 21632, 128}, DenseDesc{64, 128, 10}, DenseDesc{7, 33, 5}}) {
+       {DenseDesc{64, 21632, 128}, DenseDesc{64, 128, 10}, DenseDesc{7, 33, 5},
+        DenseDesc{256, 128, 10}, DenseDesc{40, 1024, 64}, DenseDesc{3, 2080, 32}}) {
     const auto x = random_vec(std::size_t(d.batch) * d.in, 8, -0.05f, 0.05f);
     const auto w = random_vec(std::size_t(d.out) * d.in, 9, -0.05f, 0.05f);
     const auto dyv = random_vec(std::size_t(d.batch) * d.out, 10);
@@ -211,7 +214,11 @@ TEST_F(CudaOps, DenseMatchesCpu) {
       ref::dense_backward_weights(d, x.data(), dyv.data(), gw.data(), acc);
       DeviceVec<float> dgw(gw0);
       cuda::dense_backward_weights(d, dx.get(), ddy.get(), dgw.get(), acc, kDefault);
-      EXPECT_TRUE(all_close(dgw.host(), gw, 1e-3f, 1e-4f)) << "dW in=" << d.in;
+      const auto first = dgw.host();
+      EXPECT_TRUE(all_close(first, gw, 1e-3f, 1e-4f)) << "dW in=" << d.in;
+      DeviceVec<float> again(gw0);  // the same bits a second time
+      cuda::dense_backward_weights(d, dx.get(), ddy.get(), again.get(), acc, kDefault);
+      EXPECT_EQ(again.host(), first) << "dW in=" << d.in;
     }
     ref::dense_backward_data(d, w.data(), dyv.data(), gx.data());
     DeviceVec<float> dgx(gx.size());
