@@ -426,3 +426,99 @@ TEST(GpuqHostile, ABadTypedJobIsRefusedNamingTheField) {
   EXPECT_EQ(d.request(R"({"op":"queue"})")["jobs"].size(), 0u);
   EXPECT_EQ(d.request(R"({"op":"history","all_users":true})")["jobs"].size(), 0u);
 }
+
+namespace {
+
+// Waits (bounded) until a path exists.
+bool wait_for_path(const std::string& path, double timeout_s = 20) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(timeout_s);
+  while (access(path.c_str(), F_OK) != 0) {
+    if (std::chrono::steady_clock::now() > end) return false;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return true;
+}
+
+}  // namespace
+
+// The client sends its job (script and environment, API tokens with it) only to a daemon that
+// runs as root or as the user (SO_PEERCRED). With XDG_RUNTIME_DIR unset (su, cron) and no
+// /run/gpuq.sock (the shared daemon restarting), the client looks in /tmp/gpuq-UID.sock, a name
+// any user can bind first: a review's fake server there received a user's whole request.
+TEST(GpuqHostile, TheClientSendsNothingToASocketAnotherUserServes) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users";
+  Daemon d;
+  TestUser alice("gsa"), bob("gsb");
+  const std::string bdir = work_dir(d, bob), adir = work_dir(d, alice);
+  const std::string sock = bdir + "/gpuq.sock";
+  {
+    std::ofstream py(bdir + "/serve.py");
+    py << "import os, socket, sys\n"
+          "p = sys.argv[1]\n"
+          "s = socket.socket(socket.AF_UNIX)\n"
+          "s.bind(p + '.tmp'); os.chmod(p + '.tmp', 0o777); s.listen(1); os.rename(p + '.tmp', p)\n"
+          "s.settimeout(30)\n"
+          "c, _ = s.accept(); c.settimeout(10); got = b''\n"
+          "try:\n"
+          "    while True:\n"
+          "        b = c.recv(65536)\n"
+          "        if not b: break\n"
+          "        got += b\n"
+          "except OSError: pass\n"
+          "open(p + '.got', 'w').write(str(len(got)))\n";
+  }
+  bob.run(fmt::format("python3 {0}/serve.py {1} </dev/null >{0}/serve.log 2>&1 &", bdir, sock));
+  ASSERT_TRUE(wait_for_path(sock)) << read_text(bdir + "/serve.log");
+  Result r =
+      alice.run(fmt::format("cd {} && GPUQ_SOCKET={} MY_TOKEN=s3cret {} submit --wrap \"echo hi\"",
+                            adir, sock, gpuq_bin()));
+  EXPECT_NE(r.rc, 0) << r.out;
+  EXPECT_NE(r.err.find("refusing the socket " + sock), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("uid {}", bob.uid())), std::string::npos) << r.err;
+  ASSERT_TRUE(wait_for_path(sock + ".got")) << read_text(bdir + "/serve.log");
+  EXPECT_EQ(read_text(sock + ".got"), "0") << "bob's server received alice's request";
+  // Her own daemon (as root here) is still reached the same way.
+  Result ok =
+      alice.run(fmt::format("cd {} && {} submit --parsable --wrap \"echo hi\"", adir, d.cli()));
+  EXPECT_EQ(ok.rc, 0) << ok.err;
+}
+
+// An output name another user made first in a shared sticky directory (/tmp) is refused, as the
+// kernel's protected_symlinks / protected_regular would refuse it (hosts often run without):
+// bob's symlink to alice's file would have the job overwrite it, and bob's 0666 file would give
+// him her output. Her own names there, and her own symlinks, are used.
+TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d;
+  TestUser alice("goa"), bob("gob");
+  const std::string adir = work_dir(d, alice), shared = d.dir() + "/shared";
+  sh(fmt::format("mkdir -p {0} && chmod 1777 {0}", shared));
+  alice.run(fmt::format("echo precious > {0}/precious && echo old > {0}/target", adir));
+  bob.run(
+      fmt::format("ln -s {0}/precious {1}/link.out && touch {1}/pre.out && chmod 666 {1}/pre.out",
+                  adir, shared));
+  alice.run(fmt::format("ln -s {0}/target {1}/mine.out", adir, shared));
+  const std::string job = "--wrap \"echo secret-output\"";
+  const int64_t via_link = submit_as(alice, d, adir, "", "-o " + shared + "/link.out " + job);
+  const int64_t via_file = submit_as(alice, d, adir, "", "-o " + shared + "/pre.out " + job);
+  const int64_t fresh = submit_as(alice, d, adir, "", "-o " + shared + "/fresh.out " + job);
+  const int64_t own_link = submit_as(alice, d, adir, "", "-o " + shared + "/mine.out " + job);
+
+  const auto refused = d.wait_final(via_link);
+  EXPECT_EQ(refused["state"], "FAILED");
+  EXPECT_NE(
+      refused.value("reason", "").find("refusing output file " + shared + "/link.out: a symlink"),
+      std::string::npos)
+      << refused.dump();
+  EXPECT_EQ(read_text(adir + "/precious"), "precious\n");
+  const auto theirs = d.wait_final(via_file);
+  EXPECT_EQ(theirs["state"], "FAILED");
+  EXPECT_NE(theirs.value("reason", "").find(fmt::format("belongs to uid {}", bob.uid())),
+            std::string::npos)
+      << theirs.dump();
+  EXPECT_EQ(read_text(shared + "/pre.out"), "");
+  EXPECT_EQ(d.wait_final(fresh)["state"], "COMPLETED");
+  EXPECT_EQ(read_text(shared + "/fresh.out"), "secret-output\n");
+  EXPECT_EQ(d.wait_final(own_link)["state"], "COMPLETED");
+  EXPECT_EQ(read_text(adir + "/target"), "secret-output\n");
+}

@@ -62,6 +62,20 @@ Fd connect_unix(const std::string& path) {
         fmt::format("cannot connect to the gpuq daemon at {}: {} (is `gpuq "
                     "daemon` running? set --socket or GPUQ_SOCKET)",
                     path, strerror(errno)));
+  // A daemon runs as root (the shared one) or as the user (their own). Anything else listening
+  // there (a socket another user made in /tmp, where the client looks last) would be sent the
+  // job's script and environment.
+  ucred peer{};
+  socklen_t len = sizeof(peer);
+  if (getsockopt(fd.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) != 0)
+    throw std::runtime_error(
+        fmt::format("{}: cannot tell who serves it: {}", path, strerror(errno)));
+  if (peer.uid != 0 && peer.uid != geteuid())
+    throw std::invalid_argument(fmt::format(
+        "refusing the socket {}: it is served by uid {} (pid {}), neither root nor you; a gpuq "
+        "daemon runs as one of them (remove it, or name your daemon's socket with --socket or "
+        "GPUQ_SOCKET)",
+        path, peer.uid, peer.pid));
   return fd;
 }
 

@@ -45,9 +45,63 @@ namespace {
   _exit(1);
 }
 
-// Created as the user with the user's umask (set before), as Slurm creates them.
-int open_output(const std::string& path) {
-  return ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0666);
+[[noreturn]] void child_refuse(int pipe_fd, const std::string& msg) {
+  ssize_t ignored = ::write(pipe_fd, msg.data(), msg.size());
+  (void)ignored;
+  _exit(1);
+}
+
+// Created as the user with the user's umask (set before), as Slurm creates them. In a sticky
+// directory anyone may write to (/tmp), a name another user made first is refused, as the
+// kernel's protected_symlinks and protected_regular would (many hosts run without them): a
+// symlink there is followed only when it belongs to the user or the directory's owner (who
+// alone can replace it), and an existing file there only when it does; else another user could
+// have the job overwrite a file of the user's, or read the job's output. Otherwise `why` is
+// empty and -1 means errno.
+int open_output(const std::string& path, std::string* why) {
+  const auto slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "."
+                          : slash == 0               ? "/"
+                                                     : path.substr(0, slash);
+  struct stat ds {};
+  const bool shared =
+      ::stat(dir.c_str(), &ds) == 0 && (ds.st_mode & S_ISVTX) != 0 && (ds.st_mode & S_IWOTH) != 0;
+  const auto trusted = [&](uid_t owner) { return owner == geteuid() || owner == ds.st_uid; };
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  int fd = ::open(path.c_str(), flags | (shared ? O_NOFOLLOW : 0), 0666);
+  const int open_errno = errno;
+  struct stat ls {};
+  // O_CREAT | O_NOFOLLOW on a symlink: ELOOP, or EACCES from some kernels.
+  if (fd < 0 && shared && (errno == ELOOP || errno == EACCES) && ::lstat(path.c_str(), &ls) == 0 &&
+      S_ISLNK(ls.st_mode)) {
+    if (!trusted(ls.st_uid)) {
+      *why = fmt::format(
+          "refusing output file {}: a symlink that uid {} made in the shared "
+          "directory {}",
+          path, ls.st_uid, dir);
+      return -1;
+    }
+    fd = ::open(path.c_str(), flags, 0666);
+  } else if (fd < 0) {
+    errno = open_errno;
+  }
+  if (fd < 0) return -1;
+  struct stat fs {};
+  if (shared && ::fstat(fd, &fs) == 0 && !trusted(fs.st_uid)) {
+    ::close(fd);
+    *why = fmt::format(
+        "refusing output file {}: it belongs to uid {}, and the shared directory "
+        "{} lets anyone make a name there first",
+        path, fs.st_uid, dir);
+    return -1;
+  }
+  if (::ftruncate(fd, 0) != 0 && errno != EINVAL) {  // EINVAL: a terminal or a pipe
+    const int e = errno;
+    ::close(fd);
+    errno = e;
+    return -1;
+  }
+  return fd;
 }
 
 // Hands the job's stderr to the supervisor (SCM_RIGHTS): it writes Slurm's reason line there
@@ -96,8 +150,8 @@ void write_reason_line(int fd, const SupervisorSpec& s, const char* due_to) {
 void close_inherited() {
   if (close_range(3, ~0U, CLOSE_RANGE_CLOEXEC) == 0) return;
   rlimit lim{};
-  const rlim_t top = getrlimit(RLIMIT_NOFILE, &lim) == 0 ? std::min<rlim_t>(lim.rlim_cur, 1 << 20)
-                                                          : 1024;
+  const rlim_t top =
+      getrlimit(RLIMIT_NOFILE, &lim) == 0 ? std::min<rlim_t>(lim.rlim_cur, 1 << 20) : 1024;
   for (rlim_t fd = 3; fd < top; ++fd) fcntl(int(fd), F_SETFD, FD_CLOEXEC);
 }
 
@@ -113,9 +167,12 @@ void open_stdio(const SupervisorSpec& s, const std::vector<Fd>& stdio, int pipe_
   }
   int in = ::open("/dev/null", O_RDONLY);  // not O_CLOEXEC: it may be fd 0 itself
   if (in < 0 || dup2(in, 0) < 0) child_fail(pipe_fd, "open", "/dev/null");
-  int out = open_output(s.output);
+  std::string why;
+  int out = open_output(s.output, &why);
+  if (!why.empty()) child_refuse(pipe_fd, why);
   if (out < 0 || dup2(out, 1) < 0) child_fail(pipe_fd, "open output", s.output);
-  int err = s.error.empty() ? out : open_output(s.error);
+  int err = s.error.empty() ? out : open_output(s.error, &why);
+  if (!why.empty()) child_refuse(pipe_fd, why);
   if (err < 0 || dup2(err, 2) < 0) child_fail(pipe_fd, "open error", s.error);
 }
 
@@ -287,10 +344,9 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
 void kill_leftovers(pid_t child, bool own_session, const SupervisorStatus& st) {
   // A --pty job leads a session of its own (its shell's job control puts pipelines in groups of
   // their own there); a batch job stays in ours.
-  const JobProcesses job = own_session
-                               ? JobProcesses{child, child, getpid(), st.pgid_start, st.pgid_start}
-                               : JobProcesses{getpid(), child, getpid(), st.supervisor_start,
-                                              st.pgid_start};
+  const JobProcesses job =
+      own_session ? JobProcesses{child, child, getpid(), st.pgid_start, st.pgid_start}
+                  : JobProcesses{getpid(), child, getpid(), st.supervisor_start, st.pgid_start};
   int64_t give_up = now_ms() + 10000;
   while (now_ms() < give_up) {
     const size_t left = kill_job_processes(job);
@@ -336,10 +392,10 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd) {
     }
   }
   Fd job_stderr;
-  const pid_t child = st.cancelled ? -1
-                                   : start_job(s, client ? std::move(client->stdio)
-                                                         : std::vector<Fd>{},
-                                               &st, &job_stderr);
+  const pid_t child =
+      st.cancelled
+          ? -1
+          : start_job(s, client ? std::move(client->stdio) : std::vector<Fd>{}, &st, &job_stderr);
   st.pgid = child > 0 ? child : 0;
   if (child > 0)
     common::write_file_atomic(paths.status, status_to_json(st).dump(), 0600,

@@ -41,6 +41,8 @@ class FrameReader {
 };
 
 // Blocking helpers for the client side. Throw std::runtime_error naming the socket path on error.
+// connect_unix throws std::invalid_argument when the socket's server is neither root nor this
+// user (SO_PEERCRED): nothing is sent to it.
 Fd connect_unix(const std::string& path);
 void write_all(int fd, const std::string& bytes);    // to the daemon
 std::string read_frame(int fd, uint32_t max_bytes);  // throws on EOF before a whole frame
