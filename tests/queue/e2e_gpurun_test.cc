@@ -98,3 +98,51 @@ TEST(GpuqGpurun, MpirunAndGpurunStartTheJobsTasks) {
   std::sort(out.begin(), out.end());
   EXPECT_EQ(out, (std::vector<std::string>{"mpi=0/2", "mpi=1/2", "rank=0/2", "rank=1/2"})) << text;
 }
+
+// What a Slurm batch shell has, and what srun gives each task, in a gpuq job (a review found
+// them missing): SLURM_PROCID/LOCALID/NODEID 0 in the batch shell, the job's user and its start
+// and end (--time) in UNIX seconds, GPU_DEVICE_ORDINAL the job's GPUs and no other GPU list from
+// the submitting shell. gpurun starts one rank per task (-n 3, more than the 1 GPU) with the
+// task's CPUs (-c 2) and gives each rank its own SLURM_PROCID/LOCALID and SLURM_NTASKS; it reads
+// the end, which --checkpoint-before needs. Before: 1 rank, OMP_NUM_THREADS from the machine's
+// cores, every rank SLURM_PROCID unset, and "the job's end time is unknown".
+TEST(GpuqGpurun, TasksCpusAndTheEndReachGpurunAndEachRank) {
+  Daemon d;
+  d.script("tasks.sh",
+           "#!/bin/sh\n#SBATCH -n 3\n#SBATCH -c 2\n#SBATCH -t 10\n#SBATCH --gres=gpu:1\n"
+           "echo \"batch procid=$SLURM_PROCID localid=$SLURM_LOCALID nodeid=$SLURM_NODEID "
+           "user=$SLURM_JOB_USER uid=$SLURM_JOB_UID ord=$GPU_DEVICE_ORDINAL/$CUDA_VISIBLE_DEVICES "
+           "rocr=${ROCR_VISIBLE_DEVICES-unset} nv=${NVIDIA_VISIBLE_DEVICES-unset} "
+           "length=$((SLURM_JOB_END_TIME - SLURM_JOB_START_TIME))\"\n"
+           "\"$GPURUN\" --launcher local -- sh -c 'echo \"rank=$RANK procid=$SLURM_PROCID "
+           "localid=$SLURM_LOCALID ntasks=$SLURM_NTASKS omp=$OMP_NUM_THREADS\"'\n"
+           "\"$GPURUN\" info --json | python3 -c 'import json, os, sys; "
+           "print(\"end\", json.load(sys.stdin)[\"end_time\"] == int(os.environ[\"SLURM_JOB_END_TIME\"]))'\n");
+  Result r = sh(fmt::format(
+      "cd {} && GPURUN={} ROCR_VISIBLE_DEVICES=0,1 NVIDIA_VISIBLE_DEVICES=all "
+      "GPU_DEVICE_ORDINAL=0,1,2,3 {} submit --parsable tasks.sh",
+      d.dir(), GPURUN_BIN, d.cli()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const int64_t job = std::stoll(r.out);
+  auto j = d.wait_final(job, 60);
+  const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
+  ASSERT_EQ(j["state"], "COMPLETED") << text;
+  const std::string gpu = std::to_string(j["gpus"].at(0).get<int>());
+  auto out = lines(text);
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const std::string& l) {
+                             return l.rfind("batch ", 0) != 0 && l.rfind("rank=", 0) != 0 &&
+                                    l.rfind("end ", 0) != 0;
+                           }),
+            out.end());
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{
+                     fmt::format("batch procid=0 localid=0 nodeid=0 user=root uid=0 ord={0}/{0} "
+                                 "rocr=unset nv=unset length=600",
+                                 gpu),
+                     "end True",
+                     "rank=0 procid=0 localid=0 ntasks=3 omp=2",
+                     "rank=1 procid=1 localid=1 ntasks=3 omp=2",
+                     "rank=2 procid=2 localid=2 ntasks=3 omp=2"}))
+      << text;
+}

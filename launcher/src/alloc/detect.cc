@@ -115,6 +115,26 @@ std::optional<std::vector<std::string>> visible_from_cvd(const Env& env) {
   return parse_gpu_list(*cvd);
 }
 
+// What gpuq sets for Slurm scripts from the job's #SBATCH lines: its tasks (-n: SLURM_NTASKS),
+// CPUs per task (-c, when more than the default 1: SLURM_CPUS_PER_TASK) and end (--time:
+// SLURM_JOB_END_TIME). gpurun then starts one rank per task or per GPU, whichever is more, each
+// with its task's CPUs, and --checkpoint-before knows the end, as in a Slurm job.
+void gpuq_tasks_and_end(const Env& env, Allocation& a) {
+  if (auto n = get_count(env, "SLURM_NTASKS"); n && *n >= 1 && *n <= kMaxRanks) {
+    a.job_tasks = static_cast<int>(*n);
+    a.sources.push_back("SLURM_NTASKS");
+  }
+  if (auto c = get_count(env, "SLURM_CPUS_PER_TASK"); c && *c > 1 && *c <= kMaxNodeSlots) {
+    a.cpus_per_task = static_cast<int>(*c);
+    a.sources.push_back("SLURM_CPUS_PER_TASK");
+  }
+  if (auto end = get(env, "SLURM_JOB_END_TIME")) {
+    if (end->empty() || end->size() > 18 || end->find_first_not_of("0123456789") != std::string::npos)
+      throw Error(fmt::format("SLURM_JOB_END_TIME={}: expected UNIX seconds", *end));
+    if (long long t = std::stoll(*end); t > 0) a.end_time = t;  // 0: no time limit
+  }
+}
+
 Allocation detect_gpuq(const DetectInput& in) {
   Allocation a;
   a.scheduler = Scheduler::gpuq;
@@ -136,6 +156,7 @@ Allocation detect_gpuq(const DetectInput& in) {
   int gpus = static_cast<int>(a.local_gpu_ids.size());
   a.nodes.push_back(NodeAlloc{in.hostname, std::max(gpus, in.cpu_count), gpus});
   a.this_host = in.hostname;
+  gpuq_tasks_and_end(in.env, a);
   return a;
 }
 

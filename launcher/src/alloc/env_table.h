@@ -122,6 +122,10 @@ inline constexpr EnvVar kEnvSet[] = {
     {"PYTHONPATH", "with --hang-timeout: the sitecustomize folder first"},
     {"PYTHONUNBUFFERED", "1 unless the user set it: Python's output line by line"},
     {"SLURM_HOSTFILE", "for srun's arbitrary distribution (the engine's, not a rank's)"},
+    {"SLURM_PROCID", "in a gpuq job: RANK, as srun would set it (the batch shell has 0)"},
+    {"SLURM_LOCALID", "in a gpuq job: LOCAL_RANK"},
+    {"SLURM_NODEID", "in a gpuq job: NODE_RANK"},
+    {"SLURM_NTASKS", "in a gpuq job: WORLD_SIZE"},
 };
 
 }  // namespace gpurun::launcher

@@ -123,9 +123,9 @@ std::vector<int> capacities(const Allocation& a, const PlanOptions& o) {
                           n.gpus, n.host, n.slots));
         cap.push_back(n.gpus);
         break;
-      case NprocMode::automatic:
+      case NprocMode::automatic:  // gpuq: one rank per task or per GPU, whichever is more
         if (single_machine)
-          cap.push_back(o.ntasks ? *o.ntasks : std::max(1, n.gpus));
+          cap.push_back(o.ntasks ? *o.ntasks : std::max({1, n.gpus, a.job_tasks.value_or(1)}));
         else
           cap.push_back(n.slots);
         break;

@@ -121,6 +121,16 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
       {"GPURUN_STDOUT_TTY", p.stdout_tty ? "1" : "0"},
   };
   out.insert(out.end(), std::begin(rest), std::end(rest));
+  // A gpuq job's batch shell has Slurm's SLURM_PROCID=0 (and LOCALID, NODEID 0, SLURM_NTASKS the
+  // job's -n), and no srun gives each rank its own: frameworks that read them (Lightning's
+  // SLURMEnvironment, submitit, JAX's Slurm detection) would see every rank as task 0 of the
+  // job's tasks. Each rank gets its own, as srun would set them.
+  if (s == Scheduler::gpuq) {
+    out.emplace_back("SLURM_PROCID", std::to_string(r.rank));
+    out.emplace_back("SLURM_LOCALID", std::to_string(r.local_rank));
+    out.emplace_back("SLURM_NODEID", std::to_string(r.node_rank));
+    out.emplace_back("SLURM_NTASKS", std::to_string(p.world_size));
+  }
   return out;
 }
 

@@ -62,6 +62,7 @@ struct Allocation {
   std::vector<std::string> local_gpu_ids;
   std::optional<std::string> this_host;  // the scheduler's name for this node, if known
   std::optional<int> cpus_per_task;      // from the scheduler, when it says
+  std::optional<int> job_tasks;          // gpuq: the job's task count (-n), as it sets SLURM_NTASKS
   std::optional<std::int64_t> end_time;  // UNIX seconds when the job's time runs out
   std::optional<StepTask> step_task;     // set when running inside an srun/jsrun task
   bool oversubscribe_ok = false;         // local/gpuq: more ranks than CPUs is allowed

@@ -208,8 +208,24 @@ void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const 
   env["SLURM_NODELIST"] = host;
   env["SLURM_TASKS_PER_NODE"] = std::to_string(j.ntasks);
   env["SLURM_NTASKS"] = std::to_string(j.ntasks);
+  env["SLURM_NPROCS"] = std::to_string(j.ntasks);
   env["SLURM_CPUS_PER_TASK"] = std::to_string(j.cpus);
+  env["SLURM_CPUS_ON_NODE"] = std::to_string(j.cpus * j.ntasks);
+  env["SLURM_JOB_CPUS_PER_NODE"] = std::to_string(j.cpus * j.ntasks);
   env["SLURM_RESTART_COUNT"] = std::to_string(j.restart_count);
+  // The batch shell is task 0 of the job's one node, as in Slurm (gpurun gives each rank its own).
+  env["SLURM_PROCID"] = "0";
+  env["SLURM_LOCALID"] = "0";
+  env["SLURM_NODEID"] = "0";
+  env["SLURM_SUBMIT_HOST"] = host;
+  env["SLURM_JOB_USER"] = j.user;
+  env["SLURM_JOB_UID"] = std::to_string(j.uid);
+  env["SLURM_JOB_GID"] = std::to_string(j.gid);
+  if (!j.account.empty()) env["SLURM_JOB_ACCOUNT"] = j.account;
+  // UNIX seconds, as Slurm 23.02+ sets them; gpurun's --checkpoint-before reads the end.
+  env["SLURM_JOB_START_TIME"] = std::to_string(j.start_ms / 1000);
+  if (j.time_limit_s > 0)
+    env["SLURM_JOB_END_TIME"] = std::to_string(j.start_ms / 1000 + j.time_limit_s);
   if (!j.gpus.empty()) {
     env["SLURM_JOB_GPUS"] = join_ids(j.gpus);
     env["SLURM_GPUS_ON_NODE"] = std::to_string(j.gpus.size());
@@ -263,6 +279,12 @@ void Daemon::spawn_supervisor(Job& j) {
   }
   env["CUDA_VISIBLE_DEVICES"] = visible_devices(gpus);  // empty for CPU-only jobs: no GPU
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
+  // The other ways to name GPUs, from the submitting shell, would claim GPUs the job was not
+  // given: Slurm's GPU_DEVICE_ORDINAL is the job's own; AMD's and the container runtime's go.
+  for (const char* other : {"GPU_DEVICE_ORDINAL", "ROCR_VISIBLE_DEVICES", "HIP_VISIBLE_DEVICES",
+                            "NVIDIA_VISIBLE_DEVICES"})
+    env.erase(other);
+  if (!gpus.empty()) env["GPU_DEVICE_ORDINAL"] = env["CUDA_VISIBLE_DEVICES"];
   if (j.shards) set_shard_env(env, j);
   mps_for(j, env);
   SupervisorSpec spec;
