@@ -354,3 +354,23 @@ TEST(GpuqE2E, EmptyGpuListIsRefused) {
   cpu.script("cpu.sh", "#!/bin/sh\ntrue\n");
   EXPECT_EQ(cpu.wait_final(cpu.submit("cpu.sh"))["state"], "COMPLETED");
 }
+
+// Two options a review found lost: --gpus-per-task (ignored with a warning: the job got no GPU)
+// and a typo of --gres in an #SBATCH line (a warning: the job ran without its GPUs). Now the
+// first gives N GPUs per task, and the typo refuses the script, naming the line and the option
+// meant; nothing is queued.
+TEST(GpuqE2E, GpusPerTaskCountsAndATypoOfGresIsRefused) {
+  Daemon d;
+  const int64_t id = d.submit("--gpus-per-task=1 -n 2 --wrap 'echo gpus=$CUDA_VISIBLE_DEVICES'");
+  auto j = d.wait_final(id);
+  EXPECT_EQ(j["state"], "COMPLETED");
+  EXPECT_EQ(j["gpus"].size(), 2u) << j.dump();
+  d.script("typo.sh", "#!/bin/sh\n#SBATCH -J train\n#SBATCH --gress=gpu:2\necho hi\n");
+  Result r = sh(fmt::format("cd {} && {} submit typo.sh", d.dir(), d.cli()));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("#SBATCH line 3: unknown option '--gress=gpu:2' (did you mean --gres?)"),
+            std::string::npos)
+      << r.err;
+  Result q = d.gpuq("history -a --json");
+  EXPECT_EQ(nlohmann::json::parse(q.out).size(), 1u) << q.out;
+}

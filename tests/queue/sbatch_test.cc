@@ -38,6 +38,56 @@ TEST(SbatchScript, UnsupportedDirectivesWarnAndAreIgnored) {
   EXPECT_NE(r.warnings[4].find("unknown option '--frobnicate=3'"), std::string::npos);
 }
 
+// A long option one or two keystrokes from an sbatch option is a typo: an error naming the
+// line and the option meant (a review's `#SBATCH --gress=gpu:2` only warned, and the job ran
+// without GPUs). Another site's plugin option, far from any, still warns, naming its line.
+TEST(SbatchScript, ATypoOfAnOptionIsAnErrorNamingTheLineAndTheOption) {
+  for (const auto& [line, meant] : std::vector<std::pair<std::string, std::string>>{
+           {"--gress=gpu:2", "--gres"},
+           {"--gpu=2", "--gpus"},
+           {"--tim=10", "--time"},
+           {"--job_name=x", "--job-name"},
+           {"--cpus-per-tsk=4", "--cpus-per-task"}}) {
+    try {
+      parse_sbatch_script("#!/bin/sh\n#SBATCH -J x\n\n#SBATCH " + line + "\necho hi\n");
+      ADD_FAILURE() << line << " was accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_EQ(std::string(e.what()),
+                "#SBATCH line 4: unknown option '" + line + "' (did you mean " + meant + "?)");
+    }
+  }
+  auto r = parse_sbatch_script("#!/bin/sh\n#SBATCH --container-image=nvcr.io/x\n");
+  ASSERT_EQ(r.warnings.size(), 1u);
+  EXPECT_EQ(r.warnings[0], "#SBATCH line 2: unknown option '--container-image=nvcr.io/x' ignored");
+  try {
+    parse_sbatch_script("#!/bin/sh\n#SBATCH -J x\n#SBATCH --time=abc\n");
+    ADD_FAILURE() << "--time=abc was accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()).rfind("#SBATCH line 3: ", 0), 0u) << e.what();
+  }
+}
+
+// --gpus-per-task N asks for N GPUs per task (-n), as in Slurm; it was ignored with a warning
+// and the job got none. The later of it and --gres/--gpus wins, the command line over the script.
+TEST(SbatchScript, GpusPerTaskTimesTheTasks) {
+  auto r = parse_sbatch_script("#!/bin/sh\n#SBATCH -n 3\n#SBATCH --gpus-per-task=2\n");
+  r.resolve_gpus_per_task();
+  EXPECT_EQ(r.gpus.value(), 6);
+  r = parse_sbatch_script("#!/bin/sh\n#SBATCH --gpus-per-task=a100:1 --gres=gpu:4\n");
+  r.resolve_gpus_per_task();
+  EXPECT_EQ(r.gpus.value(), 4);
+  r = parse_sbatch_script("#!/bin/sh\n#SBATCH --gres=gpu:4\n");
+  r.merge_from(parse_sbatch_options({"--gpus-per-task=1", "-n", "2"}));
+  r.resolve_gpus_per_task();
+  EXPECT_EQ(r.gpus.value(), 2);
+  r = parse_sbatch_script("#!/bin/sh\n#SBATCH --gpus-per-task=1 -n 2\n");
+  r.merge_from(parse_sbatch_options({"--gpus=3"}));
+  r.resolve_gpus_per_task();
+  EXPECT_EQ(r.gpus.value(), 3);
+  r = parse_sbatch_script("#!/bin/sh\n#SBATCH --gpus-per-task=600 -n 2\n");
+  EXPECT_THROW(r.resolve_gpus_per_task(), std::invalid_argument);
+}
+
 TEST(SbatchScript, ShortAndLongFormsAndFlags) {
   auto r = parse_sbatch_script(
       "#!/bin/sh\n#SBATCH -Jx -t 1:30 -G 3 -e err.txt -D /tmp -H --requeue\n"

@@ -255,7 +255,7 @@ constexpr const char* kSubmitUsage =
       "command); options given here override them. Without SCRIPT (or with -) the script is read\n"
       "from standard input. Prints 'Submitted batch job N'.\n\n"
       "Options (sbatch's): -J/--job-name NAME, --gres=gpu[:type]:N|shard:K,\n"
-      "  -G/--gpus [type:]N,\n"
+      "  -G/--gpus [type:]N, --gpus-per-task [type:]N (times -n),\n"
       "  -t/--time TIME (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S), -o/--output PATTERN,\n"
       "  -e/--error PATTERN (%j %x %u %A %a %%), -D/--chdir DIR,\n"
       "  -d/--dependency afterok|afterany|afternotok:ID[:ID][,...], -a/--array 0-15[:step][%N],\n"
@@ -268,7 +268,8 @@ constexpr const char* kSubmitUsage =
       "  --wrap CMD (CMD as a /bin/sh script instead of SCRIPT)\n"
       "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
       "Other Slurm options (--mem, -p, --exclusive, ...) are accepted and ignored with a warning;\n"
-      "an option gpuq does not know as sbatch's is an error.";
+      "an option gpuq does not know as sbatch's is an error here, and a warning in #SBATCH lines\n"
+      "(another site's plugin option) unless it is a typo of one (--gress: an error).";
 
 int cmd_submit(const Args& a) {
   const char* usage = kSubmitUsage;
@@ -318,6 +319,7 @@ int cmd_submit(const Args& a) {
   require_batch_script(req.script);
   req.job = parse_sbatch_script(req.script);
   req.job.merge_from(parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse));
+  req.job.resolve_gpus_per_task();
   const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
   ::umask(mask);
   req.umask = mask;

@@ -99,6 +99,7 @@ RunArgs parse_run_args(const Args& a) {
   }
   r.cmd.assign(a.begin() + long(i), a.end());
   r.job = parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse);
+  r.job.resolve_gpus_per_task();
   if (r.job.array)
     throw std::invalid_argument("gpuq run starts one job: --array is for gpuq submit");
   return r;

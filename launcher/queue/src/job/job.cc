@@ -77,10 +77,24 @@ void JobRequest::merge_from(const JobRequest& o) {
   if (o.account) account = o.account;
   if (o.cpus_per_task) cpus_per_task = o.cpus_per_task;
   if (o.ntasks) ntasks = o.ntasks;
+  if (o.gpus_per_task) gpus_per_task = o.gpus_per_task;
+  if (o.gpus && !o.gpus_per_task) gpus_per_task.reset();  // a later --gres/--gpus wins whole
   if (o.wait) wait = o.wait;
   if (o.mail_events) mail_events = o.mail_events;
   if (o.mail_user) mail_user = o.mail_user;
   warnings.insert(warnings.end(), o.warnings.begin(), o.warnings.end());
+}
+
+void JobRequest::resolve_gpus_per_task() {
+  if (!gpus_per_task) return;
+  const long total = long(*gpus_per_task) * ntasks.value_or(1);
+  if (total > kMaxJobGpus)
+    throw std::invalid_argument(fmt::format(
+        "--gpus-per-task {} with -n {} asks for {} GPUs; at most {} a job", *gpus_per_task,
+        ntasks.value_or(1), total, kMaxJobGpus));
+  gpus = int(total);
+  shards = 0;
+  gpus_per_task.reset();
 }
 
 const MailEventName kMailEventNames[8] = {

@@ -3,8 +3,11 @@
 
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cstring>
+#include <map>
+#include <optional>
 #include <set>
 #include <stdexcept>
 
@@ -70,7 +73,6 @@ constexpr const char* kIgnoredWithValue[] = {"-N",
                                              "--open-mode",
                                              "--nice",
                                              "--tasks-per-node",
-                                             "--gpus-per-task",
                                              "--cpus-per-gpu",
                                              "-w",
                                              "--nodelist",
@@ -118,11 +120,28 @@ constexpr const char* kIgnoredWithValue[] = {"-N",
                                              "--thread-spec",
                                              "--socket",
                                              "--wrap",
-                                             "--propagate"};
+                                             "--propagate",
+                                             "--batch",
+                                             "--bb",
+                                             "--bbf",
+                                             "--cluster-constraint",
+                                             "--container-id",
+                                             "--delay-boot",
+                                             "--extra-node-info",
+                                             "--gid",
+                                             "--mcs-label",
+                                             "--nodefile",
+                                             "--power",
+                                             "--segment",
+                                             "--tres-bind",
+                                             "--tres-per-task",
+                                             "--uid",
+                                             "--wait-all-nodes"};
 constexpr const char* kIgnoredFlags[] = {
     "--exclusive",     "-Q",       "--quiet",      "-v",           "--verbose",  "-s",
     "--oversubscribe", "-O",       "--overcommit", "-k",           "--no-kill",  "--spread-job",
-    "--use-min-nodes", "--reboot", "--test-only",  "--ignore-pbs", "--parsable", "--get-user-env"};
+    "--use-min-nodes", "--reboot", "--test-only",  "--ignore-pbs", "--parsable", "--get-user-env",
+    "--contiguous"};
 
 const std::map<std::string, bool>& ignored_options() {
   static const std::map<std::string, bool> m = [] {
@@ -143,6 +162,7 @@ const std::map<std::string, std::pair<std::string, bool>>& known_options() {
       {"-G", {"--gpus", true}},
       {"--gpus", {"--gpus", true}},
       {"--gpus-per-node", {"--gpus", true}},
+      {"--gpus-per-task", {"--gpus-per-task", true}},
       {"-t", {"--time", true}},
       {"--time", {"--time", true}},
       {"-o", {"--output", true}},
@@ -184,9 +204,14 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     r.gpus = g.gpus;
     r.shards = g.shards;
     r.gpu_type = g.type;
+    r.gpus_per_task.reset();
   } else if (opt == "--gpus") {
     r.gpus = parse_gpus(v);
     r.shards = 0;
+    r.gpu_type = v.find(':') == std::string::npos ? "" : v.substr(0, v.find(':'));
+    r.gpus_per_task.reset();
+  } else if (opt == "--gpus-per-task") {
+    r.gpus_per_task = parse_gpus(v);
     r.gpu_type = v.find(':') == std::string::npos ? "" : v.substr(0, v.find(':'));
   } else if (opt == "--time") {
     r.time_limit_s = parse_time_limit(v);
@@ -237,29 +262,75 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
   }
 }
 
+// Edits (insert, delete, replace) between two option names, for "did you mean".
+size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<size_t> row(b.size() + 1);
+  for (size_t j = 0; j <= b.size(); ++j) row[j] = j;
+  for (size_t i = 1; i <= a.size(); ++i) {
+    size_t diag = row[0];
+    row[0] = i;
+    for (size_t j = 1; j <= b.size(); ++j) {
+      const size_t up = row[j];
+      row[j] = std::min({row[j] + 1, row[j - 1] + 1, diag + (a[i - 1] == b[j - 1] ? 0 : 1)});
+      diag = up;
+    }
+  }
+  return row[b.size()];
+}
+
+// The sbatch option a long name is one or two keystrokes away from ("--gress" -> "--gres"), if
+// any: such a name is a typo, not another site's plugin option, and dropping it would lose what
+// the job asked for (a --gres typo ran the job without its GPUs).
+std::optional<std::string> near_option(const std::string& name) {
+  if (name.rfind("--", 0) != 0 || name.size() < 5) return std::nullopt;
+  std::optional<std::string> best;
+  size_t best_d = 3;
+  auto consider = [&](const std::string& known) {
+    if (known.rfind("--", 0) != 0) return;
+    const size_t d = edit_distance(name, known);
+    if (d < best_d) best_d = d, best = known;
+  };
+  for (const auto& [known, _] : known_options()) consider(known);
+  for (const auto& [known, _] : ignored_options()) consider(known);
+  return best;
+}
+
 }  // namespace
 
-std::vector<std::string> sbatch_directive_words(const std::string& script) {
-  std::vector<std::string> words;
+namespace {
+
+struct DirectiveLine {
+  int number;  // in the script, from 1
+  std::string tail;
+};
+
+// The #SBATCH lines up to the first command, with their line numbers.
+std::vector<DirectiveLine> directive_lines(const std::string& script) {
+  std::vector<DirectiveLine> out;
   size_t pos = 0;
-  bool first = true;
+  int number = 0;
   while (pos < script.size()) {
     size_t nl = script.find('\n', pos);
     std::string line = script.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
     pos = nl == std::string::npos ? script.size() : nl + 1;
-    if (first && line.rfind("#!", 0) == 0) {
-      first = false;
-      continue;
-    }
-    first = false;
+    if (++number == 1 && line.rfind("#!", 0) == 0) continue;
     size_t k = line.find_first_not_of(" \t\r");
     if (k == std::string::npos) continue;         // blank
     if (line[k] != '#') break;                    // first command: Slurm stops here
     if (line.rfind("#SBATCH", 0) != 0) continue;  // other comments, "# SBATCH" included
     std::string tail = line.substr(7);
     if (!tail.empty() && tail[0] != ' ' && tail[0] != '\t') continue;  // "#SBATCHX"
-    for (auto& w : split_words(tail)) words.push_back(std::move(w));
+    out.push_back({number, std::move(tail)});
   }
+  return out;
+}
+
+}  // namespace
+
+std::vector<std::string> sbatch_directive_words(const std::string& script) {
+  std::vector<std::string> words;
+  for (const auto& line : directive_lines(script))
+    for (auto& w : split_words(line.tail)) words.push_back(std::move(w));
   return words;
 }
 
@@ -305,6 +376,8 @@ JobRequest parse_sbatch_options(const std::vector<std::string>& words, size_t* f
       // Not an sbatch option gpuq knows of. On the command line that is an error, as in sbatch
       // (guessing its value took the script's name). In a directive, which holds options only,
       // a following word that is not an option is taken as its value.
+      if (auto near = near_option(name))
+        bad(fmt::format("unknown option '{}' (did you mean {}?)", w, *near));
       if (unknown == UnknownOptions::kRefuse)
         bad(fmt::format("unknown option '{}' (gpuq submit --help lists the options)", w));
       if (!has_value && i + 1 < words.size() && !words[i + 1].empty() && words[i + 1][0] != '-')
@@ -326,11 +399,21 @@ void require_batch_script(const std::string& script) {
 }
 
 JobRequest parse_sbatch_script(const std::string& script) {
-  auto words = sbatch_directive_words(script);
-  size_t pos = 0;
-  JobRequest r = parse_sbatch_options(words, &pos);
-  if (pos < words.size())
-    bad(fmt::format("#SBATCH: '{}' is not an option (directives take options only)", words[pos]));
+  JobRequest r;
+  for (const auto& line : directive_lines(script)) {
+    const std::string where = fmt::format("#SBATCH line {}", line.number);
+    try {
+      const auto words = split_words(line.tail);
+      size_t pos = 0;
+      JobRequest one = parse_sbatch_options(words, &pos);
+      if (pos < words.size())
+        bad(fmt::format("'{}' is not an option (directives take options only)", words[pos]));
+      for (auto& w : one.warnings) w = where + ": " + w;
+      r.merge_from(one);
+    } catch (const std::invalid_argument& e) {
+      bad(fmt::format("{}: {}", where, e.what()));
+    }
+  }
   return r;
 }
 

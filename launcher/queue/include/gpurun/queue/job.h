@@ -110,6 +110,8 @@ struct JobRequest {
   std::optional<std::string> account;  // recorded for `gpuq report --by account`; no limits
   std::optional<int> cpus_per_task;    // recorded for CPU efficiency in `gpuq stats`; not enforced
   std::optional<int> ntasks;           // -n: only SLURM_NTASKS, for scripts that read it
+  // --gpus-per-task [type:]N: N GPUs for each of the -n tasks (resolve_gpus_per_task()).
+  std::optional<int> gpus_per_task;
   std::optional<bool> wait;            // -W/--wait: `gpuq submit` waits for the job's end
   std::optional<unsigned> mail_events;  // --mail-type (MailEvent bits)
   std::optional<std::string> mail_user; // --mail-user
@@ -117,6 +119,9 @@ struct JobRequest {
 
   // Fields set in `over` replace ours (command line over #SBATCH).
   void merge_from(const JobRequest& over);
+  // Once the script's and the command line's options are merged: --gpus-per-task N with -n T
+  // asks for N * T GPUs, as in Slurm (the later of it and --gres/--gpus wins, as they do).
+  void resolve_gpus_per_task();
 };
 
 // What a job used, measured by the daemon's sampler while it ran (every --sample-interval) and by

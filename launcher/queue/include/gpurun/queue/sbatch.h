@@ -16,8 +16,10 @@ namespace gpurun::queue {
 std::vector<std::string> sbatch_directive_words(const std::string& script);
 
 // What an option gpuq does not know as sbatch's does: a warning (in #SBATCH lines, so scripts
-// with other sites' options still run; a following word that is no option is its value) or an
-// error (gpuq submit's command line, as in sbatch, where that word may be the script).
+// with other sites' plugin options still run; a following word that is no option is its value)
+// or an error (gpuq submit's command line, as in sbatch, where that word may be the script).
+// Either way, a long option one or two keystrokes from an sbatch option ("--gress") is an error
+// that names the option meant: a typo, whose loss would run the job without what it asked for.
 enum class UnknownOptions { kWarn, kRefuse };
 
 // Parses sbatch-style options. Stops at the first word that is not an option (the script, on the
@@ -26,8 +28,9 @@ JobRequest parse_sbatch_options(const std::vector<std::string>& words,
                                 size_t* first_positional = nullptr,
                                 UnknownOptions unknown = UnknownOptions::kWarn);
 
-// parse_sbatch_options(sbatch_directive_words(script)); a positional word in a directive is an
-// error.
+// parse_sbatch_options over each #SBATCH line in turn, later lines over earlier ones; a
+// positional word in a directive is an error. Errors and warnings name the line ("#SBATCH line
+// 4: ...").
 JobRequest parse_sbatch_script(const std::string& script);
 
 // Throws unless the script starts with "#!", as sbatch requires (the client checks before it
