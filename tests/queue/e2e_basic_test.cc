@@ -374,3 +374,22 @@ TEST(GpuqE2E, GpusPerTaskCountsAndATypoOfGresIsRefused) {
   Result q = d.gpuq("history -a --json");
   EXPECT_EQ(nlohmann::json::parse(q.out).size(), 1u) << q.out;
 }
+
+// --export reaches the job as sbatch's does (it was ignored with a warning: LR stayed unset, and
+// NONE passed the submitter's whole environment, tokens with it).
+TEST(GpuqE2E, ExportChoosesWhatTheJobSees) {
+  Daemon d;
+  const std::string job = "--wrap 'echo lr=${LR-unset} tok=${TOKEN-unset} path=$PATH'";
+  auto submit = [&](const std::string& args) {
+    Result r = sh(fmt::format("cd {} && TOKEN=t {} submit --parsable {}", d.dir(), d.cli(), args));
+    if (r.rc != 0) throw std::runtime_error(r.err);
+    return std::stoll(r.out);
+  };
+  const int64_t all = submit("--export=ALL,LR=0.1 " + job);
+  const int64_t some = submit("--export=LR=0.2 " + job);
+  for (const int64_t id : {all, some}) EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
+  const std::string first = read_text(fmt::format("{}/slurm-{}.out", d.dir(), all));
+  EXPECT_EQ(first.rfind("lr=0.1 tok=t ", 0), 0u) << first;
+  EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), some)),
+            "lr=0.2 tok=unset path=/usr/local/bin:/usr/bin:/bin\n");
+}

@@ -274,3 +274,28 @@ TEST(SbatchMail, TypesAndAddresses) {
   EXPECT_EQ(r.mail_user.value(), "bob");
   EXPECT_TRUE(r.warnings.empty());
 }
+
+// --export, as sbatch reads it (it was ignored with a warning: `--export=ALL,LR=0.1` left LR
+// unset, `--export=NONE` passed everything).
+TEST(SbatchOptions, ExportChoosesTheJobsEnvironment) {
+  const std::map<std::string, std::string> env = {
+      {"HOME", "/home/a"}, {"USER", "a"}, {"PATH", "/opt/venv/bin:/usr/bin"}, {"TOKEN", "t"},
+      {"LR", "0.5"}};
+  auto with = [&](const std::string& spec) {
+    auto e = env;
+    parse_sbatch_script("#!/bin/sh\n#SBATCH --export=" + spec + "\n").apply_export(e);
+    return e;
+  };
+  EXPECT_EQ(with("ALL"), env);
+  auto all_plus = with("ALL,LR=0.1,NEW=x");
+  EXPECT_EQ(all_plus.at("LR"), "0.1");
+  EXPECT_EQ(all_plus.at("NEW"), "x");
+  EXPECT_EQ(all_plus.at("TOKEN"), "t");
+  EXPECT_EQ(with("NONE"), (std::map<std::string, std::string>{
+                              {"HOME", "/home/a"}, {"USER", "a"}, {"PATH", "/usr/local/bin:/usr/bin:/bin"}}));
+  auto named = with("LR,EPOCHS=3");
+  EXPECT_EQ(named.count("TOKEN"), 0u);
+  EXPECT_EQ(named.at("LR"), "0.5");
+  EXPECT_EQ(named.at("EPOCHS"), "3");
+  EXPECT_THROW(with("ALL,=3"), std::invalid_argument);
+}

@@ -261,6 +261,7 @@ constexpr const char* kSubmitUsage =
       "  -d/--dependency afterok|afterany|afternotok:ID[:ID][,...], -a/--array 0-15[:step][%N],\n"
       "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N, -A/--account NAME,\n"
       "  -c/--cpus-per-task N, -n/--ntasks N (SLURM_NTASKS only),\n"
+      "  --export ALL|NONE|[ALL,]NAME[=VALUE],... (the job's environment),\n"
       "  -W/--wait (return when the job ends, with its exit code, as sbatch --wait)\n"
       "  --mail-type NONE|BEGIN|END|FAIL|REQUEUE|ALL|TIME_LIMIT[_90|_80|_50][,...],\n"
       "  --mail-user ADDRESS (default: you; sent through the daemon's sendmail; an array\n"
@@ -320,6 +321,7 @@ int cmd_submit(const Args& a) {
   req.job = parse_sbatch_script(req.script);
   req.job.merge_from(parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse));
   req.job.resolve_gpus_per_task();
+  req.job.apply_export(req.env);
   const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
   ::umask(mask);
   req.umask = mask;

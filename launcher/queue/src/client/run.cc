@@ -115,6 +115,7 @@ SubmitRequest run_request(const RunArgs& r, const AttachSpec& attach) {
   req.cwd = cwd;
   req.env = queue_env().all;
   req.job = r.job;
+  req.job.apply_export(req.env);
   const mode_t mask = ::umask(0);
   ::umask(mask);
   req.umask = mask;

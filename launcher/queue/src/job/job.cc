@@ -78,6 +78,7 @@ void JobRequest::merge_from(const JobRequest& o) {
   if (o.cpus_per_task) cpus_per_task = o.cpus_per_task;
   if (o.ntasks) ntasks = o.ntasks;
   if (o.gpus_per_task) gpus_per_task = o.gpus_per_task;
+  if (o.export_spec) export_spec = o.export_spec;
   if (o.gpus && !o.gpus_per_task) gpus_per_task.reset();  // a later --gres/--gpus wins whole
   if (o.wait) wait = o.wait;
   if (o.mail_events) mail_events = o.mail_events;
@@ -95,6 +96,40 @@ void JobRequest::resolve_gpus_per_task() {
   gpus = int(total);
   shards = 0;
   gpus_per_task.reset();
+}
+
+void JobRequest::apply_export(std::map<std::string, std::string>& env) const {
+  if (!export_spec) return;
+  bool all = false;
+  std::map<std::string, std::string> named;
+  size_t pos = 0;
+  while (pos <= export_spec->size()) {
+    const size_t comma = std::min(export_spec->find(',', pos), export_spec->size());
+    const std::string item = export_spec->substr(pos, comma - pos);
+    pos = comma + 1;
+    if (item == "ALL" || item == "NONE") {
+      all = item == "ALL";
+      continue;
+    }
+    const size_t eq = item.find('=');
+    const std::string name = item.substr(0, eq);
+    if (name.empty())
+      throw std::invalid_argument(fmt::format(
+          "--export '{}': expected ALL, NONE or NAME[=VALUE] items separated by commas",
+          *export_spec));
+    if (eq != std::string::npos)
+      named[name] = item.substr(eq + 1);
+    else if (auto it = env.find(name); it != env.end())
+      named[name] = it->second;
+  }
+  if (!all) {
+    std::map<std::string, std::string> login;
+    for (const char* keep : {"HOME", "USER", "LOGNAME", "SHELL"})
+      if (auto it = env.find(keep); it != env.end()) login.insert(*it);
+    login["PATH"] = "/usr/local/bin:/usr/bin:/bin";
+    env.swap(login);
+  }
+  for (auto& [k, v] : named) env[k] = v;
 }
 
 const MailEventName kMailEventNames[8] = {

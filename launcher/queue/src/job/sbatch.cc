@@ -66,7 +66,6 @@ constexpr const char* kIgnoredWithValue[] = {"-N",
                                              "-q",
                                              "--qos",
                                              "--reservation",
-                                             "--export",
                                              "--ntasks-per-node",
                                              "--constraint",
                                              "-C",
@@ -191,6 +190,7 @@ const std::map<std::string, std::pair<std::string, bool>>& known_options() {
       {"--wait", {"--wait", false}},
       {"--mail-type", {"--mail-type", true}},
       {"--mail-user", {"--mail-user", true}},
+      {"--export", {"--export", true}},
   };
   return m;
 }
@@ -259,6 +259,8 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
           type));
   } else if (opt == "--mail-user") {
     r.mail_user = parse_mail_user(v);
+  } else if (opt == "--export") {
+    r.export_spec = v;
   }
 }
 

@@ -112,6 +112,9 @@ struct JobRequest {
   std::optional<int> ntasks;           // -n: only SLURM_NTASKS, for scripts that read it
   // --gpus-per-task [type:]N: N GPUs for each of the -n tasks (resolve_gpus_per_task()).
   std::optional<int> gpus_per_task;
+  // --export: which of the submitter's variables the job gets (apply_export()); the client's
+  // business, not sent to the daemon.
+  std::optional<std::string> export_spec;
   std::optional<bool> wait;            // -W/--wait: `gpuq submit` waits for the job's end
   std::optional<unsigned> mail_events;  // --mail-type (MailEvent bits)
   std::optional<std::string> mail_user; // --mail-user
@@ -122,6 +125,11 @@ struct JobRequest {
   // Once the script's and the command line's options are merged: --gpus-per-task N with -n T
   // asks for N * T GPUs, as in Slurm (the later of it and --gres/--gpus wins, as they do).
   void resolve_gpus_per_task();
+  // sbatch's --export on the submitter's environment `env`: ALL (the default) keeps it,
+  // ALL,A=1,B keeps it and sets A; NONE, or a list without ALL, keeps only the named variables
+  // (B: its value here) over a login's basics (HOME, USER, LOGNAME, SHELL, a default PATH), as
+  // Slurm then loads the user's login environment. Throws on an empty name.
+  void apply_export(std::map<std::string, std::string>& env) const;
 };
 
 // What a job used, measured by the daemon's sampler while it ran (every --sample-interval) and by
