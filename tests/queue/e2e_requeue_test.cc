@@ -114,8 +114,8 @@ TEST(GpuqRequeue, AnArrayTaskRequeuesItselfAlone) {
 }
 
 // What scontrol refuses, gpuq refuses, saying why, with a non-zero status: a pending job, a
-// finished one (gpuq keeps a finished run as history), one submitted with --no-requeue, an unknown
-// id. A running job needs no --requeue (Slurm's default allows it).
+// finished one (gpuq keeps a finished run as history), one submitted with --no-requeue, a gpuq run
+// job (srun's are not requeued either), an unknown id.
 TEST(GpuqRequeue, RefusesWhatCannotBeRequeued) {
   Daemon d({}, "0");
   d.script("quick.sh", "#!/bin/sh\necho hi\n");
@@ -125,6 +125,9 @@ TEST(GpuqRequeue, RefusesWhatCannotBeRequeued) {
   const int64_t held = d.submit("--hold long.sh");
   const int64_t no = d.submit("--gpus 1 --no-requeue long.sh");
   d.wait_state(no, "RUNNING");
+  sh(fmt::format("cd {} && ({} run -- sleep 30 </dev/null >/dev/null 2>&1 &)", d.dir(), d.cli()));
+  const int64_t attached = no + 1;
+  d.wait_state(attached, "RUNNING");
   struct Case {
     std::string id, says;
   };
@@ -132,6 +135,8 @@ TEST(GpuqRequeue, RefusesWhatCannotBeRequeued) {
        {Case{std::to_string(held), fmt::format("job {} is pending: only a running job", held)},
         Case{std::to_string(done), fmt::format("job {} has already finished", done)},
         Case{std::to_string(no), fmt::format("job {} was submitted with --no-requeue", no)},
+        Case{std::to_string(attached),
+             fmt::format("job {} is interactive (gpuq run or alloc): only batch jobs", attached)},
         Case{"999", "invalid job id '999'"}}) {
     Result r = d.gpuq("requeue " + c.id);
     EXPECT_NE(r.rc, 0) << c.id;
@@ -143,7 +148,7 @@ TEST(GpuqRequeue, RefusesWhatCannotBeRequeued) {
   Result none = d.gpuq("requeue");
   EXPECT_NE(none.rc, 0);
   EXPECT_NE(none.err.find("no job id given"), std::string::npos) << none.err;
-  d.gpuq(fmt::format("cancel {} {}", held, no));
+  d.gpuq(fmt::format("cancel {} {} {}", held, no, attached));
 }
 
 // kill -9 of the daemon after it acknowledged a requeue and before the job ended: one job ends
