@@ -382,8 +382,7 @@ void Daemon::on_supervisor_exit(int64_t id) {
   if (st && st->phase == "done" && j.requeue_requested && !j.cancel_requested) {
     // However the run ended (stopped for the requeue, or by itself before the stop came), it was
     // asked to go back to the queue, as scontrol requeue's jobs do. A cancel after it wins.
-    j.usage.cpu_seconds = std::max(j.usage.cpu_seconds, st->cpu_seconds);
-    j.usage.peak_rss_bytes = std::max(j.usage.peak_rss_bytes, st->max_rss_kb * 1024);
+    // Its GPU-seconds count (fair share); its usage figures start afresh with the rerun.
     accounting_->charge(j, st->end_ms ? st->end_ms : now_ms(), now_ms());
     requeue(j, j.reason);  // op_requeue wrote who asked
     return;
