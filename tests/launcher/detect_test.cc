@@ -402,3 +402,15 @@ TEST(DetectSlurm, ArrayTaskIsNamedForRequeue) {
   lsf.env["LSB_JOBINDEX"] = "5";
   EXPECT_EQ(detect_allocation(lsf).array_task, "77[5]");
 }
+
+// The same for gpuq, whose `gpuq requeue` takes N_T as scancel and scontrol do: the first task's
+// GPUQ_JOB_ID is the array's id, which names every task.
+TEST(DetectGpuq, ArrayTaskIsNamedForRequeue) {
+  auto in = fixture("gpuq.env");
+  EXPECT_FALSE(detect_allocation(in).array_task);
+  in.env["GPUQ_ARRAY_JOB_ID"] = "17";
+  in.env["GPUQ_ARRAY_TASK_ID"] = "0";
+  EXPECT_EQ(detect_allocation(in).array_task, "17_0");
+  in.env["GPUQ_ARRAY_TASK_ID"] = "0 17";
+  EXPECT_NE(error_of(in).find("GPUQ_ARRAY_TASK_ID='0 17'"), std::string::npos) << error_of(in);
+}

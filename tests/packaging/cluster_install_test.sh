@@ -89,7 +89,7 @@ for page in gpurun gpuq; do
   done
 done
 for sub in info hostlist; do grep -q "^   gpurun $sub\$" "$tmp/gpurun.txt" || fail "gpurun(1) has no 'gpurun $sub'"; done
-for sub in submit queue cancel show log history stats report web hold release drain resume daemon; do
+for sub in submit queue cancel show log history stats report web hold release requeue drain resume daemon; do
   grep -q "^   gpuq $sub\$" "$tmp/gpuq.txt" || fail "gpuq(1) has no 'gpuq $sub'"
 done
 for opt in $("$p/bin/gpuq" submit --help | grep -oE -- '--[a-z][a-z-]+' | sort -u); do
@@ -127,7 +127,7 @@ expect_completion "gpurun i" info
 expect_completion "gpurun hostlist " expand compress tasks
 expect_completion "gpurun info --js" --json
 expect_completion "gpuq s" submit show stats
-expect_completion "gpuq " queue cancel hold release drain resume daemon web --version
+expect_completion "gpuq " queue cancel hold release requeue drain resume daemon web --version
 expect_completion "gpuq submit --ti" --time
 # Values named only under a long option's line, or in a subcommand's usage line.
 expect_completion "gpurun --cpu-bind " auto none

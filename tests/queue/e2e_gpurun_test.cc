@@ -146,3 +146,45 @@ TEST(GpuqGpurun, TasksCpusAndTheEndReachGpurunAndEachRank) {
                      "rank=2 procid=2 localid=2 ntasks=3 omp=2"}))
       << text;
 }
+
+// The README's requeue flow (scripts/slurm/mnist_cnn.sbatch) in a gpuq job: --signal=B:USR1@N
+// reaches gpurun, which forwards it to the rank; the rank checkpoints and exits 0; gpurun
+// --requeue runs `gpuq requeue ID` (gpuq found on PATH, as scontrol is under Slurm); the rerun,
+// same id and SLURM_RESTART_COUNT=1, resumes from the checkpoint and ends COMPLETED. gpurun used
+// to say "--requeue: no requeue command for a gpuq job" and the job ended COMPLETED half done.
+TEST(GpuqGpurun, RequeueAfterTheCheckpointSignalRunsTheJobAgain) {
+  Daemon d;
+  // The rank loops rather than waiting on a background sleep, which would outlive it holding its
+  // output open, and gpurun waits for that before it requeues.
+  d.script(
+      "rank.sh",
+      "#!/bin/bash\nck=\"$SLURM_SUBMIT_DIR/ckpt\"\n"
+      "if [ -f \"$ck\" ]; then\n"
+      "  echo \"resumed from step $(cat \"$ck\") restarts=$SLURM_RESTART_COUNT\" >> events.txt\n"
+      "  exit 0\nfi\n"
+      "trap 'echo 5 > \"$ck\"; echo checkpointed >> events.txt; exit 0' USR1\n"
+      "echo \"training restarts=$SLURM_RESTART_COUNT\" >> events.txt\n"
+      "for i in $(seq 300); do sleep 0.1; done\n");
+  // The time limit is 8 s and the signal comes 6 s before it: 2 s into each run.
+  d.script("train.sbatch",
+           "#!/bin/bash\n#SBATCH --requeue\n#SBATCH --gres=gpu:1\n"
+           "#SBATCH --time=0:08\n#SBATCH --signal=B:USR1@6\n"
+           "exec \"$GPURUN\" --launcher local --requeue --checkpoint-signal USR1 -- ./rank.sh "
+           "2>> \"gpurun-$SLURM_RESTART_COUNT.log\"\n");
+  const std::string bin_dir = std::string(GPUQ_BIN).substr(0, std::string(GPUQ_BIN).rfind('/'));
+  Result r = sh(fmt::format("cd {} && PATH={}:$PATH GPURUN={} {} submit --parsable train.sbatch",
+                            d.dir(), bin_dir, GPURUN_BIN, d.cli()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const int64_t id = std::stoll(r.out);
+  auto j = d.wait_final(id, 60);
+  const std::string first = read_text(fmt::format("{}/gpurun-0.log", d.dir()));
+  EXPECT_EQ(j["state"], "COMPLETED") << first << d.log();
+  EXPECT_EQ(j["restart_count"], 1) << first;
+  EXPECT_EQ(read_text(fmt::format("{}/events.txt", d.dir())),
+            "training restarts=0\ncheckpointed\nresumed from step 5 restarts=1\n")
+      << first;
+  EXPECT_NE(first.find(fmt::format("requeueing job {} (gpuq requeue {})", id, id)),
+            std::string::npos)
+      << first;
+  EXPECT_NE(d.log().find("requeue requested by uid"), std::string::npos) << d.log();
+}

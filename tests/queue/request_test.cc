@@ -34,6 +34,10 @@ TEST(Request, DecodesEachOpsFields) {
   EXPECT_EQ(r.ids[1].task, 3);
   EXPECT_EQ(r.ids[2].id, 7);
   EXPECT_EQ(r.signal, 10);
+  r = decode_request(R"({"op":"requeue","ids":["12_3"]})");
+  EXPECT_EQ(r.op, Op::kRequeue);
+  ASSERT_EQ(r.ids.size(), 1u);
+  EXPECT_EQ(r.ids[0].task, 3);
   r = decode_request(R"({"op":"submit","version":2,"script":"#!/bin/sh\n","cwd":"/w","umask":63,
                          "env":{"A":"1"},"job":{"name":"x"},"args":["a"]})");
   EXPECT_EQ(r.submit.umask, 077u);

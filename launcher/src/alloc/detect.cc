@@ -143,6 +143,13 @@ Allocation detect_gpuq(const DetectInput& in) {
   a.job_id = get(in.env, "GPUQ_JOB_ID");
   if (!a.job_id) throw Error("--scheduler gpuq: GPUQ_JOB_ID is not set (not inside a gpuq job?)");
   a.sources = {"GPUQ_JOB_ID", "GPUQ_GPUS", "CUDA_VISIBLE_DEVICES"};
+  // As in Slurm, the first task's own id is the array's, which gpuq takes for every task:
+  // <array>_<task> names this task alone (for --requeue's `gpuq requeue`).
+  auto array = get(in.env, "GPUQ_ARRAY_JOB_ID");
+  auto task = get(in.env, "GPUQ_ARRAY_TASK_ID");
+  if (array && task)
+    a.array_task = fmt::format("{}_{}", parse_count("GPUQ_ARRAY_JOB_ID", *array),
+                               parse_count("GPUQ_ARRAY_TASK_ID", *task));
   // gpuq sets CUDA_VISIBLE_DEVICES to the job's real ids; GPUQ_GPUS holds the same ids.
   auto cvd = visible_from_cvd(in.env);
   auto qg = get(in.env, "GPUQ_GPUS");

@@ -180,6 +180,8 @@ std::vector<std::string> requeue_command(const Allocation& a) {
       return {"qrerun", id};
     case Scheduler::lsf:
       return {"brequeue", id};
+    case Scheduler::gpuq:  // gpuq's own scontrol requeue; an array task as N_T, as in Slurm
+      return {"gpuq", "requeue", id};
     default:
       return {};
   }

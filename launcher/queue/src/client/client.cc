@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <iconv.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -408,6 +409,33 @@ int cmd_hold(const Args& a, bool hold) {
   nlohmann::json req = {{"op", hold ? "hold" : "release"},
                         {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
   return report_results(call(p.socket, req), hold ? "cannot hold" : "cannot release");
+}
+
+int cmd_requeue(const Args& a) {
+  po::options_description desc("gpuq requeue options");
+  desc.add_options()("ids", po::value<std::vector<std::string>>()->multitoken(),
+                     "job ids (N or N_T)");
+  po::positional_options_description pos;
+  pos.add("ids", -1);
+  Parsed p;
+  if (!parse(a, desc, &pos,
+             "usage: gpuq requeue ID...\n"
+             "Stops running jobs as cancel does (SIGTERM, SIGKILL after KillWait) and puts them\n"
+             "back in the queue, like scontrol requeue: same id, SLURM_RESTART_COUNT + 1. An\n"
+             "array id requeues its running tasks, N_T one task. Pending and finished jobs, jobs\n"
+             "submitted with --no-requeue and gpuq run/alloc jobs are refused.",
+             &p))
+    return 0;
+  if (!p.vm.count("ids")) throw std::invalid_argument("gpuq requeue: no job id given");
+  // A job that requeues itself (gpurun --requeue runs `gpuq requeue $SLURM_JOB_ID`) is in the
+  // process group the requeue stops: SIGTERM may come before the reply is read. Held until this
+  // process exits, it cannot turn a requeue that worked into a failure its caller reports.
+  sigset_t term;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  sigprocmask(SIG_BLOCK, &term, nullptr);
+  nlohmann::json req = {{"op", "requeue"}, {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
+  return report_results(call(p.socket, req), "cannot requeue");
 }
 
 int cmd_drain(const Args& a, bool drain) {

@@ -19,6 +19,7 @@ int cmd_show(const Args& a);
 int cmd_log(const Args& a);
 int cmd_history(const Args& a);
 int cmd_hold(const Args& a, bool hold);
+int cmd_requeue(const Args& a);
 int cmd_drain(const Args& a, bool drain);
 int cmd_daemon(const Args& a);
 int cmd_run(const Args& a);    // run.cc: like srun

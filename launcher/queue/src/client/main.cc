@@ -31,6 +31,7 @@ constexpr const char* kUsage =
     "  budget [set|clear] [SUBJECT]    GPU-hour budgets: spent, left; set one (root)\n"
     "  web [--listen 127.0.0.1:8080]   read-only status page, /api/status, /metrics\n"
     "  hold ID... | release ID...      keep pending jobs from starting / let them start\n"
+    "  requeue ID...                   stop running jobs and queue them again (like scontrol)\n"
     "  drain | resume                  stop starting jobs / start again (root)\n"
     "  daemon [--gpus 0,1,...]         run the queue\n"
     "  --version                       print the version\n";
@@ -51,6 +52,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "web") return cmd_web(args);
   if (cmd == "hold") return cmd_hold(args, true);
   if (cmd == "release") return cmd_hold(args, false);
+  if (cmd == "requeue") return cmd_requeue(args);
   if (cmd == "drain") return cmd_drain(args, true);
   if (cmd == "resume") return cmd_drain(args, false);
   if (cmd == "daemon") return cmd_daemon(args);

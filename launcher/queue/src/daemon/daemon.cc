@@ -113,6 +113,7 @@ void Daemon::lock_state_dir() {
 void Daemon::end_turn() {
   store_->commit_batch();
   remove_cleanup_files();
+  send_requeue_stops();
   std::vector<int64_t> spawn;
   spawn.swap(to_spawn_);
   for (int64_t id : spawn) {

@@ -123,6 +123,11 @@ class Daemon {
   nlohmann::json op_show(const Request& req, const Peer& peer);
   nlohmann::json op_cancel(const Request& req, const Peer& peer);
   nlohmann::json op_hold(const Request& req, const Peer& peer, bool hold);
+  // daemon_requeue.cc: `gpuq requeue`, as scontrol requeue
+  nlohmann::json op_requeue(const Request& req, const Peer& peer);
+  // The refusal for requeueing job `j` (active, or nullptr when it has finished); "" when it may.
+  std::string requeue_refusal(int64_t id, const Job* j, const Peer& peer) const;
+  void send_requeue_stops();  // after the batch commit: SIGTERM for the jobs requeued in it
   nlohmann::json op_history(const Request& req, const Peer& peer);
   nlohmann::json op_drain(const Peer& peer, bool drain);
   // daemon_usage.cc: sampling and the usage requests (status, stats, report)
@@ -181,7 +186,10 @@ class Daemon {
               const std::string& reason);
   void reap_orphans(const SupervisorStatus& st);
   void remove_cleanup_files();
+  // A run that ended without a verdict (dead supervisor, reboot): back to the queue when the job
+  // has --requeue or `gpuq requeue` asked for it, else NODE_FAIL.
   void requeue_or_fail(Job& j, const std::string& why);
+  void requeue(Job& j, const std::string& why);  // its run has ended: PENDING, restart_count + 1
   const char* dependency_reason(const Job& j) const;  // nullptr when satisfied
   // One line of the audit trail in the daemon's log: "job 12 (train, alice): started on GPUs 0,1".
   void log_event(const Job& j, const std::string& what) const;
@@ -220,6 +228,7 @@ class Daemon {
   std::string run_dir_, spool_dir_, host_, boot_id_;
   std::vector<int64_t> to_spawn_;  // marked RUNNING in the current batch
   std::vector<int64_t> cleanup_;   // run files to remove once the batch is committed
+  std::vector<int64_t> requeue_stops_;  // requeued in the current batch: stopped once committed
   Fd lock_fd_, signal_fd_;
   std::unique_ptr<Store> store_;
   Connections clients_;

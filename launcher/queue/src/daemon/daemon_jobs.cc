@@ -370,18 +370,24 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
   // Seen live, the run ended now. Found at start-up, it ended while no daemon watched: at its last
   // usage sample (or its start), never billed for the time the daemon or machine was down.
   const int64_t end = recovering_ ? std::max(j.start_ms, j.usage.last_sample_ms) : now_ms();
-  if (!j.requeue) {
+  const bool asked = j.requeue_requested && !j.cancel_requested;  // `gpuq requeue`, not undone
+  if (!j.requeue && !asked) {
     finish(j, JobState::kNodeFail, 0, 0, end, why);
     return;
   }
   accounting_->charge(j, end, now_ms());
-  log_event(j, fmt::format("requeued ({})", why));
+  requeue(j, why);
+}
+
+void Daemon::requeue(Job& j, const std::string& why) {
+  log_event(j, fmt::format("requeued ({})", common::escape_control(why)));
   mail_requeue(j, why);
   j.state = JobState::kPending;
   j.restart_count += 1;
   j.gpus.clear();
   j.start_ms = 0;
   j.reason = why;
+  j.requeue_requested = false;  // done: a later run ends as it ends, unless asked again
   store_->update_job(j);
   jobs_->note_state(j);
   cleanup_.push_back(j.id);  // only once the state change is committed
@@ -395,6 +401,14 @@ void Daemon::on_supervisor_exit(int64_t id) {
   Job& j = *running;
   RunPaths paths = run_paths(run_dir_, id);
   auto st = read_status(paths.status);
+  if (st && st->phase == "done" && j.requeue_requested && !j.cancel_requested) {
+    // However the run ended (stopped for the requeue, or by itself before the stop came), it was
+    // asked to go back to the queue, as scontrol requeue's jobs do. A cancel after it wins.
+    // Its GPU-seconds count (fair share); its usage figures start afresh with the rerun.
+    accounting_->charge(j, st->end_ms ? st->end_ms : now_ms(), now_ms());
+    requeue(j, j.reason);  // op_requeue wrote who asked
+    return;
+  }
   if (st && st->phase == "done") {
     JobState state = JobState::kFailed;
     std::string reason = st->reason;
@@ -422,6 +436,7 @@ void Daemon::on_supervisor_exit(int64_t id) {
   j.state = JobState::kPending;
   j.gpus.clear();
   j.start_ms = 0;
+  j.requeue_requested = false;  // it is back in the queue, which is all a requeue asked
   store_->update_job(j);
   jobs_->note_state(j);
   cleanup_.push_back(id);
@@ -479,7 +494,10 @@ void Daemon::recover() {
       }
       if (st && !holder_gone) {
         watch(id, st->supervisor_pid);
-        if (j.cancel_requested) ::kill(st->supervisor_pid, SIGTERM);
+        if (j.cancel_requested)
+          ::kill(st->supervisor_pid, SIGTERM);
+        else if (j.requeue_requested)  // the previous daemon may have died before it stopped it
+          requeue_stops_.push_back(id);
         fmt::print(stderr, "gpuq daemon: adopted running job {} (supervisor {})\n", id,
                    st->supervisor_pid);
         continue;

@@ -75,6 +75,8 @@ nlohmann::json Daemon::handle(const Request& req, const Peer& peer) {
       return op_hold(req, peer, true);
     case Op::kRelease:
       return op_hold(req, peer, false);
+    case Op::kRequeue:
+      return op_requeue(req, peer);
     case Op::kHistory:
       return op_history(req, peer);
     case Op::kDrain:
@@ -213,6 +215,7 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   base.time_limit_s = r.time_limit_s.value_or(0);
   base.held = r.hold.value_or(false);
   base.requeue = r.requeue.value_or(false);
+  base.no_requeue = r.requeue && !*r.requeue;
   base.submit_ms = now_ms();
   base.dependencies = deps;
   base.signal = r.signal.value_or(SignalSpec{});

@@ -118,6 +118,7 @@ const char* first_difference(const Job& mem, const Job& db) {
   if (mem.gpus != db.gpus) return "gpus";
   if (mem.held != db.held) return "held";
   if (mem.cancel_requested != db.cancel_requested) return "cancel_requested";
+  if (mem.requeue_requested != db.requeue_requested) return "requeue_requested";
   if (mem.restart_count != db.restart_count) return "restart_count";
   if (mem.priority != db.priority) return "priority";
   if (mem.start_ms != db.start_ms) return "start_ms";

@@ -61,7 +61,9 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"time_limit_s", j.time_limit_s},
       {"held", j.held},
       {"requeue", j.requeue},
+      {"no_requeue", j.no_requeue},
       {"cancel_requested", j.cancel_requested},
+      {"requeue_requested", j.requeue_requested},
       {"restart_count", j.restart_count},
       {"submit_ms", j.submit_ms},
       {"start_ms", j.start_ms},
@@ -120,7 +122,9 @@ Job job_from_json(const nlohmann::json& o) {
   j.time_limit_s = o.value("time_limit_s", int64_t{0});
   j.held = o.value("held", false);
   j.requeue = o.value("requeue", false);
+  j.no_requeue = o.value("no_requeue", false);
   j.cancel_requested = o.value("cancel_requested", false);
+  j.requeue_requested = o.value("requeue_requested", false);
   j.restart_count = o.value("restart_count", 0);
   j.submit_ms = o.value("submit_ms", int64_t{0});
   j.start_ms = o.value("start_ms", int64_t{0});

@@ -61,12 +61,12 @@ std::vector<JobRef> get_ids(const json& o) {
 
 Op parse_op(const std::string& op) {
   static const std::map<std::string, Op> ops = {
-      {"ping", Op::kPing},       {"submit", Op::kSubmit},   {"queue", Op::kQueue},
-      {"show", Op::kShow},       {"cancel", Op::kCancel},   {"hold", Op::kHold},
-      {"release", Op::kRelease}, {"history", Op::kHistory}, {"drain", Op::kDrain},
-      {"budget", Op::kBudget},   {"budget_set", Op::kBudgetSet},
-      {"resume", Op::kResume},   {"status", Op::kStatus},   {"stats", Op::kStats},
-      {"report", Op::kReport}};
+      {"ping", Op::kPing},       {"submit", Op::kSubmit},        {"queue", Op::kQueue},
+      {"show", Op::kShow},       {"cancel", Op::kCancel},        {"hold", Op::kHold},
+      {"release", Op::kRelease}, {"history", Op::kHistory},      {"drain", Op::kDrain},
+      {"budget", Op::kBudget},   {"budget_set", Op::kBudgetSet}, {"resume", Op::kResume},
+      {"status", Op::kStatus},   {"stats", Op::kStats},          {"report", Op::kReport},
+      {"requeue", Op::kRequeue}};
   auto it = ops.find(op);
   if (it == ops.end()) {
     std::string shown = json(op).dump(-1, ' ', false, json::error_handler_t::replace);
@@ -271,6 +271,7 @@ void decode_fields(const json& o, Request& r) {
     case Op::kShow:
     case Op::kHold:
     case Op::kRelease:
+    case Op::kRequeue:
     case Op::kStats:
       r.ids = get_ids(o);
       r.brief = get_bool(o, "brief", false);

@@ -46,6 +46,7 @@ enum class Op {
   kReport,
   kBudget,     // list budgets (one subject's, or all)
   kBudgetSet,  // set or clear one (root or the daemon's owner)
+  kRequeue,    // stop running jobs and put them back in the queue, as scontrol requeue
 };
 
 // "12" (a job, or a whole array) or "12_3" (task 3 of array 12).
@@ -71,7 +72,7 @@ struct SubmitRequest {
 struct Request {
   Op op = Op::kPing;
   SubmitRequest submit;
-  std::vector<JobRef> ids;          // show, cancel, hold, release, stats
+  std::vector<JobRef> ids;          // show, cancel, hold, release, requeue, stats
   bool brief = false;               // show: the owner too gets no environment or script
   int signal = 0;                   // cancel: 0 cancels, 1-64 only signals
   std::optional<std::string> user;  // queue, history

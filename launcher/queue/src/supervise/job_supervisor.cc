@@ -320,7 +320,8 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
     int sig = sigtimedwait(&set, &info, &ts);
     if (sig == SIGTERM && !st->cancelled && !st->timed_out) {
       st->cancelled = true;
-      stop("", kill_wait_ms);
+      const bool requeue = info.si_code == SI_QUEUE && info.si_value.sival_int == kStopForRequeue;
+      stop(requeue ? " DUE TO JOB REQUEUE" : "", kill_wait_ms);
     } else if (sig == SIGUSR1 && info.si_code == SI_QUEUE) {
       const int fwd = info.si_value.sival_int;  // the daemon sends 1-64 only
       if (fwd > 0 && fwd < NSIG) ::kill(-child, fwd);

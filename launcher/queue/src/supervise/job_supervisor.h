@@ -16,5 +16,9 @@ int run_supervisor(const std::string& run_dir, int64_t job_id, int lock_fd);
 // The daemon asks a supervisor to forward signal `sig` to the job by sigqueue(SIGUSR1, sig);
 // SIGTERM to the supervisor means "cancel the job".
 constexpr int kForwardSignal = 10;  // SIGUSR1 on Linux; static_assert in supervisor.cc
+// SIGTERM sent by sigqueue with this value stops the job the same way for `gpuq requeue`; only
+// the line in its output differs (Slurm's "... DUE TO JOB REQUEUE ***"). The daemon, not the
+// supervisor, decides from its store that the job goes back to the queue.
+constexpr int kStopForRequeue = 1;
 
 }  // namespace gpurun::queue

@@ -188,8 +188,11 @@ struct Job {
   std::string mig_profile;  // --gres=gpu:PROFILE:N: only MIG devices of that profile
   int64_t time_limit_s = 0;
   bool held = false;
-  bool requeue = false;
+  bool requeue = false;     // --requeue: back to the queue after NODE_FAIL
+  bool no_requeue = false;  // --no-requeue given: `gpuq requeue` refuses it, as scontrol does
   bool cancel_requested = false;
+  // `gpuq requeue` asked for it: when the run ends (however), the job goes back to the queue.
+  bool requeue_requested = false;
   int restart_count = 0;
   int64_t submit_ms = 0;
   int64_t start_ms = 0;
