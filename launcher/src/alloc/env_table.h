@@ -69,6 +69,8 @@ inline constexpr EnvVar kEnvRead[] = {
     // gpuq.
     {"GPUQ_JOB_ID", "gpuq job"},
     {"GPUQ_GPUS", "the job's GPU ids"},
+    {"GPUQ_ARRAY_JOB_ID", "an array task's array: --requeue requeues JOB_TASK"},
+    {"GPUQ_ARRAY_TASK_ID", "an array task's index"},
     // Any scheduler, and the engines.
     {"CUDA_VISIBLE_DEVICES", "this node's visible GPUs (indices or UUIDs)"},
     {"PATH", "where srun, mpirun, blaunch and the program are found"},
