@@ -393,3 +393,18 @@ TEST(GpuqE2E, ExportChoosesWhatTheJobSees) {
   EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), some)),
             "lr=0.2 tok=unset path=/usr/local/bin:/usr/bin:/bin\n");
 }
+
+// --open-mode=append, as sbatch's (it was ignored with a warning: of two jobs writing one file,
+// the second truncated the first's output); truncate stays the default.
+TEST(GpuqE2E, OpenModeAppendKeepsEarlierOutput) {
+  Daemon d;
+  for (int k = 1; k <= 2; ++k)
+    d.wait_final(d.submit(fmt::format("-o same.out --open-mode=append --wrap 'echo job {}'", k)));
+  EXPECT_EQ(read_text(d.dir() + "/same.out"), "job 1\njob 2\n");
+  d.wait_final(d.submit("-o same.out --wrap 'echo job 3'"));
+  EXPECT_EQ(read_text(d.dir() + "/same.out"), "job 3\n");
+  Result bad = d.gpuq("submit --open-mode=sometimes --wrap true");
+  EXPECT_NE(bad.rc, 0);
+  EXPECT_NE(bad.err.find("--open-mode 'sometimes': expected append or truncate"), std::string::npos)
+      << bad.err;
+}

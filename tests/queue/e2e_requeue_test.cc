@@ -220,3 +220,20 @@ TEST(GpuqRequeue, AnotherUserCannotRequeueSomeonesJob) {
   EXPECT_EQ(alice.run(fmt::format("{} cancel {}", cli, id)).rc, 0);
   EXPECT_EQ(d.wait_final(id)["state"], "CANCELLED");
 }
+
+// With --open-mode=append the rerun after a requeue appends, and the first run's lines (its
+// checkpoint messages) stay; without it the rerun starts the file afresh (the test above).
+TEST(GpuqRequeue, OpenModeAppendKeepsTheFirstRunsOutput) {
+  Daemon d({"--kill-wait", "2"}, "0");
+  d.script("self.sh",
+           "#!/bin/bash\n#SBATCH --open-mode=append\n"
+           "echo \"run restarts=$SLURM_RESTART_COUNT\"\n"
+           "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n"
+           "  trap : TERM\n  gpuq requeue \"$SLURM_JOB_ID\"\n  sleep 30 & wait\nfi\n");
+  const int64_t id = submit_with_gpuq_on_path(d, "self.sh");
+  auto j = d.wait_final(id, 20);
+  const std::string out = output_of(d, fmt::format("slurm-{}.out", id));
+  EXPECT_EQ(j["state"], "COMPLETED") << out << d.log();
+  EXPECT_EQ(out.rfind("run restarts=0\nslurmstepd: error: *** JOB ", 0), 0u) << out;
+  EXPECT_NE(out.find(" DUE TO JOB REQUEUE ***\nrun restarts=1\n"), std::string::npos) << out;
+}

@@ -305,6 +305,7 @@ void Daemon::spawn_supervisor(Job& j) {
   spec.time_limit_s = j.time_limit_s;
   spec.signal = j.signal;
   spec.kill_wait_s = cfg_.kill_wait_s;
+  spec.append_output = j.open_append;
   spec.drop_privileges = as_root_;
   spec.attach = j.attach;
   RunPaths paths = run_paths(run_dir_, j.id);

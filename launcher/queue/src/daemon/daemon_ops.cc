@@ -215,6 +215,7 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   base.time_limit_s = r.time_limit_s.value_or(0);
   base.held = r.hold.value_or(false);
   base.requeue = r.requeue.value_or(false);
+  base.open_append = r.open_append.value_or(false);
   base.no_requeue = r.requeue && !*r.requeue;
   base.submit_ms = now_ms();
   base.dependencies = deps;

@@ -72,6 +72,7 @@ void JobRequest::merge_from(const JobRequest& o) {
   if (o.array) array = o.array;
   if (o.signal) signal = o.signal;
   if (o.requeue) requeue = o.requeue;
+  if (o.open_append) open_append = o.open_append;
   if (o.hold) hold = o.hold;
   if (o.priority) priority = o.priority;
   if (o.account) account = o.account;

@@ -62,6 +62,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"held", j.held},
       {"requeue", j.requeue},
       {"no_requeue", j.no_requeue},
+      {"open_append", j.open_append},
       {"cancel_requested", j.cancel_requested},
       {"requeue_requested", j.requeue_requested},
       {"restart_count", j.restart_count},
@@ -123,6 +124,7 @@ Job job_from_json(const nlohmann::json& o) {
   j.held = o.value("held", false);
   j.requeue = o.value("requeue", false);
   j.no_requeue = o.value("no_requeue", false);
+  j.open_append = o.value("open_append", false);
   j.cancel_requested = o.value("cancel_requested", false);
   j.requeue_requested = o.value("requeue_requested", false);
   j.restart_count = o.value("restart_count", 0);

@@ -173,7 +173,7 @@ JobRequest get_job(const json& top) {
               "job.");
   only_keys(o, {"name", "gpus", "shards", "gpu_type", "time_limit_s", "output", "error", "chdir", "dependencies", "array",
                 "signal", "requeue", "hold", "priority", "account", "cpus_per_task", "ntasks",
-                "mail_type", "mail_user"});
+                "mail_type", "mail_user", "open_append"});
   JobRequest r;
   r.job_name = get_name(o, "name");
   r.gpus = get_opt_int(o, "gpus", 0, kMaxJobGpus);
@@ -189,6 +189,7 @@ JobRequest get_job(const json& top) {
   if (field(o, "array")) r.array = get_array(o);
   if (field(o, "signal")) r.signal = get_signal(o);
   r.requeue = get_opt_bool(o, "requeue");
+  r.open_append = get_opt_bool(o, "open_append");
   r.hold = get_opt_bool(o, "hold");
   r.priority = get_opt_int(o, "priority", 0, kMaxPriority);
   r.account = get_name(o, "account");
@@ -335,6 +336,7 @@ json encode_job(const JobRequest& r) {
                    {"lead_seconds", r.signal->lead_seconds},
                    {"batch_only", r.signal->batch_only}};
   if (r.requeue) j["requeue"] = *r.requeue;
+  if (r.open_append) j["open_append"] = *r.open_append;
   if (r.hold) j["hold"] = *r.hold;
   if (r.priority) j["priority"] = *r.priority;
   if (r.account) j["account"] = *r.account;

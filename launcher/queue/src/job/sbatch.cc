@@ -69,7 +69,6 @@ constexpr const char* kIgnoredWithValue[] = {"-N",
                                              "--ntasks-per-node",
                                              "--constraint",
                                              "-C",
-                                             "--open-mode",
                                              "--nice",
                                              "--tasks-per-node",
                                              "--cpus-per-gpu",
@@ -191,6 +190,7 @@ const std::map<std::string, std::pair<std::string, bool>>& known_options() {
       {"--mail-type", {"--mail-type", true}},
       {"--mail-user", {"--mail-user", true}},
       {"--export", {"--export", true}},
+      {"--open-mode", {"--open-mode", true}},
   };
   return m;
 }
@@ -261,6 +261,10 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     r.mail_user = parse_mail_user(v);
   } else if (opt == "--export") {
     r.export_spec = v;
+  } else if (opt == "--open-mode") {
+    if (v != "append" && v != "truncate")
+      bad(fmt::format("--open-mode '{}': expected append or truncate", v));
+    r.open_append = v == "append";
   }
 }
 

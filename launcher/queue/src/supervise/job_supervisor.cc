@@ -58,7 +58,7 @@ namespace {
 // alone can replace it), and an existing file there only when it does; else another user could
 // have the job overwrite a file of the user's, or read the job's output. Otherwise `why` is
 // empty and -1 means errno.
-int open_output(const std::string& path, std::string* why) {
+int open_output(const std::string& path, bool append, std::string* why) {
   const auto slash = path.rfind('/');
   const std::string dir = slash == std::string::npos ? "."
                           : slash == 0               ? "/"
@@ -67,7 +67,7 @@ int open_output(const std::string& path, std::string* why) {
   const bool shared =
       ::stat(dir.c_str(), &ds) == 0 && (ds.st_mode & S_ISVTX) != 0 && (ds.st_mode & S_IWOTH) != 0;
   const auto trusted = [&](uid_t owner) { return owner == geteuid() || owner == ds.st_uid; };
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC;
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0);
   int fd = ::open(path.c_str(), flags | (shared ? O_NOFOLLOW : 0), 0666);
   const int open_errno = errno;
   struct stat ls {};
@@ -95,7 +95,7 @@ int open_output(const std::string& path, std::string* why) {
         path, fs.st_uid, dir);
     return -1;
   }
-  if (::ftruncate(fd, 0) != 0 && errno != EINVAL) {  // EINVAL: a terminal or a pipe
+  if (!append && ::ftruncate(fd, 0) != 0 && errno != EINVAL) {  // EINVAL: a terminal, a pipe
     const int e = errno;
     ::close(fd);
     errno = e;
@@ -168,10 +168,10 @@ void open_stdio(const SupervisorSpec& s, const std::vector<Fd>& stdio, int pipe_
   int in = ::open("/dev/null", O_RDONLY);  // not O_CLOEXEC: it may be fd 0 itself
   if (in < 0 || dup2(in, 0) < 0) child_fail(pipe_fd, "open", "/dev/null");
   std::string why;
-  int out = open_output(s.output, &why);
+  int out = open_output(s.output, s.append_output, &why);
   if (!why.empty()) child_refuse(pipe_fd, why);
   if (out < 0 || dup2(out, 1) < 0) child_fail(pipe_fd, "open output", s.output);
-  int err = s.error.empty() ? out : open_output(s.error, &why);
+  int err = s.error.empty() ? out : open_output(s.error, s.append_output, &why);
   if (!why.empty()) child_refuse(pipe_fd, why);
   if (err < 0 || dup2(err, 2) < 0) child_fail(pipe_fd, "open error", s.error);
 }

@@ -28,6 +28,7 @@ json spec_to_json(const SupervisorSpec& s) {
           {"env", s.env},
           {"output", s.output},
           {"error", s.error},
+          {"append_output", s.append_output},
           {"start_ms", s.start_ms},
           {"time_limit_s", s.time_limit_s},
           {"signal", s.signal.signal},
@@ -86,6 +87,7 @@ SupervisorSpec spec_from_json(const json& j, const std::string& file) {
   s.env = json_fields::get_string_map(o, "env");
   s.output = need_string(o, "output");
   s.error = need_string(o, "error");
+  s.append_output = need_bool(o, "append_output");
   s.start_ms = need_int(o, "start_ms", 0, INT64_MAX);
   s.time_limit_s = need_int(o, "time_limit_s", 0, kMaxTimeLimitS);
   s.signal.signal = static_cast<int>(need_int(o, "signal", 0, 64));

@@ -32,6 +32,7 @@ struct SupervisorSpec {
   std::map<std::string, std::string> env;  // the job's whole environment
   std::string output;                      // absolute path
   std::string error;                       // absolute path, or "" for stderr into the output
+  bool append_output = false;  // --open-mode=append: no truncation
   int64_t start_ms = 0;
   int64_t time_limit_s = 0;      // 0 = none
   SignalSpec signal;             // --signal: signal 0 = none

@@ -105,6 +105,7 @@ struct JobRequest {
   std::optional<ArraySpec> array;
   std::optional<SignalSpec> signal;
   std::optional<bool> requeue;
+  std::optional<bool> open_append;  // --open-mode=append (true) or truncate (false, the default)
   std::optional<bool> hold;
   std::optional<int> priority;
   std::optional<std::string> account;  // recorded for `gpuq report --by account`; no limits
@@ -189,6 +190,9 @@ struct Job {
   int64_t time_limit_s = 0;
   bool held = false;
   bool requeue = false;     // --requeue: back to the queue after NODE_FAIL
+  // --open-mode=append: the output files are appended to, not truncated; also by a rerun after
+  // a requeue, which otherwise starts them afresh (Slurm's defaults too).
+  bool open_append = false;
   bool no_requeue = false;  // --no-requeue given: `gpuq requeue` refuses it, as scontrol does
   bool cancel_requested = false;
   // `gpuq requeue` asked for it: when the run ends (however), the job goes back to the queue.
