@@ -408,3 +408,28 @@ TEST(GpuqE2E, OpenModeAppendKeepsEarlierOutput) {
   EXPECT_NE(bad.err.find("--open-mode 'sometimes': expected append or truncate"), std::string::npos)
       << bad.err;
 }
+
+// Common mistakes get an error that says what is wrong with the input (a review found these
+// unclear: "'' is not a number" for --time=-1, "does not look like a batch script" for a
+// directory, no reason for a missing script, and `queue -u` with a misspelt user exited 0 with
+// nothing listed); Slurm's INFINITE is accepted in any case.
+TEST(GpuqE2E, CommonMistakesAreNamed) {
+  Daemon d;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"submit --time=-1 --wrap true",
+       "time limit '-1': expected M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED"},
+      {"submit /tmp", "'/tmp' is a directory: expected a batch script (a file)"},
+      {"submit /nonexistent-gpuq.sh",
+       "cannot read script '/nonexistent-gpuq.sh': No such file or directory"},
+      {"submit --array=0-3% --wrap true",
+       "--array '0-3%': the %limit '' must be a whole number from 1 to 100000"},
+      {"queue -u no-such-user-gpuq", "gpuq queue -u 'no-such-user-gpuq': no such user"},
+      {"history -u no-such-user-gpuq", "gpuq history -u 'no-such-user-gpuq': no such user"}};
+  for (const auto& [args, want] : cases) {
+    Result r = d.gpuq(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+  }
+  const int64_t id = d.submit("--time=infinite --wrap true");
+  EXPECT_EQ(d.wait_final(id)["time_limit_s"], 0);
+}

@@ -37,7 +37,15 @@ TEST(GpuqUsers, SecondUserCannotTouchFirstUsersJob) {
   Result c = bob.run(fmt::format("{} cancel {}", cli, id));
   EXPECT_NE(c.rc, 0);
   EXPECT_NE(c.err.find("permission denied"), std::string::npos) << c.err;
-  EXPECT_NE(bob.run(fmt::format("{} cancel --signal KILL {}", cli, id)).rc, 0);
+  Result sig = bob.run(fmt::format("{} cancel --signal KILL {}", cli, id));
+  EXPECT_NE(sig.rc, 0);
+  EXPECT_NE(sig.err.find("cannot signal"), std::string::npos) << sig.err;
+  // Whose job it is comes before its state: "job N is not pending" told bob about her job.
+  Result h = bob.run(fmt::format("{} hold {}", cli, id));
+  EXPECT_NE(h.rc, 0);
+  EXPECT_NE(h.err.find(fmt::format("permission denied: job {} belongs to {}", id, alice.name())),
+            std::string::npos)
+      << h.err;
   Result l = bob.run(fmt::format("{} log {}", cli, id));
   EXPECT_NE(l.rc, 0);
   EXPECT_NE(l.err.find("permission denied"), std::string::npos) << l.err;

@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <nlohmann/json.hpp>
@@ -201,8 +202,13 @@ void read_script(const Args& a, size_t pos, const std::optional<std::string>& wr
     *script = "#!/bin/sh\n" + *wrap + "\n";
     *name = "wrap";
   } else if (pos < a.size() && a[pos] != "-") {
+    struct stat st {};
+    if (::stat(a[pos].c_str(), &st) == 0 && S_ISDIR(st.st_mode))
+      throw std::invalid_argument(
+          fmt::format("'{}' is a directory: expected a batch script (a file)", a[pos]));
     std::ifstream in(a[pos], std::ios::binary);
-    if (!in) throw std::runtime_error(fmt::format("cannot read script '{}'", a[pos]));
+    if (!in)
+      throw std::runtime_error(fmt::format("cannot read script '{}': {}", a[pos], strerror(errno)));
     *script = read_all(in);
     *name = a[pos];
     args->assign(a.begin() + pos + 1, a.end());
@@ -341,6 +347,14 @@ int cmd_submit(const Args& a) {
   return wait_for_job(socket, id);
 }
 
+// -u NAME of queue and history: a user this machine knows, as squeue and sacct insist ("Invalid
+// user"); a misspelt name listed nothing and exited 0.
+std::string known_user(const std::string& cmd, const std::string& name) {
+  if (!common::passwd_entry(name))
+    throw std::invalid_argument(fmt::format("gpuq {} -u '{}': no such user", cmd, name));
+  return name;
+}
+
 int cmd_queue(const Args& a) {
   po::options_description desc("gpuq queue options");
   desc.add_options()("user,u", po::value<std::string>(), "only this user's jobs")(
@@ -354,7 +368,7 @@ int cmd_queue(const Args& a) {
              &p))
     return 0;
   nlohmann::json req = {{"op", "queue"}};
-  if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
+  if (p.vm.count("user")) req["user"] = known_user("queue", p.vm["user"].as<std::string>());
   if (p.vm.count("me")) {
     const auto pw = common::passwd_entry(getuid());
     if (!pw) throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
@@ -392,7 +406,7 @@ int cmd_cancel(const Args& a) {
   if (!p.vm.count("ids")) throw std::invalid_argument("gpuq cancel: no job id given");
   nlohmann::json req = {{"op", "cancel"}, {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
   if (p.vm.count("signal")) req["signal"] = parse_signal_name(p.vm["signal"].as<std::string>());
-  return report_results(call(p.socket, req), "cannot cancel");
+  return report_results(call(p.socket, req), p.vm.count("signal") ? "cannot signal" : "cannot cancel");
 }
 
 int cmd_hold(const Args& a, bool hold) {
@@ -555,7 +569,7 @@ int cmd_history(const Args& a) {
   if (limit < 0) throw std::invalid_argument(fmt::format("-n {}: expected 0 or more", limit));
   nlohmann::json req = {
       {"op", "history"}, {"all_users", p.vm.count("all-users") > 0}, {"limit", limit}};
-  if (p.vm.count("user")) req["user"] = p.vm["user"].as<std::string>();
+  if (p.vm.count("user")) req["user"] = known_user("history", p.vm["user"].as<std::string>());
   auto reply = call(p.socket, req);
   if (p.vm.count("json")) {
     std::cout << reply["jobs"].dump(2) << "\n";

@@ -412,10 +412,10 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
     std::string err;
     if ((!j || j->state != JobState::kPending) && via_array.count(id))
       continue;  // an array's tasks that already started or ended
-    if (!j || j->state != JobState::kPending)
-      err = fmt::format("job {} is not pending", id);
-    else if (!may_control(peer, *j))
+    if (j && !may_control(peer, *j))  // whose job first: its state is the owner's business
       err = fmt::format("permission denied: job {} belongs to {}", id, j->user);
+    else if (!j || j->state != JobState::kPending)
+      err = fmt::format("job {} is not pending", id);
     else if (j->held != hold) {
       j->held = hold;
       store_->update_job(*j);

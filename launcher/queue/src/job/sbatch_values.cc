@@ -40,8 +40,13 @@ using parse_util::split;
 using parse_util::to_int;
 
 int64_t parse_time_limit(const std::string& text) {
-  if (text == "0" || text == "UNLIMITED" || text == "INFINITE" || text == "unlimited") return 0;
+  std::string upper = text;
+  for (char& c : upper) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
+  if (text == "0" || upper == "UNLIMITED" || upper == "INFINITE") return 0;
   const std::string what = fmt::format("time limit '{}'", text);
+  if (text.empty() || text.find_first_not_of("0123456789:-") != std::string::npos ||
+      text[0] == '-' || text.find('-') != text.rfind('-'))
+    bad(what + ": expected M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED");
   int64_t days = 0;
   std::string rest = text;
   size_t dash = text.find('-');
@@ -168,8 +173,12 @@ ArraySpec parse_array(const std::string& text) {
   std::string list = text;
   size_t pct = text.find('%');
   if (pct != std::string::npos) {
-    a.max_running = static_cast<int>(to_int(text.substr(pct + 1), "--array %limit", kMaxArrayCap));
-    if (a.max_running == 0) bad(fmt::format("--array '{}': the %limit must be at least 1", text));
+    const std::string cap = text.substr(pct + 1);
+    if (cap.empty() || cap.find_first_not_of("0123456789") != std::string::npos || cap.size() > 9 ||
+        std::stol(cap) < 1 || std::stol(cap) > kMaxArrayCap)
+      bad(fmt::format("--array '{}': the %limit '{}' must be a whole number from 1 to {}", text, cap,
+                      kMaxArrayCap));
+    a.max_running = static_cast<int>(std::stol(cap));
     list = text.substr(0, pct);
   }
   std::set<int> seen;
