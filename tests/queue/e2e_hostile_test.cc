@@ -457,18 +457,25 @@ TEST(GpuqHostile, TheClientSendsNothingToASocketAnotherUserServes) {
           "p = sys.argv[1]\n"
           "s = socket.socket(socket.AF_UNIX)\n"
           "s.bind(p + '.tmp'); os.chmod(p + '.tmp', 0o777); s.listen(1); os.rename(p + '.tmp', p)\n"
-          "s.settimeout(30)\n"
-          "c, _ = s.accept(); c.settimeout(10); got = b''\n"
-          "try:\n"
-          "    while True:\n"
-          "        b = c.recv(65536)\n"
-          "        if not b: break\n"
-          "        got += b\n"
-          "except OSError: pass\n"
+          "s.settimeout(30); got = b''\n"
+          "for _ in range(2):  # alice's daemon's probe, then her client\n"
+          "    c, _ = s.accept(); c.settimeout(10)\n"
+          "    try:\n"
+          "        while True:\n"
+          "            b = c.recv(65536)\n"
+          "            if not b: break\n"
+          "            got += b\n"
+          "    except OSError: pass\n"
           "open(p + '.got', 'w').write(str(len(got)))\n";
   }
   bob.run(fmt::format("python3 {0}/serve.py {1} </dev/null >{0}/serve.log 2>&1 &", bdir, sock));
   ASSERT_TRUE(wait_for_path(sock)) << read_text(bdir + "/serve.log");
+  // Her own daemon on that name says who holds it (it said "another gpuq daemon answers").
+  Result dm = alice.run(fmt::format("timeout 20 {} daemon --gpus none --socket {} --state-dir {}/st",
+                                    gpuq_bin(), sock, adir));
+  EXPECT_NE(dm.rc, 0);
+  EXPECT_NE(dm.err.find(fmt::format("{} is served by uid {}", sock, bob.uid())), std::string::npos)
+      << dm.err;
   Result r =
       alice.run(fmt::format("cd {} && GPUQ_SOCKET={} MY_TOKEN=s3cret {} submit --wrap \"echo hi\"",
                             adir, sock, gpuq_bin()));

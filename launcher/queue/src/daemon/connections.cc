@@ -48,11 +48,20 @@ void Connections::open() {
   // daemon of another state directory may answer there. A socket nobody answers on is stale.
   {
     Fd probe(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
-    if (probe && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0)
+    if (probe && ::connect(probe.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+      ucred peer{};
+      socklen_t len = sizeof(peer);
+      const bool known = getsockopt(probe.get(), SOL_SOCKET, SO_PEERCRED, &peer, &len) == 0;
+      if (known && peer.uid != 0 && peer.uid != geteuid())  // /tmp/gpuq-UID.sock, taken first
+        throw std::runtime_error(fmt::format(
+            "{} is served by uid {} (pid {}), not by a daemon of yours: another user took the "
+            "name; give this daemon another --socket (and your clients GPUQ_SOCKET)",
+            socket_path_, peer.uid, peer.pid));
       throw std::runtime_error(fmt::format(
           "another gpuq daemon answers on {} (with another state directory): stop it, or give "
           "this one another --socket",
           socket_path_));
+    }
   }
   ::unlink(socket_path_.c_str());  // a stale socket of a killed daemon
   listen_fd_ = Fd(::socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC | SOCK_NONBLOCK, 0));
