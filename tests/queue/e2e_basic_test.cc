@@ -391,7 +391,8 @@ TEST(GpuqE2E, ExportChoosesWhatTheJobSees) {
   const std::string first = read_text(fmt::format("{}/slurm-{}.out", d.dir(), all));
   EXPECT_EQ(first.rfind("lr=0.1 tok=t ", 0), 0u) << first;
   EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), some)),
-            "lr=0.2 tok=unset path=/usr/local/bin:/usr/bin:/bin\n");
+            fmt::format("lr=0.2 tok=unset path={}/state/bin:/usr/local/bin:/usr/bin:/bin\n",
+                        d.dir()));  // gpuq's srun first
 }
 
 // --open-mode=append, as sbatch's (it was ignored with a warning: of two jobs writing one file,

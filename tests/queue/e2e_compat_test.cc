@@ -108,3 +108,42 @@ TEST(GpuqCompat, TheDaemonLogsEveryJobEvent) {
                     stamp, rq)})
     EXPECT_TRUE(std::regex_search(log, std::regex(want))) << want << "\n" << log;
 }
+
+// `srun` in a batch script, as most cluster scripts start their tasks: Slurm's srun finds no
+// controller in a gpuq job ("Could not establish a configuration source") and the job failed.
+// The job's PATH now starts with gpuq's srun, which runs the step here: -n tasks (default the
+// job's), each with srun's variables and all the job's GPUs, labels with -l, the highest exit
+// status, and a clear refusal of what one machine cannot do.
+TEST(GpuqCompat, SrunInAJobRunsTheStepsTasksHere) {
+  Daemon d;
+  d.script("step.sh",
+           "#!/bin/sh\n#SBATCH -n 3\n#SBATCH --gres=gpu:2\n"
+           "srun sh -c 'echo task=$SLURM_PROCID/$SLURM_NTASKS local=$SLURM_LOCALID "
+           "step=$SLURM_STEP_ID gpus=$CUDA_VISIBLE_DEVICES' | sort\n"
+           "srun -l -n 2 --mpi=pmix echo hi | sort\n"
+           "srun -n 2 sh -c 'exit $SLURM_PROCID' 2>/dev/null; echo rc=$?\n"
+           "t0=$(date +%s); srun -K -n 2 sh -c '[ $SLURM_PROCID = 1 ] && exit 3; exec sleep 30' "
+           "2>/dev/null; echo k=$? fast=$(( $(date +%s) - t0 < 10 ))\n"
+           "srun -o x.txt true 2>&1; echo refused=$?\n"
+           "srun -N 2 true 2>&1; echo nodes=$?\n");
+  const int64_t id = d.submit("step.sh");
+  auto j = d.wait_final(id, 60);
+  const std::string out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), id));
+  ASSERT_EQ(j["state"], "COMPLETED") << out;
+  const std::string gpus =
+      fmt::format("{},{}", j["gpus"].at(0).get<int>(), j["gpus"].at(1).get<int>());
+  EXPECT_EQ(lines(out),
+            (std::vector<std::string>{
+                fmt::format("task=0/3 local=0 step=0 gpus={}", gpus),
+                fmt::format("task=1/3 local=1 step=0 gpus={}", gpus),
+                fmt::format("task=2/3 local=2 step=0 gpus={}", gpus), "0: hi", "1: hi", "rc=1",
+                "k=143 fast=1",
+                "srun -o: not supported inside a gpuq job (the tasks write to the job's output; "
+                "redirect in the script, or use gpuq run --pty for a terminal)",
+                "refused=1",
+                "srun -N 2: a gpuq job has one machine (run the tasks here with -n)", "nodes=1"}))
+      << out;
+  Result outside = sh(fmt::format("env -u GPUQ_JOB_ID {}/bin/srun true", d.dir() + "/state"));
+  EXPECT_NE(outside.rc, 0);
+  EXPECT_NE(outside.err.find("srun: not inside a gpuq job"), std::string::npos) << outside.err;
+}

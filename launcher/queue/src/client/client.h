@@ -24,6 +24,9 @@ int cmd_drain(const Args& a, bool drain);
 int cmd_daemon(const Args& a);
 int cmd_run(const Args& a);    // run.cc: like srun
 int cmd_alloc(const Args& a);  // run.cc: like salloc
+// srun.cc: srun inside a job (the daemon puts `srun`, this program, first on a job's PATH): the
+// step's tasks on this machine with srun's variables.
+int cmd_srun(const Args& a);
 
 // `gpuq submit --wait`: polls job `id` (every task of an array) until it has ended and returns
 // what sbatch --wait exits with: the job's exit code (the highest of an array's tasks), 1 for a

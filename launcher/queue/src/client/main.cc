@@ -34,6 +34,8 @@ constexpr const char* kUsage =
     "  requeue ID...                   stop running jobs and queue them again (like scontrol)\n"
     "  drain | resume                  stop starting jobs / start again (root)\n"
     "  daemon [--gpus 0,1,...]         run the queue\n"
+    "  srun [-n N] [-l] CMD            inside a job: its tasks, as srun runs a step (the job's\n"
+    "                                  PATH has `srun` as this command)\n"
     "  --version                       print the version\n";
 
 int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
@@ -56,6 +58,7 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
   if (cmd == "drain") return cmd_drain(args, true);
   if (cmd == "resume") return cmd_drain(args, false);
   if (cmd == "daemon") return cmd_daemon(args);
+  if (cmd == "srun") return cmd_srun(args);
   std::cerr << "gpuq: unknown command '" << cmd << "'\n" << kUsage;
   return 2;
 }
@@ -63,6 +66,15 @@ int dispatch(const std::string& cmd, const std::vector<std::string>& args) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const std::string self = argv[0];
+  if (self == "srun" || (self.size() > 5 && self.compare(self.size() - 5, 5, "/srun") == 0)) {
+    try {  // called as srun: STATE/bin/srun in a job's PATH
+      return gpurun::queue::cmd_srun(std::vector<std::string>(argv + 1, argv + argc));
+    } catch (const std::exception& e) {
+      fmt::print(stderr, "{}\n", e.what());
+      return 1;
+    }
+  }
   if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;

@@ -69,6 +69,14 @@ Daemon::Daemon(DaemonConfig cfg)
   spool_dir_ = cfg_.state_dir + "/spool";
   secure_dir(run_dir_, 0700);
   secure_dir(spool_dir_, 0711);  // jobs must reach their own script, but not list others'
+  // First on every job's PATH: `srun`, this program, which runs a step's tasks here (a cluster
+  // script's `srun python train.py`; Slurm's srun finds no controller in a gpuq job).
+  bin_dir_ = cfg_.state_dir + "/bin";
+  secure_dir(bin_dir_, 0755);
+  const std::string srun = bin_dir_ + "/srun";
+  ::unlink(srun.c_str());
+  if (!cfg_.self_exe.empty() && ::symlink(cfg_.self_exe.c_str(), srun.c_str()) != 0)
+    throw std::runtime_error(fmt::format("cannot create {}: {}", srun, strerror(errno)));
   for (const char* f : {"/jobs.db", "/jobs.db-wal", "/jobs.db-shm", "/daemon.lock"})
     tighten(cfg_.state_dir + f);
   char host[256] = {0};

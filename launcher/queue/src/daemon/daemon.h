@@ -225,7 +225,7 @@ class Daemon {
   void check_invariants(const char* when);  // throws std::logic_error when one is broken
 
   DaemonConfig cfg_;
-  std::string run_dir_, spool_dir_, host_, boot_id_;
+  std::string run_dir_, spool_dir_, bin_dir_, host_, boot_id_;
   std::vector<int64_t> to_spawn_;  // marked RUNNING in the current batch
   std::vector<int64_t> cleanup_;   // run files to remove once the batch is committed
   std::vector<int64_t> requeue_stops_;  // requeued in the current batch: stopped once committed

@@ -277,6 +277,10 @@ void Daemon::spawn_supervisor(Job& j) {
     env["GPUQ_ARRAY_JOB_ID"] = std::to_string(j.array_job_id);
     env["GPUQ_ARRAY_TASK_ID"] = std::to_string(j.array_task_id);
   }
+  const auto path = env.find("PATH");
+  env["PATH"] = bin_dir_ + ":" +
+                (path != env.end() && !path->second.empty() ? path->second
+                                                             : "/usr/local/bin:/usr/bin:/bin");
   env["CUDA_VISIBLE_DEVICES"] = visible_devices(gpus);  // empty for CPU-only jobs: no GPU
   env["CUDA_DEVICE_ORDER"] = "PCI_BUS_ID";
   // The other ways to name GPUs, from the submitting shell, would claim GPUs the job was not
