@@ -188,3 +188,24 @@ TEST(GpuqGpurun, RequeueAfterTheCheckpointSignalRunsTheJobAgain) {
       << first;
   EXPECT_NE(d.log().find("requeue requested by uid"), std::string::npos) << d.log();
 }
+
+// `srun gpurun -- CMD`, the usual Slurm form: under gpuq's srun each gpurun is one task of the
+// step and runs its own rank (each of the n tasks started max(n, GPUs) ranks: n x n in all).
+TEST(GpuqGpurun, GpurunUnderSrunRunsOneRankPerTask) {
+  Daemon d;
+  d.script("step.sh", "#!/bin/sh\n#SBATCH -n 2\n"
+                      "srun \"$GPURUN\" -- sh -c 'echo rank=$RANK/$WORLD_SIZE procid=$SLURM_PROCID'\n");
+  Result r = sh(fmt::format("cd {} && GPURUN={} {} submit --parsable step.sh", d.dir(), GPURUN_BIN,
+                            d.cli()));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  const int64_t job = std::stoll(r.out);
+  auto j = d.wait_final(job, 60);
+  const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
+  EXPECT_EQ(j["state"], "COMPLETED") << text;
+  auto out = lines(text);
+  out.erase(std::remove_if(out.begin(), out.end(),
+                           [](const std::string& l) { return l.rfind("rank=", 0) != 0; }),
+            out.end());
+  std::sort(out.begin(), out.end());
+  EXPECT_EQ(out, (std::vector<std::string>{"rank=0/2 procid=0", "rank=1/2 procid=1"})) << text;
+}

@@ -529,3 +529,30 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
   EXPECT_EQ(d.wait_final(own_link)["state"], "COMPLETED");
   EXPECT_EQ(read_text(adir + "/target"), "secret-output\n");
 }
+
+// What the review of the output check found: a FIFO another user made under the output name held
+// the job's start forever (the open blocked; no time limit or cancel reached it), and a hard link
+// in the shared directory to one of the user's files (hosts without protected_hardlinks) passed
+// the owner check and was truncated. Both are refused now, the job FAILED at once; -o and -e
+// naming one file share one opening (two wrote over each other from offset 0).
+TEST(GpuqHostile, AFifoOrAHardLinkUnderTheOutputNameIsRefused) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d;
+  TestUser alice("gfa"), bob("gfb");
+  const std::string adir = work_dir(d, alice), shared = d.dir() + "/shared";
+  sh(fmt::format("mkdir -p {0} && chmod 1777 {0}", shared));
+  bob.run(fmt::format("mkfifo -m 666 {}/fifo.out", shared));
+  alice.run(fmt::format("echo keep > {}/notes", adir));
+  sh(fmt::format("ln {}/notes {}/hard.out", adir, shared));  // as a host without the protection
+  const std::string job = "--wrap \"echo out; echo err >&2\"";
+  const int64_t fifo = submit_as(alice, d, adir, "", "-o " + shared + "/fifo.out " + job);
+  const int64_t hard = submit_as(alice, d, adir, "", "-o " + shared + "/hard.out " + job);
+  const int64_t both = submit_as(alice, d, adir, "", "-o both.txt -e both.txt " + job);
+  EXPECT_EQ(d.wait_final(fifo, 10)["state"], "FAILED");
+  const auto h = d.wait_final(hard, 10);
+  EXPECT_EQ(h["state"], "FAILED");
+  EXPECT_NE(h.value("reason", "").find("a hard link (2 names)"), std::string::npos) << h.dump();
+  EXPECT_EQ(read_text(adir + "/notes"), "keep\n");
+  EXPECT_EQ(d.wait_final(both)["state"], "COMPLETED");
+  EXPECT_EQ(read_text(adir + "/both.txt"), "out\nerr\n");
+}

@@ -128,6 +128,25 @@ void gpuq_tasks_and_end(const Env& env, Allocation& a) {
     a.cpus_per_task = static_cast<int>(*c);
     a.sources.push_back("SLURM_CPUS_PER_TASK");
   }
+  // Under gpuq's srun (SLURM_STEP_ID), this gpurun is one task of the step, as under Slurm's: it
+  // runs its own rank only (each of n tasks started max(n, GPUs) ranks).
+  if (get(env, "SLURM_STEP_ID")) {
+    StepTask t;
+    t.engine = "srun";
+    t.world_size = static_cast<int>(
+        get_count(env, "SLURM_STEP_NUM_TASKS").value_or(a.job_tasks.value_or(1)));
+    t.rank = static_cast<int>(get_count(env, "SLURM_PROCID").value_or(0));
+    t.local_rank = static_cast<int>(get_count(env, "SLURM_LOCALID").value_or(t.rank));
+    t.local_world_size = t.world_size;
+    if (t.world_size < 1 || t.world_size > kMaxRanks || t.rank >= t.world_size ||
+        t.local_rank >= t.world_size)
+      throw Error(fmt::format("SLURM_PROCID={} SLURM_LOCALID={} but the step has {} tasks",
+                              t.rank, t.local_rank, t.world_size));
+    a.step_task = t;
+    a.job_tasks = t.world_size;
+    a.nodes.front().slots = t.world_size;
+    a.sources.push_back("SLURM_STEP_ID");
+  }
   if (auto end = get(env, "SLURM_JOB_END_TIME")) {
     if (end->empty() || end->size() > 18 || end->find_first_not_of("0123456789") != std::string::npos)
       throw Error(fmt::format("SLURM_JOB_END_TIME={}: expected UNIX seconds", *end));

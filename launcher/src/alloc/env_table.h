@@ -128,6 +128,7 @@ inline constexpr EnvVar kEnvSet[] = {
     {"SLURM_LOCALID", "in a gpuq job: LOCAL_RANK"},
     {"SLURM_NODEID", "in a gpuq job: NODE_RANK"},
     {"SLURM_NTASKS", "in a gpuq job: WORLD_SIZE"},
+    {"SLURM_NPROCS", "in a gpuq job: WORLD_SIZE"},
 };
 
 }  // namespace gpurun::launcher

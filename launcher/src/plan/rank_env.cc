@@ -130,6 +130,7 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
     out.emplace_back("SLURM_LOCALID", std::to_string(r.local_rank));
     out.emplace_back("SLURM_NODEID", std::to_string(r.node_rank));
     out.emplace_back("SLURM_NTASKS", std::to_string(p.world_size));
+    out.emplace_back("SLURM_NPROCS", std::to_string(p.world_size));
   }
   return out;
 }

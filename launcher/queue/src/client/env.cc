@@ -28,6 +28,9 @@ QueueEnv queue_env_from(const std::map<std::string, std::string>& env) {
   q.nvidia_smi = get(env, "GPURUN_NVIDIA_SMI");
   q.path = get(env, "PATH");
   q.shell = get(env, "SHELL");
+  q.job_id = get(env, "GPUQ_JOB_ID");
+  q.ntasks = get(env, "SLURM_NTASKS");
+  q.nodelist = get(env, "SLURM_JOB_NODELIST");
   if (auto r = get(env, "GPUQ_RETRY_SECONDS")) {
     char* end = nullptr;
     q.retry_seconds = std::strtod(r->c_str(), &end);

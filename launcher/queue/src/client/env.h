@@ -22,6 +22,9 @@ inline constexpr QueueEnvVar kQueueEnvRead[] = {
     {"GPURUN_NVIDIA_SMI", "an nvidia-smi for the daemon's GPU sampler to run instead of NVML"},
     {"PATH", "where the daemon finds nvidia-cuda-mps-control (--mps)"},
     {"SHELL", "what gpuq alloc runs when given no command"},
+    {"GPUQ_JOB_ID", "srun: the job it runs a step of (unset: not in a job)"},
+    {"SLURM_NTASKS", "srun: the job's tasks, its default -n"},
+    {"SLURM_JOB_NODELIST", "srun: this host's name, for SLURM_STEP_NODELIST"},
 };
 
 struct QueueEnv {
@@ -33,6 +36,9 @@ struct QueueEnv {
   std::optional<std::string> nvidia_smi;   // GPURUN_NVIDIA_SMI
   std::optional<std::string> path;         // PATH
   std::optional<std::string> shell;        // SHELL
+  std::optional<std::string> job_id;       // GPUQ_JOB_ID
+  std::optional<std::string> ntasks;       // SLURM_NTASKS
+  std::optional<std::string> nodelist;     // SLURM_JOB_NODELIST
   // The whole environment: `gpuq submit` hands it to the job, as sbatch does.
   std::map<std::string, std::string> all;
 };

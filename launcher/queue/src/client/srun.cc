@@ -26,9 +26,8 @@
 #include <vector>
 
 #include "client/client.h"
+#include "client/env.h"
 #include "gpurun/common/posix.h"
-
-extern char** environ;
 
 namespace gpurun::queue {
 namespace {
@@ -133,12 +132,7 @@ Step parse_step(const std::vector<std::string>& a) {
 
 // The job's environment plus task `t`'s variables, as srun sets them on one node.
 std::vector<std::string> task_env(const Step& s, int t, const std::string& host) {
-  std::map<std::string, std::string> env;
-  for (char** e = environ; *e; ++e) {
-    const std::string kv = *e;
-    const size_t eq = kv.find('=');
-    if (eq != std::string::npos) env[kv.substr(0, eq)] = kv.substr(eq + 1);
-  }
+  std::map<std::string, std::string> env = queue_env().all;
   const std::string n = std::to_string(s.tasks);
   for (const auto& [k, v] : std::map<std::string, std::string>{
            {"SLURM_PROCID", std::to_string(t)}, {"SLURM_LOCALID", std::to_string(t)},
@@ -173,6 +167,9 @@ pid_t start(const Step& s, int t, const std::string& host, Task* task) {
   const pid_t pid = fork();
   if (pid < 0) throw std::runtime_error(fmt::format("srun: fork: {}", strerror(errno)));
   if (pid == 0) {
+    // A group of its own, as a Slurm task is not in the batch shell's: the job's signals reach
+    // it once, through srun (the supervisor's sweep of the job's session still ends it).
+    setpgid(0, 0);
     if (s.label) dup2(po[1], 1), dup2(pe[1], 2);
     sigset_t none;
     sigemptyset(&none);
@@ -186,6 +183,7 @@ pid_t start(const Step& s, int t, const std::string& host, Task* task) {
   }
   if (s.label) {
     ::close(po[1]), ::close(pe[1]);
+    fcntl(po[0], F_SETFL, O_NONBLOCK), fcntl(pe[0], F_SETFL, O_NONBLOCK);
     task->out = po[0], task->err = pe[0];
   }
   return pid;
@@ -195,7 +193,7 @@ pid_t start(const Step& s, int t, const std::string& host, Task* task) {
 bool pass_on(int fd, int to, int t, std::string* part) {
   char buf[65536];
   const ssize_t n = ::read(fd, buf, sizeof(buf));
-  if (n < 0 && errno == EINTR) return true;
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
   if (n <= 0) {
     if (!part->empty()) common::write_all(to, fmt::format("{}: {}\n", t, *part));
     part->clear();
@@ -216,15 +214,21 @@ int exit_of(int status) {
 // Runs the step: signals that reach srun (the job's --signal, gpuq cancel's SIGTERM) go to every
 // task; with -K, the first task that fails stops the rest.
 int run_step(const Step& s) {
-  const char* nodes = std::getenv("SLURM_JOB_NODELIST");  // gpuq sets this host's short name
-  const std::string host = nodes ? nodes : "localhost";
+  const std::string host = queue_env().nodelist.value_or("localhost");  // gpuq's: this host
   sigset_t fwd;
   sigemptyset(&fwd);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGUSR1, SIGUSR2, SIGCONT}) sigaddset(&fwd, sig);
   sigprocmask(SIG_BLOCK, &fwd, nullptr);
   const int sfd = signalfd(-1, &fwd, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (sfd < 0) throw std::runtime_error(fmt::format("srun: signalfd: {}", strerror(errno)));
   std::vector<Task> tasks(size_t(s.tasks));
-  for (int t = 0; t < s.tasks; ++t) tasks[size_t(t)].pid = start(s, t, host, &tasks[size_t(t)]);
+  try {
+    for (int t = 0; t < s.tasks; ++t) tasks[size_t(t)].pid = start(s, t, host, &tasks[size_t(t)]);
+  } catch (...) {  // none of a half-started step stays behind
+    for (const auto& t : tasks)
+      if (t.pid > 0) ::kill(t.pid, SIGKILL), ::waitpid(t.pid, nullptr, 0);
+    throw;
+  }
   int left = s.tasks;
   bool stopping = false;
   while (left > 0) {
@@ -272,14 +276,13 @@ int cmd_srun(const Args& a) {
     return 0;
   }
   Step s = parse_step(a);
-  const char* job = std::getenv("GPUQ_JOB_ID");
-  if (!job)
+  if (!queue_env().job_id)
     throw std::invalid_argument(
         "srun: not inside a gpuq job (GPUQ_JOB_ID is unset): this srun runs a job's tasks; "
         "submit the script with gpuq submit, or run a command as a job with gpuq run");
   if (s.tasks == 0) {
-    const char* n = std::getenv("SLURM_NTASKS");
-    s.tasks = n ? count_of("(SLURM_NTASKS)", n, kMaxTasks) : 1;
+    const auto& n = queue_env().ntasks;
+    s.tasks = n ? count_of("(SLURM_NTASKS)", *n, kMaxTasks) : 1;
   }
   return run_step(s);
 }

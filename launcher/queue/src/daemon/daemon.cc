@@ -73,10 +73,6 @@ Daemon::Daemon(DaemonConfig cfg)
   // script's `srun python train.py`; Slurm's srun finds no controller in a gpuq job).
   bin_dir_ = cfg_.state_dir + "/bin";
   secure_dir(bin_dir_, 0755);
-  const std::string srun = bin_dir_ + "/srun";
-  ::unlink(srun.c_str());
-  if (!cfg_.self_exe.empty() && ::symlink(cfg_.self_exe.c_str(), srun.c_str()) != 0)
-    throw std::runtime_error(fmt::format("cannot create {}: {}", srun, strerror(errno)));
   for (const char* f : {"/jobs.db", "/jobs.db-wal", "/jobs.db-shm", "/daemon.lock"})
     tighten(cfg_.state_dir + f);
   char host[256] = {0};
@@ -85,6 +81,7 @@ Daemon::Daemon(DaemonConfig cfg)
   if (auto b = read_file(cfg_.boot_id_file)) boot_id_ = b->substr(0, b->find('\n'));
   if (auto dot = host_.find('.'); dot != std::string::npos) host_.resize(dot);
   lock_state_dir();
+  link_srun();  // after the lock: a daemon started twice by mistake leaves running jobs' alone
   store_ = std::make_unique<Store>(cfg_.state_dir + "/jobs.db");
   draining_ = store_->meta("draining", "0") == "1";
   jobs_ = std::make_unique<JobTable>(*store_);
@@ -103,6 +100,16 @@ Daemon::~Daemon() = default;
 
 // One daemon per state dir. A killed daemon's lock can linger for a moment in a forked child that
 // has not exec'd yet, so this retries briefly before giving up.
+// STATE/bin/srun -> this program, replaced atomically (a job never finds it missing).
+void Daemon::link_srun() {
+  if (cfg_.self_exe.empty()) return;
+  const std::string srun = bin_dir_ + "/srun", tmp = srun + ".new";
+  ::unlink(tmp.c_str());
+  if (::symlink(cfg_.self_exe.c_str(), tmp.c_str()) != 0 ||
+      ::rename(tmp.c_str(), srun.c_str()) != 0)
+    throw std::runtime_error(fmt::format("cannot create {}: {}", srun, strerror(errno)));
+}
+
 void Daemon::lock_state_dir() {
   std::string lock_path = cfg_.state_dir + "/daemon.lock";
   lock_fd_ = Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));

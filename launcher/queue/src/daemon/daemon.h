@@ -108,6 +108,7 @@ class Daemon {
 
   // daemon.cc: start-up and the loop
   void lock_state_dir();
+  void link_srun();
   void turn(const std::vector<pollfd>& fds, size_t runner_base,
             const std::vector<int64_t>& runner_ids, bool polling);
   void end_turn();        // commit the batch, start supervisors

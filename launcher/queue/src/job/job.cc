@@ -108,6 +108,7 @@ void JobRequest::apply_export(std::map<std::string, std::string>& env) const {
     const size_t comma = std::min(export_spec->find(',', pos), export_spec->size());
     const std::string item = export_spec->substr(pos, comma - pos);
     pos = comma + 1;
+    if (item.empty()) continue;  // "ALL," as sbatch takes it
     if (item == "ALL" || item == "NONE") {
       all = item == "ALL";
       continue;

@@ -58,43 +58,58 @@ namespace {
 // alone can replace it), and an existing file there only when it does; else another user could
 // have the job overwrite a file of the user's, or read the job's output. Otherwise `why` is
 // empty and -1 means errno.
-int open_output(const std::string& path, bool append, std::string* why) {
+// A sticky directory anyone may write to (/tmp), where another user can make a name first.
+bool shared_dir(const std::string& path, std::string* dir, struct stat* ds) {
   const auto slash = path.rfind('/');
-  const std::string dir = slash == std::string::npos ? "."
-                          : slash == 0               ? "/"
-                                                     : path.substr(0, slash);
+  *dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
+  return ::stat(dir->c_str(), ds) == 0 && (ds->st_mode & S_ISVTX) != 0 &&
+         (ds->st_mode & S_IWOTH) != 0;
+}
+
+// Why the file open as fd, the name `path` in the shared directory `dir`, is not the user's to
+// write, or "" when it is.
+std::string foreign(int fd, const std::string& path, const std::string& dir, uid_t dir_owner) {
+  struct stat fs {};
+  if (::fstat(fd, &fs) != 0) return "";
+  if (fs.st_uid != geteuid() && fs.st_uid != dir_owner)
+    return fmt::format("refusing output file {}: it belongs to uid {}, and the shared directory "
+                       "{} lets anyone make a name there first",
+                       path, fs.st_uid, dir);
+  if (S_ISREG(fs.st_mode) && fs.st_nlink > 1)  // another name for a file elsewhere
+    return fmt::format("refusing output file {}: a hard link ({} names) in the shared directory "
+                       "{}, where another user may have made it to one of your files",
+                       path, fs.st_nlink, dir);
+  return "";
+}
+
+int open_output(const std::string& path, bool append, std::string* why) {
+  std::string dir;
   struct stat ds {};
-  const bool shared =
-      ::stat(dir.c_str(), &ds) == 0 && (ds.st_mode & S_ISVTX) != 0 && (ds.st_mode & S_IWOTH) != 0;
-  const auto trusted = [&](uid_t owner) { return owner == geteuid() || owner == ds.st_uid; };
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0);
-  int fd = ::open(path.c_str(), flags | (shared ? O_NOFOLLOW : 0), 0666);
+  const bool shared = shared_dir(path, &dir, &ds);
+  // Non-blocking there: a FIFO planted under the name would otherwise hold the open forever.
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0) |
+                    (shared ? O_NONBLOCK | O_NOFOLLOW : 0);
+  int fd = ::open(path.c_str(), flags, 0666);
   const int open_errno = errno;
   struct stat ls {};
-  // O_CREAT | O_NOFOLLOW on a symlink: ELOOP, or EACCES from some kernels.
-  if (fd < 0 && shared && (errno == ELOOP || errno == EACCES) && ::lstat(path.c_str(), &ls) == 0 &&
-      S_ISLNK(ls.st_mode)) {
-    if (!trusted(ls.st_uid)) {
-      *why = fmt::format(
-          "refusing output file {}: a symlink that uid {} made in the shared "
-          "directory {}",
-          path, ls.st_uid, dir);
-      return -1;
-    }
-    fd = ::open(path.c_str(), flags, 0666);
-  } else if (fd < 0) {
-    errno = open_errno;
-  }
-  if (fd < 0) return -1;
-  struct stat fs {};
-  if (shared && ::fstat(fd, &fs) == 0 && !trusted(fs.st_uid)) {
-    ::close(fd);
-    *why = fmt::format(
-        "refusing output file {}: it belongs to uid {}, and the shared directory "
-        "{} lets anyone make a name there first",
-        path, fs.st_uid, dir);
+  // O_CREAT | O_NOFOLLOW on a symlink: ELOOP, or EACCES from some kernels. A symlink the user or
+  // the directory's owner made (no one else can replace it) is followed, to whatever it names.
+  const bool link = fd < 0 && shared && (errno == ELOOP || errno == EACCES) &&
+                    ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
+  if (link && ls.st_uid != geteuid() && ls.st_uid != ds.st_uid) {
+    *why = fmt::format("refusing output file {}: a symlink that uid {} made in the shared "
+                       "directory {}",
+                       path, ls.st_uid, dir);
     return -1;
   }
+  if (link) fd = ::open(path.c_str(), flags & ~O_NOFOLLOW, 0666);
+  if (fd < 0) {
+    if (!link) errno = open_errno;
+    return -1;
+  }
+  if (shared && !link) *why = foreign(fd, path, dir, ds.st_uid);
+  if (!why->empty()) return ::close(fd), -1;
+  if (shared) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   if (!append && ::ftruncate(fd, 0) != 0 && errno != EINVAL) {  // EINVAL: a terminal, a pipe
     const int e = errno;
     ::close(fd);
@@ -171,7 +186,10 @@ void open_stdio(const SupervisorSpec& s, const std::vector<Fd>& stdio, int pipe_
   int out = open_output(s.output, s.append_output, &why);
   if (!why.empty()) child_refuse(pipe_fd, why);
   if (out < 0 || dup2(out, 1) < 0) child_fail(pipe_fd, "open output", s.output);
-  int err = s.error.empty() ? out : open_output(s.error, s.append_output, &why);
+  // The same file for both (-o f -e f) is opened once, as Slurm does: two openings would each
+  // write from offset 0 over the other.
+  int err = s.error.empty() || s.error == s.output ? out
+                                                   : open_output(s.error, s.append_output, &why);
   if (!why.empty()) child_refuse(pipe_fd, why);
   if (err < 0 || dup2(err, 2) < 0) child_fail(pipe_fd, "open error", s.error);
 }
