@@ -4,10 +4,39 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <stdexcept>
+#include <string>
+#include <vector>
 
 #include "harness.h"
 
 using namespace gpuq_test;
+
+namespace {
+
+// Submits a script of d's work dir with $GPURUN set (and `env`, "K=V ..."); returns the job id.
+int64_t submit_with_gpurun(const Daemon& d, const std::string& script, const std::string& env = "") {
+  Result r = sh(fmt::format("cd {} && GPURUN={} {} {} submit --parsable {}", d.dir(), GPURUN_BIN,
+                            env, d.cli(), script));
+  if (r.rc != 0) throw std::runtime_error("submit " + script + ": " + r.err);
+  return std::stoll(r.out);
+}
+
+// The lines of `text` that start with one of `prefixes`, sorted (ranks print in any order).
+std::vector<std::string> sorted_lines(const std::string& text,
+                                      const std::vector<std::string>& prefixes) {
+  std::vector<std::string> out;
+  for (const auto& l : lines(text))
+    for (const auto& p : prefixes)
+      if (l.rfind(p, 0) == 0) {
+        out.push_back(l);
+        break;
+      }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+}  // namespace
 
 TEST(GpuqGpurun, OneRankPerAllocatedGpu) {
   Daemon d({}, "2,3,5,7");  // ids that are not 0..N-1, so positions and ids cannot be confused
@@ -80,23 +109,15 @@ TEST(GpuqGpurun, MpirunAndGpurunStartTheJobsTasks) {
            "root=; [ \"$(id -u)\" = 0 ] && root=--allow-run-as-root\n"
            "mpirun $root sh -c 'echo mpi=$OMPI_COMM_WORLD_RANK/$OMPI_COMM_WORLD_SIZE'\n"
            "\"$GPURUN\" -n 2 -- sh -c 'echo rank=$RANK/$WORLD_SIZE'\n");
-  Result r = sh(fmt::format("cd {} && GPURUN={} {} submit --parsable mpi.sh", d.dir(), GPURUN_BIN,
-                            d.cli()));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const int64_t job = std::stoll(r.out);
+  const int64_t job = submit_with_gpurun(d, "mpi.sh");
   auto j = d.wait_final(job, 60);
   const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
   EXPECT_EQ(j["state"], "COMPLETED") << text;
   EXPECT_NE(text.find("via mpirun"), std::string::npos) << "gpurun's engine was not mpirun:\n"
                                                          << text;
-  auto out = lines(text);
-  out.erase(std::remove_if(out.begin(), out.end(),
-                           [](const std::string& l) {
-                             return l.rfind("mpi=", 0) != 0 && l.rfind("rank=", 0) != 0;
-                           }),
-            out.end());
-  std::sort(out.begin(), out.end());
-  EXPECT_EQ(out, (std::vector<std::string>{"mpi=0/2", "mpi=1/2", "rank=0/2", "rank=1/2"})) << text;
+  EXPECT_EQ(sorted_lines(text, {"mpi=", "rank="}),
+            (std::vector<std::string>{"mpi=0/2", "mpi=1/2", "rank=0/2", "rank=1/2"}))
+      << text;
 }
 
 // What a Slurm batch shell has, and what srun gives each task, in a gpuq job (a review found
@@ -118,25 +139,13 @@ TEST(GpuqGpurun, TasksCpusAndTheEndReachGpurunAndEachRank) {
            "localid=$SLURM_LOCALID ntasks=$SLURM_NTASKS omp=$OMP_NUM_THREADS\"'\n"
            "\"$GPURUN\" info --json | python3 -c 'import json, os, sys; "
            "print(\"end\", json.load(sys.stdin)[\"end_time\"] == int(os.environ[\"SLURM_JOB_END_TIME\"]))'\n");
-  Result r = sh(fmt::format(
-      "cd {} && GPURUN={} ROCR_VISIBLE_DEVICES=0,1 NVIDIA_VISIBLE_DEVICES=all "
-      "GPU_DEVICE_ORDINAL=0,1,2,3 {} submit --parsable tasks.sh",
-      d.dir(), GPURUN_BIN, d.cli()));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const int64_t job = std::stoll(r.out);
+  const int64_t job = submit_with_gpurun(
+      d, "tasks.sh", "ROCR_VISIBLE_DEVICES=0,1 NVIDIA_VISIBLE_DEVICES=all GPU_DEVICE_ORDINAL=0,1,2,3");
   auto j = d.wait_final(job, 60);
   const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
   ASSERT_EQ(j["state"], "COMPLETED") << text;
   const std::string gpu = std::to_string(j["gpus"].at(0).get<int>());
-  auto out = lines(text);
-  out.erase(std::remove_if(out.begin(), out.end(),
-                           [](const std::string& l) {
-                             return l.rfind("batch ", 0) != 0 && l.rfind("rank=", 0) != 0 &&
-                                    l.rfind("end ", 0) != 0;
-                           }),
-            out.end());
-  std::sort(out.begin(), out.end());
-  EXPECT_EQ(out, (std::vector<std::string>{
+  EXPECT_EQ(sorted_lines(text, {"batch ", "rank=", "end "}), (std::vector<std::string>{
                      fmt::format("batch procid=0 localid=0 nodeid=0 user=root uid=0 ord={0}/{0} "
                                  "rocr=unset nv=unset length=600",
                                  gpu),
@@ -195,17 +204,11 @@ TEST(GpuqGpurun, GpurunUnderSrunRunsOneRankPerTask) {
   Daemon d;
   d.script("step.sh", "#!/bin/sh\n#SBATCH -n 2\n"
                       "srun \"$GPURUN\" -- sh -c 'echo rank=$RANK/$WORLD_SIZE procid=$SLURM_PROCID'\n");
-  Result r = sh(fmt::format("cd {} && GPURUN={} {} submit --parsable step.sh", d.dir(), GPURUN_BIN,
-                            d.cli()));
-  ASSERT_EQ(r.rc, 0) << r.err;
-  const int64_t job = std::stoll(r.out);
+  const int64_t job = submit_with_gpurun(d, "step.sh");
   auto j = d.wait_final(job, 60);
   const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
   EXPECT_EQ(j["state"], "COMPLETED") << text;
-  auto out = lines(text);
-  out.erase(std::remove_if(out.begin(), out.end(),
-                           [](const std::string& l) { return l.rfind("rank=", 0) != 0; }),
-            out.end());
-  std::sort(out.begin(), out.end());
-  EXPECT_EQ(out, (std::vector<std::string>{"rank=0/2 procid=0", "rank=1/2 procid=1"})) << text;
+  EXPECT_EQ(sorted_lines(text, {"rank="}),
+            (std::vector<std::string>{"rank=0/2 procid=0", "rank=1/2 procid=1"}))
+      << text;
 }

@@ -389,59 +389,61 @@ int cmd_queue(const Args& a) {
   return 0;
 }
 
-int cmd_cancel(const Args& a) {
-  po::options_description desc("gpuq cancel options");
-  desc.add_options()("signal,s", po::value<std::string>(),
-                     "send this signal to the job's processes instead of cancelling it")(
-      "ids", po::value<std::vector<std::string>>()->multitoken(), "job ids (N or N_T)");
-  po::positional_options_description pos;
-  pos.add("ids", -1);
-  Parsed p;
-  if (!parse(a, desc, &pos,
-             "usage: gpuq cancel [--signal SIG] ID...\n"
-             "Cancels jobs (SIGTERM to the job's process group, SIGKILL after KillWait), or with\n"
-             "--signal only signals them. An array id cancels every task.",
-             &p))
-    return 0;
-  if (!p.vm.count("ids")) throw std::invalid_argument("gpuq cancel: no job id given");
-  nlohmann::json req = {{"op", "cancel"}, {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
-  if (p.vm.count("signal")) req["signal"] = parse_signal_name(p.vm["signal"].as<std::string>());
-  return report_results(call(p.socket, req), p.vm.count("signal") ? "cannot signal" : "cannot cancel");
-}
-
-int cmd_hold(const Args& a, bool hold) {
-  po::options_description desc(hold ? "gpuq hold options" : "gpuq release options");
-  desc.add_options()("ids", po::value<std::vector<std::string>>()->multitoken(), "job ids");
-  po::positional_options_description pos;
-  pos.add("ids", -1);
-  Parsed p;
-  if (!parse(a, desc, &pos,
-             hold ? "usage: gpuq hold ID...\nKeeps pending jobs from starting until released."
-                  : "usage: gpuq release ID...\nLets held jobs start again.",
-             &p))
-    return 0;
-  if (!p.vm.count("ids")) throw std::invalid_argument("no job id given");
-  nlohmann::json req = {{"op", hold ? "hold" : "release"},
-                        {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
-  return report_results(call(p.socket, req), hold ? "cannot hold" : "cannot release");
-}
-
-int cmd_requeue(const Args& a) {
-  po::options_description desc("gpuq requeue options");
+// The job ids of cancel, hold, release and requeue (positional, at least one) and the command's
+// own options in `desc`; nullopt for --help.
+std::optional<std::pair<Parsed, std::vector<std::string>>> parse_ids(
+    const Args& a, po::options_description& desc, const std::string& usage) {
   desc.add_options()("ids", po::value<std::vector<std::string>>()->multitoken(),
                      "job ids (N or N_T)");
   po::positional_options_description pos;
   pos.add("ids", -1);
   Parsed p;
-  if (!parse(a, desc, &pos,
-             "usage: gpuq requeue ID...\n"
-             "Stops running jobs as cancel does (SIGTERM, SIGKILL after KillWait) and puts them\n"
-             "back in the queue, like scontrol requeue: same id, SLURM_RESTART_COUNT + 1. An\n"
-             "array id requeues its running tasks, N_T one task. Pending and finished jobs, jobs\n"
-             "submitted with --no-requeue and gpuq run/alloc jobs are refused.",
-             &p))
-    return 0;
-  if (!p.vm.count("ids")) throw std::invalid_argument("gpuq requeue: no job id given");
+  if (!parse(a, desc, &pos, usage, &p)) return std::nullopt;
+  if (!p.vm.count("ids")) throw std::invalid_argument("no job id given");
+  auto ids = p.vm["ids"].as<std::vector<std::string>>();
+  return std::make_pair(std::move(p), std::move(ids));
+}
+
+int cmd_cancel(const Args& a) {
+  po::options_description desc("gpuq cancel options");
+  desc.add_options()("signal,s", po::value<std::string>(),
+                     "send this signal to the job's processes instead of cancelling it");
+  auto parsed = parse_ids(a, desc,
+                          "usage: gpuq cancel [--signal SIG] ID...\n"
+                          "Cancels jobs (SIGTERM to the job's process group, SIGKILL after "
+                          "KillWait), or with\n--signal only signals them. An array id cancels "
+                          "every task.");
+  if (!parsed) return 0;
+  const auto& [p, ids] = *parsed;
+  nlohmann::json req = {{"op", "cancel"}, {"ids", ids}};
+  const bool signal = p.vm.count("signal") > 0;
+  if (signal) req["signal"] = parse_signal_name(p.vm["signal"].as<std::string>());
+  return report_results(call(p.socket, req), signal ? "cannot signal" : "cannot cancel");
+}
+
+int cmd_hold(const Args& a, bool hold) {
+  po::options_description desc(hold ? "gpuq hold options" : "gpuq release options");
+  auto parsed = parse_ids(a, desc,
+                          hold ? "usage: gpuq hold ID...\nKeeps pending jobs from starting until "
+                                 "released."
+                               : "usage: gpuq release ID...\nLets held jobs start again.");
+  if (!parsed) return 0;
+  const auto& [p, ids] = *parsed;
+  nlohmann::json req = {{"op", hold ? "hold" : "release"}, {"ids", ids}};
+  return report_results(call(p.socket, req), hold ? "cannot hold" : "cannot release");
+}
+
+int cmd_requeue(const Args& a) {
+  po::options_description desc("gpuq requeue options");
+  auto parsed = parse_ids(
+      a, desc,
+      "usage: gpuq requeue ID...\n"
+      "Stops running jobs as cancel does (SIGTERM, SIGKILL after KillWait) and puts them\n"
+      "back in the queue, like scontrol requeue: same id, SLURM_RESTART_COUNT + 1. An\n"
+      "array id requeues its running tasks, N_T one task. Pending and finished jobs, jobs\n"
+      "submitted with --no-requeue and gpuq run/alloc jobs are refused.");
+  if (!parsed) return 0;
+  const auto& [p, ids] = *parsed;
   // A job that requeues itself (gpurun --requeue runs `gpuq requeue $SLURM_JOB_ID`) is in the
   // process group the requeue stops: SIGTERM may come before the reply is read. Held until this
   // process exits, it cannot turn a requeue that worked into a failure its caller reports.
@@ -449,7 +451,7 @@ int cmd_requeue(const Args& a) {
   sigemptyset(&term);
   sigaddset(&term, SIGTERM);
   sigprocmask(SIG_BLOCK, &term, nullptr);
-  nlohmann::json req = {{"op", "requeue"}, {"ids", p.vm["ids"].as<std::vector<std::string>>()}};
+  nlohmann::json req = {{"op", "requeue"}, {"ids", ids}};
   return report_results(call(p.socket, req), "cannot requeue");
 }
 
