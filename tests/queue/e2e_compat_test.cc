@@ -143,6 +143,31 @@ TEST(GpuqCompat, SrunInAJobRunsTheStepsTasksHere) {
                 "refused=1",
                 "srun -N 2: a gpuq job has one machine (run the tasks here with -n)", "nodes=1"}))
       << out;
+  // What a user review tried next: each task its own GPUs, srun's --export and -D, options
+  // that only place or account (refused before, failing the step), and -n above the job's.
+  d.script("more.sh",
+           "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --gres=gpu:4\n"
+           "srun --gpus-per-task=2 --jobid=$SLURM_JOB_ID -W 30 --hint=nomultithread -p x -A y "
+           "sh -c 'echo task=$SLURM_PROCID gpus=$CUDA_VISIBLE_DEVICES' | sort\n"
+           "FOO=bar srun -n 1 --export=ALL,LR=0.1 sh -c 'echo lr=$LR foo=$FOO'\n"
+           "FOO=bar srun -n 1 --export=NONE sh -c 'echo foo=${FOO-unset} job=${SLURM_JOB_ID:+set}'\n"
+           "mkdir -p sub && srun -n 1 -D sub pwd\n"
+           "srun -n 3 true 2>&1; echo over=$?\n"
+           "echo node=$SLURMD_NODENAME\n");
+  const int64_t more = d.submit("more.sh");
+  auto m = d.wait_final(more, 60);
+  const std::string mout = read_text(fmt::format("{}/slurm-{}.out", d.dir(), more));
+  ASSERT_EQ(m["state"], "COMPLETED") << mout;
+  std::vector<std::string> g;
+  for (const auto& id : m["gpus"]) g.push_back(std::to_string(id.get<int>()));
+  EXPECT_EQ(lines(mout),
+            (std::vector<std::string>{
+                fmt::format("task=0 gpus={},{}", g.at(0), g.at(1)),
+                fmt::format("task=1 gpus={},{}", g.at(2), g.at(3)), "lr=0.1 foo=bar",
+                "foo=unset job=set", d.dir() + "/sub",
+                "srun: -n 3 is more than the job's 2 task(s) (submit it with -n 3)", "over=1",
+                "node=" + short_host()}))
+      << mout;
   Result outside = sh(fmt::format("env -u GPUQ_JOB_ID {}/bin/srun true", d.dir() + "/state"));
   EXPECT_NE(outside.rc, 0);
   EXPECT_NE(outside.err.find("srun: not inside a gpuq job"), std::string::npos) << outside.err;

@@ -87,7 +87,7 @@ TEST(GpuqE2E, FiftyOneGpuJobsOnFourIdsNeverShareAGpu) {
 TEST(GpuqE2E, TimeLimitSignalsThenTimeout) {
   Daemon d({"--kill-wait", "1"});
   d.script("trap.sh",
-           "#!/bin/bash\n#SBATCH --time=0:03 --signal=USR1@2\n"
+           "#!/bin/bash\n#SBATCH --time=0:03 --signal=B:USR1@2\n"
            "trap 'echo got USR1' USR1\n"
            "trap 'echo got TERM; kill $child; exit 143' TERM\n"
            "sleep 1000 & child=$!\n"
@@ -120,18 +120,44 @@ TEST(GpuqE2E, TimeLimitSignalsThenTimeout) {
   EXPECT_NE(d.gpuq("history").out.find("TIMEOUT      0:9"), std::string::npos);
 }
 
+// cancel --signal, as scancel --signal without --batch: the job's programs get it, the batch shell
+// does not (an untrapped USR2 would end it: the job would be FAILED, not COMPLETED).
 TEST(GpuqE2E, CancelWithSignalOnlySignals) {
   Daemon d;
   d.script("usr2.sh",
-           "#!/bin/bash\ntrap 'echo got USR2; exit 0' USR2\nwhile true; do sleep 0.1; done\n");
+           "#!/bin/bash\n"
+           "bash -c \"trap 'echo got USR2; exit 0' USR2; while true; do sleep 0.1; done\"\n"
+           "echo shell still here\n");
   int64_t a = d.submit("usr2.sh");
   d.wait_state(a, "RUNNING");
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_EQ(d.gpuq(fmt::format("cancel --signal USR2 {}", a)).rc, 0);
-  EXPECT_EQ(d.wait_final(a)["state"], "COMPLETED");
-  // The whole process group gets it: bash also reports its `sleep` killed by USR2.
-  EXPECT_NE(read_text(fmt::format("{}/slurm-{}.out", d.dir(), a)).find("got USR2\n"),
-            std::string::npos);
+  const std::string out = [&] {
+    d.wait_final(a);
+    return read_text(fmt::format("{}/slurm-{}.out", d.dir(), a));
+  }();
+  EXPECT_EQ(d.show(a)["state"], "COMPLETED") << out;
+  EXPECT_NE(out.find("got USR2\nshell still here\n"), std::string::npos) << out;
+}
+
+// --signal=USR1@N without B:, as Slurm's: the steps get it (srun's tasks, once each), the batch
+// shell does not. It went to the job's process group, and the untrapped batch shell died of it:
+// the job ended FAILED (0:10) before its tasks could checkpoint.
+TEST(GpuqE2E, SignalWithoutBReachesTheStepsNotTheShell) {
+  Daemon d;
+  d.script("steps.sh",
+           "#!/bin/bash\n#SBATCH -n 2 --time=0:06 --signal=USR1@4\n"
+           "srun bash -c 'trap \"echo task $SLURM_PROCID USR1 >> sig.txt; exit 0\" USR1; "
+           "for i in $(seq 100); do sleep 0.1; done'\n"
+           "echo shell rc=$?\n");
+  const int64_t a = d.submit("steps.sh");
+  auto j = d.wait_final(a, 30);
+  const std::string out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), a));
+  EXPECT_EQ(j["state"], "COMPLETED") << out;
+  EXPECT_EQ(out, "shell rc=0\n");
+  auto got = lines(read_text(d.dir() + "/sig.txt"));
+  std::sort(got.begin(), got.end());
+  EXPECT_EQ(got, (std::vector<std::string>{"task 0 USR1", "task 1 USR1"}));
 }
 
 TEST(GpuqE2E, DependenciesReleaseInOrderAndNeverWhenUnsatisfiable) {

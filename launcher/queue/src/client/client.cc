@@ -329,7 +329,8 @@ int cmd_submit(const Args& a) {
   req.job = parse_sbatch_script(req.script);
   req.job.merge_from(parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse));
   req.job.resolve_gpus_per_task();
-  req.job.apply_export(req.env);
+  const auto pw = common::passwd_entry(getuid());  // USER and LOGNAME for --export=NONE
+  req.job.apply_export(req.env, pw ? pw->name : "");
   const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
   ::umask(mask);
   req.umask = mask;

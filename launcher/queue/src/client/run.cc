@@ -23,6 +23,7 @@
 #include "client/client.h"
 #include "client/env.h"
 #include "client/relay.h"
+#include "gpurun/common/posix.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/sbatch.h"
 #include "job/request.h"
@@ -115,7 +116,8 @@ SubmitRequest run_request(const RunArgs& r, const AttachSpec& attach) {
   req.cwd = cwd;
   req.env = queue_env().all;
   req.job = r.job;
-  req.job.apply_export(req.env);
+  const auto pw = common::passwd_entry(getuid());  // USER and LOGNAME for --export=NONE
+  req.job.apply_export(req.env, pw ? pw->name : "");
   const mode_t mask = ::umask(0);
   ::umask(mask);
   req.umask = mask;

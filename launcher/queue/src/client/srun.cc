@@ -27,6 +27,7 @@
 
 #include "client/client.h"
 #include "client/env.h"
+#include "gpurun/queue/job.h"
 #include "gpurun/common/posix.h"
 
 namespace gpurun::queue {
@@ -44,16 +45,23 @@ constexpr const char* kUsage =
     "  -K/--kill-on-bad-exit  stop the other tasks when one exits non-zero\n"
     "  -c/--cpus-per-task N   SLURM_CPUS_PER_TASK for the tasks\n"
     "  -N/--nodes 1           one machine: more is refused\n"
-    "Accepted and ignored (one machine, the job's GPUs): --mpi, --cpu-bind, --gres, --gpus,\n"
-    "--gpus-per-task, --gpu-bind, --mem, --mem-per-cpu, --ntasks-per-node, -m/--distribution,\n"
-    "-t/--time, -J/--job-name, --exclusive, --overlap, -u/--unbuffered, --export.\n"
-    "Refused: -o/--output, -e/--error, -i/--input, --pty (run CMD itself, or gpuq run --pty).";
+    "  --gpus-per-task N      task t gets the job's GPUs t*N .. t*N+N-1 (else each task has all)\n"
+    "  --export ALL|NONE|[ALL,]NAME[=VALUE],...   the tasks' environment, as gpuq submit's\n"
+    "  -D/--chdir DIR         the tasks' directory\n"
+    "Accepted and ignored (one machine, the job's resources): placement, binding, memory and\n"
+    "accounting options (--mpi, --cpu-bind, --gres, --gpus, --mem, --ntasks-per-node, -w, -p,\n"
+    "-A, --qos, --hint, --jobid, ...), and -u, -Q, -v, -X, --exclusive, --overlap, --no-kill.\n"
+    "Each step has step id 0, and steps run at once share the job's GPUs (use --gpus-per-task\n"
+    "or set CUDA_VISIBLE_DEVICES per step). Refused: -n above the job's tasks, -N above 1,\n"
+    "-o/--output, -e/--error, -i/--input, --pty (run CMD itself, or gpuq run --pty).";
 
 struct Step {
   int tasks = 0;
   bool label = false;
   bool kill_on_bad_exit = false;
   std::optional<int> cpus_per_task;
+  std::optional<int> gpus_per_task;  // each task its own of the job's GPUs
+  std::optional<std::string> export_spec, chdir;
   std::vector<std::string> cmd;
 };
 
@@ -107,13 +115,31 @@ Step parse_step(const std::vector<std::string>& a) {
       s.cpus_per_task = count_of(name, value_of(a, &i, name), 1 << 16);
     } else if (w == "-l" || w == "--label") {
       s.label = true;
-    } else if (w == "-K" || w == "--kill-on-bad-exit" || w == "--kill-on-bad-exit=1") {
+    } else if (w == "-K" || w == "-K1" || w == "--kill-on-bad-exit" ||
+               w == "--kill-on-bad-exit=1") {
       s.kill_on_bad_exit = true;
-    } else if (w == "--kill-on-bad-exit=0" || w == "-u" || w == "--unbuffered" ||
-               w == "--exclusive" || w == "--overlap") {
-    } else if (is(w, {"--mpi", "--cpu-bind", "--gres", "--gpus", "-G", "--gpus-per-task",
-                      "--gpu-bind", "--mem", "--mem-per-cpu", "--ntasks-per-node", "-m",
-                      "--distribution", "-t", "--time", "-J", "--job-name", "--export"})) {
+    } else if (is(w, {"--gpus-per-task"})) {
+      const std::string v = value_of(a, &i, name);
+      s.gpus_per_task = count_of(name, v.substr(v.rfind(':') + 1), 1 << 10);
+    } else if (is(w, {"--export"})) {
+      s.export_spec = value_of(a, &i, name);
+    } else if (is(w, {"-D", "--chdir"})) {
+      s.chdir = value_of(a, &i, name);
+    } else if (w == "--kill-on-bad-exit=0" || w == "-K0" || w == "-u" || w == "--unbuffered" ||
+               w == "--exclusive" || w == "--overlap" || w == "-Q" || w == "--quiet" ||
+               w == "-v" || w == "--verbose" || w == "-X" || w == "--disable-status" ||
+               w == "-k" || w == "--no-kill" || w == "--propagate" ||
+               w.rfind("--propagate=", 0) == 0) {
+    } else if (is(w, {"--mpi", "--cpu-bind", "--gres", "--gpus", "-G", "--gpu-bind", "--mem",
+                      "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-gpu", "--gpus-per-node",
+                      "--ntasks-per-node", "--ntasks-per-gpu", "--ntasks-per-core",
+                      "--ntasks-per-socket", "-m", "--distribution", "-t", "--time", "-J",
+                      "--job-name", "--jobid", "-w", "--nodelist", "-x", "--exclude", "-p",
+                      "--partition", "-A", "--account", "--qos", "-q", "--comment", "--hint",
+                      "--threads-per-core", "--cpu-freq", "--gres-flags", "--network",
+                      "--accel-bind", "--open-mode", "--reservation", "--constraint", "-C",
+                      "--mem-bind", "--wckey", "--profile", "--acctg-freq", "--gpu-freq", "-W",
+                      "--wait"})) {
       value_of(a, &i, name);
     } else if (is(w, {"-o", "--output", "-e", "--error", "-i", "--input"}) || w == "--pty") {
       throw std::invalid_argument(fmt::format(
@@ -130,9 +156,37 @@ Step parse_step(const std::vector<std::string>& a) {
   return s;
 }
 
+std::vector<std::string> split_ids(const std::string& list) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while (pos < list.size()) {
+    const size_t comma = std::min(list.find(',', pos), list.size());
+    out.push_back(list.substr(pos, comma - pos));
+    pos = comma + 1;
+  }
+  return out;
+}
+
 // The job's environment plus task `t`'s variables, as srun sets them on one node.
 std::vector<std::string> task_env(const Step& s, int t, const std::string& host) {
   std::map<std::string, std::string> env = queue_env().all;
+  if (s.export_spec) {
+    JobRequest r;
+    r.export_spec = s.export_spec;
+    const auto pw = common::passwd_entry(getuid());
+    r.apply_export(env, pw ? pw->name : "");
+    for (const auto& [k, v] : queue_env().all)  // the job's own variables stay, as in Slurm
+      if (k.rfind("SLURM_", 0) == 0 || k.rfind("GPUQ_", 0) == 0 || k == "CUDA_VISIBLE_DEVICES")
+        env.insert({k, v});
+  }
+  if (s.gpus_per_task) {  // task t: GPUs t*N .. t*N+N-1 of the job's
+    const auto all = split_ids(env["CUDA_VISIBLE_DEVICES"]);
+    std::string mine;
+    for (int g = t * *s.gpus_per_task; g < (t + 1) * *s.gpus_per_task; ++g)
+      mine += (mine.empty() ? "" : ",") + all.at(size_t(g));
+    env["CUDA_VISIBLE_DEVICES"] = mine;
+  }
+  env["SLURM_STEP_GPUS"] = env["CUDA_VISIBLE_DEVICES"];
   const std::string n = std::to_string(s.tasks);
   for (const auto& [k, v] : std::map<std::string, std::string>{
            {"SLURM_PROCID", std::to_string(t)}, {"SLURM_LOCALID", std::to_string(t)},
@@ -171,6 +225,13 @@ pid_t start(const Step& s, int t, const std::string& host, Task* task) {
     // it once, through srun (the supervisor's sweep of the job's session still ends it).
     setpgid(0, 0);
     if (s.label) dup2(po[1], 1), dup2(pe[1], 2);
+    if (s.chdir && ::chdir(s.chdir->c_str()) != 0) {
+      const std::string msg = fmt::format("srun: error: task {}: chdir {}: {}\n", t, *s.chdir,
+                                          strerror(errno));
+      ssize_t ignored = ::write(2, msg.data(), msg.size());
+      (void)ignored;
+      _exit(1);
+    }
     sigset_t none;
     sigemptyset(&none);
     sigprocmask(SIG_SETMASK, &none, nullptr);
@@ -280,9 +341,22 @@ int cmd_srun(const Args& a) {
     throw std::invalid_argument(
         "srun: not inside a gpuq job (GPUQ_JOB_ID is unset): this srun runs a job's tasks; "
         "submit the script with gpuq submit, or run a command as a job with gpuq run");
-  if (s.tasks == 0) {
-    const auto& n = queue_env().ntasks;
-    s.tasks = n ? count_of("(SLURM_NTASKS)", *n, kMaxTasks) : 1;
+  const auto& n = queue_env().ntasks;
+  const int job_tasks = n ? count_of("(SLURM_NTASKS)", *n, kMaxTasks) : 1;
+  if (s.tasks == 0) s.tasks = job_tasks;
+  if (s.tasks > job_tasks)  // Slurm: "More processors requested than permitted"
+    throw std::invalid_argument(fmt::format(
+        "srun: -n {} is more than the job's {} task(s) (submit it with -n {})", s.tasks, job_tasks,
+        s.tasks));
+  if (s.gpus_per_task) {
+    const size_t have = split_ids(queue_env().all.count("CUDA_VISIBLE_DEVICES")
+                                      ? queue_env().all.at("CUDA_VISIBLE_DEVICES")
+                                      : "")
+                            .size();
+    if (size_t(*s.gpus_per_task) * size_t(s.tasks) > have)
+      throw std::invalid_argument(fmt::format(
+          "srun: --gpus-per-task {} for {} task(s) needs {} GPUs; the job has {}",
+          *s.gpus_per_task, s.tasks, *s.gpus_per_task * s.tasks, have));
   }
   return run_step(s);
 }

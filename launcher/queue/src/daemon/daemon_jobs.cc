@@ -218,6 +218,7 @@ void set_slurm_env(std::map<std::string, std::string>& env, const Job& j, const 
   env["SLURM_LOCALID"] = "0";
   env["SLURM_NODEID"] = "0";
   env["SLURM_SUBMIT_HOST"] = host;
+  env["SLURMD_NODENAME"] = host;
   env["SLURM_JOB_USER"] = j.user;
   env["SLURM_JOB_UID"] = std::to_string(j.uid);
   env["SLURM_JOB_GID"] = std::to_string(j.gid);

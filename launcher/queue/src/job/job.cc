@@ -99,7 +99,8 @@ void JobRequest::resolve_gpus_per_task() {
   gpus_per_task.reset();
 }
 
-void JobRequest::apply_export(std::map<std::string, std::string>& env) const {
+void JobRequest::apply_export(std::map<std::string, std::string>& env,
+                              const std::string& user) const {
   if (!export_spec) return;
   bool all = false;
   std::map<std::string, std::string> named;
@@ -128,6 +129,10 @@ void JobRequest::apply_export(std::map<std::string, std::string>& env) const {
     std::map<std::string, std::string> login;
     for (const char* keep : {"HOME", "USER", "LOGNAME", "SHELL"})
       if (auto it = env.find(keep); it != env.end()) login.insert(*it);
+    if (!user.empty()) {  // su and cron may not have set them
+      login.insert({"USER", user});
+      login.insert({"LOGNAME", user});
+    }
     login["PATH"] = "/usr/local/bin:/usr/bin:/bin";
     env.swap(login);
   }

@@ -25,6 +25,7 @@
 #include <vector>
 
 #include "gpurun/common/atomic_file.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/queue/protocol.h"
 #include "supervise/attach.h"
@@ -280,6 +281,19 @@ constexpr int64_t kClientPollMs = 100;
 constexpr int kAttachTimeoutMs = 10000;  // for the client's answer to the supervisor's hello
 constexpr int64_t kClientGoneKillMs = 2000;
 
+// A job signal as Slurm delivers one without B: (--signal) or --batch (scancel --signal): not to
+// the batch shell, whose default action for USR1 would end the job, but to the rest of the job's
+// process group (its programs, and srun, which passes it to its tasks). A gpuq run job has no
+// batch shell: its command gets it with the rest.
+void signal_job(const SupervisorSpec& s, pid_t child, int sig) {
+  if (!s.attach.socket.empty()) {
+    ::kill(-child, sig);
+    return;
+  }
+  for (const auto& p : gpuinfo::scan_processes())
+    if (p.pgid == child && p.pid != child && p.state != 'Z') ::kill(p.pid, sig);
+}
+
 // What gpuq run's client sent: signals for the job ("SIG n"). False once it is gone; the job is
 // then recorded as cancelled, and why.
 bool client_said(LineReader& client, pid_t child, SupervisorStatus* st) {
@@ -318,7 +332,10 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
   while (true) {
     int64_t now = now_ms();
     if (now >= signal_at) {
-      ::kill(s.signal.batch_only ? child : -child, s.signal.signal);
+      if (s.signal.batch_only)
+        ::kill(child, s.signal.signal);
+      else
+        signal_job(s, child, s.signal.signal);
       signal_at = kNone;
     }
     if (now >= limit_at) {
@@ -342,7 +359,7 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
       stop(requeue ? " DUE TO JOB REQUEUE" : "", kill_wait_ms);
     } else if (sig == SIGUSR1 && info.si_code == SI_QUEUE) {
       const int fwd = info.si_value.sival_int;  // the daemon sends 1-64 only
-      if (fwd > 0 && fwd < NSIG) ::kill(-child, fwd);
+      if (fwd > 0 && fwd < NSIG) signal_job(s, child, fwd);
     }
     if (client && !client_said(*client, child, st)) {
       client = nullptr;  // gone: the job ends with it, as srun's steps end with srun

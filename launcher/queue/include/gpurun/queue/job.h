@@ -129,8 +129,9 @@ struct JobRequest {
   // sbatch's --export on the submitter's environment `env`: ALL (the default) keeps it,
   // ALL,A=1,B keeps it and sets A; NONE, or a list without ALL, keeps only the named variables
   // (B: its value here) over a login's basics (HOME, USER, LOGNAME, SHELL, a default PATH), as
-  // Slurm then loads the user's login environment. Throws on an empty name.
-  void apply_export(std::map<std::string, std::string>& env) const;
+  // Slurm then loads the user's login environment; `user` names the user for USER and LOGNAME
+  // when `env` lacks them. Throws on an empty name.
+  void apply_export(std::map<std::string, std::string>& env, const std::string& user = "") const;
 };
 
 // What a job used, measured by the daemon's sampler while it ran (every --sample-interval) and by
