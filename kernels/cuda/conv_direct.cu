@@ -214,8 +214,15 @@ bool conv2d_direct(const Conv2dDesc& d) {
          image < (std::size_t(1) << 31);
 }
 
+// What stage 1 needs at this batch or any smaller one: the chunk follows the shape, so a smaller
+// batch can take more blocks (at most 1,024 + 1,024/64 while the chunk is under its cap, the
+// positions over 512 above it); a workspace sized for the training batch then serves them all.
 std::size_t conv2d_direct_workspace_floats(const Conv2dDesc& d) {
-  return conv2d_direct(d) ? partial_floats(shape_of(d)) : 0;
+  if (!conv2d_direct(d)) return 0;
+  const Shape s = shape_of(d);
+  const std::size_t capped = (std::size_t(s.positions()) + kMaxChunk - 1) / kMaxChunk;
+  const std::size_t blocks = std::max<std::size_t>(2 * kStage1Blocks, capped);
+  return std::max(partial_floats(s), blocks * s.out_c * (s.taps + 1));
 }
 
 void conv2d_bias_act_forward(const Conv2dDesc& d, Activation act, const float* x, const float* w,

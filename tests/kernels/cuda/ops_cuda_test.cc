@@ -158,6 +158,29 @@ TEST_F(CudaOps, ConvBiasActBackwardWeightsMatchesCpuAndRepeats) {
   }
 }
 
+// A workspace sized for the training batch serves a smaller batch too, though the chunk follows
+// the shape: batch 96 of the MNIST layer takes 1,014 stage-1 blocks where batch 256 takes 902,
+// and a workspace of 256's exact need was refused at 96.
+TEST_F(CudaOps, ConvBackwardWorkspaceOfALargerBatchServesASmallerOne) {
+  Conv2dDesc big = kFusedShapes[0], d = kFusedShapes[0];
+  big.batch = 256;
+  d.batch = 96;
+  const std::size_t wsf = cuda::conv2d_direct_workspace_floats(big);  // the model's first layer
+  const BiasActDesc bd{d.batch, d.out_c, d.out_h() * d.out_w(), Activation::kRelu};
+  const auto x = random_vec(d.x_floats(), 53), y = random_vec(d.y_floats(), 54);
+  const auto dyv = random_vec(d.y_floats(), 55);
+  std::vector<float> g = dyv, rw(d.w_floats()), rb(std::size_t(d.out_c));
+  ref::bias_act_backward(bd, y.data(), g.data(), rb.data(), Accumulate::kOverwrite);
+  ref::conv2d_backward_weights(d, x.data(), g.data(), rw.data(), Accumulate::kOverwrite);
+  DeviceVec<float> dx(x), dyact(y), ddy(dyv), ddw(rw.size()), ddb(rb.size()), ws(wsf);
+  ASSERT_NO_THROW(cuda::conv2d_bias_act_backward_weights(d, bd.act, dx.get(), dyact.get(),
+                                                         ddy.get(), ddw.get(), ddb.get(),
+                                                         {ws.get(), wsf}, Accumulate::kOverwrite,
+                                                         kDefault));
+  EXPECT_TRUE(all_close(ddw.host(), rw, 1e-3f, 1e-4f));
+  EXPECT_TRUE(all_close(ddb.host(), rb, 1e-3f, 1e-4f));
+}
+
 // Without an activation nothing is masked, and without a bias gradient (db nullptr) only dw is
 // written: the direct kernels, and dy is left as it was.
 TEST_F(CudaOps, ConvBackwardWeightsWithoutActivationOrBias) {
