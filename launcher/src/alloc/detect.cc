@@ -131,27 +131,16 @@ void gpuq_tasks_and_end(const Env& env, Allocation& a) {
   // Under gpuq's srun (SLURM_STEP_ID), this gpurun is one task of the step, as under Slurm's: it
   // runs its own rank only (each of n tasks started max(n, GPUs) ranks).
   if (get(env, "SLURM_STEP_ID")) {
-    StepTask t;
-    t.engine = "srun";
-    t.world_size = static_cast<int>(
-        get_count(env, "SLURM_STEP_NUM_TASKS").value_or(a.job_tasks.value_or(1)));
-    t.rank = static_cast<int>(get_count(env, "SLURM_PROCID").value_or(0));
-    t.local_rank = static_cast<int>(get_count(env, "SLURM_LOCALID").value_or(t.rank));
-    t.local_world_size = t.world_size;
-    if (t.world_size < 1 || t.world_size > kMaxRanks || t.rank >= t.world_size ||
-        t.local_rank >= t.world_size)
-      throw Error(fmt::format("SLURM_PROCID={} SLURM_LOCALID={} but the step has {} tasks",
-                              t.rank, t.local_rank, t.world_size));
-    a.step_task = t;
-    a.job_tasks = t.world_size;
-    a.nodes.front().slots = t.world_size;
+    const long tasks = get_count(env, "SLURM_STEP_NUM_TASKS").value_or(a.job_tasks.value_or(1));
+    if (tasks < 1 || tasks > kMaxRanks)
+      throw Error(fmt::format("SLURM_STEP_NUM_TASKS={}: expected 1 to {} tasks", tasks, kMaxRanks));
+    const int n = static_cast<int>(tasks);
+    a.job_tasks = n;
+    a.nodes.front().slots = n;
+    a.step_task = srun_step_task(env, {a.nodes.front().host}, {n}, n);
     a.sources.push_back("SLURM_STEP_ID");
   }
-  if (auto end = get(env, "SLURM_JOB_END_TIME")) {
-    if (end->empty() || end->size() > 18 || end->find_first_not_of("0123456789") != std::string::npos)
-      throw Error(fmt::format("SLURM_JOB_END_TIME={}: expected UNIX seconds", *end));
-    if (long long t = std::stoll(*end); t > 0) a.end_time = t;  // 0: no time limit
-  }
+  read_job_end_time(env, a);
 }
 
 Allocation detect_gpuq(const DetectInput& in) {

@@ -150,6 +150,33 @@ void slurm_cpus_and_end(const Env& env, const SlurmNodes& n, Allocation& a) {
     if (here == 0) here = n.counts[0];
     a.cpus_per_task = std::max<int>(1, static_cast<int>(*con) / std::max(1, here));
   }
+  read_job_end_time(env, a);
+}
+
+}  // namespace
+
+// This srun task's place in its step, whose nodes are `hosts` with `counts` tasks each.
+StepTask srun_step_task(const Env& env, const std::vector<std::string>& hosts,
+                        const std::vector<int>& counts, int tasks) {
+  StepTask t;
+  t.engine = "srun";
+  t.world_size = tasks;
+  t.rank = static_cast<int>(get_count(env, "SLURM_PROCID").value_or(0));
+  t.local_rank = static_cast<int>(get_count(env, "SLURM_LOCALID").value_or(0));
+  t.node_rank = static_cast<int>(get_count(env, "SLURM_NODEID").value_or(0));
+  if (t.rank >= tasks)
+    throw Error(fmt::format("SLURM_PROCID={} but the step has {} tasks", t.rank, tasks));
+  if (t.node_rank >= static_cast<int>(hosts.size()))
+    throw Error(
+        fmt::format("SLURM_NODEID={} but the step has {} nodes", t.node_rank, hosts.size()));
+  t.local_world_size = counts[static_cast<std::size_t>(t.node_rank)];
+  if (t.local_rank >= t.local_world_size)
+    throw Error(fmt::format("SLURM_LOCALID={} but node {} runs {} tasks of the step", t.local_rank,
+                            hosts[static_cast<std::size_t>(t.node_rank)], t.local_world_size));
+  return t;
+}
+
+void read_job_end_time(const Env& env, Allocation& a) {
   if (auto end = first_of(env, {"SLURM_JOB_END_TIME"})) {
     const std::string& v = end->second;
     if (v.empty() || v.size() > 18 || v.find_first_not_of("0123456789") != std::string::npos)
@@ -157,28 +184,6 @@ void slurm_cpus_and_end(const Env& env, const SlurmNodes& n, Allocation& a) {
     if (long long t = std::stoll(v); t > 0) a.end_time = t;  // 0: no time limit
   }
 }
-
-// This srun task's place in its step.
-StepTask slurm_step_task(const Env& env, const SlurmNodes& n) {
-  StepTask t;
-  t.engine = "srun";
-  t.world_size = n.tasks;
-  t.rank = static_cast<int>(get_count(env, "SLURM_PROCID").value_or(0));
-  t.local_rank = static_cast<int>(get_count(env, "SLURM_LOCALID").value_or(0));
-  t.node_rank = static_cast<int>(get_count(env, "SLURM_NODEID").value_or(0));
-  if (t.rank >= n.tasks)
-    throw Error(fmt::format("SLURM_PROCID={} but the step has {} tasks", t.rank, n.tasks));
-  if (t.node_rank >= static_cast<int>(n.hosts.size()))
-    throw Error(
-        fmt::format("SLURM_NODEID={} but the step has {} nodes", t.node_rank, n.hosts.size()));
-  t.local_world_size = n.counts[static_cast<std::size_t>(t.node_rank)];
-  if (t.local_rank >= t.local_world_size)
-    throw Error(fmt::format("SLURM_LOCALID={} but node {} runs {} tasks of the step", t.local_rank,
-                            n.hosts[static_cast<std::size_t>(t.node_rank)], t.local_world_size));
-  return t;
-}
-
-}  // namespace
 
 Allocation detect_slurm(const DetectInput& in) {
   const Env& env = in.env;
@@ -215,7 +220,7 @@ Allocation detect_slurm(const DetectInput& in) {
   a.this_host = get(env, "SLURMD_NODENAME");
   slurm_cpus_and_end(env, n, a);
   if (in_step) {
-    a.step_task = slurm_step_task(env, n);
+    a.step_task = srun_step_task(env, n.hosts, n.counts, n.tasks);
     if (!a.this_host) a.this_host = n.hosts[static_cast<std::size_t>(a.step_task->node_rank)];
   }
   return a;

@@ -29,6 +29,7 @@
 #include "client/env.h"
 #include "gpurun/queue/job.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/strings.h"
 
 namespace gpurun::queue {
 namespace {
@@ -156,15 +157,9 @@ Step parse_step(const std::vector<std::string>& a) {
   return s;
 }
 
+// A CUDA_VISIBLE_DEVICES list's ids ("" for a CPU job: none).
 std::vector<std::string> split_ids(const std::string& list) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while (pos < list.size()) {
-    const size_t comma = std::min(list.find(',', pos), list.size());
-    out.push_back(list.substr(pos, comma - pos));
-    pos = comma + 1;
-  }
-  return out;
+  return list.empty() ? std::vector<std::string>{} : common::split(list, ',');
 }
 
 // The job's environment plus task `t`'s variables, as srun sets them on one node.
