@@ -380,17 +380,12 @@ TEST(GpuqE2E, GpusPerTaskCountsAndATypoOfGresIsRefused) {
 TEST(GpuqE2E, ExportChoosesWhatTheJobSees) {
   Daemon d;
   const std::string job = "--wrap 'echo lr=${LR-unset} tok=${TOKEN-unset} path=$PATH'";
-  auto submit = [&](const std::string& args) {
-    Result r = sh(fmt::format("cd {} && TOKEN=t {} submit --parsable {}", d.dir(), d.cli(), args));
-    if (r.rc != 0) throw std::runtime_error(r.err);
-    return std::stoll(r.out);
-  };
-  const int64_t all = submit("--export=ALL,LR=0.1 " + job);
-  const int64_t some = submit("--export=LR=0.2 " + job);
+  const int64_t all = d.submit("--export=ALL,LR=0.1 " + job, "TOKEN=t");
+  const int64_t some = d.submit("--export=LR=0.2 " + job, "TOKEN=t");
   for (const int64_t id : {all, some}) EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
-  const std::string first = read_text(fmt::format("{}/slurm-{}.out", d.dir(), all));
+  const std::string first = d.output(all);
   EXPECT_EQ(first.rfind("lr=0.1 tok=t ", 0), 0u) << first;
-  EXPECT_EQ(read_text(fmt::format("{}/slurm-{}.out", d.dir(), some)),
+  EXPECT_EQ(d.output(some),
             fmt::format("lr=0.2 tok=unset path={}/state/bin:/usr/local/bin:/usr/bin:/bin\n",
                         d.dir()));  // gpuq's srun first
 }

@@ -128,7 +128,7 @@ TEST(GpuqCompat, SrunInAJobRunsTheStepsTasksHere) {
            "srun -N 2 true 2>&1; echo nodes=$?\n");
   const int64_t id = d.submit("step.sh");
   auto j = d.wait_final(id, 60);
-  const std::string out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), id));
+  const std::string out = d.output(id);
   ASSERT_EQ(j["state"], "COMPLETED") << out;
   const std::string gpus =
       fmt::format("{},{}", j["gpus"].at(0).get<int>(), j["gpus"].at(1).get<int>());
@@ -156,7 +156,7 @@ TEST(GpuqCompat, SrunInAJobRunsTheStepsTasksHere) {
            "echo node=$SLURMD_NODENAME\n");
   const int64_t more = d.submit("more.sh");
   auto m = d.wait_final(more, 60);
-  const std::string mout = read_text(fmt::format("{}/slurm-{}.out", d.dir(), more));
+  const std::string mout = d.output(more);
   ASSERT_EQ(m["state"], "COMPLETED") << mout;
   std::vector<std::string> g;
   for (const auto& id : m["gpus"]) g.push_back(std::to_string(id.get<int>()));

@@ -4,7 +4,6 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
-#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -16,10 +15,7 @@ namespace {
 
 // Submits a script of d's work dir with $GPURUN set (and `env`, "K=V ..."); returns the job id.
 int64_t submit_with_gpurun(const Daemon& d, const std::string& script, const std::string& env = "") {
-  Result r = sh(fmt::format("cd {} && GPURUN={} {} {} submit --parsable {}", d.dir(), GPURUN_BIN,
-                            env, d.cli(), script));
-  if (r.rc != 0) throw std::runtime_error("submit " + script + ": " + r.err);
-  return std::stoll(r.out);
+  return d.submit(script, fmt::format("GPURUN={} {}", GPURUN_BIN, env));
 }
 
 // The lines of `text` that start with one of `prefixes`, sorted (ranks print in any order).
@@ -53,8 +49,8 @@ TEST(GpuqGpurun, OneRankPerAllocatedGpu) {
   ASSERT_EQ(r.rc, 0) << r.err;
   int64_t job = std::stoll(r.out);
   auto j = d.wait_final(job, 60);
-  EXPECT_EQ(j["state"], "COMPLETED") << read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
-  auto out = lines(read_text(fmt::format("{}/slurm-{}.out", d.dir(), job)));
+  EXPECT_EQ(j["state"], "COMPLETED") << d.output(job);
+  auto out = lines(d.output(job));
   out.erase(std::remove_if(out.begin(), out.end(),
                            [](const std::string& l) { return l.rfind("rank=", 0) != 0; }),
             out.end());
@@ -111,7 +107,7 @@ TEST(GpuqGpurun, MpirunAndGpurunStartTheJobsTasks) {
            "\"$GPURUN\" -n 2 -- sh -c 'echo rank=$RANK/$WORLD_SIZE'\n");
   const int64_t job = submit_with_gpurun(d, "mpi.sh");
   auto j = d.wait_final(job, 60);
-  const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
+  const std::string text = d.output(job);
   EXPECT_EQ(j["state"], "COMPLETED") << text;
   EXPECT_NE(text.find("via mpirun"), std::string::npos) << "gpurun's engine was not mpirun:\n"
                                                          << text;
@@ -142,7 +138,7 @@ TEST(GpuqGpurun, TasksCpusAndTheEndReachGpurunAndEachRank) {
   const int64_t job = submit_with_gpurun(
       d, "tasks.sh", "ROCR_VISIBLE_DEVICES=0,1 NVIDIA_VISIBLE_DEVICES=all GPU_DEVICE_ORDINAL=0,1,2,3");
   auto j = d.wait_final(job, 60);
-  const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
+  const std::string text = d.output(job);
   ASSERT_EQ(j["state"], "COMPLETED") << text;
   const std::string gpu = std::to_string(j["gpus"].at(0).get<int>());
   EXPECT_EQ(sorted_lines(text, {"batch ", "rank=", "end "}), (std::vector<std::string>{
@@ -206,7 +202,7 @@ TEST(GpuqGpurun, GpurunUnderSrunRunsOneRankPerTask) {
                       "srun \"$GPURUN\" -- sh -c 'echo rank=$RANK/$WORLD_SIZE procid=$SLURM_PROCID'\n");
   const int64_t job = submit_with_gpurun(d, "step.sh");
   auto j = d.wait_final(job, 60);
-  const std::string text = read_text(fmt::format("{}/slurm-{}.out", d.dir(), job));
+  const std::string text = d.output(job);
   EXPECT_EQ(j["state"], "COMPLETED") << text;
   EXPECT_EQ(sorted_lines(text, {"rank="}),
             (std::vector<std::string>{"rank=0/2 procid=0", "rank=1/2 procid=1"}))

@@ -18,14 +18,22 @@ namespace {
 // Jobs that run `gpuq requeue` find it on PATH, as gpurun --requeue does.
 int64_t submit_with_gpuq_on_path(const Daemon& d, const std::string& args) {
   const std::string bin_dir = std::filesystem::path(gpuq_bin()).parent_path().string();
-  Result r = sh(fmt::format("cd {} && PATH={}:$PATH {} submit --parsable {}", d.dir(), bin_dir,
-                            d.cli(), args));
-  if (r.rc != 0) throw std::runtime_error(fmt::format("gpuq submit {}: {}", args, r.err));
-  return std::stoll(r.out);
+  return d.submit(args, fmt::format("PATH={}:$PATH", bin_dir));
 }
 
 std::string output_of(const Daemon& d, const std::string& name) {
   return read_text(fmt::format("{}/{}", d.dir(), name));
+}
+
+// A batch script that prints `echo` and requeues itself on its first run. The trap defers the
+// requeue's SIGTERM to the shell until `gpuq requeue` has returned, so its status can be written
+// down (requeue-rc.txt); then SIGKILL, after --kill-wait, ends the first run.
+std::string self_requeue_script(const std::string& directives, const std::string& echo) {
+  return "#!/bin/bash\n" + directives + "echo \"" + echo + "\"\n" +
+         "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n"
+         "  trap : TERM\n"
+         "  gpuq requeue \"$SLURM_JOB_ID\"; echo \"requeue rc=$?\" >> requeue-rc.txt\n"
+         "  sleep 30 & wait\nfi\n";
 }
 
 nlohmann::json status_file(const Daemon& d, int64_t id) {
@@ -38,15 +46,8 @@ nlohmann::json status_file(const Daemon& d, int64_t id) {
 // ends COMPLETED. Before `gpuq requeue` existed the command failed and the job ran once.
 TEST(GpuqRequeue, AJobRequeuesItselfAndRunsAgain) {
   Daemon d({"--check-invariants", "--kill-wait", "2"}, "0");
-  // The trap defers the requeue's SIGTERM to the shell until `gpuq requeue` has returned, so its
-  // status can be written down; then SIGKILL, after --kill-wait, ends the first run.
-  d.script("self.sh",
-           "#!/bin/bash\n#SBATCH --requeue\n#SBATCH --gres=gpu:1\n"
-           "echo \"run restarts=$SLURM_RESTART_COUNT gpus=$SLURM_JOB_GPUS\"\n"
-           "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n"
-           "  trap : TERM\n"
-           "  gpuq requeue \"$SLURM_JOB_ID\"; echo \"requeue rc=$?\" >> requeue-rc.txt\n"
-           "  sleep 30 & wait\nfi\n");
+  d.script("self.sh", self_requeue_script("#SBATCH --requeue\n#SBATCH --gres=gpu:1\n",
+                                          "run restarts=$SLURM_RESTART_COUNT gpus=$SLURM_JOB_GPUS"));
   const int64_t id = submit_with_gpuq_on_path(d, "self.sh");
   auto j = d.wait_final(id, 20);
   const std::string out = output_of(d, fmt::format("slurm-{}.out", id));
@@ -225,14 +226,11 @@ TEST(GpuqRequeue, AnotherUserCannotRequeueSomeonesJob) {
 // checkpoint messages) stay; without it the rerun starts the file afresh (the test above).
 TEST(GpuqRequeue, OpenModeAppendKeepsTheFirstRunsOutput) {
   Daemon d({"--kill-wait", "2"}, "0");
-  d.script("self.sh",
-           "#!/bin/bash\n#SBATCH --open-mode=append\n"
-           "echo \"run restarts=$SLURM_RESTART_COUNT\"\n"
-           "if [ \"${SLURM_RESTART_COUNT:-0}\" = 0 ]; then\n"
-           "  trap : TERM\n  gpuq requeue \"$SLURM_JOB_ID\"\n  sleep 30 & wait\nfi\n");
+  d.script("self.sh", self_requeue_script("#SBATCH --open-mode=append\n",
+                                          "run restarts=$SLURM_RESTART_COUNT"));
   const int64_t id = submit_with_gpuq_on_path(d, "self.sh");
   auto j = d.wait_final(id, 20);
-  const std::string out = output_of(d, fmt::format("slurm-{}.out", id));
+  const std::string out = d.output(id);
   EXPECT_EQ(j["state"], "COMPLETED") << out << d.log();
   EXPECT_EQ(out.rfind("run restarts=0\nslurmstepd: error: *** JOB ", 0), 0u) << out;
   EXPECT_NE(out.find(" DUE TO JOB REQUEUE ***\nrun restarts=1\n"), std::string::npos) << out;

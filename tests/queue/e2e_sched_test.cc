@@ -132,10 +132,8 @@ TEST(GpuqE2E, CancelWithSignalOnlySignals) {
   d.wait_state(a, "RUNNING");
   std::this_thread::sleep_for(std::chrono::milliseconds(300));
   ASSERT_EQ(d.gpuq(fmt::format("cancel --signal USR2 {}", a)).rc, 0);
-  const std::string out = [&] {
-    d.wait_final(a);
-    return read_text(fmt::format("{}/slurm-{}.out", d.dir(), a));
-  }();
+  d.wait_final(a);
+  const std::string out = d.output(a);
   EXPECT_EQ(d.show(a)["state"], "COMPLETED") << out;
   EXPECT_NE(out.find("got USR2\nshell still here\n"), std::string::npos) << out;
 }
@@ -152,7 +150,7 @@ TEST(GpuqE2E, SignalWithoutBReachesTheStepsNotTheShell) {
            "echo shell rc=$?\n");
   const int64_t a = d.submit("steps.sh");
   auto j = d.wait_final(a, 30);
-  const std::string out = read_text(fmt::format("{}/slurm-{}.out", d.dir(), a));
+  const std::string out = d.output(a);
   EXPECT_EQ(j["state"], "COMPLETED") << out;
   EXPECT_EQ(out, "shell rc=0\n");
   auto got = lines(read_text(d.dir() + "/sig.txt"));

@@ -203,9 +203,9 @@ std::string Daemon::script(const std::string& name, const std::string& body) con
   return path;
 }
 
-int64_t Daemon::submit(const std::string& args) const {
-  Result r =
-      sh(fmt::format("cd {0} && LOG={0}/intervals.log {1} submit {2}", dir_.path(), cli(), args));
+int64_t Daemon::submit(const std::string& args, const std::string& env) const {
+  Result r = sh(fmt::format("cd {0} && LOG={0}/intervals.log {3} {1} submit {2}", dir_.path(),
+                            cli(), args, env));
   const std::string prefix = "Submitted batch job ";
   if (r.rc != 0 || r.out.rfind(prefix, 0) != 0)
     throw std::runtime_error(
@@ -217,6 +217,10 @@ nlohmann::json Daemon::show(int64_t id) const {
   Result r = gpuq(fmt::format("show --json {}", id));
   if (r.rc != 0) throw std::runtime_error(fmt::format("gpuq show {} failed: {}", id, r.err));
   return nlohmann::json::parse(r.out).at(0);
+}
+
+std::string Daemon::output(int64_t id) const {
+  return read_text(fmt::format("{}/slurm-{}.out", dir_.path(), id));
 }
 
 nlohmann::json Daemon::wait_state(int64_t id, const std::string& state, double timeout_s) const {

@@ -50,7 +50,9 @@ class Daemon {
   Result gpuq(const std::string& args) const { return sh(cli() + " " + args); }
   // Writes an executable script into the work dir and returns its path.
   std::string script(const std::string& name, const std::string& body) const;
-  int64_t submit(const std::string& args) const;  // asserts success, returns the id
+  // Asserts success, returns the id; `env` ("K=V ...") is set for gpuq submit (and the job).
+  int64_t submit(const std::string& args, const std::string& env = "") const;
+  std::string output(int64_t id) const;  // the job's default output file, slurm-ID.out
   nlohmann::json show(int64_t id) const;
   // One raw request on the socket (what any local user may send) and the daemon's reply.
   nlohmann::json request(const std::string& json) const;
