@@ -429,3 +429,62 @@ TEST(GpuqE2E, CommonMistakesAreNamed) {
   const int64_t id = d.submit("--time=infinite --wrap true");
   EXPECT_EQ(d.wait_final(id)["time_limit_s"], 0);
 }
+
+// squeue's -j and -t, sacct's -j, and `show` of several jobs, as a Slurm user types them.
+TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
+  Daemon d({}, "0");
+  d.script("sleep.sh", "#!/bin/sh\nsleep 30\n");
+  const int64_t run = d.submit("--gpus 1 sleep.sh");
+  const int64_t wait = d.submit("--gpus 1 -J waiting sleep.sh");
+  const int64_t arr = d.submit("--array 0-1 sleep.sh");
+  d.wait_state(run, "RUNNING");
+  const auto rows = [&](const std::string& args) {
+    Result r = d.gpuq("queue --noheader " + args);
+    EXPECT_EQ(r.rc, 0) << args << ": " << r.err;
+    return lines(r.out);
+  };
+  auto pd = rows("-t pd");
+  ASSERT_EQ(pd.size(), 1u);
+  EXPECT_NE(pd[0].find("waiting"), std::string::npos) << pd[0];
+  EXPECT_EQ(rows("-t PENDING,running").size(), 4u);
+  EXPECT_EQ(rows("-t all").size(), 4u);
+  const auto tasks = rows(fmt::format("-j {}", arr));  // the array's id: its two tasks
+  ASSERT_EQ(tasks.size(), 2u);
+  EXPECT_NE(tasks[0].find(fmt::format("{}_0", arr)), std::string::npos) << tasks[0];
+  EXPECT_EQ(rows(fmt::format("-j {},{}_1", run, arr)).size(), 2u);
+  EXPECT_EQ(rows(fmt::format("-t R -j {}", wait)).size(), 0u);
+  EXPECT_EQ(nlohmann::json::parse(d.gpuq("queue --json -t PD").out).size(), 1u);
+  const std::vector<std::pair<std::string, std::string>> bad = {
+      {"queue -t CD", "gpuq queue -t CD: the queue holds pending and running jobs; finished "
+                      "ones are in gpuq history"},
+      {"queue -t done", "gpuq queue -t 'done': expected PENDING (PD), RUNNING (R) or all"},
+      {"queue -j 999", "invalid job id '999'"},
+      {"queue -j 1,,x", "gpuq queue -j '1,,x': expected job ids, N or N_T, separated by commas"},
+      {"history -j x", "gpuq history -j 'x': expected job ids"}};
+  for (const auto& [args, want] : bad) {
+    Result r = d.gpuq(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+  }
+  EXPECT_NE(d.request(R"({"op":"queue","states":["DONE"]})").value("error", "").find("states"),
+            std::string::npos);
+
+  Result both = d.gpuq(fmt::format("show {} {}", run, wait));
+  ASSERT_EQ(both.rc, 0) << both.err;
+  EXPECT_NE(both.out.find(fmt::format("JobId={} ", run)), std::string::npos) << both.out;
+  EXPECT_NE(both.out.find(fmt::format("JobId={} ", wait)), std::string::npos) << both.out;
+
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", run)).rc, 0);
+  d.wait_final(run);
+  Result h = d.gpuq(fmt::format("history --noheader -j {},{}", run, wait));
+  ASSERT_EQ(h.rc, 0) << h.err;
+  auto done = lines(h.out);
+  ASSERT_EQ(done.size(), 1u) << h.out;
+  EXPECT_EQ(done[0].rfind(std::to_string(run) + " ", 0), 0u) << done[0];
+  EXPECT_NE(done[0].find("CANCELLED"), std::string::npos) << done[0];
+  EXPECT_NE(h.err.find(fmt::format("job {} has not finished: gpuq queue -j {} shows it", wait,
+                                   wait)),
+            std::string::npos)
+      << h.err;
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {} {}", wait, arr)).rc, 0);
+}

@@ -25,8 +25,10 @@
 
 #include "client/env.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/strings.h"
 #include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
+#include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/sbatch.h"
 #include "job/request.h"
@@ -356,20 +358,70 @@ std::string known_user(const std::string& cmd, const std::string& name) {
   return name;
 }
 
+// -j ID[,ID...] of queue and history (squeue -j, sacct -j): the ids, checked here so that a typo
+// is named before anything is sent.
+nlohmann::json job_list(const std::string& cmd, const std::string& list) {
+  nlohmann::json ids = nlohmann::json::array();
+  for (const std::string& id : common::split(list, ',')) {
+    try {
+      parse_job_ref(id);
+    } catch (const std::invalid_argument&) {
+      throw std::invalid_argument(
+          fmt::format("gpuq {} -j '{}': expected job ids, N or N_T, separated by commas", cmd,
+                      list));
+    }
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+// -t STATE[,STATE...] of queue (squeue -t): PENDING (PD), RUNNING (R) or all, any case.
+nlohmann::json queue_states(const std::string& list) {
+  nlohmann::json states = nlohmann::json::array();
+  for (std::string st : common::split(list, ',')) {
+    std::transform(st.begin(), st.end(), st.begin(), [](unsigned char c) { return toupper(c); });
+    if (st == "ALL") return nlohmann::json::array();
+    for (JobState s : {JobState::kPending, JobState::kRunning, JobState::kCompleted,
+                       JobState::kFailed, JobState::kCancelled, JobState::kTimeout,
+                       JobState::kNodeFail}) {
+      if (st != state_name(s) && st != state_code(s)) continue;
+      if (is_final(s))
+        throw std::invalid_argument(fmt::format(
+            "gpuq queue -t {}: the queue holds pending and running jobs; finished ones are in "
+            "gpuq history",
+            st));
+      states.push_back(state_name(s));
+      st.clear();
+      break;
+    }
+    if (!st.empty())
+      throw std::invalid_argument(fmt::format(
+          "gpuq queue -t '{}': expected PENDING (PD), RUNNING (R) or all, separated by commas",
+          list));
+  }
+  return states;
+}
+
 int cmd_queue(const Args& a) {
   po::options_description desc("gpuq queue options");
   desc.add_options()("user,u", po::value<std::string>(), "only this user's jobs")(
-      "me", "only my jobs")("long,l", "add TIME_LIMIT and the GPU ids")(
+      "me", "only my jobs")("jobs,j", po::value<std::string>(),
+                            "only these jobs: ID[,ID...] (an array's id: its tasks)")(
+      "states,t", po::value<std::string>(), "only jobs in these states: PD, R (or all)")(
+      "long,l", "add TIME_LIMIT and the GPU ids")(
       "start", "add pending jobs' expected START_TIME and their place in the order (POS)")(
       "noheader", "no header line")("json", "the daemon's JSON document");
   Parsed p;
   if (!parse(a, desc, nullptr,
-             "usage: gpuq queue [-u USER | --me] [-l | --start] [--noheader] [--json]\n"
+             "usage: gpuq queue [-u USER | --me] [-j ID,...] [-t PD,R] [-l | --start] "
+             "[--noheader] [--json]\n"
              "Lists pending and running jobs with squeue's columns.",
              &p))
     return 0;
   nlohmann::json req = {{"op", "queue"}};
   if (p.vm.count("user")) req["user"] = known_user("queue", p.vm["user"].as<std::string>());
+  if (p.vm.count("jobs")) req["ids"] = job_list("queue", p.vm["jobs"].as<std::string>());
+  if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
   if (p.vm.count("me")) {
     const auto pw = common::passwd_entry(getuid());
     if (!pw) throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
@@ -480,17 +532,14 @@ nlohmann::json show_one(const std::string& socket, const std::string& id) {
 
 int cmd_show(const Args& a) {
   po::options_description desc("gpuq show options");
-  desc.add_options()("json", "the job's JSON document")("id", po::value<std::string>(), "job id");
-  po::positional_options_description pos;
-  pos.add("id", 1);
-  Parsed p;
-  if (!parse(a, desc, &pos,
-             "usage: gpuq show [--json] ID\nShows one job (scontrol show job style). The "
-             "environment and script are shown to the job's owner only.",
-             &p))
-    return 0;
-  if (!p.vm.count("id")) throw std::invalid_argument("gpuq show: no job id given");
-  auto reply = call(p.socket, {{"op", "show"}, {"ids", {p.vm["id"].as<std::string>()}}});
+  desc.add_options()("json", "the jobs' JSON documents");
+  auto parsed = parse_ids(a, desc,
+                          "usage: gpuq show [--json] ID...\nShows jobs (scontrol show job "
+                          "style). The environment and script are shown to the job's\nowner "
+                          "only, and only when one job is asked for.");
+  if (!parsed) return 0;
+  const auto& [p, ids] = *parsed;
+  auto reply = call(p.socket, {{"op", "show"}, {"ids", ids}});
   if (p.vm.count("json")) {
     std::cout << reply["jobs"].dump(2) << "\n";
     return 0;
@@ -556,12 +605,14 @@ int cmd_history(const Args& a) {
   po::options_description desc("gpuq history options");
   desc.add_options()("all-users,a", "every user's jobs (root sees all by default)")(
       "user,u", po::value<std::string>(), "only this user's jobs")(
+      "jobs,j", po::value<std::string>(),
+      "only these jobs, whoever ran them: ID[,ID...] (an array's id: its tasks)")(
       "limit,n", po::value<long long>()->default_value(0),
       "only the newest N jobs (0 = as many as one reply holds, 10000)")(
       "noheader", "no header lines")("json", "the daemon's JSON documents");
   Parsed p;
   if (!parse(a, desc, nullptr,
-             "usage: gpuq history [-a | -u USER] [-n N] [--noheader] [--json]\n"
+             "usage: gpuq history [-a | -u USER | -j ID,...] [-n N] [--noheader] [--json]\n"
              "Finished jobs, sacct-style: JobID JobName User State ExitCode(code:signal) Elapsed\n"
              "GPUs (how many the job held; gpuq show and gpuq stats name them) GPUHours MeanUtil.\n"
              "At most the newest 10000 jobs at once (-n 0, the default, means that many).",
@@ -573,7 +624,11 @@ int cmd_history(const Args& a) {
   nlohmann::json req = {
       {"op", "history"}, {"all_users", p.vm.count("all-users") > 0}, {"limit", limit}};
   if (p.vm.count("user")) req["user"] = known_user("history", p.vm["user"].as<std::string>());
+  if (p.vm.count("jobs")) req["ids"] = job_list("history", p.vm["jobs"].as<std::string>());
   auto reply = call(p.socket, req);
+  for (const auto& id : reply.value("active", nlohmann::json::array()))
+    fmt::print(stderr, "gpuq: note: job {} has not finished: gpuq queue -j {} shows it\n",
+               id.get<std::string>(), id.get<std::string>());
   if (p.vm.count("json")) {
     std::cout << reply["jobs"].dump(2) << "\n";
     return 0;

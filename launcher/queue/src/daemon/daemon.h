@@ -130,6 +130,7 @@ class Daemon {
   std::string requeue_refusal(int64_t id, const Job* j, const Peer& peer) const;
   void send_requeue_stops();  // after the batch commit: SIGTERM for the jobs requeued in it
   nlohmann::json op_history(const Request& req, const Peer& peer);
+  nlohmann::json history_of(const Request& req, const Peer& peer);  // history -j
   nlohmann::json op_drain(const Peer& peer, bool drain);
   // daemon_usage.cc: sampling and the usage requests (status, stats, report)
   nlohmann::json op_status(const Request& req);

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <set>
 #include <stdexcept>
 
@@ -269,11 +270,20 @@ std::string Daemon::pending_reason(const Job& j) const {
 nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   const std::string user = req.user.value_or("");
   const int64_t now = now_ms();
+  // -j (an array's id names its tasks; an unknown id is an error, as squeue's), -t and -u.
+  std::set<int64_t> ids;
+  for (int64_t id : resolve_ids(req.ids)) ids.insert(id);
+  const auto shown = [&](const Job& j) {
+    const std::string state = state_name(j.state);
+    return (user.empty() || j.user == user) && (req.ids.empty() || ids.count(j.id)) &&
+           (req.states.empty() ||
+            std::find(req.states.begin(), req.states.end(), state) != req.states.end());
+  };
   if (req.text) {
     std::vector<QueueRow> rows;
     rows.reserve(jobs_->active().size());
     for (const auto& [id, j] : jobs_->active()) {
-      if (!user.empty() && j.user != user) continue;
+      if (!shown(j)) continue;
       QueueRow r;
       r.id = display_id(j);
       r.name = j.name;
@@ -296,7 +306,7 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   }
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& [id, j] : jobs_->active()) {
-    if (!user.empty() && j.user != user) continue;
+    if (!shown(j)) continue;
     auto o = job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic);
     if (j.state == JobState::kPending) o["reason"] = pending_reason(j);
     o["nodelist"] = host_;
@@ -428,6 +438,7 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
 }
 
 nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
+  if (!req.ids.empty()) return history_of(req, peer);
   std::optional<uint32_t> uid = peer.uid;
   if (req.all_users || peer.uid == 0) uid.reset();
   if (req.user) {
@@ -443,6 +454,27 @@ nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
   for (const auto& j : store_->history(uid, limit))
     jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));
   return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", store_->count_finished(uid)}};
+}
+
+// history -j: the named jobs that have finished, whoever owns them (as `show` would show them),
+// newest first; those still pending or running are named in "active".
+nlohmann::json Daemon::history_of(const Request& req, const Peer& peer) {
+  std::vector<Job> done;
+  nlohmann::json active = nlohmann::json::array();
+  for (int64_t id : resolve_ids(req.ids)) {
+    std::optional<Job> j = jobs_->any_job(id);
+    if (!j) continue;
+    if (is_final(j->state))
+      done.push_back(std::move(*j));
+    else
+      active.push_back(display_id(*j));
+  }
+  std::sort(done.begin(), done.end(), [](const Job& a, const Job& b) { return a.id > b.id; });
+  nlohmann::json jobs = nlohmann::json::array();
+  for (const Job& j : done)
+    jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));
+  const int64_t total = int64_t(jobs.size());
+  return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", total}, {"active", active}};
 }
 
 nlohmann::json Daemon::op_drain(const Peer& peer, bool drain) {

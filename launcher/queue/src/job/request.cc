@@ -284,6 +284,10 @@ void decode_fields(const json& o, Request& r) {
       break;
     case Op::kQueue:
       if (field(o, "user")) r.user = get_string(o, "user", "");
+      if (field(o, "ids")) r.ids = get_ids(o);
+      r.states = get_strings(o, "states");
+      for (const std::string& st : r.states)
+        if (st != "PENDING" && st != "RUNNING") bad_field("states", "PENDING or RUNNING", json(st));
       r.text = get_bool(o, "text", false);
       r.long_format = get_bool(o, "long", false);
       r.start = get_bool(o, "start", false);
@@ -291,6 +295,7 @@ void decode_fields(const json& o, Request& r) {
       break;
     case Op::kHistory:
       if (field(o, "user")) r.user = get_string(o, "user", "");
+      if (field(o, "ids")) r.ids = get_ids(o);
       r.all_users = get_bool(o, "all_users", false);
       r.limit = get_count(o, "limit", size_t{1} << 53, 0);
       break;

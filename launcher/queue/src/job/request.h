@@ -72,7 +72,9 @@ struct SubmitRequest {
 struct Request {
   Op op = Op::kPing;
   SubmitRequest submit;
-  std::vector<JobRef> ids;          // show, cancel, hold, release, requeue, stats
+  std::vector<JobRef> ids;          // show, cancel, hold, release, requeue, stats; queue, history
+                                    // (there: only these, when given)
+  std::vector<std::string> states;  // queue: only jobs in these (PENDING, RUNNING), when given
   bool brief = false;               // show: the owner too gets no environment or script
   int signal = 0;                   // cancel: 0 cancels, 1-64 only signals
   std::optional<std::string> user;  // queue, history
