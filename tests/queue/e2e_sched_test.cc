@@ -211,6 +211,29 @@ TEST(GpuqE2E, ArrayTasksHonourTheCapAndPatterns) {
     EXPECT_GE(jc["start_ms"].get<int64_t>(), d.show(b + i)["end_ms"].get<int64_t>());
 }
 
+// afterok:ID_T (Slurm's): one task of an array, not the whole array; shown as it was asked for.
+TEST(GpuqE2E, DependencyOnOneArrayTask) {
+  Daemon d;
+  d.script("task.sh", "#!/bin/sh\nsleep $((1 + 4 * SLURM_ARRAY_TASK_ID))\n");
+  const std::string ok = d.script("ok.sh", "#!/bin/sh\necho ok\n");
+  const int64_t arr = d.submit("--array=0-1 task.sh");
+  const int64_t after0 = d.submit(fmt::format("-d afterok:{}_0 ok.sh", arr));
+  Result shown = d.gpuq(fmt::format("show {}", after0));
+  EXPECT_NE(shown.out.find(fmt::format("Dependency=afterok:{}_0", arr)), std::string::npos)
+      << shown.out;
+  const auto done = d.wait_final(after0, 30);
+  EXPECT_EQ(done["state"], "COMPLETED");
+  const auto task1 = d.show(arr + 1);
+  EXPECT_EQ(task1["state"], "RUNNING") << "task 1 (5 s) should outlive the dependent job";
+  EXPECT_GE(done["start_ms"].get<int64_t>(), d.show(arr)["end_ms"].get<int64_t>());
+  Result none = d.gpuq(fmt::format("submit -d afterok:{}_7 {}", arr, ok));
+  EXPECT_NE(none.rc, 0);
+  EXPECT_NE(none.err.find(fmt::format("job dependency problem: job {}_7 does not exist", arr)),
+            std::string::npos)
+      << none.err;
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", arr)).rc, 0);
+}
+
 TEST(GpuqE2E, PerUserGpuLimit) {
   Daemon d({"--max-gpus-per-user", "1"});
   d.script("iv.sh", kIntervalJob);

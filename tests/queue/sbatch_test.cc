@@ -197,6 +197,15 @@ TEST(Dependencies, TypesAndErrors) {
   EXPECT_THROW(parse_dependency("singleton"), std::invalid_argument);
   EXPECT_THROW(parse_dependency("afterok"), std::invalid_argument);
   EXPECT_THROW(parse_dependency("afterok:x"), std::invalid_argument);
+  // Slurm's ID_T: one task of an array.
+  auto t = parse_dependency("afterok:7_3:8");
+  ASSERT_EQ(t.size(), 2u);
+  EXPECT_EQ(t[0].job_id, 7);
+  EXPECT_EQ(t[0].task, 3);
+  EXPECT_EQ(t[1].task, -1);
+  EXPECT_THROW(parse_dependency("afterok:7_"), std::invalid_argument);
+  EXPECT_THROW(parse_dependency("afterok:7_x"), std::invalid_argument);
+  EXPECT_THROW(parse_dependency("afterok:_3"), std::invalid_argument);
 }
 
 TEST(Arrays, RangesStepsListsAndCap) {

@@ -267,7 +267,7 @@ constexpr const char* kSubmitUsage =
       "  -G/--gpus [type:]N, --gpus-per-task [type:]N (times -n),\n"
       "  -t/--time TIME (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S), -o/--output PATTERN,\n"
       "  -e/--error PATTERN (%j %x %u %A %a %%), -D/--chdir DIR,\n"
-      "  -d/--dependency afterok|afterany|afternotok:ID[:ID][,...], -a/--array 0-15[:step][%N],\n"
+      "  -d/--dependency afterok|afterany|afternotok:ID[_T][:ID][,...], -a/--array 0-15[:step][%N],\n"
       "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N, -A/--account NAME,\n"
       "  -c/--cpus-per-task N, -n/--ntasks N (SLURM_NTASKS only),\n"
       "  --export ALL|NONE|[ALL,]NAME[=VALUE],... (the job's environment),\n"

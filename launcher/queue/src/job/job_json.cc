@@ -37,8 +37,10 @@ nlohmann::json array_to_json(const ArrayShape& a) {
 
 nlohmann::json job_to_json(const Job& j, JobView view) {
   nlohmann::json deps = nlohmann::json::array();
-  for (const auto& d : j.dependencies)
+  for (const auto& d : j.dependencies) {
     deps.push_back({{"type", dep_kind_name(d.kind)}, {"job_id", d.job_id}});
+    if (d.task >= 0) deps.back()["task"] = d.task;
+  }
   nlohmann::json o = {
       {"job_id", j.id},
       {"display_id", display_id(j)},
@@ -139,7 +141,7 @@ Job job_from_json(const nlohmann::json& o) {
     DepKind k = t == "afterok"      ? DepKind::kAfterOk
                 : t == "afternotok" ? DepKind::kAfterNotOk
                                     : DepKind::kAfterAny;
-    j.dependencies.push_back({k, d.at("job_id").get<int64_t>()});
+    j.dependencies.push_back({k, d.at("job_id").get<int64_t>(), d.value("task", -1)});
   }
   if (o.contains("signal")) {
     const auto& s = o["signal"];

@@ -103,7 +103,7 @@ std::vector<Dependency> get_dependencies(const Obj& o) {
     const std::string at = fmt::format("{}[{}]", name, i);
     if (!v[i].is_object()) bad_field(at, "an object {\"type\", \"job_id\"}", v[i]);
     const Obj d(v[i], at + ".");
-    only_keys(d, {"type", "job_id"});
+    only_keys(d, {"type", "job_id", "task"});
     Dependency dep;
     const std::string type = get_string(d, "type", "");
     bool known = false;
@@ -112,6 +112,7 @@ std::vector<Dependency> get_dependencies(const Obj& o) {
     if (!known) bad_field(d.name("type"), "afterok, afterany or afternotok", json(type));
     if (!field(d, "job_id")) bad_field(d.name("job_id"), "a job id", json());
     dep.job_id = get_int(d, "job_id", 1, kMaxDependencyId, 0);
+    dep.task = static_cast<int>(get_int(d, "task", 0, kMaxArrayIndex, -1));
     out.push_back(dep);
   }
   return out;
@@ -332,8 +333,10 @@ json encode_job(const JobRequest& r) {
   if (r.chdir) j["chdir"] = *r.chdir;
   if (r.dependencies) {
     j["dependencies"] = json::array();
-    for (const auto& d : *r.dependencies)
+    for (const auto& d : *r.dependencies) {
       j["dependencies"].push_back({{"type", dep_kind_name(d.kind)}, {"job_id", d.job_id}});
+      if (d.task >= 0) j["dependencies"].back()["task"] = d.task;
+    }
   }
   if (r.array) j["array"] = {{"tasks", r.array->indices}, {"max_running", r.array->max_running}};
   if (r.signal)

@@ -156,11 +156,15 @@ std::vector<Dependency> parse_dependency(const std::string& text) {
     for (size_t k = first; k < parts.size(); ++k) {
       std::string id = parts[k];
       if (size_t plus = id.find('+'); plus != std::string::npos) id = id.substr(0, plus);
-      if (id.find('_') != std::string::npos)
-        bad(fmt::format("--dependency '{}': array task ids are not supported", text));
+      int task = -1;  // ID_T: one task of an array
+      if (size_t us = id.find('_'); us != std::string::npos) {
+        task = int(to_int(id.substr(us + 1), fmt::format("--dependency '{}': task id", text),
+                          kMaxArrayIndex));
+        id = id.substr(0, us);
+      }
       int64_t n = to_int(id, fmt::format("--dependency '{}'", text), kMaxDependencyId);
       if (n == 0) bad(fmt::format("--dependency '{}': job id 0", text));
-      out.push_back({kind, n});
+      out.push_back({kind, n, task});
     }
   }
   return out;
