@@ -488,3 +488,18 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
       << h.err;
   ASSERT_EQ(d.gpuq(fmt::format("cancel {} {}", wait, arr)).rc, 0);
 }
+
+// A cancelled job whose program ignores SIGTERM runs on until KillWait ends it: squeue shows such
+// a job as CG (completing), not R.
+TEST(GpuqE2E, ACancelledJobIsCompletingUntilItEnds) {
+  Daemon d({"--kill-wait", "3"});
+  d.script("stubborn.sh", "#!/bin/sh\ntrap '' TERM\nsleep 30 & wait\nsleep 30\n");
+  const int64_t id = d.submit("stubborn.sh");
+  d.wait_state(id, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::milliseconds(300));  // the trap is set
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", id)).rc, 0);
+  auto row = lines(d.gpuq("queue --noheader").out);
+  ASSERT_EQ(row.size(), 1u);
+  EXPECT_NE(row[0].find(" CG "), std::string::npos) << row[0];
+  EXPECT_EQ(d.wait_final(id)["state"], "CANCELLED");
+}

@@ -91,6 +91,8 @@ QueueRow queue_row_from_json(const nlohmann::json& j, int64_t now_ms) {
   r.name = j.at("name").get<std::string>();
   r.user = j.at("user").get<std::string>();
   r.running = j.at("state") == "RUNNING";
+  r.completing = r.running && (j.value("cancel_requested", false) ||
+                               j.value("requeue_requested", false));
   r.reason = j.value("reason", std::string("None"));
   r.nodelist = j.value("nodelist", std::string());
   r.elapsed_s = elapsed_s(j, now_ms);
@@ -122,7 +124,7 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
       out += right(escape_control(r.name), 8);
       out += ' ';
       out += right(escape_control(r.user), 8);
-      out += r.running ? "  R " : " PD ";
+      out += r.completing ? " CG " : r.running ? "  R " : " PD ";
       out += right(squeue_time(r.elapsed_s), 10);
       out += ' ';
       if (lng) out += right(time_limit_text(r.time_limit_s), 10) + " ";

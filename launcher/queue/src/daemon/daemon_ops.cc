@@ -294,6 +294,7 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
       r.name = j.name;
       r.user = j.user;
       r.running = j.state == JobState::kRunning;
+      r.completing = r.running && (j.cancel_requested || j.requeue_requested);
       if (!r.running) r.reason = pending_reason(j);
       r.position = j.position;
       r.expected_start_ms = j.expected_start_ms;

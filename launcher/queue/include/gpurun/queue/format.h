@@ -20,6 +20,7 @@ enum class QueueFormat { kDefault, kLong, kStart };  // kStart: squeue --start's
 struct QueueRow {
   std::string id, name, user, reason, nodelist;
   bool running = false;
+  bool completing = false;  // running, being stopped (cancel, requeue): squeue's CG
   int64_t elapsed_s = 0, time_limit_s = 0;
   int gpus_requested = 0;
   std::vector<int> gpus;
