@@ -331,8 +331,7 @@ int cmd_submit(const Args& a) {
   req.job = parse_sbatch_script(req.script);
   req.job.merge_from(parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse));
   req.job.resolve_gpus_per_task();
-  const auto pw = common::passwd_entry(getuid());  // USER and LOGNAME for --export=NONE
-  req.job.apply_export(req.env, pw ? pw->name : "");
+  req.job.apply_export(req.env, my_user_name());
   const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
   ::umask(mask);
   req.umask = mask;
@@ -348,6 +347,11 @@ int cmd_submit(const Args& a) {
   if (!req.job.wait.value_or(false)) return 0;
   std::fflush(stdout);
   return wait_for_job(socket, id);
+}
+
+std::string my_user_name() {
+  const auto pw = common::passwd_entry(getuid());
+  return pw ? pw->name : "";
 }
 
 // -u NAME of queue and history: a user this machine knows, as squeue and sacct insist ("Invalid
@@ -423,9 +427,9 @@ int cmd_queue(const Args& a) {
   if (p.vm.count("jobs")) req["ids"] = job_list("queue", p.vm["jobs"].as<std::string>());
   if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
   if (p.vm.count("me")) {
-    const auto pw = common::passwd_entry(getuid());
-    if (!pw) throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
-    req["user"] = pw->name;
+    req["user"] = my_user_name();
+    if (req["user"] == "")
+      throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
   }
   if (p.vm.count("json")) {
     auto reply = call(p.socket, req);

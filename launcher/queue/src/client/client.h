@@ -35,6 +35,9 @@ int wait_for_job(const std::string& socket, int64_t id);
 
 // GPUQ_SOCKET, else the system socket when it exists, else the per-user one.
 std::string default_socket_path();
+// The caller's user name from passwd ("" when its uid has none): USER and LOGNAME for
+// --export=NONE (JobRequest::apply_export), queue --me.
+std::string my_user_name();
 
 // One request to the daemon and its reply; throws std::invalid_argument with the daemon's error
 // when it answers ok=false, std::runtime_error when it cannot be reached.

@@ -116,8 +116,7 @@ SubmitRequest run_request(const RunArgs& r, const AttachSpec& attach) {
   req.cwd = cwd;
   req.env = queue_env().all;
   req.job = r.job;
-  const auto pw = common::passwd_entry(getuid());  // USER and LOGNAME for --export=NONE
-  req.job.apply_export(req.env, pw ? pw->name : "");
+  req.job.apply_export(req.env, my_user_name());
   const mode_t mask = ::umask(0);
   ::umask(mask);
   req.umask = mask;

@@ -95,6 +95,20 @@ bool is(const std::string& w, std::initializer_list<const char*> names) {
   return false;
 }
 
+// Options srun takes that change nothing for tasks run here, on the job's one machine and with
+// its resources: flags, and options with a value (ignored with it).
+const std::set<std::string> kIgnoredFlags = {
+    "--kill-on-bad-exit=0", "-K0", "-u", "--unbuffered", "--exclusive", "--overlap", "-Q",
+    "--quiet", "-v", "--verbose", "-X", "--disable-status", "-k", "--no-kill", "--propagate"};
+const std::initializer_list<const char*> kIgnoredWithValue = {
+    "--mpi", "--cpu-bind", "--gres", "--gpus", "-G", "--gpu-bind", "--mem", "--mem-per-cpu",
+    "--mem-per-gpu", "--cpus-per-gpu", "--gpus-per-node", "--ntasks-per-node", "--ntasks-per-gpu",
+    "--ntasks-per-core", "--ntasks-per-socket", "-m", "--distribution", "-t", "--time", "-J",
+    "--job-name", "--jobid", "-w", "--nodelist", "-x", "--exclude", "-p", "--partition", "-A",
+    "--account", "--qos", "-q", "--comment", "--hint", "--threads-per-core", "--cpu-freq",
+    "--gres-flags", "--network", "--accel-bind", "--open-mode", "--reservation", "--constraint",
+    "-C", "--mem-bind", "--wckey", "--profile", "--acctg-freq", "--gpu-freq", "-W", "--wait"};
+
 Step parse_step(const std::vector<std::string>& a) {
   Step s;
   size_t i = 0;
@@ -126,21 +140,8 @@ Step parse_step(const std::vector<std::string>& a) {
       s.export_spec = value_of(a, &i, name);
     } else if (is(w, {"-D", "--chdir"})) {
       s.chdir = value_of(a, &i, name);
-    } else if (w == "--kill-on-bad-exit=0" || w == "-K0" || w == "-u" || w == "--unbuffered" ||
-               w == "--exclusive" || w == "--overlap" || w == "-Q" || w == "--quiet" ||
-               w == "-v" || w == "--verbose" || w == "-X" || w == "--disable-status" ||
-               w == "-k" || w == "--no-kill" || w == "--propagate" ||
-               w.rfind("--propagate=", 0) == 0) {
-    } else if (is(w, {"--mpi", "--cpu-bind", "--gres", "--gpus", "-G", "--gpu-bind", "--mem",
-                      "--mem-per-cpu", "--mem-per-gpu", "--cpus-per-gpu", "--gpus-per-node",
-                      "--ntasks-per-node", "--ntasks-per-gpu", "--ntasks-per-core",
-                      "--ntasks-per-socket", "-m", "--distribution", "-t", "--time", "-J",
-                      "--job-name", "--jobid", "-w", "--nodelist", "-x", "--exclude", "-p",
-                      "--partition", "-A", "--account", "--qos", "-q", "--comment", "--hint",
-                      "--threads-per-core", "--cpu-freq", "--gres-flags", "--network",
-                      "--accel-bind", "--open-mode", "--reservation", "--constraint", "-C",
-                      "--mem-bind", "--wckey", "--profile", "--acctg-freq", "--gpu-freq", "-W",
-                      "--wait"})) {
+    } else if (kIgnoredFlags.count(w) || w.rfind("--propagate=", 0) == 0) {
+    } else if (is(w, kIgnoredWithValue)) {
       value_of(a, &i, name);
     } else if (is(w, {"-o", "--output", "-e", "--error", "-i", "--input"}) || w == "--pty") {
       throw std::invalid_argument(fmt::format(
@@ -168,8 +169,7 @@ std::vector<std::string> task_env(const Step& s, int t, const std::string& host)
   if (s.export_spec) {
     JobRequest r;
     r.export_spec = s.export_spec;
-    const auto pw = common::passwd_entry(getuid());
-    r.apply_export(env, pw ? pw->name : "");
+    r.apply_export(env, my_user_name());
     for (const auto& [k, v] : queue_env().all)  // the job's own variables stay, as in Slurm
       if (k.rfind("SLURM_", 0) == 0 || k.rfind("GPUQ_", 0) == 0 || k == "CUDA_VISIBLE_DEVICES")
         env.insert({k, v});
