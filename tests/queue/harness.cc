@@ -228,8 +228,12 @@ nlohmann::json Daemon::wait_state(int64_t id, const std::string& state, double t
                   std::chrono::milliseconds(static_cast<int64_t>(timeout_s * 1000));
   nlohmann::json j;
   while (std::chrono::steady_clock::now() < deadline) {
-    j = show(id);
-    if (j["state"] == state) return j;
+    // A job a background client submits may not exist yet: "invalid job id" until it does.
+    Result r = gpuq(fmt::format("show --json {}", id));
+    if (r.rc != 0 && r.err.find("invalid job id") == std::string::npos)
+      throw std::runtime_error(fmt::format("gpuq show {} failed: {}", id, r.err));
+    if (r.rc == 0) j = nlohmann::json::parse(r.out).at(0);
+    if (r.rc == 0 && j["state"] == state) return j;
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   throw std::runtime_error(fmt::format("job {} did not reach {} within {} s (last: {})", id, state,

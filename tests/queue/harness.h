@@ -57,6 +57,8 @@ class Daemon {
   // One raw request on the socket (what any local user may send) and the daemon's reply.
   nlohmann::json request(const std::string& json) const;
   nlohmann::json wait_final(int64_t id, double timeout_s = 30) const;
+  // Waits for the job to exist (a background client may not have submitted it yet) and be in
+  // `state`.
   nlohmann::json wait_state(int64_t id, const std::string& state, double timeout_s = 30) const;
   std::string log() const { return read_text(dir_.path() + "/daemon.log"); }
   pid_t pid() const { return pid_; }
