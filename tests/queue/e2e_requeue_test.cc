@@ -235,3 +235,25 @@ TEST(GpuqRequeue, OpenModeAppendKeepsTheFirstRunsOutput) {
   EXPECT_EQ(out.rfind("run restarts=0\nslurmstepd: error: *** JOB ", 0), 0u) << out;
   EXPECT_NE(out.find(" DUE TO JOB REQUEUE ***\nrun restarts=1\n"), std::string::npos) << out;
 }
+
+// `gpuq log -f` of a job requeued while it follows: the rerun starts the output file again, and
+// the follower prints the rerun's output from its start (it went on from its old offset and lost
+// the rerun's first line).
+TEST(GpuqRequeue, LogFollowPrintsTheRerunFromItsStart) {
+  Daemon d({"--kill-wait", "1"}, "0");
+  d.script("twice.sh",
+           "#!/bin/sh\necho \"run $SLURM_RESTART_COUNT\"\nsleep 2\necho \"end $SLURM_RESTART_COUNT\"\n");
+  const int64_t id = d.submit("twice.sh");
+  d.wait_state(id, "RUNNING");
+  const std::string followed = d.dir() + "/followed.txt";
+  sh(fmt::format("({} log -f {} > {} 2>&1 &)", d.cli(), id, followed));
+  for (int i = 0; i < 100 && read_text(followed).find("run 0") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_EQ(d.gpuq(fmt::format("requeue {}", id)).rc, 0);
+  EXPECT_EQ(d.wait_final(id, 30)["restart_count"], 1);
+  std::string out;
+  for (int i = 0; i < 100 && (out = read_text(followed)).find("end 1") == std::string::npos; ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(out.find("run 0\n"), 0u) << out;
+  EXPECT_NE(out.find("run 1\nend 1\n"), std::string::npos) << out;
+}

@@ -552,6 +552,23 @@ int cmd_show(const Args& a) {
   return 0;
 }
 
+// Where `gpuq log -f` goes on reading after a pause: a requeued job's rerun starts its output
+// file again (truncated, or a new file), as a shrunken file shows too; `tail -f` then starts
+// from the top, and so does this. `restarted`: a rerun has started since the last read, which
+// with --open-mode=truncate (the default) began the file again even if it has since grown past
+// where the last read ended.
+void reopen_if_restarted(Fd& fd, const std::string& path, bool restarted) {
+  struct stat st, now;
+  const bool replaced = fd && ::fstat(fd.get(), &st) == 0 && ::stat(path.c_str(), &now) == 0 &&
+                        (st.st_ino != now.st_ino || st.st_dev != now.st_dev);
+  if (restarted || replaced) {
+    fd = Fd();  // opened again from the start by the caller
+    return;
+  }
+  if (fd && ::fstat(fd.get(), &st) == 0 && st.st_size < ::lseek(fd.get(), 0, SEEK_CUR))
+    ::lseek(fd.get(), 0, SEEK_SET);  // truncated
+}
+
 int cmd_log(const Args& a) {
   po::options_description desc("gpuq log options");
   desc.add_options()("follow,f", "keep printing until the job ends")(
@@ -570,6 +587,7 @@ int cmd_log(const Args& a) {
         fmt::format("permission denied: job {} belongs to {}", id, job["user"].get<std::string>()));
   std::string path = job[p.vm.count("stderr") ? "stderr_path" : "stdout_path"].get<std::string>();
   const bool follow = p.vm.count("follow") > 0;
+  int read_restarts = job.value("restart_count", 0);  // the run whose output is being read
   Fd fd;
   char buf[65536];
   while (true) {
@@ -592,6 +610,11 @@ int cmd_log(const Args& a) {
     for (int tries = 0;; ++tries) {
       try {
         job = show_one(p.socket, id);
+        // A requeue raises restart_count at once; its rerun truncates the file when it starts.
+        const int restarts = job.value("restart_count", 0);
+        const bool rerun = restarts != read_restarts && job["state"] != "PENDING";
+        if (rerun) read_restarts = restarts;
+        reopen_if_restarted(fd, path, rerun && !job.value("open_append", false));
         break;
       } catch (const std::invalid_argument&) {
         throw;  // the daemon answered with an error
