@@ -453,11 +453,14 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
   EXPECT_NE(tasks[0].find(fmt::format("{}_0", arr)), std::string::npos) << tasks[0];
   EXPECT_EQ(rows(fmt::format("-j {},{}_1", run, arr)).size(), 2u);
   EXPECT_EQ(rows(fmt::format("-t R -j {}", wait)).size(), 0u);
+  EXPECT_EQ(rows(fmt::format("-j {},999,{}", run, run)).size(), 1u);  // several: 999 skipped
   EXPECT_EQ(nlohmann::json::parse(d.gpuq("queue --json -t PD").out).size(), 1u);
   const std::vector<std::pair<std::string, std::string>> bad = {
       {"queue -t CD", "gpuq queue -t CD: the queue holds pending and running jobs; finished "
                       "ones are in gpuq history"},
-      {"queue -t done", "gpuq queue -t 'done': expected PENDING (PD), RUNNING (R) or all"},
+      {"queue -t done", "gpuq queue -t 'done': expected PENDING (PD), RUNNING (R), COMPLETING"},
+      {"queue -t PD,,R", "gpuq queue -t 'PD,,R': expected"},
+      {"queue -j $(printf '1\\033x')", "gpuq queue -j '1?x': expected job ids"},
       {"queue -j 999", "invalid job id '999'"},
       {"queue -j 1,,x", "gpuq queue -j '1,,x': expected job ids, N or N_T, separated by commas"},
       {"history -j x", "gpuq history -j 'x': expected job ids"}};
@@ -476,7 +479,7 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
 
   ASSERT_EQ(d.gpuq(fmt::format("cancel {}", run)).rc, 0);
   d.wait_final(run);
-  Result h = d.gpuq(fmt::format("history --noheader -j {},{}", run, wait));
+  Result h = d.gpuq(fmt::format("history --noheader -j {},{},{}", run, wait, run));
   ASSERT_EQ(h.rc, 0) << h.err;
   auto done = lines(h.out);
   ASSERT_EQ(done.size(), 1u) << h.out;
@@ -486,7 +489,13 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
                                    wait)),
             std::string::npos)
       << h.err;
+  EXPECT_EQ(lines(d.gpuq(fmt::format("history --noheader -u nobody -j {}", run)).out).size(), 0u);
   ASSERT_EQ(d.gpuq(fmt::format("cancel {} {}", wait, arr)).rc, 0);
+  d.wait_final(arr + 1);
+  const auto two = lines(d.gpuq(fmt::format("history --noheader -n 2 -j {},{}", run, arr)).out);
+  ASSERT_EQ(two.size(), 2u);  // the newest two of three, oldest first
+  EXPECT_EQ(two[0].rfind(fmt::format("{}_0 ", arr), 0), 0u) << two[0];
+  EXPECT_EQ(two[1].rfind(fmt::format("{}_1 ", arr), 0), 0u) << two[1];
 }
 
 // A cancelled job whose program ignores SIGTERM runs on until KillWait ends it: squeue shows such
@@ -501,5 +510,10 @@ TEST(GpuqE2E, ACancelledJobIsCompletingUntilItEnds) {
   auto row = lines(d.gpuq("queue --noheader").out);
   ASSERT_EQ(row.size(), 1u);
   EXPECT_NE(row[0].find(" CG "), std::string::npos) << row[0];
+  // squeue -t filters on it, scontrol show says COMPLETING.
+  EXPECT_EQ(lines(d.gpuq("queue --noheader -t cg").out).size(), 1u);
+  EXPECT_EQ(lines(d.gpuq("queue --noheader -t R").out).size(), 0u);
+  const std::string shown = d.gpuq(fmt::format("show {}", id)).out;
+  EXPECT_NE(shown.find("JobState=COMPLETING"), std::string::npos) << shown;
   EXPECT_EQ(d.wait_final(id)["state"], "CANCELLED");
 }

@@ -372,19 +372,25 @@ nlohmann::json job_list(const std::string& cmd, const std::string& list) {
     } catch (const std::invalid_argument&) {
       throw std::invalid_argument(
           fmt::format("gpuq {} -j '{}': expected job ids, N or N_T, separated by commas", cmd,
-                      list));
+                      id_for_message(list)));
     }
     ids.push_back(id);
   }
   return ids;
 }
 
-// -t STATE[,STATE...] of queue (squeue -t): PENDING (PD), RUNNING (R) or all, any case.
+// -t STATE[,STATE...] of queue (squeue -t): PENDING (PD), RUNNING (R), COMPLETING (CG) or all,
+// any case.
 nlohmann::json queue_states(const std::string& list) {
   nlohmann::json states = nlohmann::json::array();
   for (std::string st : common::split(list, ',')) {
     std::transform(st.begin(), st.end(), st.begin(), [](unsigned char c) { return toupper(c); });
     if (st == "ALL") return nlohmann::json::array();
+    if (st == "CG" || st == "COMPLETING") {
+      states.push_back("COMPLETING");
+      continue;
+    }
+    bool known = false;
     for (JobState s : {JobState::kPending, JobState::kRunning, JobState::kCompleted,
                        JobState::kFailed, JobState::kCancelled, JobState::kTimeout,
                        JobState::kNodeFail}) {
@@ -395,13 +401,13 @@ nlohmann::json queue_states(const std::string& list) {
             "gpuq history",
             st));
       states.push_back(state_name(s));
-      st.clear();
-      break;
+      known = true;
     }
-    if (!st.empty())
+    if (!known)
       throw std::invalid_argument(fmt::format(
-          "gpuq queue -t '{}': expected PENDING (PD), RUNNING (R) or all, separated by commas",
-          list));
+          "gpuq queue -t '{}': expected PENDING (PD), RUNNING (R), COMPLETING (CG) or all, "
+          "separated by commas",
+          common::escape_control(list.substr(0, 80))));
   }
   return states;
 }
@@ -411,13 +417,13 @@ int cmd_queue(const Args& a) {
   desc.add_options()("user,u", po::value<std::string>(), "only this user's jobs")(
       "me", "only my jobs")("jobs,j", po::value<std::string>(),
                             "only these jobs: ID[,ID...] (an array's id: its tasks)")(
-      "states,t", po::value<std::string>(), "only jobs in these states: PD, R (or all)")(
+      "states,t", po::value<std::string>(), "only jobs in these states: PD, R, CG (or all)")(
       "long,l", "add TIME_LIMIT and the GPU ids")(
       "start", "add pending jobs' expected START_TIME and their place in the order (POS)")(
       "noheader", "no header line")("json", "the daemon's JSON document");
   Parsed p;
   if (!parse(a, desc, nullptr,
-             "usage: gpuq queue [-u USER | --me] [-j ID,...] [-t PD,R] [-l | --start] "
+             "usage: gpuq queue [-u USER | --me] [-j ID,...] [-t PD,R,CG] [-l | --start] "
              "[--noheader] [--json]\n"
              "Lists pending and running jobs with squeue's columns.",
              &p))

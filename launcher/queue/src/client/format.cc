@@ -91,8 +91,7 @@ QueueRow queue_row_from_json(const nlohmann::json& j, int64_t now_ms) {
   r.name = j.at("name").get<std::string>();
   r.user = j.at("user").get<std::string>();
   r.running = j.at("state") == "RUNNING";
-  r.completing = r.running && (j.value("cancel_requested", false) ||
-                               j.value("requeue_requested", false));
+  r.completing = j.value("completing", false);
   r.reason = j.value("reason", std::string("None"));
   r.nodelist = j.value("nodelist", std::string());
   r.elapsed_s = elapsed_s(j, now_ms);
@@ -198,7 +197,8 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
                      j["uid"].get<uint32_t>(), j["gid"].get<uint32_t>(), j["priority"].get<int>(),
                      account.empty() ? "(null)" : account);
   const std::string reason = str(j, "reason");
-  out += fmt::format("   JobState={} Reason={} Dependency={}\n", str(j, "state"),
+  const std::string state = j.value("completing", false) ? "COMPLETING" : str(j, "state");
+  out += fmt::format("   JobState={} Reason={} Dependency={}\n", state,
                      reason.empty() ? "None" : reason, deps.empty() ? "(null)" : deps);
   out += fmt::format("   Requeue={} Restarts={} ExitCode={}\n", j["requeue"].get<bool>() ? 1 : 0,
                      j["restart_count"].get<int>(),

@@ -130,7 +130,8 @@ class Daemon {
   std::string requeue_refusal(int64_t id, const Job* j, const Peer& peer) const;
   void send_requeue_stops();  // after the batch commit: SIGTERM for the jobs requeued in it
   nlohmann::json op_history(const Request& req, const Peer& peer);
-  nlohmann::json history_of(const Request& req, const Peer& peer);  // history -j
+  nlohmann::json history_of(const Request& req, const Peer& peer, std::optional<uint32_t> uid,
+                            size_t limit);  // history -j
   nlohmann::json op_drain(const Peer& peer, bool drain);
   // daemon_usage.cc: sampling and the usage requests (status, stats, report)
   nlohmann::json op_status(const Request& req);
@@ -160,6 +161,10 @@ class Daemon {
   // most kMaxIdsPerRequest, an array counting as its tasks.
   std::vector<int64_t> resolve_ids(const std::vector<JobRef>& refs,
                                    std::set<int64_t>* via_array = nullptr);
+  // The same for a list of several that may name jobs that do not exist (queue -j, history -j,
+  // show): those are skipped, as squeue and sacct skip them; one unknown id alone is an error.
+  // Each job once.
+  std::set<int64_t> resolve_listed(const std::vector<JobRef>& refs);
   std::string pending_reason(const Job& j) const;  // squeue's (Reason)
   int shards_of(int gpu) const;                    // its --shards-per-gpu, 0 when none
   // A schedulable id's figures in a snapshot: a whole GPU's, or a MIG device's.

@@ -275,11 +275,10 @@ std::string Daemon::pending_reason(const Job& j) const {
 nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   const std::string user = req.user.value_or("");
   const int64_t now = now_ms();
-  // -j (an array's id names its tasks; an unknown id is an error, as squeue's), -t and -u.
-  std::set<int64_t> ids;
-  for (int64_t id : resolve_ids(req.ids)) ids.insert(id);
+  // -j (an array's id names its tasks), -t and -u.
+  const std::set<int64_t> ids = resolve_listed(req.ids);
   const auto shown = [&](const Job& j) {
-    const std::string state = state_name(j.state);
+    const std::string state = j.completing() ? "COMPLETING" : state_name(j.state);
     return (user.empty() || j.user == user) && (req.ids.empty() || ids.count(j.id)) &&
            (req.states.empty() ||
             std::find(req.states.begin(), req.states.end(), state) != req.states.end());
@@ -294,7 +293,7 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
       r.name = j.name;
       r.user = j.user;
       r.running = j.state == JobState::kRunning;
-      r.completing = r.running && (j.cancel_requested || j.requeue_requested);
+      r.completing = j.completing();
       if (!r.running) r.reason = pending_reason(j);
       r.position = j.position;
       r.expected_start_ms = j.expected_start_ms;
@@ -321,6 +320,20 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}};
 }
 
+std::set<int64_t> Daemon::resolve_listed(const std::vector<JobRef>& refs) {
+  std::set<int64_t> out;
+  if (refs.size() == 1) {
+    for (int64_t id : resolve_ids(refs)) out.insert(id);
+    return out;
+  }
+  for (const JobRef& ref : refs) try {
+      for (int64_t id : resolve_ids({ref})) out.insert(id);
+    } catch (const std::invalid_argument&) {
+      // an id that names no job: skipped, as squeue -j and sacct -j do with several
+    }
+  return out;
+}
+
 std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
                                          std::set<int64_t>* via_array) {
   std::vector<int64_t> out;
@@ -328,7 +341,7 @@ std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
     const std::vector<int64_t>* members = jobs_->array_members(ref.id);
     if (ref.task) {
       auto member = jobs_->array_task_member(ref.id, *ref.task);
-      if (!member) throw std::invalid_argument(fmt::format("invalid job id '{}'", ref.text));
+      if (!member) throw std::invalid_argument(fmt::format("invalid job id '{}'", id_for_message(ref.text)));
       out.push_back(*member);
     } else if (members) {
       out.insert(out.end(), members->begin(), members->end());
@@ -336,7 +349,7 @@ std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
     } else if (jobs_->states().count(ref.id)) {
       out.push_back(ref.id);
     } else {
-      throw std::invalid_argument(fmt::format("invalid job id '{}'", ref.text));
+      throw std::invalid_argument(fmt::format("invalid job id '{}'", id_for_message(ref.text)));
     }
     if (out.size() > kMaxIdsPerRequest)
       throw std::invalid_argument(
@@ -349,7 +362,7 @@ std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
 
 nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
   nlohmann::json jobs = nlohmann::json::array();
-  const std::vector<int64_t> ids = resolve_ids(req.ids);
+  const std::set<int64_t> ids = resolve_listed(req.ids);
   // Environment and script come with one job only (`gpuq show ID`): 10,000 of them would make
   // a reply of hundreds of MB.
   const JobView own = req.brief || ids.size() != 1 ? JobView::kOwner : JobView::kFull;
@@ -446,7 +459,6 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
 }
 
 nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
-  if (!req.ids.empty()) return history_of(req, peer);
   std::optional<uint32_t> uid = peer.uid;
   if (req.all_users || peer.uid == 0) uid.reset();
   if (req.user) {
@@ -458,26 +470,29 @@ nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
   }
   // A reply holds at most kMaxHistoryJobs documents (the newest); `total` says how many exist.
   const size_t limit = req.limit == 0 ? kMaxHistoryJobs : std::min(req.limit, kMaxHistoryJobs);
+  if (!req.ids.empty()) return history_of(req, peer, req.user ? uid : std::nullopt, limit);
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& j : store_->history(uid, limit))
     jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));
   return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", store_->count_finished(uid)}};
 }
 
-// history -j: the named jobs that have finished, whoever owns them (as `show` would show them),
-// newest first; those still pending or running are named in "active".
-nlohmann::json Daemon::history_of(const Request& req, const Peer& peer) {
+// history -j: the named jobs that have finished, whoever owns them (as `show` would show them)
+// or only `uid`'s (-u), the newest `limit`, oldest first as history lists them; those still
+// pending or running are named in "active".
+nlohmann::json Daemon::history_of(const Request& req, const Peer& peer,
+                                  std::optional<uint32_t> uid, size_t limit) {
   std::vector<Job> done;
   nlohmann::json active = nlohmann::json::array();
-  for (int64_t id : resolve_ids(req.ids)) {
+  for (int64_t id : resolve_listed(req.ids)) {
     std::optional<Job> j = jobs_->any_job(id);
-    if (!j) continue;
+    if (!j || (uid && j->uid != *uid)) continue;
     if (is_final(j->state))
       done.push_back(std::move(*j));
     else
       active.push_back(display_id(*j));
   }
-  std::sort(done.begin(), done.end(), [](const Job& a, const Job& b) { return a.id > b.id; });
+  if (done.size() > limit) done.erase(done.begin(), done.end() - long(limit));
   nlohmann::json jobs = nlohmann::json::array();
   for (const Job& j : done)
     jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));

@@ -32,7 +32,7 @@ using json_fields::only_keys;
 
 int64_t id_number(const std::string& part, const std::string& text) {
   if (part.empty() || part.size() > 15 || part.find_first_not_of("0123456789") != std::string::npos)
-    throw std::invalid_argument(fmt::format("invalid job id '{}'", text));
+    throw std::invalid_argument(fmt::format("invalid job id '{}'", id_for_message(text)));
   return std::stoll(part);
 }
 
@@ -288,7 +288,8 @@ void decode_fields(const json& o, Request& r) {
       if (field(o, "ids")) r.ids = get_ids(o);
       r.states = get_strings(o, "states");
       for (const std::string& st : r.states)
-        if (st != "PENDING" && st != "RUNNING") bad_field("states", "PENDING or RUNNING", json(st));
+        if (st != "PENDING" && st != "RUNNING" && st != "COMPLETING")
+          bad_field("states", "PENDING, RUNNING or COMPLETING", json(st));
       r.text = get_bool(o, "text", false);
       r.long_format = get_bool(o, "long", false);
       r.start = get_bool(o, "start", false);
@@ -372,6 +373,13 @@ json encode_submit(const SubmitRequest& s) {
     req["attach"] = {
         {"socket", s.attach->socket}, {"token", s.attach->token}, {"pty", s.attach->pty}};
   return req;
+}
+
+std::string id_for_message(const std::string& text) {
+  std::string out = text.substr(0, 40);
+  for (char& c : out)
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+  return out + (text.size() > 40 ? "..." : "");
 }
 
 JobRef parse_job_ref(const std::string& text) {

@@ -74,7 +74,7 @@ struct Request {
   SubmitRequest submit;
   std::vector<JobRef> ids;          // show, cancel, hold, release, requeue, stats; queue, history
                                     // (there: only these, when given)
-  std::vector<std::string> states;  // queue: only jobs in these (PENDING, RUNNING), when given
+  std::vector<std::string> states;  // queue: only jobs in these (PENDING, RUNNING, COMPLETING)
   bool brief = false;               // show: the owner too gets no environment or script
   int signal = 0;                   // cancel: 0 cancels, 1-64 only signals
   std::optional<std::string> user;  // queue, history
@@ -101,5 +101,7 @@ nlohmann::json encode_submit(const SubmitRequest& s);
 
 // "12" or "12_3" -> JobRef; throws std::invalid_argument("invalid job id '...'").
 JobRef parse_job_ref(const std::string& text);
+// A job id as a user typed it, for a message: control bytes as '?', at most 40 bytes of it.
+std::string id_for_message(const std::string& text);
 
 }  // namespace gpurun::queue

@@ -202,6 +202,11 @@ struct Job {
   bool cancel_requested = false;
   // `gpuq requeue` asked for it: when the run ends (however), the job goes back to the queue.
   bool requeue_requested = false;
+  // Running and being stopped (cancelled or requeued; until it ends or KillWait kills it):
+  // Slurm's COMPLETING, CG.
+  bool completing() const {
+    return state == JobState::kRunning && (cancel_requested || requeue_requested);
+  }
   int restart_count = 0;
   int64_t submit_ms = 0;
   int64_t start_ms = 0;
