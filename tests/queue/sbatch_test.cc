@@ -307,4 +307,9 @@ TEST(SbatchOptions, ExportChoosesTheJobsEnvironment) {
   EXPECT_EQ(named.at("LR"), "0.5");
   EXPECT_EQ(named.at("EPOCHS"), "3");
   EXPECT_THROW(with("ALL,=3"), std::invalid_argument);
+  // The keywords in any case, as Slurm takes them (`all` was a variable list: the job lost
+  // the submitter's environment).
+  EXPECT_EQ(with("all"), env);
+  EXPECT_EQ(with("All,LR=0.1").at("TOKEN"), "t");
+  EXPECT_EQ(with("none"), with("NONE"));
 }

@@ -2,6 +2,7 @@
 #include "gpurun/queue/job.h"
 
 #include <fmt/format.h>
+#include <strings.h>
 
 #include <regex>
 #include <fmt/ranges.h>
@@ -110,8 +111,9 @@ void JobRequest::apply_export(std::map<std::string, std::string>& env,
     const std::string item = export_spec->substr(pos, comma - pos);
     pos = comma + 1;
     if (item.empty()) continue;  // "ALL," as sbatch takes it
-    if (item == "ALL" || item == "NONE") {
-      all = item == "ALL";
+    // Any case, as Slurm compares them (`--export=all` was a list naming a variable "all").
+    if (strcasecmp(item.c_str(), "ALL") == 0 || strcasecmp(item.c_str(), "NONE") == 0) {
+      all = strcasecmp(item.c_str(), "ALL") == 0;
       continue;
     }
     const size_t eq = item.find('=');
