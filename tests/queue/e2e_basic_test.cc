@@ -517,3 +517,29 @@ TEST(GpuqE2E, ACancelledJobIsCompletingUntilItEnds) {
   EXPECT_NE(shown.find("JobState=COMPLETING"), std::string::npos) << shown;
   EXPECT_EQ(d.wait_final(id)["state"], "CANCELLED");
 }
+
+// Cancel, hold, release and requeue name an array's task as the user does (12_1, not its own
+// job id), and an array id that reached none of its tasks is an error, not a silent success.
+TEST(GpuqE2E, ArrayRequestsThatDoNothingSaySo) {
+  Daemon d;
+  const std::string ok = d.script("ok.sh", "#!/bin/sh\ntrue\n");
+  const int64_t arr = d.submit("--array=0-1 ok.sh");
+  d.wait_final(arr + 1);
+  d.wait_final(arr);
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {fmt::format("cancel {}_1", arr),
+       fmt::format("cannot cancel job {}_1: job {}_1 has already finished", arr, arr)},
+      {fmt::format("cancel {}", arr),
+       fmt::format("cannot cancel job {}: array job {}: every task has finished", arr, arr)},
+      {fmt::format("hold {}", arr), fmt::format("array job {}: none of its tasks is pending", arr)},
+      {fmt::format("release {}_0", arr), fmt::format("job {}_0 is not pending", arr)},
+      {fmt::format("requeue {}", arr),
+       fmt::format("array job {}: none of its tasks is running", arr)},
+      {fmt::format("cancel --signal USR1 {}", arr),
+       fmt::format("array job {}: none of its tasks is running", arr)}};
+  for (const auto& [args, want] : cases) {
+    Result r = d.gpuq(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+  }
+}

@@ -224,7 +224,8 @@ int report_results(const nlohmann::json& reply, const char* what) {
   int rc = 0;
   for (const auto& r : reply["results"]) {
     if (!r["ok"].get<bool>()) {
-      fmt::print(stderr, "gpuq: error: {} job {}: {}\n", what, r["job_id"].get<int64_t>(),
+      fmt::print(stderr, "gpuq: error: {} job {}: {}\n", what,
+                 r.value("display_id", std::to_string(r["job_id"].get<int64_t>())),
                  r["error"].get<std::string>());
       rc = 1;
     }

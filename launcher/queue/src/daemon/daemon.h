@@ -130,6 +130,14 @@ class Daemon {
   std::string requeue_refusal(int64_t id, const Job* j, const Peer& peer) const;
   void send_requeue_stops();  // after the batch commit: SIGTERM for the jobs requeued in it
   nlohmann::json op_history(const Request& req, const Peer& peer);
+  // A job's id as its user names it (display_id: 12_3 for an array's task), for messages.
+  std::string shown_id(int64_t id) const;
+  // One job's answer to cancel, hold, release or requeue (err empty: done).
+  void add_result(nlohmann::json& results, int64_t id, const std::string& err) const;
+  // Their reply: the answers, and for each whole array named whose tasks got none, the error
+  // "array job N: `untouched`" (all of them finished, say: the request did nothing).
+  nlohmann::json results_reply(const std::vector<JobRef>& refs, nlohmann::json& results,
+                               const char* untouched) const;
   nlohmann::json history_of(const Request& req, const Peer& peer, std::optional<uint32_t> uid,
                             size_t limit);  // history -j
   nlohmann::json op_drain(const Peer& peer, bool drain);

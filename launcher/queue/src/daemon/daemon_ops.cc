@@ -391,25 +391,55 @@ nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
   return {{"ok", true}, {"jobs", std::move(jobs)}};
 }
 
+std::string Daemon::shown_id(int64_t id) const {
+  const std::optional<Job> j = jobs_->any_job(id);
+  return j ? display_id(*j) : std::to_string(id);
+}
+
+void Daemon::add_result(nlohmann::json& results, int64_t id, const std::string& err) const {
+  results.push_back(
+      {{"job_id", id}, {"display_id", shown_id(id)}, {"ok", err.empty()}, {"error", err}});
+}
+
+nlohmann::json Daemon::results_reply(const std::vector<JobRef>& refs, nlohmann::json& results,
+                                     const char* untouched) const {
+  std::set<int64_t> answered;
+  for (const auto& r : results) answered.insert(r["job_id"].get<int64_t>());
+  for (const JobRef& ref : refs) {
+    const std::vector<int64_t>* tasks = ref.task ? nullptr : jobs_->array_members(ref.id);
+    if (!tasks || std::any_of(tasks->begin(), tasks->end(),
+                              [&](int64_t t) { return answered.count(t); }))
+      continue;
+    // An array's id that reached none of its tasks did nothing: scancel and scontrol say so.
+    results.push_back({{"job_id", ref.id},
+                       {"display_id", std::to_string(ref.id)},
+                       {"ok", false},
+                       {"error", fmt::format("array job {}: {}", ref.id, untouched)}});
+  }
+  bool all_ok = true;
+  for (const auto& r : results) all_ok = all_ok && r["ok"].get<bool>();
+  return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
+}
+
 nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
   const int sig = req.signal;  // 0-64, checked by the decoder
   nlohmann::json results = nlohmann::json::array();
-  bool all_ok = true;
   std::set<int64_t> via_array;
   for (int64_t id : resolve_ids(req.ids, &via_array)) {
     Job* active = jobs_->find(id);
+    const std::string shown = shown_id(id);
     std::string err;
     if (!active) {
       if (via_array.count(id)) continue;  // finished tasks of a cancelled array: nothing to do
-      err = fmt::format("job {} has already finished", id);
+      err = fmt::format("job {} has already finished", shown);
     } else if (!may_control(peer, *active)) {
-      err = fmt::format("permission denied: job {} belongs to {}", id, active->user);
+      err = fmt::format("permission denied: job {} belongs to {}", shown, active->user);
     } else {
       Job& j = *active;
       if (sig != 0) {
         auto r = runners_.find(id);
         if (j.state != JobState::kRunning || r == runners_.end()) {
-          err = fmt::format("job {} is not running", id);
+          err = fmt::format("job {} is not running", shown);
         } else {
           sigval v{};
           v.sival_int = sig;
@@ -428,34 +458,32 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
         if (r != runners_.end()) ::kill(r->second.pid, SIGTERM);
       }
     }
-    if (!err.empty()) all_ok = false;
-    results.push_back({{"job_id", id}, {"ok", err.empty()}, {"error", err}});
+    add_result(results, id, err);
   }
-  return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
+  return results_reply(req.ids, results, sig ? "none of its tasks is running" : "every task has finished");
 }
 
 nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) {
   nlohmann::json results = nlohmann::json::array();
-  bool all_ok = true;
   std::set<int64_t> via_array;
   for (int64_t id : resolve_ids(req.ids, &via_array)) {
     Job* j = jobs_->find(id);
+    const std::string shown = shown_id(id);
     std::string err;
     if ((!j || j->state != JobState::kPending) && via_array.count(id))
       continue;  // an array's tasks that already started or ended
     if (j && !may_control(peer, *j))  // whose job first: its state is the owner's business
-      err = fmt::format("permission denied: job {} belongs to {}", id, j->user);
+      err = fmt::format("permission denied: job {} belongs to {}", shown, j->user);
     else if (!j || j->state != JobState::kPending)
-      err = fmt::format("job {} is not pending", id);
+      err = fmt::format("job {} is not pending", shown);
     else if (j->held != hold) {
       j->held = hold;
       store_->update_job(*j);
       dirty_ = true;
     }
-    if (!err.empty()) all_ok = false;
-    results.push_back({{"job_id", id}, {"ok", err.empty()}, {"error", err}});
+    add_result(results, id, err);
   }
-  return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
+  return results_reply(req.ids, results, "none of its tasks is pending");
 }
 
 nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {

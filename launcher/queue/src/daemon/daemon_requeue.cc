@@ -21,7 +21,8 @@
 
 namespace gpurun::queue {
 
-std::string Daemon::requeue_refusal(int64_t id, const Job* j, const Peer& peer) const {
+std::string Daemon::requeue_refusal(int64_t job_id, const Job* j, const Peer& peer) const {
+  const std::string id = shown_id(job_id);  // as the user names it (12_3 for a task)
   // Slurm also requeues finished batch jobs; gpuq keeps a finished run as its history's record
   // (its exit code, usage, GPU-hours), so a finished job is submitted again instead.
   if (!j) return fmt::format("job {} has already finished: submit it again (gpuq submit)", id);
@@ -40,7 +41,6 @@ std::string Daemon::requeue_refusal(int64_t id, const Job* j, const Peer& peer) 
 
 nlohmann::json Daemon::op_requeue(const Request& req, const Peer& peer) {
   nlohmann::json results = nlohmann::json::array();
-  bool all_ok = true;
   std::set<int64_t> via_array;
   for (int64_t id : resolve_ids(req.ids, &via_array)) {
     Job* j = jobs_->find(id);
@@ -54,10 +54,9 @@ nlohmann::json Daemon::op_requeue(const Request& req, const Peer& peer) {
       store_->update_job(*j);                               // durable before the stop goes out
       requeue_stops_.push_back(id);
     }
-    if (!err.empty()) all_ok = false;
-    results.push_back({{"job_id", id}, {"ok", err.empty()}, {"error", err}});
+    add_result(results, id, err);
   }
-  return {{"ok", true}, {"all_ok", all_ok}, {"results", results}};
+  return results_reply(req.ids, results, "none of its tasks is running");
 }
 
 void Daemon::send_requeue_stops() {
