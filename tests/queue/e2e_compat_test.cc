@@ -147,7 +147,7 @@ TEST(GpuqCompat, SrunInAJobRunsTheStepsTasksHere) {
   // that only place or account (refused before, failing the step), and -n above the job's.
   d.script("more.sh",
            "#!/bin/sh\n#SBATCH -n 2\n#SBATCH --gres=gpu:4\n"
-           "srun --gpus-per-task=2 --jobid=$SLURM_JOB_ID -W 30 --hint=nomultithread -p x -A y "
+           "srun --gpus-per-task=2 --jobid=$SLURM_JOB_ID -W 30 --hint=nomultithread -p x -A y -O "
            "sh -c 'echo task=$SLURM_PROCID gpus=$CUDA_VISIBLE_DEVICES' | sort\n"
            "FOO=bar srun -n 1 --export=ALL,LR=0.1 sh -c 'echo lr=$LR foo=$FOO'\n"
            "FOO=bar srun -n 1 --export=NONE sh -c 'echo foo=${FOO-unset} job=${SLURM_JOB_ID:+set}'\n"
@@ -171,4 +171,20 @@ TEST(GpuqCompat, SrunInAJobRunsTheStepsTasksHere) {
   Result outside = sh(fmt::format("env -u GPUQ_JOB_ID {}/bin/srun true", d.dir() + "/state"));
   EXPECT_NE(outside.rc, 0);
   EXPECT_NE(outside.err.find("srun: not inside a gpuq job"), std::string::npos) << outside.err;
+}
+
+// A CPU job (no GPUs): srun's tasks get no empty SLURM_STEP_GPUS, and queue -l names no GPUs
+// ("vm gpu:" before).
+TEST(GpuqCompat, ACpuJobNamesNoGpus) {
+  Daemon d;
+  d.script("cpu.sh", "#!/bin/sh\nsrun sh -c 'echo step_gpus=${SLURM_STEP_GPUS-unset}'\nsleep 30\n");
+  const int64_t id = d.submit("cpu.sh");
+  d.wait_state(id, "RUNNING");
+  auto row = lines(d.gpuq("queue -l --noheader").out);
+  ASSERT_EQ(row.size(), 1u);
+  EXPECT_EQ(row[0].find("gpu:"), std::string::npos) << row[0];
+  for (int i = 0; i < 100 && d.output(id).empty(); ++i)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_EQ(d.output(id), "step_gpus=unset\n");
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", id)).rc, 0);
 }

@@ -234,6 +234,20 @@ TEST(Gres, MalformedCountsAreNotTypes) {
   }
 }
 
+// --gpus-per-socket was ignored with a warning and the job ran without GPUs: refused, naming
+// what to ask with.
+TEST(Gres, GpusPerSocketIsRefused) {
+  try {
+    parse_sbatch_script("#!/bin/sh\n#SBATCH --gpus-per-socket=1\n");
+    ADD_FAILURE() << "accepted";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("gpuq does not place GPUs by socket; ask for them with "
+                                         "--gpus N"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
 TEST(Gres, GpuCounts) {
   EXPECT_EQ(parse_gres("gpu").gpus, 1);
   EXPECT_EQ(parse_gres("gpu:2").gpus, 2);

@@ -136,7 +136,7 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
       out += ' ';
       if (r.running) {
         out += escape_control(r.nodelist);
-        if (lng) {
+        if (lng && !r.gpus.empty()) {  // a CPU job's has none to name
           std::string ids;
           for (int g : r.gpus) ids += (ids.empty() ? "" : ",") + std::to_string(g);
           out += " gpu:" + ids;

@@ -99,7 +99,8 @@ bool is(const std::string& w, std::initializer_list<const char*> names) {
 // its resources: flags, and options with a value (ignored with it).
 const std::set<std::string> kIgnoredFlags = {
     "--kill-on-bad-exit=0", "-K0", "-u", "--unbuffered", "--exclusive", "--overlap", "-Q",
-    "--quiet", "-v", "--verbose", "-X", "--disable-status", "-k", "--no-kill", "--propagate"};
+    "--quiet", "-v", "--verbose", "-X", "--disable-status", "-k", "--no-kill", "--propagate",
+    "-O", "--overcommit"};
 const std::initializer_list<const char*> kIgnoredWithValue = {
     "--mpi", "--cpu-bind", "--gres", "--gpus", "-G", "--gpu-bind", "--mem", "--mem-per-cpu",
     "--mem-per-gpu", "--cpus-per-gpu", "--gpus-per-node", "--ntasks-per-node", "--ntasks-per-gpu",
@@ -181,7 +182,8 @@ std::vector<std::string> task_env(const Step& s, int t, const std::string& host)
       mine += (mine.empty() ? "" : ",") + all.at(size_t(g));
     env["CUDA_VISIBLE_DEVICES"] = mine;
   }
-  env["SLURM_STEP_GPUS"] = env["CUDA_VISIBLE_DEVICES"];
+  if (const auto gpus = env.find("CUDA_VISIBLE_DEVICES"); gpus != env.end() && !gpus->second.empty())
+    env["SLURM_STEP_GPUS"] = gpus->second;  // a CPU job's step has none
   const std::string n = std::to_string(s.tasks);
   for (const auto& [k, v] : std::map<std::string, std::string>{
            {"SLURM_PROCID", std::to_string(t)}, {"SLURM_LOCALID", std::to_string(t)},

@@ -96,7 +96,6 @@ constexpr const char* kIgnoredWithValue[] = {"-N",
                                              "--ntasks-per-core",
                                              "--ntasks-per-socket",
                                              "--ntasks-per-gpu",
-                                             "--gpus-per-socket",
                                              "--gres-flags",
                                              "--tmp",
                                              "--mincpus",
@@ -191,6 +190,7 @@ const std::map<std::string, std::pair<std::string, bool>>& known_options() {
       {"--mail-user", {"--mail-user", true}},
       {"--export", {"--export", true}},
       {"--open-mode", {"--open-mode", true}},
+      {"--gpus-per-socket", {"--gpus-per-socket", true}},
   };
   return m;
 }
@@ -261,6 +261,10 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     r.mail_user = parse_mail_user(v);
   } else if (opt == "--export") {
     r.export_spec = v;
+  } else if (opt == "--gpus-per-socket") {  // ignored, the job ran with no GPU
+    bad(fmt::format("--gpus-per-socket {}: gpuq does not place GPUs by socket; ask for them with "
+                    "--gpus N (or --gres=gpu:N)",
+                    v));
   } else if (opt == "--open-mode") {
     if (v != "append" && v != "truncate")
       bad(fmt::format("--open-mode '{}': expected append or truncate", v));
