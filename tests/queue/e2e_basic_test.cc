@@ -448,6 +448,9 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
   EXPECT_NE(pd[0].find("waiting"), std::string::npos) << pd[0];
   EXPECT_EQ(rows("-t PENDING,running").size(), 4u);
   EXPECT_EQ(rows("-t all").size(), 4u);
+  // squeue's -u: a list, of names or uids.
+  EXPECT_EQ(rows(fmt::format("-u nobody,{}", getuid())).size(), 4u);
+  EXPECT_EQ(rows("-u nobody").size(), 0u);
   const auto tasks = rows(fmt::format("-j {}", arr));  // the array's id: its two tasks
   ASSERT_EQ(tasks.size(), 2u);
   EXPECT_NE(tasks[0].find(fmt::format("{}_0", arr)), std::string::npos) << tasks[0];
@@ -490,6 +493,8 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
             std::string::npos)
       << h.err;
   EXPECT_EQ(lines(d.gpuq(fmt::format("history --noheader -u nobody -j {}", run)).out).size(), 0u);
+  EXPECT_EQ(lines(d.gpuq(fmt::format("history --noheader -u nobody,{}", getuid())).out).size(),
+            1u);
   ASSERT_EQ(d.gpuq(fmt::format("cancel {} {}", wait, arr)).rc, 0);
   d.wait_final(arr + 1);
   const auto two = lines(d.gpuq(fmt::format("history --noheader -n 2 -j {},{}", run, arr)).out);

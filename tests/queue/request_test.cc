@@ -45,7 +45,10 @@ TEST(Request, DecodesEachOpsFields) {
   EXPECT_EQ(r.submit.job.job_name, "x");
   r = decode_request(R"({"op":"history","limit":5,"all_users":true,"user":"bob"})");
   EXPECT_EQ(r.limit, 5u);
-  EXPECT_EQ(r.user, "bob");
+  EXPECT_EQ(r.users, std::vector<std::string>{"bob"});
+  r = decode_request(R"({"op":"queue","users":["ann","bob"],"user":"cy"})");
+  EXPECT_EQ(r.users, (std::vector<std::string>{"ann", "bob", "cy"}));
+  EXPECT_THROW(decode_request(R"({"op":"queue","users":"ann"})"), std::invalid_argument);
   r = decode_request(R"({"op":"budget_set","subject":"@physics","hours":12.5,"period":"month"})");
   EXPECT_EQ(r.op, Op::kBudgetSet);
   EXPECT_EQ(r.subject, "@physics");

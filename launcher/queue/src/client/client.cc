@@ -355,12 +355,21 @@ std::string my_user_name() {
   return pw ? pw->name : "";
 }
 
-// -u NAME of queue and history: a user this machine knows, as squeue and sacct insist ("Invalid
-// user"); a misspelt name listed nothing and exited 0.
-std::string known_user(const std::string& cmd, const std::string& name) {
-  if (!common::passwd_entry(name))
-    throw std::invalid_argument(fmt::format("gpuq {} -u '{}': no such user", cmd, name));
-  return name;
+// -u USER[,USER...] of queue and history, each a name or a uid: users this machine knows, as
+// squeue and sacct insist ("Invalid user"; a misspelt name listed nothing and exited 0), by name.
+nlohmann::json known_users(const std::string& cmd, const std::string& list) {
+  nlohmann::json names = nlohmann::json::array();
+  for (const std::string& user : common::split(list, ',')) {
+    std::optional<common::PasswdEntry> pw = common::passwd_entry(user);
+    if (!pw && !user.empty() && user.size() < 10 &&
+        user.find_first_not_of("0123456789") == std::string::npos)
+      pw = common::passwd_entry(static_cast<uint32_t>(std::stoul(user)));
+    if (!pw)
+      throw std::invalid_argument(fmt::format("gpuq {} -u '{}': no such user", cmd,
+                                              common::escape_control(user.substr(0, 64))));
+    names.push_back(pw->name);
+  }
+  return names;
 }
 
 // -j ID[,ID...] of queue and history (squeue -j, sacct -j): the ids, checked here so that a typo
@@ -415,7 +424,8 @@ nlohmann::json queue_states(const std::string& list) {
 
 int cmd_queue(const Args& a) {
   po::options_description desc("gpuq queue options");
-  desc.add_options()("user,u", po::value<std::string>(), "only this user's jobs")(
+  desc.add_options()("user,u", po::value<std::string>(),
+                     "only these users' jobs: USER[,USER...], names or uids")(
       "me", "only my jobs")("jobs,j", po::value<std::string>(),
                             "only these jobs: ID[,ID...] (an array's id: its tasks)")(
       "states,t", po::value<std::string>(), "only jobs in these states: PD, R, CG (or all)")(
@@ -430,7 +440,7 @@ int cmd_queue(const Args& a) {
              &p))
     return 0;
   nlohmann::json req = {{"op", "queue"}};
-  if (p.vm.count("user")) req["user"] = known_user("queue", p.vm["user"].as<std::string>());
+  if (p.vm.count("user")) req["users"] = known_users("queue", p.vm["user"].as<std::string>());
   if (p.vm.count("jobs")) req["ids"] = job_list("queue", p.vm["jobs"].as<std::string>());
   if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
   if (p.vm.count("me")) {
@@ -638,7 +648,7 @@ int cmd_log(const Args& a) {
 int cmd_history(const Args& a) {
   po::options_description desc("gpuq history options");
   desc.add_options()("all-users,a", "every user's jobs (root sees all by default)")(
-      "user,u", po::value<std::string>(), "only this user's jobs")(
+      "user,u", po::value<std::string>(), "only these users' jobs: USER[,USER...], names or uids")(
       "jobs,j", po::value<std::string>(),
       "only these jobs, whoever ran them: ID[,ID...] (an array's id: its tasks)")(
       "limit,n", po::value<long long>()->default_value(0),
@@ -657,7 +667,7 @@ int cmd_history(const Args& a) {
   if (limit < 0) throw std::invalid_argument(fmt::format("-n {}: expected 0 or more", limit));
   nlohmann::json req = {
       {"op", "history"}, {"all_users", p.vm.count("all-users") > 0}, {"limit", limit}};
-  if (p.vm.count("user")) req["user"] = known_user("history", p.vm["user"].as<std::string>());
+  if (p.vm.count("user")) req["users"] = known_users("history", p.vm["user"].as<std::string>());
   if (p.vm.count("jobs")) req["ids"] = job_list("history", p.vm["jobs"].as<std::string>());
   auto reply = call(p.socket, req);
   for (const auto& id : reply.value("active", nlohmann::json::array()))

@@ -138,7 +138,7 @@ class Daemon {
   // "array job N: `untouched`" (all of them finished, say: the request did nothing).
   nlohmann::json results_reply(const std::vector<JobRef>& refs, nlohmann::json& results,
                                const char* untouched) const;
-  nlohmann::json history_of(const Request& req, const Peer& peer, std::optional<uint32_t> uid,
+  nlohmann::json history_of(const Request& req, const Peer& peer, const std::set<uint32_t>& uids,
                             size_t limit);  // history -j
   nlohmann::json op_drain(const Peer& peer, bool drain);
   // daemon_usage.cc: sampling and the usage requests (status, stats, report)

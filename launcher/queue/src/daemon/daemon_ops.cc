@@ -273,13 +273,13 @@ std::string Daemon::pending_reason(const Job& j) const {
 }
 
 nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
-  const std::string user = req.user.value_or("");
+  const std::set<std::string> users(req.users.begin(), req.users.end());
   const int64_t now = now_ms();
   // -j (an array's id names its tasks), -t and -u.
   const std::set<int64_t> ids = resolve_listed(req.ids);
   const auto shown = [&](const Job& j) {
     const std::string state = j.completing() ? "COMPLETING" : state_name(j.state);
-    return (user.empty() || j.user == user) && (req.ids.empty() || ids.count(j.id)) &&
+    return (users.empty() || users.count(j.user)) && (req.ids.empty() || ids.count(j.id)) &&
            (req.states.empty() ||
             std::find(req.states.begin(), req.states.end(), state) != req.states.end());
   };
@@ -487,34 +487,43 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
 }
 
 nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
-  std::optional<uint32_t> uid = peer.uid;
-  if (req.all_users || peer.uid == 0) uid.reset();
-  if (req.user) {
-    const auto pw = common::passwd_entry(*req.user);
+  std::set<uint32_t> uids;  // whose jobs (empty: everyone's)
+  for (const std::string& name : req.users) {
+    const auto pw = common::passwd_entry(name);
     if (!pw)
-      throw std::invalid_argument(
-          fmt::format("unknown user '{}'", common::escape_control(*req.user)));
-    uid = pw->uid;
+      throw std::invalid_argument(fmt::format("unknown user '{}'", common::escape_control(name)));
+    uids.insert(pw->uid);
   }
   // A reply holds at most kMaxHistoryJobs documents (the newest); `total` says how many exist.
   const size_t limit = req.limit == 0 ? kMaxHistoryJobs : std::min(req.limit, kMaxHistoryJobs);
-  if (!req.ids.empty()) return history_of(req, peer, req.user ? uid : std::nullopt, limit);
+  if (!req.ids.empty()) return history_of(req, peer, uids, limit);  // -j: anyone's unless -u
+  if (uids.empty() && !req.all_users && peer.uid != 0) uids.insert(peer.uid);  // one's own
+  std::vector<Job> done;
+  int64_t total = 0;
+  for (const std::optional<uint32_t> uid :
+       uids.empty() ? std::vector<std::optional<uint32_t>>{std::nullopt}
+                    : std::vector<std::optional<uint32_t>>(uids.begin(), uids.end())) {
+    for (Job& j : store_->history(uid, limit)) done.push_back(std::move(j));
+    total += store_->count_finished(uid);
+  }
+  std::sort(done.begin(), done.end(), [](const Job& a, const Job& b) { return a.id < b.id; });
+  if (done.size() > limit) done.erase(done.begin(), done.end() - long(limit));  // the newest
   nlohmann::json jobs = nlohmann::json::array();
-  for (const auto& j : store_->history(uid, limit))
+  for (const Job& j : done)
     jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));
-  return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", store_->count_finished(uid)}};
+  return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", total}};
 }
 
 // history -j: the named jobs that have finished, whoever owns them (as `show` would show them)
-// or only `uid`'s (-u), the newest `limit`, oldest first as history lists them; those still
+// or only `uids`' (-u), the newest `limit`, oldest first as history lists them; those still
 // pending or running are named in "active".
 nlohmann::json Daemon::history_of(const Request& req, const Peer& peer,
-                                  std::optional<uint32_t> uid, size_t limit) {
+                                  const std::set<uint32_t>& uids, size_t limit) {
   std::vector<Job> done;
   nlohmann::json active = nlohmann::json::array();
   for (int64_t id : resolve_listed(req.ids)) {
     std::optional<Job> j = jobs_->any_job(id);
-    if (!j || (uid && j->uid != *uid)) continue;
+    if (!j || (!uids.empty() && !uids.count(j->uid))) continue;
     if (is_final(j->state))
       done.push_back(std::move(*j));
     else

@@ -93,6 +93,15 @@ std::optional<bool> get_opt_bool(const Obj& o, const char* key) {
   return get_bool(o, key, false);
 }
 
+// "user" (one name) and "users" (a list): whose jobs queue and history list.
+std::vector<std::string> get_users(const Obj& o) {
+  std::vector<std::string> users = get_strings(o, "users");
+  if (field(o, "user")) users.push_back(get_string(o, "user", ""));
+  if (users.size() > kMaxUsersPerRequest)
+    bad_field("users", fmt::format("at most {} user names", kMaxUsersPerRequest), json());
+  return users;
+}
+
 std::vector<Dependency> get_dependencies(const Obj& o) {
   const std::string name = o.name("dependencies");
   const json& v = *field(o, "dependencies");
@@ -284,7 +293,7 @@ void decode_fields(const json& o, Request& r) {
       r.signal = static_cast<int>(get_int(o, "signal", 0, 64, 0));
       break;
     case Op::kQueue:
-      if (field(o, "user")) r.user = get_string(o, "user", "");
+      r.users = get_users(o);
       if (field(o, "ids")) r.ids = get_ids(o);
       r.states = get_strings(o, "states");
       for (const std::string& st : r.states)
@@ -296,7 +305,7 @@ void decode_fields(const json& o, Request& r) {
       r.header = get_bool(o, "header", true);
       break;
     case Op::kHistory:
-      if (field(o, "user")) r.user = get_string(o, "user", "");
+      r.users = get_users(o);
       if (field(o, "ids")) r.ids = get_ids(o);
       r.all_users = get_bool(o, "all_users", false);
       r.limit = get_count(o, "limit", size_t{1} << 53, 0);

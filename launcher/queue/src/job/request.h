@@ -77,7 +77,8 @@ struct Request {
   std::vector<std::string> states;  // queue: only jobs in these (PENDING, RUNNING, COMPLETING)
   bool brief = false;               // show: the owner too gets no environment or script
   int signal = 0;                   // cancel: 0 cancels, 1-64 only signals
-  std::optional<std::string> user;  // queue, history
+  // queue, history: only these users' jobs ("user": one, "users": up to kMaxUsersPerRequest)
+  std::vector<std::string> users;
   bool text = false, long_format = false, header = true;  // queue
   bool start = false;  // queue: START_TIME and POS columns (squeue --start)
   bool all_users = false;                                 // history
@@ -92,6 +93,8 @@ struct Request {
   std::string period = "total";  // budget_set: week, month or total
 };
 constexpr double kMaxBudgetHours = 1e9;
+
+constexpr size_t kMaxUsersPerRequest = 64;
 
 // Throws std::invalid_argument ("malformed request: ..." for text that is not JSON).
 Request decode_request(std::string_view payload);
