@@ -248,6 +248,18 @@ TEST(Gres, GpusPerSocketIsRefused) {
   }
 }
 
+TEST(Gres, GpusPerTaskErrorsNameItAndRefuseZero) {
+  for (const std::string bad : {"-1", "0", "a:b:2"}) {
+    try {
+      parse_sbatch_script("#!/bin/sh\n#SBATCH --gpus-per-task=" + bad + "\n");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const std::invalid_argument& e) {
+      EXPECT_NE(std::string(e.what()).find("--gpus-per-task '" + bad + "'"), std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(Gres, GpuCounts) {
   EXPECT_EQ(parse_gres("gpu").gpus, 1);
   EXPECT_EQ(parse_gres("gpu:2").gpus, 2);

@@ -211,7 +211,7 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     r.gpu_type = v.find(':') == std::string::npos ? "" : v.substr(0, v.find(':'));
     r.gpus_per_task.reset();
   } else if (opt == "--gpus-per-task") {
-    r.gpus_per_task = parse_gpus(v);
+    r.gpus_per_task = parse_gpus(v, "--gpus-per-task", 1);  // srun's refuses 0 too
     r.gpu_type = v.find(':') == std::string::npos ? "" : v.substr(0, v.find(':'));
   } else if (opt == "--time") {
     r.time_limit_s = parse_time_limit(v);

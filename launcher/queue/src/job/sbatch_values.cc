@@ -254,10 +254,12 @@ GresRequest parse_gres(const std::string& text) {
   return g;
 }
 
-int parse_gpus(const std::string& text) {
+int parse_gpus(const std::string& text, const std::string& option, int least) {
   auto parts = split(text, ':');
-  if (parts.size() > 2) bad(fmt::format("--gpus '{}': expected [type:]N", text));
-  return static_cast<int>(to_int(parts.back(), fmt::format("--gpus '{}'", text), kMaxJobGpus));
+  if (parts.size() > 2) bad(fmt::format("{} '{}': expected [type:]N", option, text));
+  const auto n = to_int(parts.back(), fmt::format("{} '{}'", option, text), kMaxJobGpus);
+  if (n < least) bad(fmt::format("{} '{}': expected [type:]N, N at least {}", option, text, least));
+  return static_cast<int>(n);
 }
 
 std::string expand_output_pattern(const std::string& pattern, const PatternVars& v) {

@@ -55,7 +55,8 @@ struct GresRequest {
   std::string type;  // gpu:TYPE[:N], when one entry names one
 };
 GresRequest parse_gres(const std::string& text);
-int parse_gpus(const std::string& text);         // [type:]N
+// [type:]N, N from `least`, of --gpus (or `option`, named in errors).
+int parse_gpus(const std::string& text, const std::string& option = "--gpus", int least = 0);
 // --mail-type: NONE, ALL and kMailEventNames' names, comma-separated -> MailEvent bits. Slurm's
 // other types (ARRAY_TASKS, INVALID_DEPEND, STAGE_OUT) are accepted and named in *ignored: gpuq
 // sends no such mail.
