@@ -427,10 +427,10 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
   std::set<int64_t> via_array;
   for (int64_t id : resolve_ids(req.ids, &via_array)) {
     Job* active = jobs_->find(id);
+    if (!active && via_array.count(id)) continue;  // an array's finished tasks: nothing to do
     const std::string shown = shown_id(id);
     std::string err;
     if (!active) {
-      if (via_array.count(id)) continue;  // finished tasks of a cancelled array: nothing to do
       err = fmt::format("job {} has already finished", shown);
     } else if (!may_control(peer, *active)) {
       err = fmt::format("permission denied: job {} belongs to {}", shown, active->user);
@@ -460,7 +460,8 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
     }
     add_result(results, id, err);
   }
-  return results_reply(req.ids, results, sig ? "none of its tasks is running" : "every task has finished");
+  return results_reply(req.ids, results,
+                       sig ? "none of its tasks is running" : "every task has finished");
 }
 
 nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) {
@@ -468,10 +469,10 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
   std::set<int64_t> via_array;
   for (int64_t id : resolve_ids(req.ids, &via_array)) {
     Job* j = jobs_->find(id);
-    const std::string shown = shown_id(id);
-    std::string err;
     if ((!j || j->state != JobState::kPending) && via_array.count(id))
       continue;  // an array's tasks that already started or ended
+    const std::string shown = shown_id(id);
+    std::string err;
     if (j && !may_control(peer, *j))  // whose job first: its state is the owner's business
       err = fmt::format("permission denied: job {} belongs to {}", shown, j->user);
     else if (!j || j->state != JobState::kPending)
