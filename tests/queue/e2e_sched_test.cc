@@ -218,20 +218,30 @@ TEST(GpuqE2E, DependencyOnOneArrayTask) {
   const std::string ok = d.script("ok.sh", "#!/bin/sh\necho ok\n");
   const int64_t arr = d.submit("--array=0-1 task.sh");
   const int64_t after0 = d.submit(fmt::format("-d afterok:{}_0 ok.sh", arr));
-  Result shown = d.gpuq(fmt::format("show {}", after0));
-  EXPECT_NE(shown.out.find(fmt::format("Dependency=afterok:{}_0", arr)), std::string::npos)
-      << shown.out;
+  const int64_t after1 = d.submit(fmt::format("-d afterany:{}_1 ok.sh", arr));
+  const int64_t whole = d.submit(fmt::format("-d afterok:{} ok.sh", arr));
+  for (const auto& [id, want] :
+       {std::pair{after0, fmt::format("Dependency=afterok:{}_0\n", arr)},
+        std::pair{after1, fmt::format("Dependency=afterany:{}_1\n", arr)},
+        std::pair{whole, fmt::format("Dependency=afterok:{}\n", arr)}}) {
+    Result shown = d.gpuq(fmt::format("show {}", id));
+    EXPECT_NE(shown.out.find(want), std::string::npos) << shown.out;
+  }
   const auto done = d.wait_final(after0, 30);
   EXPECT_EQ(done["state"], "COMPLETED");
   const auto task1 = d.show(arr + 1);
   EXPECT_EQ(task1["state"], "RUNNING") << "task 1 (5 s) should outlive the dependent job";
+  EXPECT_EQ(d.show(whole)["state"], "PENDING");  // the whole array: task 1 too
+  EXPECT_EQ(d.show(after1)["state"], "PENDING");
   EXPECT_GE(done["start_ms"].get<int64_t>(), d.show(arr)["end_ms"].get<int64_t>());
+  EXPECT_GE(d.wait_final(after1, 30)["start_ms"].get<int64_t>(),
+            d.show(arr + 1)["end_ms"].get<int64_t>());
+  EXPECT_EQ(d.wait_final(whole, 30)["state"], "COMPLETED");
   Result none = d.gpuq(fmt::format("submit -d afterok:{}_7 {}", arr, ok));
   EXPECT_NE(none.rc, 0);
   EXPECT_NE(none.err.find(fmt::format("job dependency problem: job {}_7 does not exist", arr)),
             std::string::npos)
       << none.err;
-  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", arr)).rc, 0);
 }
 
 TEST(GpuqE2E, PerUserGpuLimit) {

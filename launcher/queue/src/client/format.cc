@@ -184,9 +184,8 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
   std::string deps;
   for (const auto& d : j["dependencies"])
     deps += (deps.empty() ? "" : ",") +
-            fmt::format("{}:{}", d["type"].get<std::string>(),
-                        d.contains("display_id") ? d["display_id"].get<std::string>()
-                                                 : std::to_string(d["job_id"].get<int64_t>()));
+            fmt::format("{}:{}{}", d["type"].get<std::string>(), d["job_id"].get<int64_t>(),
+                        d.contains("task") ? fmt::format("_{}", d["task"].get<int>()) : "");
   std::string out = fmt::format("JobId={} JobName={}\n", str(j, "display_id"), str(j, "name"));
   if (j["array_job_id"].get<int64_t>() != 0)
     out += fmt::format("   ArrayJobId={} ArrayTaskId={} ArrayTaskThrottle={}\n",

@@ -66,8 +66,13 @@ void Daemon::remove_cleanup_files() {
 const char* Daemon::dependency_reason(const Job& j) const {
   for (const auto& d : j.dependencies) {
     std::vector<int64_t> ids{d.job_id};
-    if (d.task < 0)  // not one task (ID_T)
-      if (auto members = jobs_->array_members(d.job_id)) ids = *members;  // the whole array
+    if (d.task >= 0) {  // ID_T: that task alone
+      const std::optional<int64_t> task = jobs_->array_task_member(d.job_id, d.task);
+      if (!task) return "DependencyNeverSatisfied";
+      ids = {*task};
+    } else if (auto members = jobs_->array_members(d.job_id)) {
+      ids = *members;  // the whole array
+    }
     const auto& states = jobs_->states();
     for (int64_t id : ids) {
       auto it = states.find(id);

@@ -185,14 +185,13 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
                     "(gpuq daemon --max-gpus-per-user)",
                     gpus, cfg_.max_gpus_per_user));
   std::vector<Dependency> deps = r.dependencies.value_or(std::vector<Dependency>{});
-  for (auto& d : deps) {
-    std::optional<int64_t> id = d.job_id;
-    if (d.task >= 0) id = jobs_->array_task_member(d.job_id, d.task);  // ID_T: the task's id
-    if (!id || !jobs_->exists(*id))
+  for (const auto& d : deps) {
+    const bool exists = d.task >= 0 ? jobs_->array_task_member(d.job_id, d.task).has_value()
+                                    : jobs_->exists(d.job_id);
+    if (!exists)
       throw std::invalid_argument(fmt::format("job dependency problem: job {}{} does not exist",
                                               d.job_id,
                                               d.task >= 0 ? fmt::format("_{}", d.task) : ""));
-    d.job_id = *id;
   }
   // As in Slurm, where only operators set --priority: else any user could jump the queue.
   if (r.priority.value_or(0) != 0 && peer.uid != 0 && peer.uid != geteuid())
@@ -378,8 +377,6 @@ nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
     }
     o["nodelist"] = host_;
     o["may_read"] = mine;
-    for (auto& dep : o["dependencies"])  // an array task's as ID_T, as it was asked for
-      if (auto on = jobs_->any_job(dep["job_id"].get<int64_t>())) dep["display_id"] = display_id(*on);
     if (mine) {
       o["stdout_path"] = output_path(*j, JobStream::kOutput);
       o["stderr_path"] = j->error_pattern.empty()

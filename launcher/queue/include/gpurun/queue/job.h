@@ -24,9 +24,8 @@ const char* dep_kind_name(DepKind k);
 struct Dependency {
   DepKind kind = DepKind::kAfterAny;
   int64_t job_id = 0;
-  // ID_T (Slurm's afterok:ID_T): task T of array ID. A request names the array in job_id; the
-  // daemon stores the task's own job id there (the first task's is the array's: task >= 0 says
-  // the dependency is on that task alone, not on the whole array).
+  // ID_T (Slurm's afterok:ID_T): task T of array job_id alone (-1: job_id itself, or every task
+  // of the array job_id names).
   int task = -1;
 };
 
