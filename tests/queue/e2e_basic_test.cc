@@ -479,6 +479,9 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
   ASSERT_EQ(both.rc, 0) << both.err;
   EXPECT_NE(both.out.find(fmt::format("JobId={} ", run)), std::string::npos) << both.out;
   EXPECT_NE(both.out.find(fmt::format("JobId={} ", wait)), std::string::npos) << both.out;
+  Result twice = d.gpuq(fmt::format("show {} {} 999", run, run));  // each once, 999 skipped
+  ASSERT_EQ(twice.rc, 0) << twice.err;
+  EXPECT_EQ(twice.out.find("JobId="), twice.out.rfind("JobId=")) << twice.out;
 
   ASSERT_EQ(d.gpuq(fmt::format("cancel {}", run)).rc, 0);
   d.wait_final(run);
@@ -535,13 +538,14 @@ TEST(GpuqE2E, ArrayRequestsThatDoNothingSaySo) {
       {fmt::format("cancel {}_1", arr),
        fmt::format("cannot cancel job {}_1: job {}_1 has already finished", arr, arr)},
       {fmt::format("cancel {}", arr),
-       fmt::format("cannot cancel job {}: array job {}: every task has finished", arr, arr)},
-      {fmt::format("hold {}", arr), fmt::format("array job {}: none of its tasks is pending", arr)},
+       fmt::format("cannot cancel job {}: every task of the array has finished", arr)},
+      {fmt::format("hold {}", arr),
+       fmt::format("cannot hold job {}: no task of the array is pending", arr)},
       {fmt::format("release {}_0", arr), fmt::format("job {}_0 is not pending", arr)},
       {fmt::format("requeue {}", arr),
-       fmt::format("array job {}: none of its tasks is running", arr)},
+       fmt::format("cannot requeue job {}: no task of the array is running", arr)},
       {fmt::format("cancel --signal USR1 {}", arr),
-       fmt::format("array job {}: none of its tasks is running", arr)}};
+       fmt::format("cannot signal job {}: no task of the array is running", arr)}};
   for (const auto& [args, want] : cases) {
     Result r = d.gpuq(args);
     EXPECT_NE(r.rc, 0) << args;

@@ -255,5 +255,6 @@ TEST(GpuqRequeue, LogFollowPrintsTheRerunFromItsStart) {
   for (int i = 0; i < 100 && (out = read_text(followed)).find("end 1") == std::string::npos; ++i)
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   EXPECT_EQ(out.find("run 0\n"), 0u) << out;
+  EXPECT_EQ(out.find("run 0\n", 1), std::string::npos) << "the first run twice: " << out;
   EXPECT_NE(out.find("run 1\nend 1\n"), std::string::npos) << out;
 }

@@ -100,7 +100,7 @@ TEST(Store, IdsAreNeverReusedAndKeysAreUnique) {
     b.state = JobState::kCompleted;
     s.update_job(b);
     EXPECT_EQ(s.load_active().size(), 1u);
-    EXPECT_EQ(s.history(std::nullopt, 0).size(), 1u);
+    EXPECT_EQ(s.history({}, 0).size(), 1u);
   }
   {
     Store s(dir + "/jobs.db");  // reopened: same data, next id continues

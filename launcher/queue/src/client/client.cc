@@ -372,6 +372,23 @@ nlohmann::json known_users(const std::string& cmd, const std::string& list) {
   return names;
 }
 
+// One user goes as "user", which every daemon reads; several as "users".
+void set_users(nlohmann::json& req, const nlohmann::json& names) {
+  if (names.size() == 1)
+    req["user"] = names[0];
+  else
+    req["users"] = names;
+}
+
+// A daemon older than this client ignores -j, -t and -u lists and lists every job: refused.
+void require_filtered(const std::string& cmd, const nlohmann::json& reply) {
+  if (!reply.value("filtered", false))
+    throw std::runtime_error(fmt::format(
+        "gpuq {}: the gpuq daemon is older than this client and cannot apply -j, -t or a -u "
+        "list; restart it (gpuq daemon) to use them",
+        cmd));
+}
+
 // -j ID[,ID...] of queue and history (squeue -j, sacct -j): the ids, checked here so that a typo
 // is named before anything is sent.
 nlohmann::json job_list(const std::string& cmd, const std::string& list) {
@@ -440,7 +457,8 @@ int cmd_queue(const Args& a) {
              &p))
     return 0;
   nlohmann::json req = {{"op", "queue"}};
-  if (p.vm.count("user")) req["users"] = known_users("queue", p.vm["user"].as<std::string>());
+  if (p.vm.count("user")) set_users(req, known_users("queue", p.vm["user"].as<std::string>()));
+  const bool filters = req.contains("users") || p.vm.count("jobs") || p.vm.count("states");
   if (p.vm.count("jobs")) req["ids"] = job_list("queue", p.vm["jobs"].as<std::string>());
   if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
   if (p.vm.count("me")) {
@@ -450,6 +468,7 @@ int cmd_queue(const Args& a) {
   }
   if (p.vm.count("json")) {
     auto reply = call(p.socket, req);
+    if (filters) require_filtered("queue", reply);
     std::cout << reply["jobs"].dump(2) << "\n";
     return 0;
   }
@@ -458,6 +477,7 @@ int cmd_queue(const Args& a) {
   req["start"] = p.vm.count("start") > 0;
   req["header"] = p.vm.count("noheader") == 0;
   auto reply = call(p.socket, req);
+  if (filters) require_filtered("queue", reply);
   const std::string& text = reply["text"].get_ref<const std::string&>();
   std::fwrite(text.data(), 1, text.size(), stdout);
   return 0;
@@ -571,18 +591,21 @@ int cmd_show(const Args& a) {
 
 // Where `gpuq log -f` goes on reading after a pause: a requeued job's rerun starts its output
 // file again (truncated, or a new file), as a shrunken file shows too; `tail -f` then starts
-// from the top, and so does this. `restarted`: a rerun has started since the last read, which
-// with --open-mode=truncate (the default) began the file again even if it has since grown past
-// where the last read ended.
-void reopen_if_restarted(Fd& fd, const std::string& path, bool restarted) {
+// from the top, and so does this. `rerun_start_ms`: when a rerun that truncates the file (the
+// default --open-mode) started, 0 for none; the file is read from its start once the rerun has
+// touched it (its mtime), even if it has grown past where the last read ended; then 0.
+void reopen_if_restarted(Fd& fd, const std::string& path, int64_t& rerun_start_ms) {
   struct stat st, now;
-  const bool replaced = fd && ::fstat(fd.get(), &st) == 0 && ::stat(path.c_str(), &now) == 0 &&
-                        (st.st_ino != now.st_ino || st.st_dev != now.st_dev);
-  if (restarted || replaced) {
+  const bool open = fd && ::fstat(fd.get(), &st) == 0;
+  const bool on_disk = ::stat(path.c_str(), &now) == 0;
+  const bool replaced = open && on_disk && (st.st_ino != now.st_ino || st.st_dev != now.st_dev);
+  const int64_t mtime_ms = int64_t(now.st_mtim.tv_sec) * 1000 + now.st_mtim.tv_nsec / 1000000;
+  if (replaced || (rerun_start_ms && on_disk && mtime_ms >= rerun_start_ms)) {
     fd = Fd();  // opened again from the start by the caller
+    rerun_start_ms = 0;
     return;
   }
-  if (fd && ::fstat(fd.get(), &st) == 0 && st.st_size < ::lseek(fd.get(), 0, SEEK_CUR))
+  if (open && st.st_size < ::lseek(fd.get(), 0, SEEK_CUR))
     ::lseek(fd.get(), 0, SEEK_SET);  // truncated
 }
 
@@ -605,6 +628,7 @@ int cmd_log(const Args& a) {
   std::string path = job[p.vm.count("stderr") ? "stderr_path" : "stdout_path"].get<std::string>();
   const bool follow = p.vm.count("follow") > 0;
   int read_restarts = job.value("restart_count", 0);  // the run whose output is being read
+  int64_t rerun_start_ms = 0;
   Fd fd;
   char buf[65536];
   while (true) {
@@ -627,11 +651,13 @@ int cmd_log(const Args& a) {
     for (int tries = 0;; ++tries) {
       try {
         job = show_one(p.socket, id);
-        // A requeue raises restart_count at once; its rerun truncates the file when it starts.
+        // A requeue raises restart_count at once; its rerun truncates the file as it starts.
         const int restarts = job.value("restart_count", 0);
-        const bool rerun = restarts != read_restarts && job["state"] != "PENDING";
-        if (rerun) read_restarts = restarts;
-        reopen_if_restarted(fd, path, rerun && !job.value("open_append", false));
+        if (restarts != read_restarts && job["state"] != "PENDING") {
+          read_restarts = restarts;
+          if (!job.value("open_append", false)) rerun_start_ms = job.value("start_ms", int64_t{1});
+        }
+        reopen_if_restarted(fd, path, rerun_start_ms);
         break;
       } catch (const std::invalid_argument&) {
         throw;  // the daemon answered with an error
@@ -667,9 +693,10 @@ int cmd_history(const Args& a) {
   if (limit < 0) throw std::invalid_argument(fmt::format("-n {}: expected 0 or more", limit));
   nlohmann::json req = {
       {"op", "history"}, {"all_users", p.vm.count("all-users") > 0}, {"limit", limit}};
-  if (p.vm.count("user")) req["users"] = known_users("history", p.vm["user"].as<std::string>());
+  if (p.vm.count("user")) set_users(req, known_users("history", p.vm["user"].as<std::string>()));
   if (p.vm.count("jobs")) req["ids"] = job_list("history", p.vm["jobs"].as<std::string>());
   auto reply = call(p.socket, req);
+  if (p.vm.count("jobs") || req.contains("users")) require_filtered("history", reply);
   for (const auto& id : reply.value("active", nlohmann::json::array()))
     fmt::print(stderr, "gpuq: note: job {} has not finished: gpuq queue -j {} shows it\n",
                id.get<std::string>(), id.get<std::string>());

@@ -132,10 +132,11 @@ class Daemon {
   nlohmann::json op_history(const Request& req, const Peer& peer);
   // A job's id as its user names it (display_id: 12_3 for an array's task), for messages.
   std::string shown_id(int64_t id) const;
-  // One job's answer to cancel, hold, release or requeue (err empty: done).
-  void add_result(nlohmann::json& results, int64_t id, const std::string& err) const;
+  // One job's answer to cancel, hold, release or requeue (err empty: done), `shown` its id.
+  void add_result(nlohmann::json& results, int64_t id, const std::string& shown,
+                  const std::string& err) const;
   // Their reply: the answers, and for each whole array named whose tasks got none, the error
-  // "array job N: `untouched`" (all of them finished, say: the request did nothing).
+  // `untouched` (all of them finished, say: the request did nothing).
   nlohmann::json results_reply(const std::vector<JobRef>& refs, nlohmann::json& results,
                                const char* untouched) const;
   nlohmann::json history_of(const Request& req, const Peer& peer, const std::set<uint32_t>& uids,

@@ -306,7 +306,8 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
     auto fmt_kind = req.start     ? QueueFormat::kStart
                     : req.long_format ? QueueFormat::kLong
                                       : QueueFormat::kDefault;
-    return {{"ok", true}, {"text", format_queue(rows, fmt_kind, req.header)}};
+    // "filtered": this daemon applied -j, -t and -u lists (a client asking an older one knows).
+    return {{"ok", true}, {"text", format_queue(rows, fmt_kind, req.header)}, {"filtered", true}};
   }
   nlohmann::json jobs = nlohmann::json::array();
   for (const auto& [id, j] : jobs_->active()) {
@@ -316,21 +317,20 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
     o["nodelist"] = host_;
     jobs.push_back(std::move(o));
   }
-  return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}};
+  return {{"ok", true}, {"jobs", std::move(jobs)}, {"now_ms", now}, {"filtered", true}};
 }
 
 std::set<int64_t> Daemon::resolve_listed(const std::vector<JobRef>& refs) {
-  std::set<int64_t> out;
-  if (refs.size() == 1) {
-    for (int64_t id : resolve_ids(refs)) out.insert(id);
-    return out;
+  std::vector<JobRef> known;  // each once; with several, those naming no job left out
+  std::set<std::pair<int64_t, int64_t>> seen;
+  for (const JobRef& ref : refs) {
+    if (!seen.insert({ref.id, ref.task.value_or(-1)}).second) continue;
+    const bool exists = ref.task ? jobs_->array_task_member(ref.id, *ref.task).has_value()
+                                 : jobs_->array_members(ref.id) || jobs_->states().count(ref.id);
+    if (exists || refs.size() == 1) known.push_back(ref);  // one unknown id: resolve_ids says so
   }
-  for (const JobRef& ref : refs) try {
-      for (int64_t id : resolve_ids({ref})) out.insert(id);
-    } catch (const std::invalid_argument&) {
-      // an id that names no job: skipped, as squeue -j and sacct -j do with several
-    }
-  return out;
+  const std::vector<int64_t> ids = resolve_ids(known);  // at most kMaxIdsPerRequest
+  return {ids.begin(), ids.end()};
 }
 
 std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
@@ -389,13 +389,14 @@ nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
 }
 
 std::string Daemon::shown_id(int64_t id) const {
-  const std::optional<Job> j = jobs_->any_job(id);
-  return j ? display_id(*j) : std::to_string(id);
+  if (const Job* active = jobs_->find(id)) return display_id(*active);
+  const std::optional<Job> done = jobs_->any_job(id);  // from the store
+  return done ? display_id(*done) : std::to_string(id);
 }
 
-void Daemon::add_result(nlohmann::json& results, int64_t id, const std::string& err) const {
-  results.push_back(
-      {{"job_id", id}, {"display_id", shown_id(id)}, {"ok", err.empty()}, {"error", err}});
+void Daemon::add_result(nlohmann::json& results, int64_t id, const std::string& shown,
+                        const std::string& err) const {
+  results.push_back({{"job_id", id}, {"display_id", shown}, {"ok", err.empty()}, {"error", err}});
 }
 
 nlohmann::json Daemon::results_reply(const std::vector<JobRef>& refs, nlohmann::json& results,
@@ -411,7 +412,7 @@ nlohmann::json Daemon::results_reply(const std::vector<JobRef>& refs, nlohmann::
     results.push_back({{"job_id", ref.id},
                        {"display_id", std::to_string(ref.id)},
                        {"ok", false},
-                       {"error", fmt::format("array job {}: {}", ref.id, untouched)}});
+                       {"error", untouched}});
   }
   bool all_ok = true;
   for (const auto& r : results) all_ok = all_ok && r["ok"].get<bool>();
@@ -455,10 +456,11 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
         if (r != runners_.end()) ::kill(r->second.pid, SIGTERM);
       }
     }
-    add_result(results, id, err);
+    add_result(results, id, shown, err);
   }
   return results_reply(req.ids, results,
-                       sig ? "none of its tasks is running" : "every task has finished");
+                       sig ? "no task of the array is running"
+                           : "every task of the array has finished");
 }
 
 nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) {
@@ -479,9 +481,9 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
       store_->update_job(*j);
       dirty_ = true;
     }
-    add_result(results, id, err);
+    add_result(results, id, shown, err);
   }
-  return results_reply(req.ids, results, "none of its tasks is pending");
+  return results_reply(req.ids, results, "no task of the array is pending");
 }
 
 nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
@@ -496,20 +498,14 @@ nlohmann::json Daemon::op_history(const Request& req, const Peer& peer) {
   const size_t limit = req.limit == 0 ? kMaxHistoryJobs : std::min(req.limit, kMaxHistoryJobs);
   if (!req.ids.empty()) return history_of(req, peer, uids, limit);  // -j: anyone's unless -u
   if (uids.empty() && !req.all_users && peer.uid != 0) uids.insert(peer.uid);  // one's own
-  std::vector<Job> done;
-  int64_t total = 0;
-  for (const std::optional<uint32_t> uid :
-       uids.empty() ? std::vector<std::optional<uint32_t>>{std::nullopt}
-                    : std::vector<std::optional<uint32_t>>(uids.begin(), uids.end())) {
-    for (Job& j : store_->history(uid, limit)) done.push_back(std::move(j));
-    total += store_->count_finished(uid);
-  }
-  std::sort(done.begin(), done.end(), [](const Job& a, const Job& b) { return a.id < b.id; });
-  if (done.size() > limit) done.erase(done.begin(), done.end() - long(limit));  // the newest
+  const std::vector<uint32_t> whose(uids.begin(), uids.end());
   nlohmann::json jobs = nlohmann::json::array();
-  for (const Job& j : done)
+  for (const Job& j : store_->history(whose, limit))
     jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));
-  return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", total}};
+  return {{"ok", true},
+          {"jobs", std::move(jobs)},
+          {"total", store_->count_finished(whose)},
+          {"filtered", true}};
 }
 
 // history -j: the named jobs that have finished, whoever owns them (as `show` would show them)
@@ -527,12 +523,13 @@ nlohmann::json Daemon::history_of(const Request& req, const Peer& peer,
     else
       active.push_back(display_id(*j));
   }
-  if (done.size() > limit) done.erase(done.begin(), done.end() - long(limit));
+  const int64_t total = int64_t(done.size());
+  if (done.size() > limit) done.erase(done.begin(), done.end() - long(limit));  // the newest
   nlohmann::json jobs = nlohmann::json::array();
   for (const Job& j : done)
     jobs.push_back(job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic));
-  const int64_t total = int64_t(jobs.size());
-  return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", total}, {"active", active}};
+  return {{"ok", true}, {"jobs", std::move(jobs)}, {"total", total}, {"active", active},
+          {"filtered", true}};
 }
 
 nlohmann::json Daemon::op_drain(const Peer& peer, bool drain) {

@@ -54,9 +54,9 @@ nlohmann::json Daemon::op_requeue(const Request& req, const Peer& peer) {
       store_->update_job(*j);                               // durable before the stop goes out
       requeue_stops_.push_back(id);
     }
-    add_result(results, id, err);
+    add_result(results, id, shown_id(id), err);
   }
-  return results_reply(req.ids, results, "none of its tasks is running");
+  return results_reply(req.ids, results, "no task of the array is running");
 }
 
 void Daemon::send_requeue_stops() {

@@ -246,7 +246,7 @@ nlohmann::json Daemon::op_status(const Request& req) {
     }
   }
   nlohmann::json history = nlohmann::json::array();
-  auto done = store_->history(std::nullopt, req.recent);
+  auto done = store_->history({}, req.recent);
   for (auto it = done.rbegin(); it != done.rend(); ++it) history.push_back(job_brief(*it, now));
   constexpr int kStates = static_cast<int>(JobState::kNodeFail) + 1;  // the enum's last
   int64_t counts[kStates] = {};

@@ -247,26 +247,38 @@ std::optional<int64_t> Store::find_submit_key(const std::string& key) {
   return std::nullopt;
 }
 
-std::vector<Job> Store::history(std::optional<uint32_t> uid, size_t limit) {
+namespace {
+// " AND uid IN (?2, ?3, ...)" for n uids (none: ""), bound from parameter 2 on.
+std::string uid_filter(size_t n) {
+  if (n == 0) return "";
+  std::string sql = " AND uid IN (";
+  for (size_t i = 0; i < n; ++i) sql += (i ? ", ?" : "?") + std::to_string(i + 2);
+  return sql + ")";
+}
+void bind_uids(sqlite3_stmt* st, const std::vector<uint32_t>& uids) {
+  for (size_t i = 0; i < uids.size(); ++i) sqlite3_bind_int64(st, int(i) + 2, uids[i]);
+}
+}  // namespace
+
+std::vector<Job> Store::history(const std::vector<uint32_t>& uids, size_t limit) {
   std::string sql =
       "SELECT id, data FROM (SELECT id, data FROM jobs WHERE state NOT IN ('PENDING','RUNNING')";
-  if (uid) sql += " AND uid = ?1";
+  sql += uid_filter(uids.size());
   sql += " ORDER BY id DESC";
-  if (limit) sql += " LIMIT ?2";
+  if (limit) sql += " LIMIT ?1";
   sql += ") ORDER BY id";
   auto* st = prepare(sql);
   Reset r{st};
-  if (uid) sqlite3_bind_int64(st, 1, *uid);
-  if (limit) sqlite3_bind_int64(st, 2, static_cast<int64_t>(limit));
+  bind_uids(st, uids);
+  if (limit) sqlite3_bind_int64(st, 1, static_cast<int64_t>(limit));
   return query_jobs(st);
 }
 
-int64_t Store::count_finished(std::optional<uint32_t> uid) {
-  auto* st = prepare(uid ? "SELECT COUNT(*) FROM jobs WHERE state NOT IN ('PENDING','RUNNING')"
-                           " AND uid = ?1"
-                         : "SELECT COUNT(*) FROM jobs WHERE state NOT IN ('PENDING','RUNNING')");
+int64_t Store::count_finished(const std::vector<uint32_t>& uids) {
+  auto* st = prepare("SELECT COUNT(*) FROM jobs WHERE state NOT IN ('PENDING','RUNNING')" +
+                     uid_filter(uids.size()));
   Reset r{st};
-  if (uid) sqlite3_bind_int64(st, 1, *uid);
+  bind_uids(st, uids);
   if (sqlite3_step(st) != SQLITE_ROW) fail("count finished jobs");
   return sqlite3_column_int64(st, 0);
 }

@@ -59,9 +59,9 @@ class Store {
   std::optional<Job> load_job(int64_t id);
   std::vector<Job> load_array(int64_t array_job_id);
   std::optional<int64_t> find_submit_key(const std::string& key);
-  // Finished jobs, newest last; uid filter when set; at most `limit` (0 = all).
-  std::vector<Job> history(std::optional<uint32_t> uid, size_t limit);
-  int64_t count_finished(std::optional<uint32_t> uid);  // what history(uid, 0) would return
+  // Finished jobs, newest last: those of `uids` (empty: everyone's), at most `limit` (0 = all).
+  std::vector<Job> history(const std::vector<uint32_t>& uids, size_t limit);
+  int64_t count_finished(const std::vector<uint32_t>& uids);  // what history(uids, 0) would return
 
   struct StateRow {
     int64_t id;

@@ -296,6 +296,7 @@ void decode_fields(const json& o, Request& r) {
       r.users = get_users(o);
       if (field(o, "ids")) r.ids = get_ids(o);
       r.states = get_strings(o, "states");
+      if (r.states.size() > 3) bad_field("states", "at most the 3 states", json(r.states.size()));
       for (const std::string& st : r.states)
         if (st != "PENDING" && st != "RUNNING" && st != "COMPLETING")
           bad_field("states", "PENDING, RUNNING or COMPLETING", json(st));
@@ -387,7 +388,7 @@ json encode_submit(const SubmitRequest& s) {
 std::string id_for_message(const std::string& text) {
   std::string out = text.substr(0, 40);
   for (char& c : out)
-    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) c = '?';
+    if (static_cast<unsigned char>(c) < 0x20 || static_cast<unsigned char>(c) >= 0x7f) c = '?';
   return out + (text.size() > 40 ? "..." : "");
 }
 

@@ -104,7 +104,8 @@ nlohmann::json encode_submit(const SubmitRequest& s);
 
 // "12" or "12_3" -> JobRef; throws std::invalid_argument("invalid job id '...'").
 JobRef parse_job_ref(const std::string& text);
-// A job id as a user typed it, for a message: control bytes as '?', at most 40 bytes of it.
+// A job id as a user typed it, for a message: bytes other than printable ASCII as '?', at most
+// 40 bytes of it.
 std::string id_for_message(const std::string& text);
 
 }  // namespace gpurun::queue
