@@ -599,7 +599,8 @@ void reopen_if_restarted(Fd& fd, const std::string& path, int64_t& rerun_start_m
   const bool open = fd && ::fstat(fd.get(), &st) == 0;
   const bool on_disk = ::stat(path.c_str(), &now) == 0;
   const bool replaced = open && on_disk && (st.st_ino != now.st_ino || st.st_dev != now.st_dev);
-  const int64_t mtime_ms = int64_t(now.st_mtim.tv_sec) * 1000 + now.st_mtim.tv_nsec / 1000000;
+  const int64_t mtime_ms =
+      on_disk ? int64_t(now.st_mtim.tv_sec) * 1000 + now.st_mtim.tv_nsec / 1000000 : 0;
   if (replaced || (rerun_start_ms && on_disk && mtime_ms >= rerun_start_ms)) {
     fd = Fd();  // opened again from the start by the caller
     rerun_start_ms = 0;
