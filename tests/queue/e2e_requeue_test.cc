@@ -129,20 +129,13 @@ TEST(GpuqRequeue, RefusesWhatCannotBeRequeued) {
   sh(fmt::format("cd {} && ({} run -- sleep 30 </dev/null >/dev/null 2>&1 &)", d.dir(), d.cli()));
   const int64_t attached = no + 1;
   d.wait_state(attached, "RUNNING");
-  struct Case {
-    std::string id, says;
-  };
-  for (const Case& c :
-       {Case{std::to_string(held), fmt::format("job {} is pending: only a running job", held)},
-        Case{std::to_string(done), fmt::format("job {} has already finished", done)},
-        Case{std::to_string(no), fmt::format("job {} was submitted with --no-requeue", no)},
-        Case{std::to_string(attached),
-             fmt::format("job {} is interactive (gpuq run or alloc): only batch jobs", attached)},
-        Case{"999", "invalid job id '999'"}}) {
-    Result r = d.gpuq("requeue " + c.id);
-    EXPECT_NE(r.rc, 0) << c.id;
-    EXPECT_NE(r.err.find(c.says), std::string::npos) << r.err;
-  }
+  d.expect_refused(
+      {{fmt::format("requeue {}", held), fmt::format("job {} is pending: only a running job", held)},
+       {fmt::format("requeue {}", done), fmt::format("job {} has already finished", done)},
+       {fmt::format("requeue {}", no), fmt::format("job {} was submitted with --no-requeue", no)},
+       {fmt::format("requeue {}", attached),
+        fmt::format("job {} is interactive (gpuq run or alloc): only batch jobs", attached)},
+       {"requeue 999", "invalid job id '999'"}});
   EXPECT_EQ(d.show(no)["state"], "RUNNING");
   EXPECT_EQ(d.show(held)["state"], "PENDING");
   EXPECT_EQ(d.show(done)["restart_count"], 0);

@@ -3,6 +3,7 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
+#include <gtest/gtest.h>
 #include <pwd.h>
 #include <signal.h>
 #include <spawn.h>
@@ -211,6 +212,15 @@ int64_t Daemon::submit(const std::string& args, const std::string& env) const {
     throw std::runtime_error(
         fmt::format("gpuq submit {} failed (rc {}): {} {}", args, r.rc, r.out, r.err));
   return std::stoll(r.out.substr(prefix.size()));
+}
+
+void Daemon::expect_refused(
+    const std::vector<std::pair<std::string, std::string>>& cases) const {
+  for (const auto& [args, want] : cases) {
+    Result r = gpuq(args);
+    EXPECT_NE(r.rc, 0) << args;
+    EXPECT_NE(r.err.find(want), std::string::npos) << args << ": " << r.err;
+  }
 }
 
 nlohmann::json Daemon::show(int64_t id) const {

@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <nlohmann/json.hpp>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace gpuq_test {
@@ -48,6 +49,9 @@ class Daemon {
   // "GPUQ_SOCKET=... /path/to/gpuq"
   std::string cli() const;
   Result gpuq(const std::string& args) const { return sh(cli() + " " + args); }
+  // Each `gpuq ARGS` of `cases` ({ARGS, message}) exits non-zero with the message on stderr
+  // (gtest expectations, one pair per case).
+  void expect_refused(const std::vector<std::pair<std::string, std::string>>& cases) const;
   // Writes an executable script into the work dir and returns its path.
   std::string script(const std::string& name, const std::string& body) const;
   // Asserts success, returns the id; `env` ("K=V ...") is set for gpuq submit (and the job).
