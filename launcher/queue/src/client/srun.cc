@@ -27,9 +27,9 @@
 
 #include "client/client.h"
 #include "client/env.h"
-#include "gpurun/queue/job.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/common/strings.h"
+#include "gpurun/queue/job.h"
 
 namespace gpurun::queue {
 namespace {

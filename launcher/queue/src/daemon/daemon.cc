@@ -98,8 +98,6 @@ Daemon::Daemon(DaemonConfig cfg)
 
 Daemon::~Daemon() = default;
 
-// One daemon per state dir. A killed daemon's lock can linger for a moment in a forked child that
-// has not exec'd yet, so this retries briefly before giving up.
 // STATE/bin/srun -> this program, replaced atomically (a job never finds it missing).
 void Daemon::link_srun() {
   if (cfg_.self_exe.empty()) return;
@@ -110,6 +108,8 @@ void Daemon::link_srun() {
     throw std::runtime_error(fmt::format("cannot create {}: {}", srun, strerror(errno)));
 }
 
+// One daemon per state dir. A killed daemon's lock can linger for a moment in a forked child that
+// has not exec'd yet, so this retries briefly before giving up.
 void Daemon::lock_state_dir() {
   std::string lock_path = cfg_.state_dir + "/daemon.lock";
   lock_fd_ = Fd(::open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));

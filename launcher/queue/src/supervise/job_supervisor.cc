@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "gpurun/common/atomic_file.h"
-#include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/queue/protocol.h"
 #include "supervise/attach.h"
 #include "supervise/runfiles.h"
@@ -52,13 +52,6 @@ namespace {
   _exit(1);
 }
 
-// Created as the user with the user's umask (set before), as Slurm creates them. In a sticky
-// directory anyone may write to (/tmp), a name another user made first is refused, as the
-// kernel's protected_symlinks and protected_regular would (many hosts run without them): a
-// symlink there is followed only when it belongs to the user or the directory's owner (who
-// alone can replace it), and an existing file there only when it does; else another user could
-// have the job overwrite a file of the user's, or read the job's output. Otherwise `why` is
-// empty and -1 means errno.
 // A sticky directory anyone may write to (/tmp), where another user can make a name first.
 bool shared_dir(const std::string& path, std::string* dir, struct stat* ds) {
   const auto slash = path.rfind('/');
@@ -83,6 +76,13 @@ std::string foreign(int fd, const std::string& path, const std::string& dir, uid
   return "";
 }
 
+// Created as the user with the user's umask (set before), as Slurm creates them. In a sticky
+// directory anyone may write to (/tmp), a name another user made first is refused, as the
+// kernel's protected_symlinks and protected_regular would (many hosts run without them): a
+// symlink there is followed only when it belongs to the user or the directory's owner (who
+// alone can replace it), and an existing file there only when it does; else another user could
+// have the job overwrite a file of the user's, or read the job's output. Otherwise `why` is
+// empty and -1 means errno.
 int open_output(const std::string& path, bool append, std::string* why) {
   std::string dir;
   struct stat ds {};
