@@ -518,6 +518,23 @@ TEST(GpuqE2E, ACancelledJobIsCompletingUntilItEnds) {
   EXPECT_EQ(d.wait_final(id)["state"], "CANCELLED");
 }
 
+// So is a job past its time limit during KillWait: squeue shows a timed-out job as CG until its
+// last process has gone.
+TEST(GpuqE2E, AJobPastItsTimeLimitIsCompletingUntilItEnds) {
+  Daemon d({"--kill-wait", "4"});
+  d.script("stubborn.sh", "#!/bin/sh\n#SBATCH -t 0:01\ntrap '' TERM\nsleep 30 & wait\nsleep 30\n");
+  const int64_t id = d.submit("stubborn.sh");
+  d.wait_state(id, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1800));  // past the limit, in KillWait
+  auto row = lines(d.gpuq("queue --noheader").out);
+  ASSERT_EQ(row.size(), 1u);
+  EXPECT_NE(row[0].find(" CG "), std::string::npos) << row[0];
+  EXPECT_EQ(lines(d.gpuq("queue --noheader -t CG").out).size(), 1u);
+  const std::string shown = d.gpuq(fmt::format("show {}", id)).out;
+  EXPECT_NE(shown.find("JobState=COMPLETING"), std::string::npos) << shown;
+  EXPECT_EQ(d.wait_final(id)["state"], "TIMEOUT");
+}
+
 // Cancel, hold, release and requeue name an array's task as the user does (12_1, not its own
 // job id), and an array id that reached none of its tasks is an error, not a silent success.
 TEST(GpuqE2E, ArrayRequestsThatDoNothingSaySo) {

@@ -277,7 +277,7 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   // -j (an array's id names its tasks), -t and -u.
   const std::set<int64_t> ids = resolve_listed(req.ids);
   const auto shown = [&](const Job& j) {
-    const std::string state = j.completing() ? "COMPLETING" : state_name(j.state);
+    const std::string state = j.completing(now) ? "COMPLETING" : state_name(j.state);
     return (users.empty() || users.count(j.user)) && (req.ids.empty() || ids.count(j.id)) &&
            (req.states.empty() ||
             std::find(req.states.begin(), req.states.end(), state) != req.states.end());
@@ -292,7 +292,7 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
       r.name = j.name;
       r.user = j.user;
       r.running = j.state == JobState::kRunning;
-      r.completing = j.completing();
+      r.completing = j.completing(now);
       if (!r.running) r.reason = pending_reason(j);
       r.position = j.position;
       r.expected_start_ms = j.expected_start_ms;
@@ -313,6 +313,7 @@ nlohmann::json Daemon::op_queue(const Request& req, const Peer& peer) {
   for (const auto& [id, j] : jobs_->active()) {
     if (!shown(j)) continue;
     auto o = job_to_json(j, may_control(peer, j) ? JobView::kOwner : JobView::kPublic);
+    o["completing"] = j.completing(now);
     if (j.state == JobState::kPending) o["reason"] = pending_reason(j);
     o["nodelist"] = host_;
     jobs.push_back(std::move(o));
@@ -360,6 +361,7 @@ std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
 }
 
 nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
+  const int64_t now = now_ms();
   nlohmann::json jobs = nlohmann::json::array();
   const std::set<int64_t> ids = resolve_listed(req.ids);
   // Environment and script come with one job only (`gpuq show ID`): 10,000 of them would make
@@ -370,6 +372,7 @@ nlohmann::json Daemon::op_show(const Request& req, const Peer& peer) {
     if (!j) continue;
     bool mine = may_control(peer, *j);
     auto o = job_to_json(*j, mine ? own : JobView::kPublic);
+    o["completing"] = j->completing(now);
     if (j->state == JobState::kPending) {
       o["reason"] = pending_reason(*j);
       o["position"] = j->position;

@@ -68,7 +68,6 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"cancel_requested", j.cancel_requested},
       {"requeue_requested", j.requeue_requested},
       {"restart_count", j.restart_count},
-      {"completing", j.completing()},
       {"submit_ms", j.submit_ms},
       {"start_ms", j.start_ms},
       {"end_ms", j.end_ms},

@@ -201,10 +201,12 @@ struct Job {
   bool cancel_requested = false;
   // `gpuq requeue` asked for it: when the run ends (however), the job goes back to the queue.
   bool requeue_requested = false;
-  // Running and being stopped (cancelled or requeued; until it ends or KillWait kills it):
-  // Slurm's COMPLETING, CG.
-  bool completing() const {
-    return state == JobState::kRunning && (cancel_requested || requeue_requested);
+  // Running and being stopped (cancelled, requeued or past its time limit; until it ends or
+  // KillWait kills it): Slurm's COMPLETING, CG.
+  bool completing(int64_t now_ms) const {
+    return state == JobState::kRunning &&
+           (cancel_requested || requeue_requested ||
+            (time_limit_s > 0 && now_ms >= start_ms + time_limit_s * 1000));
   }
   int restart_count = 0;
   int64_t submit_ms = 0;
