@@ -382,7 +382,13 @@ TEST(GpuqE2E, ExportChoosesWhatTheJobSees) {
   const std::string job = "--wrap 'echo lr=${LR-unset} tok=${TOKEN-unset} path=$PATH'";
   const int64_t all = d.submit("--export=ALL,LR=0.1 " + job, "TOKEN=t");
   const int64_t some = d.submit("--export=LR=0.2 " + job, "TOKEN=t");
-  for (const int64_t id : {all, some}) EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
+  const int64_t nil = d.submit(
+      "--export=NIL --wrap 'echo home=${HOME-unset} job=${SLURM_JOB_ID:+set} path=$PATH'",
+      "TOKEN=t");
+  for (const int64_t id : {all, some, nil}) EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
+  EXPECT_EQ(d.output(nil), fmt::format("home=unset job=set path={}/state/bin:/usr/local/bin:"
+                                       "/usr/bin:/bin\n",
+                                       d.dir()));
   const std::string first = d.output(all);
   EXPECT_EQ(first.rfind("lr=0.1 tok=t ", 0), 0u) << first;
   EXPECT_EQ(d.output(some),

@@ -338,4 +338,10 @@ TEST(SbatchOptions, ExportChoosesTheJobsEnvironment) {
   EXPECT_EQ(with("all"), env);
   EXPECT_EQ(with("All,LR=0.1").at("TOKEN"), "t");
   EXPECT_EQ(with("none"), with("NONE"));
+  // NIL: nothing of the submitter's, not even a login's basics (it was taken as a variable
+  // named NIL: the job ran with a login's environment); it takes no names.
+  EXPECT_TRUE(with("NIL").empty());
+  EXPECT_TRUE(with("nil").empty());
+  EXPECT_THROW(with("NIL,LR=0.1"), std::invalid_argument);
+  EXPECT_THROW(with("ALL,NIL"), std::invalid_argument);
 }

@@ -271,7 +271,7 @@ constexpr const char* kSubmitUsage =
       "  -d/--dependency afterok|afterany|afternotok:ID[_T][:ID][,...], -a/--array 0-15[:step][%N],\n"
       "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N, -A/--account NAME,\n"
       "  -c/--cpus-per-task N, -n/--ntasks N (SLURM_NTASKS only),\n"
-      "  --export ALL|NONE|[ALL,]NAME[=VALUE],... (the job's environment),\n"
+      "  --export ALL|NONE|NIL|[ALL,]NAME[=VALUE],... (the job's environment),\n"
       "  --open-mode append|truncate,\n"
       "  -W/--wait (return when the job ends, with its exit code, as sbatch --wait)\n"
       "  --mail-type NONE|BEGIN|END|FAIL|REQUEUE|ALL|TIME_LIMIT[_90|_80|_50][,...],\n"

@@ -103,6 +103,10 @@ void JobRequest::resolve_gpus_per_task() {
 void JobRequest::apply_export(std::map<std::string, std::string>& env,
                               const std::string& user) const {
   if (!export_spec) return;
+  if (strcasecmp(export_spec->c_str(), "NIL") == 0) {  // no login environment either, as Slurm's
+    env.clear();
+    return;
+  }
   bool all = false;
   std::map<std::string, std::string> named;
   size_t pos = 0;
@@ -118,9 +122,10 @@ void JobRequest::apply_export(std::map<std::string, std::string>& env,
     }
     const size_t eq = item.find('=');
     const std::string name = item.substr(0, eq);
-    if (name.empty())
+    if (name.empty() || strcasecmp(item.c_str(), "NIL") == 0)
       throw std::invalid_argument(fmt::format(
-          "--export '{}': expected ALL, NONE or NAME[=VALUE] items separated by commas",
+          "--export '{}': expected ALL, NONE, NIL alone, or NAME[=VALUE] items separated by "
+          "commas",
           *export_spec));
     if (eq != std::string::npos)
       named[name] = item.substr(eq + 1);
