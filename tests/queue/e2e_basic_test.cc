@@ -502,6 +502,15 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
   ASSERT_EQ(two.size(), 2u);  // the newest two of three, oldest first
   EXPECT_EQ(two[0].rfind(fmt::format("{}_0 ", arr), 0), 0u) << two[0];
   EXPECT_EQ(two[1].rfind(fmt::format("{}_1 ", arr), 0), 0u) << two[1];
+  // Many unfinished jobs get one note, not one each (a line per task of a large array).
+  const int64_t held = d.submit("-H --array 0-4 sleep.sh");
+  Result many = d.gpuq(fmt::format("history -j {}", held));
+  ASSERT_EQ(many.rc, 0) << many.err;
+  EXPECT_EQ(lines(many.err).size(), 1u) << many.err;
+  EXPECT_NE(many.err.find(fmt::format("5 of the jobs have not finished ({}_0, {}_1, {}_2, ...)",
+                                      held, held, held)),
+            std::string::npos)
+      << many.err;
 }
 
 // A cancelled job whose program ignores SIGTERM runs on until KillWait ends it: squeue shows such

@@ -672,6 +672,26 @@ int cmd_log(const Args& a) {
   }
 }
 
+namespace {
+
+// history -j's note on the named jobs still pending or running: one line for each of a few, one
+// line in all for many (a pending array of 1,000 tasks).
+void note_unfinished(const nlohmann::json& ids) {
+  constexpr size_t kEach = 3;
+  if (ids.size() <= kEach) {
+    for (const auto& id : ids)
+      fmt::print(stderr, "gpuq: note: job {} has not finished: gpuq queue -j {} shows it\n",
+                 id.get<std::string>(), id.get<std::string>());
+    return;
+  }
+  std::vector<std::string> first;
+  for (size_t i = 0; i < kEach; ++i) first.push_back(ids[i].get<std::string>());
+  fmt::print(stderr, "gpuq: note: {} of the jobs have not finished ({}, ...): gpuq queue -j shows "
+             "them\n", ids.size(), fmt::join(first, ", "));
+}
+
+}  // namespace
+
 int cmd_history(const Args& a) {
   po::options_description desc("gpuq history options");
   desc.add_options()("all-users,a", "every user's jobs (root sees all by default)")(
@@ -698,9 +718,7 @@ int cmd_history(const Args& a) {
   if (p.vm.count("jobs")) req["ids"] = job_list("history", p.vm["jobs"].as<std::string>());
   auto reply = call(p.socket, req);
   if (p.vm.count("jobs") || req.contains("users")) require_filtered("history", reply);
-  for (const auto& id : reply.value("active", nlohmann::json::array()))
-    fmt::print(stderr, "gpuq: note: job {} has not finished: gpuq queue -j {} shows it\n",
-               id.get<std::string>(), id.get<std::string>());
+  note_unfinished(reply.value("active", nlohmann::json::array()));
   if (p.vm.count("json")) {
     std::cout << reply["jobs"].dump(2) << "\n";
     return 0;
