@@ -393,6 +393,11 @@ TEST(GpuqHostile, TheDaemonNeverParsesSbatchLines) {
 // queued. A version-1 request (options as text, for the daemon to parse) is refused by version.
 TEST(GpuqHostile, ABadTypedJobIsRefusedNamingTheField) {
   Daemon d;
+  const auto repeat = [](const std::string& s, int n) {
+    std::string out;
+    for (int i = 0; i < n; ++i) out += s;
+    return out;
+  };
   const nlohmann::json base = {{"op", "submit"},  {"version", 2},   {"script", "#!/bin/sh\ntrue\n"},
                                {"cwd", d.dir()}, {"job", nullptr}};
   const std::pair<nlohmann::json, std::string> cases[] = {
@@ -406,11 +411,26 @@ TEST(GpuqHostile, ABadTypedJobIsRefusedNamingTheField) {
       {{{"cpus_per_task", 0}}, "'job.cpus_per_task': expected an integer from 1 to 4096"},
       {{{"name", ""}}, "'job.name': expected a non-empty string"},
       {{{"mem", "4G"}}, "'job.mem': expected no such field"},
+      // Names and paths are bounded, also once expanded: a 1.6 GB -o pattern (%999j) took the
+      // daemon's memory when it was shown, and its start filled the run folder.
+      {{{"name", std::string(1025, 'n')}},
+       "'job.name': expected a non-empty string of at most 1024 bytes"},
+      {{{"output", std::string(4096, 'o')}},
+       "'job.output': expected a non-empty string of at most 4095 bytes"},
+      {{{"output", "%999j"}, {"name", std::string(1000, 'n')}}, ""},  // a width of 10: accepted
+      {{{"error", repeat("%x", 2000)}, {"name", std::string(1000, 'n')}},
+       "--error: the file's path would be up to"},
   };
   for (const auto& [job, want] : cases) {
     nlohmann::json req = base;
     req["job"] = job;
+    req["job"]["hold"] = true;
     auto reply = d.request(req.dump());
+    if (want.empty()) {
+      EXPECT_EQ(reply["ok"], true) << job.dump() << ": " << reply.dump();
+      ASSERT_EQ(d.gpuq(fmt::format("cancel {}", reply.value("job_id", 0))).rc, 0);
+      continue;
+    }
     EXPECT_EQ(reply["ok"], false) << job.dump();
     EXPECT_NE(reply.value("error", "").find(want), std::string::npos)
         << job.dump() << ": " << reply.dump();
@@ -424,7 +444,7 @@ TEST(GpuqHostile, ABadTypedJobIsRefusedNamingTheField) {
   EXPECT_NE(reply.value("error", "").find("submit request of version 1"), std::string::npos)
       << reply.dump();
   EXPECT_EQ(d.request(R"({"op":"queue"})")["jobs"].size(), 0u);
-  EXPECT_EQ(d.request(R"({"op":"history","all_users":true})")["jobs"].size(), 0u);
+  EXPECT_EQ(d.request(R"({"op":"history","all_users":true})")["jobs"].size(), 1u);  // %999j's
 }
 
 namespace {

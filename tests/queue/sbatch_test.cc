@@ -286,6 +286,9 @@ TEST(OutputPattern, SlurmLetters) {
   PatternVars arr{130, 128, 2, "t", "u", "h"};
   EXPECT_EQ(expand_output_pattern("slurm-%A_%a.out", arr), "slurm-128_2.out");
   EXPECT_EQ(expand_output_pattern("%q%", v), "%q%");
+  // A width over 10 pads to 10, as Slurm's (%999j made 999 bytes of each id).
+  EXPECT_EQ(expand_output_pattern("%12j", v), "0000000128");
+  EXPECT_EQ(expand_output_pattern("%999999999999999999999j", v), "0000000128");
 }
 
 // --mail-type's words become MailEvent bits; Slurm's types gpuq does not send are named for a

@@ -117,6 +117,7 @@ class Daemon {
   // daemon_ops.cc: requests
   nlohmann::json handle(const Request& req, const Peer& peer);
   nlohmann::json op_submit(const SubmitRequest& req, const Peer& peer);
+  void check_path_lengths(const Job& base) const;
   Job job_from_request(const SubmitRequest& req, const Peer& peer) const;
   std::vector<Job> insert_jobs(const Job& base, const JobRequest& r, const std::string& key,
                                const std::vector<int>& indices);  // one transaction

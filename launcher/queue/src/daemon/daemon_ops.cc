@@ -5,6 +5,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <set>
 #include <stdexcept>
 
@@ -140,6 +141,7 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
     }
   }
   Job base = job_from_request(req, peer);
+  check_path_lengths(base);
   std::vector<int> indices = r.array ? r.array->indices : std::vector<int>{-1};
   const JobTable::UserLoad load = jobs_->load_of(peer.uid);
   check_load(load.jobs, load.bytes, indices.size(), indices.size() * spec_bytes(base));
@@ -154,6 +156,26 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
   for (auto& j : jobs) jobs_->add_new(std::move(j));
   dirty_ = true;
   return {{"ok", true}, {"job_id", first}, {"tasks", indices.size()}};
+}
+
+// The job's folder and its output files' paths, once the patterns are expanded (with the
+// longest id), fit PATH_MAX: checked at submission, not left to fail when the job starts.
+void Daemon::check_path_lengths(const Job& base) const {
+  if (base.cwd.size() > kMaxPathBytes)
+    throw std::invalid_argument(fmt::format("the job's folder (-D and the submit folder) is {} "
+                                            "bytes long, more than {}",
+                                            base.cwd.size(), kMaxPathBytes));
+  Job longest = base;
+  longest.id = longest.array_job_id = std::numeric_limits<int64_t>::max();
+  longest.array_task_id = kMaxArrayIndex;
+  for (const auto& [which, option] : {std::pair{JobStream::kOutput, "--output"},
+                                      std::pair{JobStream::kError, "--error"}}) {
+    const size_t n = output_path(longest, which).size();
+    if (n > kMaxPathBytes)
+      throw std::invalid_argument(fmt::format(
+          "{}: the file's path would be up to {} bytes long, more than {}", option, n,
+          kMaxPathBytes));
+  }
 }
 
 Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {

@@ -11,7 +11,8 @@
 namespace gpurun::queue {
 
 size_t spec_bytes(const Job& j) {
-  size_t n = j.script.size();
+  size_t n = j.script.size() + j.name.size() + j.account.size() + j.cwd.size() +
+             j.output_pattern.size() + j.error_pattern.size();
   for (const auto& a : j.args) n += a.size();
   for (const auto& [k, v] : j.env) n += k.size() + v.size();
   return n;

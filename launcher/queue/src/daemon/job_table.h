@@ -18,7 +18,8 @@ namespace gpurun::queue {
 class Store;
 
 // What a job keeps in the daemon's memory and store beyond its fixed fields: its script,
-// arguments and environment, counted against the per-user bound (daemon.h).
+// arguments, environment, name, account, folder and output patterns, counted against the
+// per-user bound (daemon.h).
 size_t spec_bytes(const Job& j);
 
 class JobTable {

@@ -75,12 +75,18 @@ Op parse_op(const std::string& op) {
   return it->second;
 }
 
-// A name or path the job gave (-J, -o, -e, -D, -A): absent, or a non-empty string.
-std::optional<std::string> get_name(const Obj& o, const char* key) {
+// A name or path the job gave (-J, -o, -e, -D, -A): absent, or a non-empty string of at most
+// `most` bytes (a 1.6 GB -o pattern was accepted, and its expansion took the daemon's memory).
+std::optional<std::string> get_name(const Obj& o, const char* key, size_t most = kMaxNameBytes) {
   if (!field(o, key)) return std::nullopt;
   std::string s = get_string(o, key, "");
-  if (s.empty()) bad_field(o.name(key), "a non-empty string", json(s));
+  if (s.empty() || s.size() > most)
+    bad_field(o.name(key), fmt::format("a non-empty string of at most {} bytes", most), json(s));
   return s;
+}
+
+std::optional<std::string> get_path(const Obj& o, const char* key) {
+  return get_name(o, key, kMaxPathBytes);
 }
 
 std::optional<int> get_opt_int(const Obj& o, const char* key, int64_t lo, int64_t hi) {
@@ -192,9 +198,9 @@ JobRequest get_job(const json& top) {
   if (r.gpu_type && (r.gpu_type->size() > 64 || r.gpu_type->find_first_of(":,\n") != std::string::npos))
     bad_field(o.name("gpu_type"), "a GPU type (at most 64 bytes, no ':' or ',')", json(*r.gpu_type));
   if (field(o, "time_limit_s")) r.time_limit_s = get_int(o, "time_limit_s", 0, kMaxTimeLimitS, 0);
-  r.output = get_name(o, "output");
-  r.error = get_name(o, "error");
-  r.chdir = get_name(o, "chdir");
+  r.output = get_path(o, "output");
+  r.error = get_path(o, "error");
+  r.chdir = get_path(o, "chdir");
   if (field(o, "dependencies")) r.dependencies = get_dependencies(o);
   if (field(o, "array")) r.array = get_array(o);
   if (field(o, "signal")) r.signal = get_signal(o);
@@ -241,6 +247,9 @@ SubmitRequest decode_submit(const json& o) {
   s.script = get_string(o, "script", "");
   s.script_name = get_string(o, "script_name", s.script_name);
   s.cwd = get_string(o, "cwd", "");
+  if (s.script_name.size() > kMaxPathBytes || s.cwd.size() > kMaxPathBytes)
+    bad_field(s.cwd.size() > kMaxPathBytes ? "cwd" : "script_name",
+              fmt::format("at most {} bytes", kMaxPathBytes), json());
   s.submit_key = get_string(o, "submit_key", "");
   s.job = get_job(o);
   s.args = get_strings(o, "args");

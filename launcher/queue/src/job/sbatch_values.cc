@@ -278,8 +278,9 @@ std::string expand_output_pattern(const std::string& pattern, const PatternVars&
     }
     size_t j = i + 1;
     int width = 0;
-    while (j < pattern.size() && isdigit(static_cast<unsigned char>(pattern[j])) && width < 100)
-      width = width * 10 + (pattern[j++] - '0');
+    // As Slurm's: a width over 10 pads to 10 (%999j made 999 bytes of each id).
+    while (j < pattern.size() && isdigit(static_cast<unsigned char>(pattern[j])))
+      width = std::min(10, width * 10 + (pattern[j++] - '0'));
     if (j >= pattern.size()) {
       out += pattern.substr(i);
       break;
