@@ -6,6 +6,7 @@
 #include <linux/close_range.h>
 #include <fmt/format.h>
 #include <grp.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/prctl.h>
@@ -21,6 +22,7 @@
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
 #include <vector>
 
@@ -76,6 +78,17 @@ std::string foreign(int fd, const std::string& path, const std::string& dir, uid
   return "";
 }
 
+// Output goes to a file or a terminal (/dev/null too): a FIFO or socket could block the job's
+// setup, or the supervisor's reason line, while the job holds its GPUs.
+std::string not_a_file(const struct stat& st, const std::string& path) {
+  if (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) return "";
+  return fmt::format("refusing output file {}: {}; gpuq writes a job's output to files and "
+                     "terminals",
+                     path, S_ISFIFO(st.st_mode)  ? "a FIFO"
+                           : S_ISDIR(st.st_mode) ? "a directory"
+                                                 : "not a regular file");
+}
+
 // Created as the user with the user's umask (set before), as Slurm creates them. In a sticky
 // directory anyone may write to (/tmp), a name another user made first is refused, as the
 // kernel's protected_symlinks and protected_regular would (many hosts run without them): a
@@ -87,9 +100,12 @@ int open_output(const std::string& path, bool append, std::string* why) {
   std::string dir;
   struct stat ds {};
   const bool shared = shared_dir(path, &dir, &ds);
-  // Non-blocking there: a FIFO planted under the name would otherwise hold the open forever.
-  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | (append ? O_APPEND : 0) |
-                    (shared ? O_NONBLOCK | O_NOFOLLOW : 0);
+  // Non-blocking: a FIFO under the name would otherwise hold the open, and the job's GPUs,
+  // forever (no cancel or time limit reaches a supervisor waiting for the job's setup).
+  const int flags = O_WRONLY | O_CREAT | O_CLOEXEC | O_NONBLOCK | (append ? O_APPEND : 0) |
+                    (shared ? O_NOFOLLOW : 0);
+  struct stat before {};
+  if (::stat(path.c_str(), &before) == 0 && (*why = not_a_file(before, path)) != "") return -1;
   int fd = ::open(path.c_str(), flags, 0666);
   const int open_errno = errno;
   struct stat ls {};
@@ -109,8 +125,10 @@ int open_output(const std::string& path, bool append, std::string* why) {
     return -1;
   }
   if (shared && !link) *why = foreign(fd, path, dir, ds.st_uid);
+  struct stat opened {};
+  if (why->empty() && ::fstat(fd, &opened) == 0) *why = not_a_file(opened, path);
   if (!why->empty()) return ::close(fd), -1;
-  if (shared) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
+  fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) & ~O_NONBLOCK);
   if (!append && ::ftruncate(fd, 0) != 0 && errno != EINVAL) {  // EINVAL: a terminal, a pipe
     const int e = errno;
     ::close(fd);
@@ -128,10 +146,20 @@ void send_fd(int sock, int fd) {
   (void)ignored;
 }
 
-// What the job's child said before exec: its stderr (send_fd), and why it failed, if it did.
-std::string read_setup(int sock, Fd* stderr_fd) {
+// How long the job's child may take from fork to exec (initgroups, chdir, opening the output
+// files): meanwhile no cancel or time limit reaches it.
+constexpr int64_t kSetupTimeoutMs = 60000;
+
+// What the job's child said before exec: its stderr (send_fd), and why it failed, if it did;
+// nullopt when it said nothing for kSetupTimeoutMs.
+std::optional<std::string> read_setup(int sock, Fd* stderr_fd) {
   std::string text;
+  const int64_t give_up = now_ms() + kSetupTimeoutMs;
   while (true) {
+    const int64_t left = give_up - now_ms();
+    if (left <= 0) return std::nullopt;
+    pollfd p{sock, POLLIN, 0};
+    if (::poll(&p, 1, int(left)) <= 0) continue;  // the time is up, or EINTR
     char buf[1024];
     std::vector<Fd> fds;
     const ssize_t n = recv_with_fds(sock, buf, sizeof(buf), 0, &fds);
@@ -155,6 +183,10 @@ void write_reason_line(int fd, const SupervisorSpec& s, const char* due_to) {
   strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &local);
   std::string line = fmt::format("slurmstepd: error: *** JOB {} ON {} CANCELLED AT {}{} ***\n",
                                  s.job_id, s.host, when, due_to);
+  // Only when the write cannot block (a terminal held by flow control): the job's SIGTERM and
+  // SIGKILL come after it.
+  pollfd p{fd, POLLOUT, 0};
+  if (::poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT)) return;
   ssize_t ignored = ::write(fd, line.data(), line.size());
   (void)ignored;
 }
@@ -271,8 +303,16 @@ pid_t start_job(const SupervisorSpec& s, std::vector<Fd> stdio, SupervisorStatus
   st->pgid_start = common::process_start_time(child).value_or(0);
   ::close(sv[1]);
   Fd setup(sv[0]);
-  st->reason = read_setup(setup.get(), job_stderr);
-  return child;
+  if (auto said = read_setup(setup.get(), job_stderr)) {
+    st->reason = *said;
+    return child;
+  }
+  ::kill(-child, SIGKILL);
+  ::kill(child, SIGKILL);  // before its setpgid, the group is not there yet
+  waitpid(child, nullptr, 0);
+  st->reason = fmt::format("the job's setup (its folder, its output files) did not finish in {} s",
+                           kSetupTimeoutMs / 1000);
+  return -1;
 }
 
 // gpuq run's client: how often the supervisor looks at it, and how long a job whose client went
@@ -373,6 +413,25 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
   }
 }
 
+// Every process the job left ends up a child of ours once its parent is gone (the subreaper):
+// SIGKILLs our children, as fast as they come, until none is left (nothing to do where the
+// kernel lists no children: no CONFIG_PROC_CHILDREN; the scans below remain). A chain that forks and exits in a tight loop
+// outran a /proc scan: by the time the scan read a pid, the chain had moved on.
+void kill_children(int64_t give_up) {
+  const std::string path = fmt::format("/proc/self/task/{}/children", getpid());
+  for (int turn = 0; now_ms() < give_up; ++turn) {
+    const auto text = common::read_file(path);
+    if (!text) return;
+    std::istringstream pids(*text);
+    int pid = 0, found = 0;
+    while (pids >> pid) found += ::kill(pid, SIGKILL) == 0;  // a child's pid: not yet reusable
+    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    }
+    if (!found) return;
+    if (turn > 1000) usleep(1000);  // one stuck in uninterruptible sleep: no busy loop
+  }
+}
+
 // Like Slurm, processes the script left behind die with it: the GPUs must be free before the
 // daemon hands them to the next job. That is its process group, anything still in our session (a
 // process that left the group) and anything re-parented to us; bounded, since a process in
@@ -384,11 +443,16 @@ void kill_leftovers(pid_t child, bool own_session, const SupervisorStatus& st) {
       own_session ? JobProcesses{child, child, getpid(), st.pgid_start, st.pgid_start}
                   : JobProcesses{getpid(), child, getpid(), st.supervisor_start, st.pgid_start};
   int64_t give_up = now_ms() + 10000;
+  kill_children(give_up);
   while (now_ms() < give_up) {
     const size_t left = kill_job_processes(job);
-    while (waitpid(-1, nullptr, WNOHANG) > 0) {
+    pid_t reaped;
+    while ((reaped = waitpid(-1, nullptr, WNOHANG)) > 0) {
     }
-    if (left == 0) break;  // one /proc scan when the job left nothing behind
+    // Done when a scan found none and no child is left: every process the job made is a child
+    // of ours once its parent is gone (the subreaper), so ECHILD means none lives. One empty
+    // scan was not enough: a chain that forks and exits in a loop was missed mid-fork.
+    if (left == 0 && reaped < 0 && errno == ECHILD) break;
     usleep(5000);
   }
 }
