@@ -91,6 +91,31 @@ TEST(GpuqBudget, AJobPastItsUsersBudgetWaitsUntilTheBudgetIsRaised) {
   for (int64_t id : {a, b}) d.gpuq(fmt::format("cancel {}", id));
 }
 
+// What a review found: with 1.2 GPU-hours left, an array of four one-hour tasks started all four
+// at once (each checked against what was spent, not what the others would spend), and a job
+// submitted while another ran was checked the same way. Running jobs' time limits and the jobs a
+// scheduling pass lets through now count against the budget.
+TEST(GpuqBudget, RunningJobsAndTheirTimeLimitsCountAgainstTheBudget) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d({}, "0,1,2,3");
+  TestUser dave("gbd");
+  ASSERT_EQ(d.gpuq(fmt::format("budget set {} 1.2 --per week", dave.name())).rc, 0);
+  const int64_t arr = submit_as(dave, d, "--array=0-3 --gres=gpu:1 --time=60");
+  d.wait_state(arr, "RUNNING", 20);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));  // a few scheduling passes
+  for (int64_t t = arr + 1; t <= arr + 3; ++t)
+    EXPECT_EQ(reason_of(d, t), "AssocGrpGRESMinutes") << d.gpuq("queue").out;
+  const int64_t later = submit_as(dave, d, "--gres=gpu:1 --time=30");  // 1 + 0.5 > 1.2
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(reason_of(d, later), "AssocGrpGRESMinutes") << d.gpuq("queue").out;
+  // A budget that holds two starts the second of the array's tasks.
+  ASSERT_EQ(d.gpuq(fmt::format("budget set {} 2.5 --per week", dave.name())).rc, 0);
+  d.wait_state(arr + 1, "RUNNING", 20);
+  std::this_thread::sleep_for(std::chrono::milliseconds(800));
+  EXPECT_EQ(reason_of(d, arr + 2), "AssocGrpGRESMinutes") << d.gpuq("queue").out;
+  d.gpuq(fmt::format("cancel {} {}", arr, later));
+}
+
 TEST(GpuqBudget, EnforcingCancelsARunningJobOnceItsBudgetIsSpent) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
   Daemon d({"--enforce-budgets"}, "0");

@@ -223,10 +223,15 @@ class Daemon {
   struct BudgetUse {
     Store::Budget budget;
     double spent_hours = 0;
+    // Not spent yet but promised: the running jobs' GPUs times what is left of their time limits,
+    // and the jobs this scheduling pass has let through (reserve_budget).
+    double committed_hours = 0;
     int64_t period_start_ms = 0;
   };
   std::vector<BudgetUse> budget_uses(int64_t now);
+  double budget_need_hours(const Job& j) const;
   const char* budget_reason(const Job& j, const std::vector<BudgetUse>& uses) const;
+  void reserve_budget(const Job& j, std::vector<BudgetUse>& uses) const;
   nlohmann::json budgets_json(int64_t now);
   nlohmann::json op_budget(const Request& req);
   nlohmann::json op_budget_set(const Request& req, const Peer& peer);

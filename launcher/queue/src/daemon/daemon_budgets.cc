@@ -2,8 +2,9 @@
 // account ("@physics"), GPU-hours per week, per month or in total (`gpuq budget set`). What is
 // spent is the GPU time (a shard job's share: gpu_share) of the subject's jobs inside the current
 // period, running jobs up to now, as `gpuq report` sums it. A pending job whose start would take
-// its user or its account past a budget (what is spent, plus its GPUs times its time limit when
-// it has one) waits with Slurm's reason AssocGrpGRESMinutes; raising the budget lets it start.
+// its user or its account past a budget (what is spent, what running jobs may still spend, and
+// its GPUs times its time limit when it has one) waits with Slurm's reason AssocGrpGRESMinutes;
+// raising the budget lets it start.
 // Running jobs go on when a budget runs out, as in Slurm, unless the daemon runs with
 // --enforce-budgets, which cancels them. Budgets live in the store: restarts and kill -9 keep them.
 #include <fmt/format.h>
@@ -11,6 +12,7 @@
 #include <time.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <map>
 #include <stdexcept>
@@ -70,23 +72,43 @@ std::vector<Daemon::BudgetUse> Daemon::budget_uses(int64_t now) {
         report->second[row.key] = row.gpu_seconds;
     const auto it = report->second.find(account ? b.subject.substr(1) : b.subject);
     const double seconds = it == report->second.end() ? 0 : it->second;
-    out.push_back({std::move(b), seconds / 3600.0, since});
+    out.push_back({std::move(b), seconds / 3600.0, 0.0, since});
+  }
+  for (const auto& [id, j] : jobs_->active()) {
+    if (j.state != JobState::kRunning || j.time_limit_s <= 0) continue;
+    const int64_t left_ms = std::max<int64_t>(0, j.start_ms + j.time_limit_s * 1000 - now);
+    for (auto& u : out)
+      if (covers(u.budget, j)) u.committed_hours += gpu_share(j) * double(left_ms) / 3.6e6;
   }
   return out;
 }
 
+// What a pending job would spend at most: its GPUs (a shard job's share) times its time limit;
+// 0 without a limit, which cannot be told ahead.
+double Daemon::budget_need_hours(const Job& j) const {
+  if (j.time_limit_s <= 0) return 0.0;
+  const double gpus =
+      j.shards ? double(j.shards) / std::max(1, most_shards()) : double(j.gpus_requested);
+  return gpus * double(j.time_limit_s) / 3600.0;
+}
+
+// A job waits when what is spent, what running jobs may still spend, and its own need would
+// pass a budget of its: four tasks of an array, each within what was left, all started at once
+// and together spent 3.5 times it.
 const char* Daemon::budget_reason(const Job& j, const std::vector<BudgetUse>& uses) const {
-  const double need_h =
-      j.time_limit_s > 0
-          ? (j.shards ? double(j.shards) / std::max(1, most_shards()) : double(j.gpus_requested)) *
-                j.time_limit_s / 3600.0
-          : 0.0;
+  const double need_h = budget_need_hours(j);
   for (const auto& u : uses) {
-    if (covers(u.budget, j) &&
-        (u.spent_hours >= u.budget.hours || u.spent_hours + need_h > u.budget.hours))
+    const double used = u.spent_hours + u.committed_hours;
+    if (covers(u.budget, j) && (used >= u.budget.hours || used + need_h > u.budget.hours))
       return "AssocGrpGRESMinutes";
   }
   return nullptr;
+}
+
+// A job this pass may start counts against its budgets for the rest of the pass.
+void Daemon::reserve_budget(const Job& j, std::vector<BudgetUse>& uses) const {
+  for (auto& u : uses)
+    if (covers(u.budget, j)) u.committed_hours += budget_need_hours(j);
 }
 
 nlohmann::json Daemon::budgets_json(int64_t now) {

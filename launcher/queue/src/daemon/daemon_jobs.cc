@@ -137,6 +137,7 @@ void Daemon::schedule_pass() {
       }
       n += 1;
     }
+    if (budgets) reserve_budget(j, *budgets);
     in.waiting.push_back({id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms,
                           j.shards, j.mig_profile});
   }
