@@ -530,6 +530,12 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
   const int64_t via_file = submit_as(alice, d, adir, "", "-o " + shared + "/pre.out " + job);
   const int64_t fresh = submit_as(alice, d, adir, "", "-o " + shared + "/fresh.out " + job);
   const int64_t own_link = submit_as(alice, d, adir, "", "-o " + shared + "/mine.out " + job);
+  // Not only in sticky folders: in bob's world-writable one (no sticky bit) his symlink was
+  // followed, and alice's private file overwritten.
+  const std::string open_dir = d.dir() + "/bobs";
+  sh(fmt::format("mkdir -m 777 {0} && chown {1} {0}", open_dir, bob.name()));
+  bob.run(fmt::format("ln -s {}/precious {}/link.out", adir, open_dir));
+  const int64_t bobs_link = submit_as(alice, d, adir, "", "-o " + open_dir + "/link.out " + job);
 
   const auto refused = d.wait_final(via_link);
   EXPECT_EQ(refused["state"], "FAILED");
@@ -548,6 +554,12 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
   EXPECT_EQ(read_text(shared + "/fresh.out"), "secret-output\n");
   EXPECT_EQ(d.wait_final(own_link)["state"], "COMPLETED");
   EXPECT_EQ(read_text(adir + "/target"), "secret-output\n");
+  const auto bobs = d.wait_final(bobs_link);
+  EXPECT_EQ(bobs["state"], "FAILED");
+  EXPECT_NE(bobs.value("reason", "").find(fmt::format("a symlink that uid {} made", bob.uid())),
+            std::string::npos)
+      << bobs.dump();
+  EXPECT_EQ(read_text(adir + "/precious"), "precious\n");
 }
 
 // What the review of the output check found: a FIFO another user made under the output name held

@@ -54,22 +54,24 @@ namespace {
   _exit(1);
 }
 
-// A sticky directory anyone may write to (/tmp), where another user can make a name first.
+// A directory where another user can make a name first: one anyone may write to (/tmp, sticky
+// or not), or another user's (not root's). A review's world-writable folder without the sticky
+// bit let a planted symlink have the job overwrite the user's private file.
 bool shared_dir(const std::string& path, std::string* dir, struct stat* ds) {
   const auto slash = path.rfind('/');
   *dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
-  return ::stat(dir->c_str(), ds) == 0 && (ds->st_mode & S_ISVTX) != 0 &&
-         (ds->st_mode & S_IWOTH) != 0;
+  return ::stat(dir->c_str(), ds) == 0 &&
+         ((ds->st_mode & S_IWOTH) != 0 || (ds->st_uid != geteuid() && ds->st_uid != 0));
 }
 
 // Why the file open as fd, the name `path` in the shared directory `dir`, is not the user's to
 // write, or "" when it is.
-std::string foreign(int fd, const std::string& path, const std::string& dir, uid_t dir_owner) {
+std::string foreign(int fd, const std::string& path, const std::string& dir) {
   struct stat fs {};
   if (::fstat(fd, &fs) != 0) return "";
-  if (fs.st_uid != geteuid() && fs.st_uid != dir_owner)
+  if (fs.st_uid != geteuid() && fs.st_uid != 0)
     return fmt::format("refusing output file {}: it belongs to uid {}, and the shared directory "
-                       "{} lets anyone make a name there first",
+                       "{} lets others make a name there first",
                        path, fs.st_uid, dir);
   if (S_ISREG(fs.st_mode) && fs.st_nlink > 1)  // another name for a file elsewhere
     return fmt::format("refusing output file {}: a hard link ({} names) in the shared directory "
@@ -89,13 +91,12 @@ std::string not_a_file(const struct stat& st, const std::string& path) {
                                                  : "not a regular file");
 }
 
-// Created as the user with the user's umask (set before), as Slurm creates them. In a sticky
-// directory anyone may write to (/tmp), a name another user made first is refused, as the
-// kernel's protected_symlinks and protected_regular would (many hosts run without them): a
-// symlink there is followed only when it belongs to the user or the directory's owner (who
-// alone can replace it), and an existing file there only when it does; else another user could
-// have the job overwrite a file of the user's, or read the job's output. Otherwise `why` is
-// empty and -1 means errno.
+// Created as the user with the user's umask (set before), as Slurm creates them. In a shared
+// directory (shared_dir: /tmp, or another user's), a name another user made first is refused, as
+// the kernel's protected_symlinks and protected_regular would in sticky ones (many hosts run
+// without them): a symlink there is followed only when it belongs to the user or root, and an
+// existing file there only when it does; else another user could have the job overwrite a file
+// of the user's, or read the job's output. Otherwise `why` is empty and -1 means errno.
 int open_output(const std::string& path, bool append, std::string* why) {
   std::string dir;
   struct stat ds {};
@@ -113,7 +114,7 @@ int open_output(const std::string& path, bool append, std::string* why) {
   // the directory's owner made (no one else can replace it) is followed, to whatever it names.
   const bool link = fd < 0 && shared && (errno == ELOOP || errno == EACCES) &&
                     ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
-  if (link && ls.st_uid != geteuid() && ls.st_uid != ds.st_uid) {
+  if (link && ls.st_uid != geteuid() && ls.st_uid != 0) {
     *why = fmt::format("refusing output file {}: a symlink that uid {} made in the shared "
                        "directory {}",
                        path, ls.st_uid, dir);
@@ -124,7 +125,7 @@ int open_output(const std::string& path, bool append, std::string* why) {
     if (!link) errno = open_errno;
     return -1;
   }
-  if (shared && !link) *why = foreign(fd, path, dir, ds.st_uid);
+  if (shared && !link) *why = foreign(fd, path, dir);
   struct stat opened {};
   if (why->empty() && ::fstat(fd, &opened) == 0) *why = not_a_file(opened, path);
   if (!why->empty()) return ::close(fd), -1;
