@@ -2,6 +2,7 @@
 // refused from another format, and every malformed table is an Error that names what is wrong.
 #include "control/rank_table.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
@@ -119,9 +120,9 @@ TEST(RankTable, AnotherFormatIsRefusedNamingBothVersions) {
   expect_refused("v1;s=slurm;j=1;a=x;p=1;c=1;g=-;n=host*2*0",
                  "the rank table is format 1 from an older gpurun");
   json j = json::parse(encode_rank_table(table_of("slurm_batch.env")));
-  j["gpurun_rank_table"] = kCompactRankTableFormat + 1;
+  j["gpurun_rank_table"] = kGroupedRankTableFormat + 1;
   j["gpurun"] = "9.9.9";
-  expect_refused(j.dump(), "is format 5 from gpurun 9.9.9, but this rank wrapper is gpurun ");
+  expect_refused(j.dump(), "is format 6 from gpurun 9.9.9, but this rank wrapper is gpurun ");
   expect_refused(j.dump(), "run the same gpurun build on every node");
 }
 
@@ -172,11 +173,15 @@ TEST(RankTable, MalformedTablesAreErrorsThatSayWhy) {
 TEST(RankTable, TooLongForOneArgumentIsAnError) {
   Allocation a;
   a.scheduler = Scheduler::local;
-  for (int i = 0; i < 2000; ++i) a.nodes.push_back({"node" + std::to_string(i), 8, 8});
+  // Host names no hostlist shortens (60 bytes each, distinct, no number in them).
+  for (int i = 0; i < 3000; ++i)
+    a.nodes.push_back({fmt::format("{:c}{:c}{:c}{}", 'a' + i % 26, 'a' + i / 26 % 26,
+                                   'a' + i / 676 % 26, std::string(57, 'x')),
+                       8, 8});
   RankTable t{a.scheduler, std::nullopt, make_plan(a, {}), {}};
   try {
     encode_rank_table(t);
-    ADD_FAILURE() << "a table of 16000 ranks was encoded";
+    ADD_FAILURE() << "a table of 24000 ranks was encoded";
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("more than one command-line argument carries"),
               std::string::npos)
@@ -208,4 +213,46 @@ TEST(RankTable, ManyGpuLessRanksAreCounted) {
   EXPECT_NE(encode_rank_table({a.scheduler, std::nullopt, make_plan(a, o), {}})
                 .find("\"gpurun_rank_table\":3"),
             std::string::npos);
+}
+
+// 16,384 nodes of 8 GPUs, a rank a GPU (131,072 ranks, as the README's control plane claims): one
+// entry of format 5. 1,024 such nodes were refused (140 kB of rows). Irregular nodes (2 ranks on
+// the last) keep their rows beside the group.
+TEST(RankTable, ManyNodesAlikeAreOneGroup) {
+  Allocation a;
+  a.scheduler = Scheduler::slurm;
+  for (int i = 0; i < 16384; ++i)
+    a.nodes.push_back({fmt::format("gpu{:05}", i), 8, 8, {"0", "1", "2", "3", "4", "5", "6", "7"}});
+  PlanOptions o;
+  o.gpus_per_rank = 1;
+  RankTable t{a.scheduler, std::string("77"), make_plan(a, o), {}};
+  ASSERT_EQ(t.plan.world_size, 131072);
+  const std::string text = encode_rank_table(t);
+  EXPECT_NE(text.find("\"gpurun_rank_table\":5"), std::string::npos) << text.substr(0, 80);
+  EXPECT_LT(text.size(), 1000u);
+  RankTable d = decode_rank_table(text);
+  ASSERT_EQ(d.plan.ranks.size(), t.plan.ranks.size());
+  ASSERT_EQ(d.plan.nodes.size(), t.plan.nodes.size());
+  for (std::size_t i = 0; i < t.plan.ranks.size(); i += 997) {
+    EXPECT_EQ(d.plan.ranks[i].host, t.plan.ranks[i].host);
+    EXPECT_EQ(d.plan.ranks[i].local_rank, t.plan.ranks[i].local_rank);
+    EXPECT_EQ(d.plan.ranks[i].gpus, t.plan.ranks[i].gpus);
+    EXPECT_EQ(d.plan.ranks[i].node_rank, t.plan.ranks[i].node_rank);
+  }
+  EXPECT_EQ(d.plan.nodes[16383].gpu_ids, t.plan.nodes[16383].gpu_ids);
+  EXPECT_EQ(d.plan.ranks[131071].gpus, std::vector<int>{7});
+
+  a.nodes.back().slots = 2;  // an odd last node: its own rows
+  o.ntasks = 16383 * 8 + 2;
+  RankTable odd{a.scheduler, std::string("77"), make_plan(a, o), {}};
+  RankTable back = decode_rank_table(encode_rank_table(odd));
+  ASSERT_EQ(back.plan.world_size, odd.plan.world_size);
+  EXPECT_EQ(back.plan.ranks.back().host, "gpu16383");
+  EXPECT_EQ(back.plan.ranks.back().local_rank, 1);
+  // A group that claims more GPUs than its nodes have is refused.
+  std::string bad = encode_rank_table(t);
+  const auto at = bad.find("\"gpus_per_rank\":1");
+  ASSERT_NE(at, std::string::npos);
+  bad.replace(at, 17, "\"gpus_per_rank\":2");
+  expect_refused(bad, "has 8 ranks of 2 GPUs each, on nodes of 8 GPUs");
 }

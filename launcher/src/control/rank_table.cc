@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "gpurun/launcher/error.h"
+#include "gpurun/launcher/hostlist.h"
 #include "gpurun_version.h"
 
 namespace gpurun::launcher {
@@ -21,7 +22,7 @@ constexpr int kMaxCountedRanks = 1 << 20;  // a count beyond any plan: a corrupt
 // Written in this field order, so a reader sees the format first.
 using ordered = nlohmann::ordered_json;
 
-enum class Rows { kEach, kCountWhereTrivial };
+enum class Rows { kEach, kCountWhereTrivial, kGrouped };
 
 ordered node_json(const PlanNode& n, const RankPlan& p, Rows form) {
   ordered rows = ordered::array();
@@ -39,6 +40,49 @@ ordered node_json(const PlanNode& n, const RankPlan& p, Rows form) {
   return out;
 }
 
+// k when node n's rows are [first + i, i, [i*k .. i*k + k - 1]] (k = 0: no GPUs), else -1.
+int regular_gpus_per_rank(const PlanNode& n, const RankPlan& p) {
+  const auto& first = p.ranks.at(static_cast<std::size_t>(n.first_rank));
+  const int k = static_cast<int>(first.gpus.size());
+  for (int i = 0; i < n.ranks; ++i) {
+    const RankEntry& e = p.ranks.at(static_cast<std::size_t>(n.first_rank + i));
+    if (e.rank != n.first_rank + i || e.local_rank != i || static_cast<int>(e.gpus.size()) != k)
+      return -1;
+    for (int g = 0; g < k; ++g)
+      if (e.gpus[static_cast<std::size_t>(g)] != i * k + g) return -1;
+  }
+  return k;
+}
+
+// Format 5's nodes: each run of regular nodes alike as one entry with a hostlist; the others as
+// format 4 writes them.
+ordered grouped_nodes(const RankPlan& p) {
+  ordered out = ordered::array();
+  std::size_t i = 0;
+  while (i < p.nodes.size()) {
+    const PlanNode& n = p.nodes[i];
+    const int k = regular_gpus_per_rank(n, p);
+    std::vector<std::string> hosts{n.host};
+    std::size_t j = i + 1;
+    for (; k >= 0 && j < p.nodes.size(); ++j) {
+      const PlanNode& m = p.nodes[j];
+      if (m.ranks != n.ranks || m.gpus != n.gpus || m.gpu_ids != n.gpu_ids ||
+          regular_gpus_per_rank(m, p) != k)
+        break;
+      hosts.push_back(m.host);
+    }
+    if (k < 0 || hosts.size() == 1) {
+      out.push_back(node_json(n, p, Rows::kCountWhereTrivial));
+      i += 1;
+      continue;
+    }
+    out.push_back({{"hosts", compress_hostlist(hosts)}, {"gpus", n.gpus}, {"gpu_ids", n.gpu_ids},
+                   {"ranks", n.ranks}, {"gpus_per_rank", k}});
+    i = j;
+  }
+  return out;
+}
+
 // What a malformed table is called in errors: where it came from and how it starts.
 Error bad_table(const std::string& text, const std::string& why) {
   const std::string start = text.size() > 60 ? text.substr(0, 60) + "..." : text;
@@ -50,13 +94,13 @@ void check_format(const std::string& text, const json& j) {
   const auto f = j.find("gpurun_rank_table");
   if (f == j.end() || !f->is_number_integer())
     throw bad_table(text, "not a gpurun rank table (no \"gpurun_rank_table\" format number)");
-  if (f->get<int>() == kRankTableFormat || f->get<int>() == kCompactRankTableFormat) return;
+  if (f->get<int>() >= kRankTableFormat && f->get<int>() <= kGroupedRankTableFormat) return;
   const auto v = j.find("gpurun");
   throw Error(fmt::format(
       "_rank: the rank table is format {} from gpurun {}, but this rank wrapper is gpurun {} and "
-      "reads formats {} and {}: run the same gpurun build on every node",
+      "reads formats {} to {}: run the same gpurun build on every node",
       f->get<int>(), v != j.end() && v->is_string() ? v->get<std::string>() : "(unknown)",
-      common::project_version(), kRankTableFormat, kCompactRankTableFormat));
+      common::project_version(), kRankTableFormat, kGroupedRankTableFormat));
 }
 
 // j[key] as a T, or an Error naming the field.
@@ -118,6 +162,32 @@ void read_node(const json& jn, int node_rank, RankTable& t) {
   t.plan.nodes.push_back(std::move(n));
 }
 
+// Adds the nodes of format 5's entry {"hosts", "gpus", "gpu_ids", "ranks", "gpus_per_rank"}.
+void read_group(const json& jg, RankTable& t) {
+  const std::string where = fmt::format("the node group at node {}", t.plan.nodes.size());
+  const int count = field<int>(jg, "ranks", where), k = field<int>(jg, "gpus_per_rank", where);
+  const int gpus = field<int>(jg, "gpus", where);
+  if (count < 1 || count > kMaxCountedRanks || k < 0 || int64_t{count} * k > gpus)
+    throw Error(fmt::format("{} has {} ranks of {} GPUs each, on nodes of {} GPUs", where, count,
+                            k, gpus));
+  json node = {{"gpus", gpus},
+               {"gpu_ids", field<std::vector<std::string>>(jg, "gpu_ids", where)}};
+  for (const std::string& host : expand_hostlist(field<std::string>(jg, "hosts", where))) {
+    if (t.plan.ranks.size() + std::size_t(count) > std::size_t(kMaxCountedRanks))
+      throw Error(fmt::format("{} makes more than {} ranks", where, kMaxCountedRanks));
+    json rows = json::array();
+    const int first = static_cast<int>(t.plan.ranks.size());
+    for (int i = 0; i < count; ++i) {
+      json gpus = json::array();
+      for (int g = 0; g < k; ++g) gpus.push_back(i * k + g);
+      rows.push_back(json::array({first + i, i, std::move(gpus)}));
+    }
+    node["host"] = host;
+    node["ranks"] = std::move(rows);
+    read_node(node, static_cast<int>(t.plan.nodes.size()), t);
+  }
+}
+
 // Every rank 0..world_size-1 exactly once, each node's ranks consecutive (the plan's order).
 void check_ranks(const RankPlan& p) {
   if (p.world_size < 1 || static_cast<int>(p.ranks.size()) != p.world_size)
@@ -155,7 +225,12 @@ RankTable read_table(const json& j) {
   }
   const auto nodes = field<std::vector<json>>(j, "nodes", w);
   if (nodes.empty()) throw Error("the table has no nodes");
-  for (std::size_t i = 0; i < nodes.size(); ++i) read_node(nodes[i], static_cast<int>(i), t);
+  for (const json& n : nodes) {
+    if (n.is_object() && n.contains("hosts"))
+      read_group(n, t);
+    else
+      read_node(n, static_cast<int>(t.plan.nodes.size()), t);
+  }
   check_ranks(p);
   return t;
 }
@@ -163,8 +238,13 @@ RankTable read_table(const json& j) {
 std::string encode_as(const RankTable& t, Rows form) {
   const RankPlan& p = t.plan;
   ordered nodes = ordered::array();
-  for (const auto& n : p.nodes) nodes.push_back(node_json(n, p, form));
-  const int format = form == Rows::kEach ? kRankTableFormat : kCompactRankTableFormat;
+  if (form == Rows::kGrouped)
+    nodes = grouped_nodes(p);
+  else
+    for (const auto& n : p.nodes) nodes.push_back(node_json(n, p, form));
+  const int format = form == Rows::kEach                ? kRankTableFormat
+                     : form == Rows::kCountWhereTrivial ? kCompactRankTableFormat
+                                                        : kGroupedRankTableFormat;
   const ordered j = {{"gpurun_rank_table", format},
                      {"gpurun", common::project_version()},
                      {"scheduler", to_string(t.scheduler)},
@@ -185,6 +265,7 @@ std::string encode_as(const RankTable& t, Rows form) {
 std::string encode_rank_table(const RankTable& t) {
   std::string text = encode_as(t, Rows::kEach);
   if (text.size() > kMaxTableBytes) text = encode_as(t, Rows::kCountWhereTrivial);
+  if (text.size() > kMaxTableBytes) text = encode_as(t, Rows::kGrouped);
   if (text.size() > kMaxTableBytes)
     throw Error(fmt::format(
         "the rank table of {} ranks on {} nodes is {} bytes, more than one command-line argument "
