@@ -1,14 +1,18 @@
 #!/usr/bin/env bash
 # End to end: a large Slurm job plans and prints its launch (--dry-run). 1,024 nodes of 8 GPUs
 # were refused ("the rank table of 8192 ranks on 1024 nodes is 142000 bytes, more than one
-# command-line argument carries"); the table now groups nodes alike (format 5).
+# command-line argument carries"); the table now groups nodes alike (format 5). TF_CONFIG lists
+# every rank, so past about 7,000 ranks it is more than one environment variable holds (128 KiB:
+# the program would not start): by default the plan leaves it out with a note; asked for with
+# --contract, it is an error. 16,384 nodes (131,072 ranks, the size the README's control plane is
+# measured at) plan in well under a second; the dry run shows the first 32 ranks and the last.
 #
 #   tests/launcher/large_job_e2e_test.sh GPURUN [SRC_DIR]
 set -euo pipefail
 gpurun=$1
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
-for nodes in 1024; do
+for nodes in 1024 16384; do
   cat >"$work/big.env" <<ENV
 SLURM_JOB_ID=99
 SLURM_JOB_NODELIST=n[00001-$(printf '%05d' "$nodes")]
@@ -28,4 +32,23 @@ ENV
   grep -q '"gpurun_rank_table":5' <<<"$out" ||
     { echo "FAIL: $nodes nodes: the rank table is not the grouped form (format 5)"; exit 1; }
   echo "ok: $nodes nodes x 8 GPUs ($((nodes * 8)) ranks) planned, the rank table in one argument"
+  grep -q "^# note: TF_CONFIG for $((nodes * 8)) ranks would be about" <<<"$out" ||
+    { echo "FAIL: $nodes nodes: no note that TF_CONFIG is left out"; exit 1; }
+  ! grep -q '^TF_CONFIG=' <<<"$out" || { echo "FAIL: $nodes nodes: a rank still has TF_CONFIG"; exit 1; }
+  shown=$(grep -c '^# rank ' <<<"$out")
+  [[ $shown == 33 ]] || { echo "FAIL: $nodes nodes: the dry run showed $shown ranks, want 33"; exit 1; }
+  echo "ok: $nodes nodes: TF_CONFIG left out with a note, 33 ranks shown"
+  if timeout 60 "$gpurun" --env-file "$work/big.env" --contract torch,tf --dry-run python3 train.py \
+    >/dev/null 2>"$work/err"; then
+    echo "FAIL: $nodes nodes: --contract torch,tf was accepted"; exit 1
+  fi
+  grep -q -- "--contract tf: TF_CONFIG for $((nodes * 8)) ranks" "$work/err" ||
+    { echo "FAIL: $nodes nodes: --contract tf's error:"; cat "$work/err"; exit 1; }
 done
+echo "ok: --contract tf on a plan too large for TF_CONFIG is an error naming it"
+
+# A small job keeps TF_CONFIG.
+printf 'SLURM_JOB_ID=9\nSLURM_JOB_NODELIST=n[1-2]\nSLURM_TASKS_PER_NODE=2(x2)\nSLURM_NTASKS=4\n' >"$work/small.env"
+"$gpurun" --env-file "$work/small.env" --dry-run python3 train.py | grep -q '^TF_CONFIG=' ||
+  { echo "FAIL: a 4-rank job lost TF_CONFIG"; exit 1; }
+echo "ok: a 4-rank job keeps TF_CONFIG"

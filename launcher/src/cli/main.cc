@@ -131,6 +131,7 @@ PlanOptions plan_options(const po::variables_map& vm) {
   if (vm.count("nnodes")) o.nnodes = parse_nnodes(vm["nnodes"].as<std::string>());
   parse_nproc_per_node(vm["nproc-per-node"].as<std::string>(), o);
   o.contracts = parse_contracts(vm["contract"].as<std::string>());
+  o.contracts_given = !vm["contract"].defaulted();
   if (vm.count("gpus-per-rank")) o.gpus_per_rank = vm["gpus-per-rank"].as<int>();
   if (vm.count("cpus-per-rank")) o.cpus_per_rank = vm["cpus-per-rank"].as<int>();
   if (vm.count("master-port")) {

@@ -232,6 +232,29 @@ void check_tf_ports(const RankPlan& p) {
         p.master_port, top, most, 65535 - most));
 }
 
+// TF_CONFIG lists every rank's host:port, so it grows with the world; one environment variable
+// holds at most MAX_ARG_STRLEN (128 KiB) and past it the program cannot start (execve: E2BIG).
+// 8,192 ranks made 123 kB, and the default contracts gave every PyTorch job a TF_CONFIG.
+constexpr std::size_t kMaxTfConfigBytes = 120 * 1024;
+
+void fit_tf_config(RankPlan& p, bool given) {
+  if (!p.contracts.tf) return;
+  std::size_t bytes = 80;  // {"cluster":{"worker":[...]},"task":{"type":"worker","index":N}}
+  for (const auto& r : p.ranks)  // "host:port", with brackets for an IPv6 literal
+    bytes += (p.nodes.size() == 1 ? p.master_addr : r.host).size() + 11;
+  if (bytes <= kMaxTfConfigBytes) return;
+  const std::string why = fmt::format(
+      "TF_CONFIG for {} ranks would be about {} kB, more than one environment variable holds "
+      "(128 KiB)",
+      p.world_size, bytes / 1000);
+  if (given)
+    throw Error(fmt::format("--contract tf: {}: leave tf out of --contract, and give TensorFlow "
+                            "its cluster another way (a ClusterResolver)",
+                            why));
+  p.contracts.tf = false;
+  p.notes.push_back(why + ": the ranks get no TF_CONFIG (--contract torch,jax says so)");
+}
+
 }  // namespace
 
 namespace {
@@ -286,6 +309,7 @@ RankPlan make_plan(const Allocation& all, const PlanOptions& o) {
                                 : derive_master_port(fmt::format("{}:{}", to_string(a.scheduler),
                                                                  a.job_id.value_or("none")));
   p.contracts = o.contracts;
+  fit_tf_config(p, o.contracts_given);
   check_tf_ports(p);
   if (o.cpus_per_rank) {
     if (*o.cpus_per_rank < 1) throw Error("--cpus-per-rank: expected at least 1");

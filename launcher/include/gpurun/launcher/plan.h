@@ -46,6 +46,9 @@ struct PlanOptions {
   std::optional<int> master_port;               // --master-port
   std::optional<int> cpus_per_rank;             // --cpus-per-rank
   Contracts contracts;                          // --contract
+  // --contract was given: a TF_CONFIG too long for the environment is then an error; by
+  // default tf is left out of such a plan, with a note.
+  bool contracts_given = false;
 };
 
 // Parses "auto", "gpu" or a positive count for --nproc-per-node.
