@@ -177,21 +177,23 @@ std::optional<ContainerSpec> container_for(const Allocation& a, Engine e, const 
 // srun's command line for the plan: the nodes, the tasks (per node when even, else one host per
 // task from a file), the CPUs, PMIx, labels, and pyxis' container flags.
 void srun_command(const RankPlan& p, const LaunchOptions& o, LaunchCommand& c) {
-  std::vector<std::string> hosts;
-  for (const auto& n : p.nodes) hosts.push_back(n.host);
   c.argv = {find(o, "srun").value_or("srun"), "--kill-on-bad-exit=1",
-            fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size),
-            "--nodelist=" + compress_hostlist(hosts)};
-  if (!o.exclude_hosts.empty()) c.argv.push_back("--exclude=" + compress_hostlist(o.exclude_hosts));
+            fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size)};
   bool uniform = true;
   for (const auto& n : p.nodes) uniform = uniform && n.ranks == p.nodes.front().ranks;
   if (uniform) {
+    std::vector<std::string> hosts;
+    for (const auto& n : p.nodes) hosts.push_back(n.host);
+    c.argv.push_back("--nodelist=" + compress_hostlist(hosts));
     c.argv.push_back(fmt::format("--ntasks-per-node={}", p.nodes.front().ranks));
   } else {
-    // Uneven counts: srun's arbitrary distribution reads one host per task from a file.
+    // Uneven counts: srun's arbitrary distribution reads one host per task from SLURM_HOSTFILE.
+    // No --nodelist then: with it srun 22.05 wants one entry per task ("You asked for 3 tasks
+    // but hostlist specified 2 nodes"); the file alone names the nodes.
     c.argv.push_back("--distribution=arbitrary");
     for (const auto& r : p.ranks) c.slurm_hostfile.push_back(r.host);
   }
+  if (!o.exclude_hosts.empty()) c.argv.push_back("--exclude=" + compress_hostlist(o.exclude_hosts));
   c.argv.push_back(fmt::format("--cpus-per-task={}", p.cpus_per_rank));
   bool pmix = false;
   for (const auto& m : o.srun_mpi_plugins) pmix = pmix || m.rfind("pmix", 0) == 0;
