@@ -9,6 +9,9 @@
 #   - uneven tasks per node, `salloc -N2 -n3` (SLURM_TASKS_PER_NODE=2,1): through srun, ranks 0
 #     and 1 run on node1 and rank 2 on node2, each once (srun refused gpurun's line, "You asked
 #     for 3 tasks but hostlist specified 2 nodes").
+#   - `sbatch -N2 --ntasks-per-node=2 --gpus-per-task=1`, `gpurun --tag-output`: srun binds each
+#     task to one GPU; every rank runs, each on one GPU of its node, no two on the same (it failed:
+#     "rank 1 needs GPU position 1 on node1, but CUDA_VISIBLE_DEVICES there lists only 1 GPU").
 # (slurm_test_lib.sh takes a program and a data folder after GPURUN; this test needs neither and
 # passes /bin/true and ANY_DIR.) Exit 77 (skipped) without root, slurm-wlm or munge.
 set -euo pipefail
@@ -39,6 +42,20 @@ in_salloc() {
 # ranks LOG: the ranks' lines of LOG ("rank R NODE GPUS"), without --tag-output's "N: ", sorted.
 ranks() { sed -n 's/^\([0-9]*: \)\{0,1\}\(rank .*\)$/\2/p' "$1" | sort; }
 
+# own_gpus LOG WHAT: LOG's 4 ranks, 2 on each node, each on one GPU (0 or 1), no two on the
+# same GPU of a node.
+own_gpus() {
+  local got
+  got=$(ranks "$1")
+  [[ $(wc -l <<<"$got") == 4 && $(cut -d' ' -f2 <<<"$got" | sort -u | wc -l) == 4 ]] &&
+    [[ $(cut -d' ' -f3 <<<"$got" | sort | uniq -c | awk '{print $1}' | sort -u) == 2 ]] &&
+    [[ $(cut -d' ' -f3- <<<"$got" | sort -u | wc -l) == 4 ]] &&
+    ! grep -qv ' [01]$' <<<"$got" || fail "$2: the ranks said:
+$got
+(want ranks 0-3, 2 a node, each on its own GPU 0 or 1)"
+  echo "$name: $2: $(tr '\n' ';' <<<"$got")"
+}
+
 "$cluster" start >/dev/null || fail "local-cluster.sh start"
 
 # Uneven tasks per node through srun.
@@ -49,5 +66,18 @@ want=$(printf 'rank 0 node1\nrank 1 node1\nrank 2 node2')
 $got
 (want ranks 0 and 1 on node1, rank 2 on node2)"
 echo "$name: salloc -N2 -n3: ranks 0,1 on node1 and 2 on node2 through srun"
+
+# --gpus-per-task=1 in a batch job: srun binds each task to its own GPU.
+cat >"$work/gpt.sbatch" <<SCRIPT
+#!/bin/bash
+"$gpurun" -q --tag-output -- python3 ranks.py
+SCRIPT
+out=$work/gpt.log
+jobid=$(cd "$work" && sbatch --parsable -N2 --ntasks-per-node=2 --gpus-per-task=1 --time=5 \
+  -o "$out" "$work/gpt.sbatch") || fail "sbatch --gpus-per-task=1"
+st=$(wait_final 120)
+[[ $st == COMPLETED ]] || fail "sbatch --gpus-per-task=1: job $jobid ended $st"
+jobid=""
+own_gpus "$out" "sbatch --gpus-per-task=1"
 
 echo "$name: PASS"

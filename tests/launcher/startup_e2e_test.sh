@@ -7,6 +7,7 @@
 # naming it and the node (exit 127 / 126, as a shell). One that passes that check but cannot be
 # executed in the ranks (a script whose interpreter is missing) is reported by gpurun in one line
 # per job, without the engine's banners or traces, through mpirun and through gpurun's own fork.
+# A rank whose wrapper cannot place it (no GPU at its planned position) is named, with status 2.
 set -euo pipefail
 gpurun=$1
 work=$(mktemp -d /tmp/gpurun-startup.XXXXXX)
@@ -39,3 +40,11 @@ for engine in mpirun local; do
   expect 127 "gpurun: rank [01] on $host cannot run '$work/broken': No such file or directory; stopped [01] other ranks?" \
     --scheduler local --launcher $engine -n 2 -q -- "$work/broken"
 done
+
+# A wrapper that cannot place its rank reports it to gpurun once connected: gpurun names that
+# rank with the wrapper's message and exits with its status, 2. Here mpirun's -x gives every rank
+# one GPU where gpurun planned two, so rank 1 has no GPU at position 1. (Before, the wrapper
+# failed before connecting; mpirun killed rank 0, which gpurun named, with status 143.)
+CUDA_VISIBLE_DEVICES=0,1 expect 2 \
+  "gpurun: rank 1 on $host cannot start: rank 1 needs GPU position 1 on $host, but CUDA_VISIBLE_DEVICES there lists only 1 GPU where gpurun planned 2: .*; stopped 1 other rank" \
+  --scheduler local --launcher mpirun -n 2 -q --launcher-args '-x CUDA_VISIBLE_DEVICES=7' -- true
