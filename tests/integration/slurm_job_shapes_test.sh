@@ -12,6 +12,9 @@
 #   - `sbatch -N2 --ntasks-per-node=2 --gpus-per-task=1`, `gpurun --tag-output`: srun binds each
 #     task to one GPU; every rank runs, each on one GPU of its node, no two on the same (it failed:
 #     "rank 1 needs GPU position 1 on node1, but CUDA_VISIBLE_DEVICES there lists only 1 GPU").
+#   - `salloc -N2 --ntasks-per-node=2 --gres=gpu:2`: the salloc shell has no GPU variable;
+#     `gpurun info` counts the job's 2 GPUs a node (from scontrol) and every rank runs on its own
+#     GPU (every rank got CUDA_VISIBLE_DEVICES="").
 # (slurm_test_lib.sh takes a program and a data folder after GPURUN; this test needs neither and
 # passes /bin/true and ANY_DIR.) Exit 77 (skipped) without root, slurm-wlm or munge.
 set -euo pipefail
@@ -79,5 +82,12 @@ st=$(wait_final 120)
 [[ $st == COMPLETED ]] || fail "sbatch --gpus-per-task=1: job $jobid ended $st"
 jobid=""
 own_gpus "$out" "sbatch --gpus-per-task=1"
+
+# The salloc shell: the job's GPUs come from scontrol -d show job.
+in_salloc "$work/salloc_gpus.log" -N2 --ntasks-per-node=2 --gres=gpu:2 -- \
+  '"$gpurun" info; "$gpurun" -q --tag-output -- python3 ranks.py'
+own_gpus "$work/salloc_gpus.log" "salloc --gres=gpu:2"
+grep -q "scontrol -d show job" "$work/salloc_gpus.log" ||
+  fail "salloc --gres=gpu:2: gpurun info names no scontrol source"
 
 echo "$name: PASS"

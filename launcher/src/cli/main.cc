@@ -163,6 +163,7 @@ Setup setup(const po::variables_map& vm) {
     in.hostname = "localhost";
     in.cpu_count = 1;
     in.device_gpu_count = 0;
+    in.slurm_job_details = nullptr;  // nor is this machine's scontrol
   }
   std::string sched = vm["scheduler"].as<std::string>();
   std::optional<Scheduler> forced;

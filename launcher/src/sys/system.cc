@@ -168,22 +168,31 @@ bool srun_has_pyxis(const std::string& srun) {
   }
 }
 
-std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id) {
+std::optional<std::string> scontrol_show_job(const Env& env, const std::string& job_id,
+                                             JobDetail detail) {
   auto scontrol = find_tool(env, "scontrol");
-  if (!scontrol || job_id.find_first_not_of("0123456789_") != std::string::npos)
+  if (!scontrol || job_id.empty() || job_id.find_first_not_of("0123456789_") != std::string::npos)
     return std::nullopt;
-  std::string cmd = shell_quote(*scontrol) + " show job " + job_id + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return std::nullopt;
-  std::string text;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p)) text += buf.data();
-  pclose(p);
-  auto at = text.find("EndTime=");
+  std::vector<std::string> argv{*scontrol};
+  if (detail == JobDetail::per_node) argv.push_back("-d");
+  argv.insert(argv.end(), {"show", "job", job_id});
+  try {
+    auto r = common::run_capture(argv, 10000);
+    if (r.exit_code != 0) return std::nullopt;
+    return r.output;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id) {
+  auto text = scontrol_show_job(env, job_id, JobDetail::summary);
+  if (!text) return std::nullopt;
+  auto at = text->find("EndTime=");
   if (at == std::string::npos) return std::nullopt;
   std::tm tm{};
   // "EndTime=2026-11-21T06:00:00" in the controller's local time; "Unknown" when unlimited.
-  if (!strptime(text.c_str() + at + 8, "%Y-%m-%dT%H:%M:%S", &tm)) return std::nullopt;
+  if (!strptime(text->c_str() + at + 8, "%Y-%m-%dT%H:%M:%S", &tm)) return std::nullopt;
   tm.tm_isdst = -1;
   std::time_t t = mktime(&tm);
   if (t <= 0) return std::nullopt;
@@ -208,6 +217,9 @@ DetectInput detect_input(const Env& env) {
   in.read_file = [](const std::string& p) { return read_input_file(p); };
   in.hostname = common::hostname();
   in.cpu_count = cpu_count();
+  in.slurm_job_details = [env](const std::string& id) {
+    return scontrol_show_job(env, id, JobDetail::per_node);
+  };
   // Only the bare machine without CUDA_VISIBLE_DEVICES needs the device count.
   if (!env.count("CUDA_VISIBLE_DEVICES")) in.device_gpu_count = gpu_count(env);
   return in;

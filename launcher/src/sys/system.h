@@ -29,6 +29,11 @@ std::optional<std::string> find_tool(const Env& env, const std::string& name);
 std::vector<std::string> srun_mpi_plugins(const std::string& srun);
 // Whether `srun --help` offers pyxis's --container-image.
 bool srun_has_pyxis(const std::string& srun);
+// `scontrol show job ID` (per_node: `scontrol -d show job ID`, with each node's CPUs and GRES)
+// as it printed it; nullopt without scontrol on env's PATH, or when it fails (no such job).
+enum class JobDetail { summary, per_node };
+std::optional<std::string> scontrol_show_job(const Env& env, const std::string& job_id,
+                                             JobDetail detail);
 // The end time of a Slurm job from `scontrol show job ID` (EndTime=..., local time), for Slurm
 // versions that do not export SLURM_JOB_END_TIME (22.05); nullopt when unknown or unlimited.
 std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id);
