@@ -15,6 +15,9 @@
 #   - `salloc -N2 --ntasks-per-node=2 --gres=gpu:2`: the salloc shell has no GPU variable;
 #     `gpurun info` counts the job's 2 GPUs a node (from scontrol) and every rank runs on its own
 #     GPU (every rank got CUDA_VISIBLE_DEVICES="").
+#   - `--launcher mpirun` on both nodes with LD_LIBRARY_PATH unset: the 4 ranks run, 2 a node, and
+#     mpirun prints no 'could not find environment variable "LD_LIBRARY_PATH"' (gpurun passed
+#     -x LD_LIBRARY_PATH whether it was set or not).
 # (slurm_test_lib.sh takes a program and a data folder after GPURUN; this test needs neither and
 # passes /bin/true and ANY_DIR.) Exit 77 (skipped) without root, slurm-wlm or munge.
 set -euo pipefail
@@ -89,5 +92,17 @@ in_salloc "$work/salloc_gpus.log" -N2 --ntasks-per-node=2 --gres=gpu:2 -- \
 own_gpus "$work/salloc_gpus.log" "salloc --gres=gpu:2"
 grep -q "scontrol -d show job" "$work/salloc_gpus.log" ||
   fail "salloc --gres=gpu:2: gpurun info names no scontrol source"
+
+# mpirun across the nodes, LD_LIBRARY_PATH unset.
+in_salloc "$work/mpirun.log" -N2 --ntasks-per-node=2 -- \
+  'env -u LD_LIBRARY_PATH "$gpurun" -q --launcher mpirun --launcher-args "--mca btl self,tcp" -- python3 ranks.py'
+got=$(ranks "$work/mpirun.log" | cut -d' ' -f1-3)
+want=$(printf 'rank 0 node1\nrank 1 node1\nrank 2 node2\nrank 3 node2')
+[[ $got == "$want" ]] || fail "--launcher mpirun: the ranks said:
+$got
+(want ranks 0 and 1 on node1, 2 and 3 on node2)"
+! grep -q "could not find environment variable" "$work/mpirun.log" ||
+  fail "--launcher mpirun with LD_LIBRARY_PATH unset: mpirun warned of a -x variable"
+echo "$name: --launcher mpirun, LD_LIBRARY_PATH unset: 4 ranks on node[1-2], no -x warning"
 
 echo "$name: PASS"

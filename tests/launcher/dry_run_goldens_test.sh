@@ -11,6 +11,9 @@ sed "s#@DATA@#$data#" "$data/torque.env" > "$tmp/torque.env"
 cp "$data/slurm.env" "$data/slurm_batch.env" "$data/summit.env" "$data/gpuq.env" "$tmp/"
 # srun --gpus-per-task=1: the task sees only its own GPU (it failed: "nodes differ in GPU count").
 sed 's/^CUDA_VISIBLE_DEVICES=.*/CUDA_VISIBLE_DEVICES=1/' "$data/slurm.env" > "$tmp/slurm_gpt.env"
+# mpirun -x names only variables that are set (it warns of the others): LD_LIBRARY_PATH set here,
+# PATH and LD_LIBRARY_PATH unset in the PBS and LSF cases.
+{ cat "$data/slurm_batch.env"; echo LD_LIBRARY_PATH=/opt/site/lib; } > "$tmp/slurm_batch_ld.env"
 # --container cases: a fixed working folder, and (auto) a PATH with stand-in runtimes, which are
 # only looked up, never run.
 mkdir "$tmp/bin"; printf '#!/bin/sh\nexit 1\n' > "$tmp/bin/podman"; chmod +x "$tmp/bin/podman"
@@ -21,7 +24,7 @@ cases=(
   "slurm|slurm.env|"
   "slurm_batch|slurm_batch.env|"
   "slurm_gpus_per_task|slurm_gpt.env|"
-  "slurm_batch_mpirun|slurm_batch.env|--launcher mpirun --launcher-args '--mca btl self,tcp'"
+  "slurm_batch_mpirun|slurm_batch_ld.env|--launcher mpirun --launcher-args '--mca btl self,tcp'"
   "slurm_batch_n4|slurm_batch.env|-n 4 --nproc-per-node 2"
   "pbspro|pbspro.env|"
   "torque|torque.env|--gpus-per-rank 1"

@@ -143,7 +143,10 @@ std::vector<std::string> mpirun_argv(const Allocation& a, const RankPlan& p, con
   } else {
     // Fill each node's slots before the next: the wrapper checks the placement.
     v.insert(v.end(), {"--host", host_slots(p), "--map-by", "slot"});
-    for (const char* var : {"PATH", "LD_LIBRARY_PATH"}) v.insert(v.end(), {"-x", var});
+    // Only what is set: mpirun warns of a -x variable it cannot find. The wrapper gives the
+    // program gpurun's values either way (an unset LD_LIBRARY_PATH stays unset there).
+    if (o.user_path) v.insert(v.end(), {"-x", "PATH"});
+    if (o.user_ld_library_path) v.insert(v.end(), {"-x", "LD_LIBRARY_PATH"});
   }
   if (o.tag_output) v.push_back("--tag-output");
   // Never mpirun's own binding: with -n 2 or fewer it pins each rank to one core (and the
