@@ -8,7 +8,8 @@
 #    says "ranks 0-1,3 in MPI_Allreduce; rank 2 in raise: it is behind", and --output-dir holds a
 #    stack file for every rank.
 # 2. 3 ranks through gpurun's own fork, no MPI: rank 1 sleeps in nanosleep while the others keep
-#    beating: its step stays behind, and gpurun-local-PID-hang/ gets the stacks.
+#    beating: its step stays behind, and gpurun-local-PID-hang/ gets the stacks; from a folder
+#    gpurun cannot write (/proc) they go under $TMPDIR, in a line that says so.
 # 3. A Python rank stuck in a function: its traceback (faulthandler) names the function.
 # 4. No false alarm: ranks that beat, or only print, or beat slower than the others but advance,
 #    run to the end; a silent one is a hang.
@@ -54,6 +55,22 @@ grep -qF "rank 1 in clock_nanosleep: it is behind" "$work/log" || fail "nanoslee
 dir=$(ls -d "$work"/gpurun-local-*-hang) || fail "nanosleep: no gpurun-local-PID-hang folder"
 [[ $(ls "$dir" | wc -l) == 3 ]] || fail "nanosleep: $(ls "$dir" | wc -l) stack files, want 3"
 echo "ok: a rank sleeping behind the others: $(grep 'it is behind' "$work/log" | sed 's/^gpurun: //')"
+
+# 2b. A working folder gpurun cannot write (/proc): the stacks go under $TMPDIR, in a line that
+#     says so, and gpurun claims only files it wrote (it printed "cannot write
+#     gpurun-local-PID-hang/rank-0.stack" and then "stacks of all 2 ranks in gpurun-local-PID-hang/").
+mkdir "$work/tmp"
+rc=0
+(cd /proc && TMPDIR=$work/tmp timeout 60 "$gpurun" --scheduler local --launcher local -n 2 \
+  --hang-timeout 2 -- "$beat" --hang-rank 1 --hang-step 10 --hang sleep) 2>"$work/log" || rc=$?
+[[ $rc == 124 ]] || fail "/proc: exit $rc, want 124"
+grep -Eq "^gpurun: cannot make gpurun-local-[0-9]+-hang \(.*\): the stacks go to $work/tmp/gpurun-local-[0-9]+-hang/\$" \
+  "$work/log" || fail "/proc: no line saying where the stacks went"
+! grep -q "cannot write" "$work/log" || fail "/proc: a stack file was not written"
+dir=$(ls -d "$work"/tmp/gpurun-local-*-hang) || fail "/proc: no folder under TMPDIR"
+[[ $(ls "$dir" | wc -l) == 2 ]] || fail "/proc: $(ls "$dir" | wc -l) stack files, want 2"
+grep -qFx "gpurun: stacks of all 2 ranks in $dir/" "$work/log" || fail "/proc: the stacks' folder is not named"
+echo "ok: from /proc the stacks went to $dir/"
 
 # 3. Python: the traceback names the function it is stuck in.
 cat >"$work/hang.py" <<'PY'
