@@ -3,6 +3,7 @@
 # environment. GPURUN_UPDATE_GOLDENS=1 rewrites them (review the diff before committing).
 set -euo pipefail
 gpurun=$1; here=$2
+self=$(realpath "$gpurun")
 data=$here/data; golden=$here/golden
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 sed "s#/var/spool/pbs/aux/4242.pbs01#$data/pbspro.nodefile#" "$data/pbspro.env" > "$tmp/pbspro.env"
@@ -40,9 +41,10 @@ fail=0
 for c in "${cases[@]}"; do
   IFS='|' read -r name env args <<<"$c"
   eval "extra=($args)"
-  # This run's folder (PATH=$tmp/bin in the --container cases) is written @TMP@.
+  # This run's folder (PATH=$tmp/bin in the --container cases) is written @TMP@, the absolute
+  # path of the gpurun under test (what the command runs) @GPURUN@.
   "$gpurun" --dry-run --env-file "$tmp/$env" "${extra[@]}" -- python3 train.py --epochs 8 |
-    sed "s#$tmp#@TMP@#g" > "$tmp/$name.out"
+    sed -e "s#$tmp#@TMP@#g" -e "s#$self#@GPURUN@#g" > "$tmp/$name.out"
   if [[ ${GPURUN_UPDATE_GOLDENS:-0} == 1 ]]; then
     cp "$tmp/$name.out" "$golden/$name.txt"; echo "updated $name"
   elif ! diff -u "$golden/$name.txt" "$tmp/$name.out"; then

@@ -385,7 +385,7 @@ void container_settings(const po::variables_map& vm, const Setup& s, bool via_sr
 }
 
 LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
-                              const std::vector<std::string>& program, bool dry) {
+                              const std::vector<std::string>& program) {
   LaunchOptions lo;
   lo.launcher = vm["launcher"].as<std::string>();
   if (vm.count("launcher-args")) {
@@ -402,7 +402,8 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   lo.as_root = geteuid() == 0 && !s.from_file;  // an --env-file job is not ours to run
   Env tool_env = s.env;
   lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };
-  lo.self_exe = dry ? "gpurun" : sys::self_exe();
+  // Its absolute path, --dry-run too: the printed command then runs where gpurun is not on PATH.
+  lo.self_exe = sys::self_exe();
   bool via_srun = s.alloc.scheduler == Scheduler::slurm && !s.alloc.step_task &&
                   (lo.launcher == "auto" || lo.launcher == "srun");
   if (via_srun)
@@ -491,7 +492,7 @@ int cmd_launch(const std::vector<std::string>& args) {
     throw Error("no program to launch: usage: gpurun [OPTIONS] -- PROGRAM [ARGS...]");
   Setup s = setup(vm);
   bool dry = vm.count("dry-run") > 0 || s.from_file;
-  LaunchOptions lo = launch_settings(vm, s, program, dry);
+  LaunchOptions lo = launch_settings(vm, s, program);
   if (dry) {
     // The run's own options are checked as a real launch would, FILE.csv without writing it.
     RunConfig cfg = run_settings(vm, s, lo);
