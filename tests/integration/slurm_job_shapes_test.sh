@@ -18,6 +18,8 @@
 #   - `--launcher mpirun` on both nodes with LD_LIBRARY_PATH unset: the 4 ranks run, 2 a node, and
 #     mpirun prints no 'could not find environment variable "LD_LIBRARY_PATH"' (gpurun passed
 #     -x LD_LIBRARY_PATH whether it was set or not).
+#   - in that batch shell, a program PATH lacks is refused naming node1, Slurm's name for the
+#     node, as the ranks' failures name theirs (it named the machine's host name).
 # (slurm_test_lib.sh takes a program and a data folder after GPURUN; this test needs neither and
 # passes /bin/true and ANY_DIR.) Exit 77 (skipped) without root, slurm-wlm or munge.
 set -euo pipefail
@@ -74,8 +76,11 @@ $got
 echo "$name: salloc -N2 -n3: ranks 0,1 on node1 and 2 on node2 through srun"
 
 # --gpus-per-task=1 in a batch job: srun binds each task to its own GPU.
+# First a program PATH lacks: the batch shell's node is named as Slurm names it (node1), as the
+# ranks' failures name theirs, not by the machine's host name.
 cat >"$work/gpt.sbatch" <<SCRIPT
 #!/bin/bash
+"$gpurun" -q -- no-such-program-xyz || echo "status \$?"
 "$gpurun" -q --tag-output -- python3 ranks.py
 SCRIPT
 out=$work/gpt.log
@@ -85,6 +90,9 @@ st=$(wait_final 120)
 [[ $st == COMPLETED ]] || fail "sbatch --gpus-per-task=1: job $jobid ended $st"
 jobid=""
 own_gpus "$out" "sbatch --gpus-per-task=1"
+grep -qx "gpurun: cannot run 'no-such-program-xyz' on node1: not found on PATH" "$out" &&
+  grep -qx "status 127" "$out" || fail "a missing program in the batch shell: not named on node1"
+echo "$name: a missing program in the batch shell is named on node1"
 
 # The salloc shell: the job's GPUs come from scontrol -d show job.
 in_salloc "$work/salloc_gpus.log" -N2 --ntasks-per-node=2 --gres=gpu:2 -- \

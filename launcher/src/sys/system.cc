@@ -211,6 +211,24 @@ std::optional<int> program_error(const Env& env, const std::string& program) {
   return err;
 }
 
+std::string working_folder_hint(const std::string& program) {
+  struct stat st {};
+  if (program.empty() || program.find('/') != std::string::npos ||
+      stat(program.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return "";
+  std::vector<std::string> ways;
+  if (access(program.c_str(), X_OK) == 0) ways.push_back("./" + program);
+  auto ends_with = [&](const std::string& x) {
+    return program.size() > x.size() &&
+           program.compare(program.size() - x.size(), x.size(), x) == 0;
+  };
+  if (ends_with(".py")) ways.push_back("python3 " + program);
+  if (ends_with(".sh")) ways.push_back("bash " + program);
+  std::string how = ways.empty() ? fmt::format("chmod +x {0}, then ./{0}", program) : ways[0];
+  if (ways.size() > 1) how += " or " + ways[1];
+  return fmt::format("{} is in the working folder: run {}", program, how);
+}
+
 DetectInput detect_input(const Env& env) {
   DetectInput in;
   in.env = env;

@@ -40,6 +40,9 @@ std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& jo
 // Why `program` could not be executed with env's PATH: ENOENT (nowhere), EACCES (found but not
 // an executable file); nullopt when it can.
 std::optional<int> program_error(const Env& env, const std::string& program);
+// For a program name without '/' that PATH does not have: how to run the file of that name in
+// the working folder ("./s1.py or python3 s1.py"), when there is one; "" otherwise.
+std::string working_folder_hint(const std::string& program);
 DetectInput detect_input(const Env& env);
 std::string self_exe();
 // The working folder (getcwd); throws Error when it cannot be had.
