@@ -3,6 +3,7 @@
 #
 #   tests/launcher/hang_e2e_test.sh GPURUN BEAT BEAT_MPI
 #
+# 0. --help states the rule as the code applies it: no rank progresses, or one stays behind.
 # 1. 4 MPI ranks through mpirun; rank 2 stops itself (SIGSTOP) while the others wait for it in
 #    MPI_Allreduce: with --hang-timeout 5 the job ends with status 124 within 15 s, the summary
 #    says "ranks 0-1,3 in MPI_Allreduce; rank 2 in raise: it is behind", and --output-dir holds a
@@ -23,6 +24,12 @@ cd "$work"
 
 fail() { echo "FAIL: $*" >&2; [[ -f $work/log ]] && sed 's/^/  log: /' "$work/log" >&2; exit 1; }
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+
+# 0. --help says what the rule is: no rank progresses (it said "without progress ... of any
+#    rank", which reads as one silent rank being enough).
+help=$("$gpurun" --help | tr -s ' \n' ' ')
+grep -qF "seconds: when no rank makes progress (a heartbeat or output) for this long, or one rank's step stays behind the others' without advancing for this long, the job hangs" <<<"$help" ||
+  fail "--help does not say the hang rule: $(grep -o -- '--hang-timeout.\{0,300\}' <<<"$help")"
 
 # 1. SIGSTOP under mpirun.
 start=$(date +%s.%N)

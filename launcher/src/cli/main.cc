@@ -276,8 +276,9 @@ po::options_description launch_options() {
       "after a checkpoint signal (USR1/USR2, --checkpoint-before) and a clean exit of every rank, "
       "requeue the job (scontrol requeue, qrerun, brequeue) so it resumes")(
       "hang-timeout", po::value<double>()->default_value(0),
-      "seconds without progress (heartbeat or output) of any rank, or with one rank's step "
-      "behind, that make a hang: stacks of every rank are saved and the job stops (0: off)")(
+      "seconds: when no rank makes progress (a heartbeat or output) for this long, or one "
+      "rank's step stays behind the others' without advancing for this long, the job hangs: "
+      "every rank's stacks are saved and the job stops (0: off)")(
       "max-restarts", po::value<int>()->default_value(0),
       "restart all ranks this many times in all when one fails after every rank started")(
       "output-dir", po::value<std::string>(),
