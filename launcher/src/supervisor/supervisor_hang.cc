@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "stacks/stacks.h"
 #include "supervisor/supervisor.h"
+#include "sys/system.h"
 
 namespace gpurun::launcher {
 namespace {
@@ -48,14 +48,12 @@ std::optional<std::string> Supervisor::hang_dir() const {
   const std::string name = fmt::format(
       "gpurun-{}-hang", cfg_.alloc.job_id ? *cfg_.alloc.job_id : fmt::format("local-{}", getpid()));
   const std::string first = cfg_.output_dir ? *cfg_.output_dir : name;
-  std::error_code ec;
-  std::filesystem::create_directories(first, ec);
+  const std::error_code ec = sys::make_private_dirs(first);
   if (!ec) return first;
   auto tmp = cfg_.env.find("TMPDIR");
   const std::string fallback = fmt::format(
       "{}/{}", tmp != cfg_.env.end() && !tmp->second.empty() ? tmp->second : "/tmp", name);
-  std::error_code ec2;
-  std::filesystem::create_directories(fallback, ec2);
+  const std::error_code ec2 = sys::make_private_dirs(fallback);
   if (ec2) {
     tell(fmt::format("cannot make {} ({}) nor {} ({}): the stacks are not kept", first,
                      ec.message(), fallback, ec2.message()));
@@ -99,7 +97,8 @@ bool Supervisor::write_stack_file(const std::string& dir, int i, const Attempt::
           ? "(this rank had already ended)\n"
           : fmt::format("(no stacks from this rank's wrapper within {:.0f} s)\n", kStackWait);
   std::string path = fmt::format("{}/rank-{}.stack", dir, i);
-  common::Fd fd(open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644));
+  common::Fd fd(
+      open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, sys::kPrivateFileMode));
   if (fd && common::write_all(fd.get(), text)) return true;
   tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
   return false;

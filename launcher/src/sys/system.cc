@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -209,6 +210,18 @@ std::optional<int> program_error(const Env& env, const std::string& program) {
     err = EACCES;
   }
   return err;
+}
+
+std::error_code make_private_dirs(const std::string& path) {
+  std::filesystem::path p;
+  for (const auto& part : std::filesystem::path(path)) {
+    p /= part;
+    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST) return {errno, std::generic_category()};
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec) && !ec)
+    ec = std::make_error_code(std::errc::not_a_directory);
+  return ec;
 }
 
 std::string working_folder_hint(const std::string& program) {

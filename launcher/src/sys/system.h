@@ -2,9 +2,12 @@
 // name, CPUs, CUDA devices, tools on PATH. Everything past this edge works on injected values.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "gpurun/launcher/allocation.h"
@@ -40,6 +43,12 @@ std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& jo
 // Why `program` could not be executed with env's PATH: ENOENT (nowhere), EACCES (found but not
 // an executable file); nullopt when it can.
 std::optional<int> program_error(const Env& env, const std::string& program);
+// What gpurun writes for one user (rank logs, a hang's stacks) no other user reads: files are
+// created 0600, and the folders gpurun makes for them 0700 (those that exist keep their mode).
+inline constexpr mode_t kPrivateFileMode = 0600;
+// Makes `path` and its missing parents, each 0700; the error of the first that fails.
+std::error_code make_private_dirs(const std::string& path);
+
 // For a program name without '/' that PATH does not have: how to run the file of that name in
 // the working folder ("./s1.py or python3 s1.py"), when there is one; "" otherwise.
 std::string working_folder_hint(const std::string& program);
