@@ -3,6 +3,9 @@
 // the contradictions that must be refused with the variable named.
 #include <gtest/gtest.h>
 
+#include <map>
+
+#include "alloc/detect_internal.h"
 #include "alloc/env_util.h"
 #include "gpurun/launcher/allocation.h"
 #include "gpurun/launcher/error.h"
@@ -413,4 +416,72 @@ TEST(DetectGpuq, ArrayTaskIsNamedForRequeue) {
   EXPECT_EQ(detect_allocation(in).array_task, "17_0");
   in.env["GPUQ_ARRAY_TASK_ID"] = "0 17";
   EXPECT_NE(error_of(in).find("GPUQ_ARRAY_TASK_ID='0 17'"), std::string::npos) << error_of(in);
+}
+
+namespace {
+
+// The salloc shell of `salloc -N2 --ntasks-per-node=2 --gres=gpu:2` (Slurm 22.05): no GPU
+// variable at all, and `scontrol -d show job` (fixture text below) knows each node's GPUs.
+DetectInput salloc_shell(const std::string& scontrol_text) {
+  DetectInput in;
+  in.env = {{"SLURM_JOB_ID", "6"},        {"SLURM_JOB_NODELIST", "node[1-3]"},
+            {"SLURM_JOB_NUM_NODES", "3"}, {"SLURM_TASKS_PER_NODE", "2(x3)"},
+            {"SLURM_NTASKS", "6"},        {"SLURM_JOB_CPUS_PER_NODE", "2(x3)"}};
+  in.slurm_job_details = [scontrol_text](const std::string& id) -> std::optional<std::string> {
+    if (id != "6") return std::nullopt;
+    return scontrol_text;
+  };
+  return in;
+}
+
+constexpr const char* kShowJob =
+    "JobId=6 JobName=interactive\n"
+    "   NodeList=node[1-3]\n"
+    "   JOB_GRES=gpu:5\n"
+    "     Nodes=node[1-2] CPU_IDs=2-3 Mem=0 GRES=gpu:2(IDX:0-1)\n"
+    "     Nodes=node3 CPU_IDs=0-1 Mem=0 GRES=gpu:a100:1(IDX:3),nic:1(IDX:0)\n"
+    "   MinCPUsNode=2 MinMemoryNode=0 MinTmpDiskNode=0\n";
+
+}  // namespace
+
+// Every rank got CUDA_VISIBLE_DEVICES="" under salloc: the shell has no SLURM_JOB_GPUS,
+// SLURM_GPUS_ON_NODE or CUDA_VISIBLE_DEVICES, so the plan had no GPUs.
+TEST(DetectSlurm, SallocShellGpusFromScontrol) {
+  Allocation a = detect_allocation(salloc_shell(kShowJob));
+  ASSERT_EQ(a.nodes.size(), 3u);
+  EXPECT_EQ(a.nodes[0].gpus, 2);
+  EXPECT_EQ(a.nodes[1].gpus, 2);
+  EXPECT_EQ(a.nodes[2].gpus, 1) << "a typed GPU counts, a NIC does not";
+  EXPECT_TRUE(a.local_gpu_ids.empty()) << "the shell's machine is no node of the job";
+  bool noted = false;
+  for (const auto& n : a.notes) noted |= n.find("scontrol -d show job 6") != std::string::npos;
+  EXPECT_TRUE(noted);
+}
+
+TEST(DetectSlurm, SallocShellScontrolOnlyWithoutGpuVariables) {
+  auto in = salloc_shell(kShowJob);
+  in.env["SLURM_GPUS_ON_NODE"] = "1";
+  in.env["SLURM_JOB_GPUS"] = "0";
+  EXPECT_EQ(detect_allocation(in).nodes[0].gpus, 1) << "the variable wins";
+  in = salloc_shell(kShowJob);
+  in.slurm_job_details = nullptr;  // no scontrol: as before
+  EXPECT_EQ(detect_allocation(in).nodes[0].gpus, 0);
+  in = salloc_shell("JobId=6\n     Nodes=node[1-3] CPU_IDs=0-1 Mem=0 GRES=\n");
+  EXPECT_EQ(detect_allocation(in).nodes[0].gpus, 0);
+}
+
+TEST(DetectSlurm, ScontrolGresIndexLists) {
+  using gpurun::launcher::detail::slurm_job_gpus;
+  auto g = slurm_job_gpus(
+      "  Nodes=n[1-2] CPU_IDs=0 Mem=0 GRES=gpu:3(IDX:0,2-3)\n"
+      "  Nodes=n3 CPU_IDs=0 Mem=0 GRES=gpu:v100:1(IDX:1),gpu:a100:2(IDX:4-5)\n");
+  EXPECT_EQ(g, (std::map<std::string, int>{{"n1", 3}, {"n2", 3}, {"n3", 3}}));
+  try {
+    slurm_job_gpus("  Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0)\n");
+    ADD_FAILURE() << "a count that disagrees with its IDX was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("scontrol -d show job: "), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("counts 2 GPUs but its IDX lists 1"), std::string::npos)
+        << e.what();
+  }
 }

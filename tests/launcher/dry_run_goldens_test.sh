@@ -3,6 +3,7 @@
 # environment. GPURUN_UPDATE_GOLDENS=1 rewrites them (review the diff before committing).
 set -euo pipefail
 gpurun=$1; here=$2
+self=$(realpath "$gpurun")
 data=$here/data; golden=$here/golden
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 sed "s#/var/spool/pbs/aux/4242.pbs01#$data/pbspro.nodefile#" "$data/pbspro.env" > "$tmp/pbspro.env"
@@ -11,6 +12,9 @@ sed "s#@DATA@#$data#" "$data/torque.env" > "$tmp/torque.env"
 cp "$data/slurm.env" "$data/slurm_batch.env" "$data/summit.env" "$data/gpuq.env" "$tmp/"
 # srun --gpus-per-task=1: the task sees only its own GPU (it failed: "nodes differ in GPU count").
 sed 's/^CUDA_VISIBLE_DEVICES=.*/CUDA_VISIBLE_DEVICES=1/' "$data/slurm.env" > "$tmp/slurm_gpt.env"
+# mpirun -x names only variables that are set (it warns of the others): LD_LIBRARY_PATH set here,
+# PATH and LD_LIBRARY_PATH unset in the PBS and LSF cases.
+{ cat "$data/slurm_batch.env"; echo LD_LIBRARY_PATH=/opt/site/lib; } > "$tmp/slurm_batch_ld.env"
 # --container cases: a fixed working folder, and (auto) a PATH with stand-in runtimes, which are
 # only looked up, never run.
 mkdir "$tmp/bin"; printf '#!/bin/sh\nexit 1\n' > "$tmp/bin/podman"; chmod +x "$tmp/bin/podman"
@@ -21,7 +25,7 @@ cases=(
   "slurm|slurm.env|"
   "slurm_batch|slurm_batch.env|"
   "slurm_gpus_per_task|slurm_gpt.env|"
-  "slurm_batch_mpirun|slurm_batch.env|--launcher mpirun --launcher-args '--mca btl self,tcp'"
+  "slurm_batch_mpirun|slurm_batch_ld.env|--launcher mpirun --launcher-args '--mca btl self,tcp'"
   "slurm_batch_n4|slurm_batch.env|-n 4 --nproc-per-node 2"
   "pbspro|pbspro.env|"
   "torque|torque.env|--gpus-per-rank 1"
@@ -37,9 +41,10 @@ fail=0
 for c in "${cases[@]}"; do
   IFS='|' read -r name env args <<<"$c"
   eval "extra=($args)"
-  # This run's folder (PATH=$tmp/bin in the --container cases) is written @TMP@.
+  # This run's folder (PATH=$tmp/bin in the --container cases) is written @TMP@, the absolute
+  # path of the gpurun under test (what the command runs) @GPURUN@.
   "$gpurun" --dry-run --env-file "$tmp/$env" "${extra[@]}" -- python3 train.py --epochs 8 |
-    sed "s#$tmp#@TMP@#g" > "$tmp/$name.out"
+    sed -e "s#$tmp#@TMP@#g" -e "s#$self#@GPURUN@#g" > "$tmp/$name.out"
   if [[ ${GPURUN_UPDATE_GOLDENS:-0} == 1 ]]; then
     cp "$tmp/$name.out" "$golden/$name.txt"; echo "updated $name"
   elif ! diff -u "$golden/$name.txt" "$tmp/$name.out"; then

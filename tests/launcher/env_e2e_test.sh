@@ -87,7 +87,11 @@ for engine in mpirun local; do
   ! grep -q '<set-at-launch>' "$out/dry" || { echo "FAIL($engine): a placeholder in the command"; exit 1; }
   # shellcheck disable=SC2016
   cmd=$("$gpurun" --dry-run "${args[@]}" -- sh -c 'echo rank $RANK' | sed -n '/^# runnable as printed/{n;p}')
-  got=$(cd "$out" && PATH="$(dirname "$gpurun"):$PATH" && eval "$cmd" | sort | tr '\n' ' ')
+  # gpurun by its absolute path, so the command runs where gpurun is not on PATH (it named
+  # 'gpurun'); run here with none on PATH.
+  grep -qF " $(realpath "$gpurun") _rank " <<<"$cmd" || { echo "FAIL($engine): the command does not name gpurun by its path: $cmd"; exit 1; }
+  got=$(cd "$out" && PATH=$(tr ':' '\n' <<<"$PATH" | grep -vxF "$(dirname "$(realpath "$gpurun")")" | paste -sd:) &&
+    ! command -v gpurun >/dev/null && eval "$cmd" | sort | tr '\n' ' ')
   [[ $got == "rank 0 rank 1 " ]] || { echo "FAIL($engine): the printed command ran as '$got'"; echo "$cmd"; exit 1; }
 done
 echo "ok: --dry-run lists every variable the ranks got, and its command runs as printed (mpirun and fork)"

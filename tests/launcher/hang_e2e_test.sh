@@ -3,12 +3,14 @@
 #
 #   tests/launcher/hang_e2e_test.sh GPURUN BEAT BEAT_MPI
 #
+# 0. --help states the rule as the code applies it: no rank progresses, or one stays behind.
 # 1. 4 MPI ranks through mpirun; rank 2 stops itself (SIGSTOP) while the others wait for it in
 #    MPI_Allreduce: with --hang-timeout 5 the job ends with status 124 within 15 s, the summary
 #    says "ranks 0-1,3 in MPI_Allreduce; rank 2 in raise: it is behind", and --output-dir holds a
-#    stack file for every rank.
+#    stack file for every rank. Under umask 022 the folders gpurun made are 0700, its files 0600.
 # 2. 3 ranks through gpurun's own fork, no MPI: rank 1 sleeps in nanosleep while the others keep
-#    beating: its step stays behind, and gpurun-local-PID-hang/ gets the stacks.
+#    beating: its step stays behind, and gpurun-local-PID-hang/ gets the stacks; from a folder
+#    gpurun cannot write (/proc) they go under $TMPDIR, in a line that says so.
 # 3. A Python rank stuck in a function: its traceback (faulthandler) names the function.
 # 4. No false alarm: ranks that beat, or only print, or beat slower than the others but advance,
 #    run to the end; a silent one is a hang.
@@ -23,11 +25,18 @@ cd "$work"
 fail() { echo "FAIL: $*" >&2; [[ -f $work/log ]] && sed 's/^/  log: /' "$work/log" >&2; exit 1; }
 elapsed() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 
+# 0. --help says what the rule is: no rank progresses (it said "without progress ... of any
+#    rank", which reads as one silent rank being enough).
+help=$("$gpurun" --help | tr -s ' \n' ' ')
+grep -qF "seconds: when no rank makes progress (a heartbeat or output) for this long, or one rank's step stays behind the others' without advancing for this long, the job hangs" <<<"$help" ||
+  fail "--help does not say the hang rule: $(grep -o -- '--hang-timeout.\{0,300\}' <<<"$help")"
+
 # 1. SIGSTOP under mpirun.
 start=$(date +%s.%N)
 rc=0
-timeout 60 "$gpurun" --scheduler local --launcher mpirun -n 4 --hang-timeout 5 --output-dir "$work/out" \
-  -- "$beat_mpi" --hang-rank 2 --hang-step 10 --hang stop 2>"$work/log" || rc=$?
+(umask 022 && timeout 60 "$gpurun" --scheduler local --launcher mpirun -n 4 --hang-timeout 5 \
+  --output-dir "$work/out/job" -- "$beat_mpi" --hang-rank 2 --hang-step 10 --hang stop) \
+  2>"$work/log" || rc=$?
 secs=$(elapsed "$start")
 [[ $rc == 124 ]] || fail "SIGSTOP: exit $rc, want 124"
 awk -v s="$secs" 'BEGIN { exit !(s < 15) }' || fail "SIGSTOP: the job took $secs s to end (limit 15)"
@@ -37,11 +46,16 @@ grep -Eq "no rank made progress for 5 s|rank 2's step \(9\) stayed behind the ot
 grep -qF "ranks 0-1,3 in MPI_Allreduce; rank 2 in raise: it is behind" "$work/log" ||
   fail "SIGSTOP: the summary does not group the ranks as expected"
 for r in 0 1 2 3; do
-  f=$work/out/rank-$r.stack
+  f=$work/out/job/rank-$r.stack
   [[ -s $f ]] || fail "SIGSTOP: no stack file for rank $r"
   grep -q "^=== process" "$f" && grep -q "^#0 " "$f" || fail "SIGSTOP: $f holds no stack"
 done
-grep -q "PMPI_Allreduce\|MPI_Allreduce" "$work/out/rank-0.stack" || fail "rank 0's stack lacks MPI_Allreduce"
+grep -q "PMPI_Allreduce\|MPI_Allreduce" "$work/out/job/rank-0.stack" || fail "rank 0's stack lacks MPI_Allreduce"
+# What one user owns no other user reads, under umask 022 too: the folders gpurun made 0700, the
+# ranks' logs and stacks 0600 (they were 0755 and 0644).
+modes=$(cd "$work/out" && stat -c '%n %a' . job job/rank-*.stack job/rank-*.out job/rank-*.err)
+[[ $(awk '$2 != ($1 == "." || $1 == "job" ? 700 : 600)' <<<"$modes") == "" && $(wc -l <<<"$modes") == 14 ]] ||
+  fail "--output-dir under umask 022: modes $(tr '\n' ' ' <<<"$modes")(want 700 folders, 600 files)"
 echo "ok: SIGSTOP of rank 2 ended the job in ${secs}s: $(grep 'in raise' "$work/log" | sed 's/^gpurun: //')"
 
 # 2. nanosleep without MPI, stacks in the default folder.
@@ -54,6 +68,23 @@ grep -qF "rank 1 in clock_nanosleep: it is behind" "$work/log" || fail "nanoslee
 dir=$(ls -d "$work"/gpurun-local-*-hang) || fail "nanosleep: no gpurun-local-PID-hang folder"
 [[ $(ls "$dir" | wc -l) == 3 ]] || fail "nanosleep: $(ls "$dir" | wc -l) stack files, want 3"
 echo "ok: a rank sleeping behind the others: $(grep 'it is behind' "$work/log" | sed 's/^gpurun: //')"
+
+# 2b. A working folder gpurun cannot write (/proc): the stacks go under $TMPDIR, in a line that
+#     says so, and gpurun claims only files it wrote (it printed "cannot write
+#     gpurun-local-PID-hang/rank-0.stack" and then "stacks of all 2 ranks in gpurun-local-PID-hang/").
+mkdir "$work/tmp"
+rc=0
+(cd /proc && TMPDIR=$work/tmp timeout 60 "$gpurun" --scheduler local --launcher local -n 2 \
+  --hang-timeout 2 -- "$beat" --hang-rank 1 --hang-step 10 --hang sleep) 2>"$work/log" || rc=$?
+[[ $rc == 124 ]] || fail "/proc: exit $rc, want 124"
+grep -Eq "^gpurun: cannot make gpurun-local-[0-9]+-hang \(.*\): the stacks go to $work/tmp/gpurun-local-[0-9]+-hang/\$" \
+  "$work/log" || fail "/proc: no line saying where the stacks went"
+! grep -q "cannot write" "$work/log" || fail "/proc: a stack file was not written"
+dir=$(ls -d "$work"/tmp/gpurun-local-*-hang) || fail "/proc: no folder under TMPDIR"
+[[ $(stat -c %a "$dir") == 700 ]] || fail "/proc: $dir is $(stat -c %a "$dir"), want 700"
+[[ $(ls "$dir" | wc -l) == 2 ]] || fail "/proc: $(ls "$dir" | wc -l) stack files, want 2"
+grep -qFx "gpurun: stacks of all 2 ranks in $dir/" "$work/log" || fail "/proc: the stacks' folder is not named"
+echo "ok: from /proc the stacks went to $dir/"
 
 # 3. Python: the traceback names the function it is stuck in.
 cat >"$work/hang.py" <<'PY'

@@ -295,3 +295,36 @@ TEST(Plan, SrunExcludesTheNodesLeftOut) {
   const LaunchCommand d = build_launch(a, make_plan(a, {}), o);
   for (const auto& w : d.argv) EXPECT_EQ(w.rfind("--exclude", 0), std::string::npos) << w;
 }
+
+// A rank started by gpurun's srun in a --gpus-per-task=1 job: slurmstepd bound the task to one of
+// its node's 2 GPUs (SLURMD_TRES_BIND=gpu:per_task:1, CUDA_VISIBLE_DEVICES=1 for local rank 1).
+// That GPU is the rank's; indexing the node's list at position 1 failed with "the nodes of this
+// job differ in GPU count". Without the binding mark, a short list is still refused.
+TEST(RankEnvironment, SrunBoundTaskGetsItsOwnGpu) {
+  const Env bound{{"SLURMD_TRES_BIND", "gpu:per_task:1"}};
+  EXPECT_TRUE(srun_bound_task_gpus(bound, 1, 2));
+  EXPECT_FALSE(srun_bound_task_gpus(bound, 2, 2)) << "it sees the whole node";
+  EXPECT_FALSE(srun_bound_task_gpus(bound, 0, 2)) << "it sees no GPU at all";
+  EXPECT_FALSE(srun_bound_task_gpus({{"SLURMD_TRES_BIND", "gpu:none"}}, 1, 2));
+  EXPECT_FALSE(srun_bound_task_gpus({}, 1, 2));
+  EXPECT_TRUE(srun_bound_task_gpus({{"SLURMD_TRES_BIND", "gpu:map_gpu:1,0"}}, 1, 2));
+
+  const Allocation a = cluster({{"node1", 2, 2}, {"node2", 2, 2}});
+  const RankPlan p = make_plan(a, {});
+  RankEntry r = p.ranks[1];
+  ASSERT_EQ(r.gpus, (std::vector<int>{1}));
+  const std::vector<std::string> visible{"1"};
+  try {
+    rank_environment(p, r, a.scheduler, a.job_id, visible);
+    ADD_FAILURE() << "position 1 of a one-GPU list was taken";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("lists only 1 GPU where gpurun planned 2"),
+              std::string::npos)
+        << e.what();
+  }
+  r.gpus = task_gpu_share(visible.size());
+  std::map<std::string, std::string> env;
+  for (auto& [k, v] : rank_environment(p, r, a.scheduler, a.job_id, visible)) env[k] = v;
+  EXPECT_EQ(env["CUDA_VISIBLE_DEVICES"], "1");
+  EXPECT_EQ(env["JAX_LOCAL_DEVICE_IDS"], "0");
+}

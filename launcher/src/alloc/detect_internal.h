@@ -1,6 +1,8 @@
 // detect_internal.h: per-scheduler readers behind detect_allocation(). Private.
 #pragma once
 
+#include <map>
+
 #include "gpurun/launcher/allocation.h"
 
 namespace gpurun::launcher::detail {
@@ -17,6 +19,11 @@ StepTask srun_step_task(const Env& env, const std::vector<std::string>& hosts,
                         const std::vector<int>& counts, int tasks);
 // SLURM_JOB_END_TIME (UNIX seconds; 0 or unset: no limit) into a.end_time; throws on a bad value.
 void read_job_end_time(const Env& env, Allocation& a);
+
+// The GPUs of each node of a job from `scontrol -d show job`'s lines for them, one a group of
+// nodes: "Nodes=node[1-2] CPU_IDs=2-3 Mem=0 GRES=gpu:1(IDX:0)" (IDX: ranges and lists, "0-1,3";
+// GPU types: "gpu:a100:2(IDX:0-1)"). A node without such a line is not in the map.
+std::map<std::string, int> slurm_job_gpus(const std::string& scontrol_text);
 
 // This node's visible GPUs from CUDA_VISIBLE_DEVICES when set, else nullopt.
 std::optional<std::vector<std::string>> visible_from_cvd(const Env& env);

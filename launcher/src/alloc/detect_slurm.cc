@@ -6,6 +6,7 @@
 // ConstrainDevices); SLURM_STEP_GPUS/SLURM_JOB_GPUS are global ids and used only as a fallback.
 #include <fmt/format.h>
 
+#include <map>
 #include <numeric>
 
 #include "alloc/detect_internal.h"
@@ -93,6 +94,83 @@ SlurmNodes slurm_nodes(const Env& env, bool step_vars, Allocation& a) {
                             tpn ? tpn->first : "SLURM_TASKS_PER_NODE",
                             tpn ? tpn->second : "(unset)", n.tasks));
   return n;
+}
+
+// GRES entries split at the commas between them, not at those of an IDX list inside "(...)".
+std::vector<std::string> gres_entries(const std::string& gres) {
+  std::vector<std::string> out(1);
+  int depth = 0;
+  for (char c : gres) {
+    depth += c == '(' ? 1 : c == ')' ? -1 : 0;
+    if (c == ',' && depth == 0)
+      out.emplace_back();
+    else
+      out.back() += c;
+  }
+  return out;
+}
+
+// How many GPUs one GRES entry names: "gpu:2(IDX:0-1)", "gpu:a100:1(IDX:3)", "gpu:2(IDX:0,2)";
+// 0 for other GRES ("nic:1(IDX:0)"). The IDX list is counted, the count before it checked.
+int gres_gpu_count(const std::string& entry, const std::string& where) {
+  const auto paren = entry.find('(');
+  const std::string head = entry.substr(0, paren);
+  if (head.substr(0, head.find(':')) != "gpu") return 0;
+  const auto colon = head.rfind(':');
+  const std::string count = colon == std::string::npos ? "" : head.substr(colon + 1);
+  if (count.empty() || count.size() > 6 ||
+      count.find_first_not_of("0123456789") != std::string::npos)
+    throw Error(fmt::format("{}: GRES '{}' has no GPU count", where, shown(entry)));
+  if (paren == std::string::npos || entry.compare(paren, 5, "(IDX:") != 0 || entry.back() != ')')
+    return std::stoi(count);
+  int ids = 0;
+  for (const auto& part : parse_gpu_list(entry.substr(paren + 5, entry.size() - paren - 6))) {
+    const auto dash = part.find('-');
+    const long lo = parse_count(where, part.substr(0, dash));
+    const long hi = dash == std::string::npos ? lo : parse_count(where, part.substr(dash + 1));
+    if (hi < lo || hi - lo >= kMaxNodeSlots)
+      throw Error(fmt::format("{}: GRES '{}': bad IDX range '{}'", where, shown(entry), part));
+    ids += static_cast<int>(hi - lo + 1);
+  }
+  if (ids != std::stoi(count))
+    throw Error(fmt::format("{}: GRES '{}' counts {} GPUs but its IDX lists {}", where,
+                            shown(entry), count, ids));
+  return ids;
+}
+
+}  // namespace
+
+std::map<std::string, int> slurm_job_gpus(const std::string& text) {
+  std::map<std::string, int> gpus;
+  for (const auto& line : split_lines(text)) {
+    std::optional<std::string> nodes, gres;
+    for (const auto& w : split_ws(line)) {
+      if (w.rfind("Nodes=", 0) == 0) nodes = w.substr(6);
+      if (w.rfind("GRES=", 0) == 0) gres = w.substr(5);
+    }
+    if (!nodes || !gres) continue;
+    const std::string where = "scontrol -d show job: " + shown(line, 120);
+    int count = 0;
+    for (const auto& e : gres_entries(*gres)) count += gres_gpu_count(e, where);
+    for (const auto& h : expand_var(where, *nodes)) {
+      check_host(where, h);
+      gpus[h] = count;
+    }
+  }
+  return gpus;
+}
+
+namespace {
+
+// The salloc shell has no GPU variable at all: Slurm's controller knows the job's GPUs on each
+// node. Empty when it cannot tell (no scontrol) or the job has none.
+std::map<std::string, int> salloc_job_gpus(const DetectInput& in, const Allocation& a) {
+  if (!in.slurm_job_details) return {};
+  for (const char* v :
+       {"CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE"})
+    if (get(in.env, v)) return {};
+  auto text = in.slurm_job_details(*a.job_id);
+  return text ? slurm_job_gpus(*text) : std::map<std::string, int>{};
 }
 
 // GPUs of this node. Slurm describes only the node we run on; other nodes of a job are assumed
@@ -215,8 +293,18 @@ Allocation detect_slurm(const DetectInput& in) {
 
   SlurmNodes n = slurm_nodes(env, step_vars, a);
   int node_gpus = slurm_gpus(env, in_step, n.hosts.size(), a);
-  for (std::size_t i = 0; i < n.hosts.size(); ++i)
-    a.nodes.push_back({n.hosts[i], n.counts[i], node_gpus});
+  auto job_gpus = in_step ? std::map<std::string, int>{} : salloc_job_gpus(in, a);
+  if (!job_gpus.empty()) {
+    a.sources.push_back("scontrol -d show job");
+    a.notes.push_back(fmt::format(
+        "no GPU variable here (the salloc shell): the job's GPUs per node are scontrol -d show "
+        "job {}'s GRES",
+        *a.job_id));
+  }
+  for (std::size_t i = 0; i < n.hosts.size(); ++i) {
+    auto g = job_gpus.find(n.hosts[i]);
+    a.nodes.push_back({n.hosts[i], n.counts[i], g != job_gpus.end() ? g->second : node_gpus});
+  }
   a.this_host = get(env, "SLURMD_NODENAME");
   slurm_cpus_and_end(env, n, a);
   if (in_step) {

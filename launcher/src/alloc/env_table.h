@@ -37,6 +37,7 @@ inline constexpr EnvVar kEnvRead[] = {
     {"SLURM_STEP_GPUS", "the step's GPU ids on this node"},
     {"SLURM_GPUS_ON_NODE", "GPU count on this node"},
     {"SLURMD_NODENAME", "Slurm's name for this node"},
+    {"SLURMD_TRES_BIND", "a task's GPU binding by srun (gpu:per_task:1): its GPUs are its own"},
     {"SLURM_CPUS_PER_TASK", "CPUs per rank"},
     {"SLURM_CPUS_ON_NODE", "CPUs on this node"},
     {"SLURM_JOB_END_TIME", "when the job's time runs out (--checkpoint-before)"},

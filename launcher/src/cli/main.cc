@@ -164,6 +164,7 @@ Setup setup(const po::variables_map& vm) {
     in.hostname = "localhost";
     in.cpu_count = 1;
     in.device_gpu_count = 0;
+    in.slurm_job_details = nullptr;  // nor is this machine's scontrol
   }
   std::string sched = vm["scheduler"].as<std::string>();
   std::optional<Scheduler> forced;
@@ -276,8 +277,9 @@ po::options_description launch_options() {
       "after a checkpoint signal (USR1/USR2, --checkpoint-before) and a clean exit of every rank, "
       "requeue the job (scontrol requeue, qrerun, brequeue) so it resumes")(
       "hang-timeout", po::value<double>()->default_value(0),
-      "seconds without progress (heartbeat or output) of any rank, or with one rank's step "
-      "behind, that make a hang: stacks of every rank are saved and the job stops (0: off)")(
+      "seconds: when no rank makes progress (a heartbeat or output) for this long, or one "
+      "rank's step stays behind the others' without advancing for this long, the job hangs: "
+      "every rank's stacks are saved and the job stops (0: off)")(
       "max-restarts", po::value<int>()->default_value(0),
       "restart all ranks this many times in all when one fails after every rank started")(
       "output-dir", po::value<std::string>(),
@@ -385,7 +387,7 @@ void container_settings(const po::variables_map& vm, const Setup& s, bool via_sr
 }
 
 LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
-                              const std::vector<std::string>& program, bool dry) {
+                              const std::vector<std::string>& program) {
   LaunchOptions lo;
   lo.launcher = vm["launcher"].as<std::string>();
   if (vm.count("launcher-args")) {
@@ -402,7 +404,8 @@ LaunchOptions launch_settings(const po::variables_map& vm, const Setup& s,
   lo.as_root = geteuid() == 0 && !s.from_file;  // an --env-file job is not ours to run
   Env tool_env = s.env;
   lo.find_tool = [tool_env](const std::string& t) { return sys::find_tool(tool_env, t); };
-  lo.self_exe = dry ? "gpurun" : sys::self_exe();
+  // Its absolute path, --dry-run too: the printed command then runs where gpurun is not on PATH.
+  lo.self_exe = sys::self_exe();
   bool via_srun = s.alloc.scheduler == Scheduler::slurm && !s.alloc.step_task &&
                   (lo.launcher == "auto" || lo.launcher == "srun");
   if (via_srun)
@@ -491,7 +494,7 @@ int cmd_launch(const std::vector<std::string>& args) {
     throw Error("no program to launch: usage: gpurun [OPTIONS] -- PROGRAM [ARGS...]");
   Setup s = setup(vm);
   bool dry = vm.count("dry-run") > 0 || s.from_file;
-  LaunchOptions lo = launch_settings(vm, s, program, dry);
+  LaunchOptions lo = launch_settings(vm, s, program);
   if (dry) {
     // The run's own options are checked as a real launch would, FILE.csv without writing it.
     RunConfig cfg = run_settings(vm, s, lo);

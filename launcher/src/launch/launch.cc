@@ -143,7 +143,10 @@ std::vector<std::string> mpirun_argv(const Allocation& a, const RankPlan& p, con
   } else {
     // Fill each node's slots before the next: the wrapper checks the placement.
     v.insert(v.end(), {"--host", host_slots(p), "--map-by", "slot"});
-    for (const char* var : {"PATH", "LD_LIBRARY_PATH"}) v.insert(v.end(), {"-x", var});
+    // Only what is set: mpirun warns of a -x variable it cannot find. The wrapper gives the
+    // program gpurun's values either way (an unset LD_LIBRARY_PATH stays unset there).
+    if (o.user_path) v.insert(v.end(), {"-x", "PATH"});
+    if (o.user_ld_library_path) v.insert(v.end(), {"-x", "LD_LIBRARY_PATH"});
   }
   if (o.tag_output) v.push_back("--tag-output");
   // Never mpirun's own binding: with -n 2 or fewer it pins each rank to one core (and the
@@ -177,21 +180,23 @@ std::optional<ContainerSpec> container_for(const Allocation& a, Engine e, const 
 // srun's command line for the plan: the nodes, the tasks (per node when even, else one host per
 // task from a file), the CPUs, PMIx, labels, and pyxis' container flags.
 void srun_command(const RankPlan& p, const LaunchOptions& o, LaunchCommand& c) {
-  std::vector<std::string> hosts;
-  for (const auto& n : p.nodes) hosts.push_back(n.host);
   c.argv = {find(o, "srun").value_or("srun"), "--kill-on-bad-exit=1",
-            fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size),
-            "--nodelist=" + compress_hostlist(hosts)};
-  if (!o.exclude_hosts.empty()) c.argv.push_back("--exclude=" + compress_hostlist(o.exclude_hosts));
+            fmt::format("--nodes={}", p.nodes.size()), fmt::format("--ntasks={}", p.world_size)};
   bool uniform = true;
   for (const auto& n : p.nodes) uniform = uniform && n.ranks == p.nodes.front().ranks;
   if (uniform) {
+    std::vector<std::string> hosts;
+    for (const auto& n : p.nodes) hosts.push_back(n.host);
+    c.argv.push_back("--nodelist=" + compress_hostlist(hosts));
     c.argv.push_back(fmt::format("--ntasks-per-node={}", p.nodes.front().ranks));
   } else {
-    // Uneven counts: srun's arbitrary distribution reads one host per task from a file.
+    // Uneven counts: srun's arbitrary distribution reads one host per task from SLURM_HOSTFILE.
+    // No --nodelist then: with it srun 22.05 wants one entry per task ("You asked for 3 tasks
+    // but hostlist specified 2 nodes"); the file alone names the nodes.
     c.argv.push_back("--distribution=arbitrary");
     for (const auto& r : p.ranks) c.slurm_hostfile.push_back(r.host);
   }
+  if (!o.exclude_hosts.empty()) c.argv.push_back("--exclude=" + compress_hostlist(o.exclude_hosts));
   c.argv.push_back(fmt::format("--cpus-per-task={}", p.cpus_per_rank));
   bool pmix = false;
   for (const auto& m : o.srun_mpi_plugins) pmix = pmix || m.rfind("pmix", 0) == 0;

@@ -14,6 +14,20 @@ bool step_bound_task_gpus(const Allocation& a, const RankPlan& plan) {
   return !a.local_gpu_ids.empty() && static_cast<int>(a.local_gpu_ids.size()) < node_gpus;
 }
 
+bool srun_bound_task_gpus(const Env& task_env, std::size_t visible, int node_gpus) {
+  // slurmstepd tells a task how srun bound its GPUs: gpu:per_task:1 for --gpus-per-task=1,
+  // gpu:closest, gpu:map_gpu:... for --gpu-bind; gpu:none (or nothing) when it bound none.
+  auto bind = detail::get(task_env, "SLURMD_TRES_BIND");
+  const bool bound = bind && bind->rfind("gpu:", 0) == 0 && *bind != "gpu:none";
+  return bound && visible > 0 && static_cast<int>(visible) < node_gpus;
+}
+
+std::vector<int> task_gpu_share(std::size_t visible) {
+  std::vector<int> all;
+  for (std::size_t i = 0; i < visible; ++i) all.push_back(static_cast<int>(i));
+  return all;
+}
+
 RankEntry step_task_entry(const Allocation& a, const RankPlan& plan) {
   const StepTask& t = *a.step_task;
   // The step's own numbers are the truth (srun may distribute cyclically); the plan supplies
@@ -24,10 +38,7 @@ RankEntry step_task_entry(const Allocation& a, const RankPlan& plan) {
   me.rank = t.rank;
   // Slurm/jsrun may already have bound this task to its own GPUs (--gpus-per-task,
   // --gpu-bind): then the task's whole visible list is its share.
-  if (step_bound_task_gpus(a, plan)) {
-    me.gpus.clear();
-    for (std::size_t i = 0; i < a.local_gpu_ids.size(); ++i) me.gpus.push_back(static_cast<int>(i));
-  }
+  if (step_bound_task_gpus(a, plan)) me.gpus = task_gpu_share(a.local_gpu_ids.size());
   return me;
 }
 
@@ -92,9 +103,11 @@ std::vector<std::pair<std::string, std::string>> rank_environment(
     if (pos >= static_cast<int>(visible->size()))
       throw Error(fmt::format(
           "rank {} needs GPU position {} on {}, but CUDA_VISIBLE_DEVICES there lists only {} "
-          "GPU{}: the nodes of this job differ in GPU count (use --gpus-per-rank or "
+          "GPU{} where gpurun planned {}: this node has fewer GPUs than the node gpurun planned "
+          "from, or the engine set CUDA_VISIBLE_DEVICES per task (use --gpus-per-rank or "
           "--nproc-per-node)",
-          r.rank, pos, r.host, visible->size(), visible->size() == 1 ? "" : "s"));
+          r.rank, pos, r.host, visible->size(), visible->size() == 1 ? "" : "s",
+          p.nodes.at(static_cast<std::size_t>(r.node_rank)).gpus));
     cvd += (*visible)[static_cast<std::size_t>(pos)];
   }
   std::vector<std::pair<std::string, std::string>> out{

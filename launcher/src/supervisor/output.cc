@@ -8,11 +8,11 @@
 
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 #include <regex>
 
 #include "gpurun/common/terminal.h"
 #include "gpurun/launcher/error.h"
+#include "sys/system.h"
 
 namespace gpurun::launcher {
 
@@ -110,12 +110,12 @@ bool is_engine_echo(std::string_view line) {
 
 OutputSink::OutputSink(bool tag, const std::optional<std::string>& dir, int world) : tag_(tag) {
   if (!dir) return;
-  std::error_code ec;
-  std::filesystem::create_directories(*dir, ec);
+  const std::error_code ec = sys::make_private_dirs(*dir);
   if (ec) throw Error(fmt::format("--output-dir {}: cannot create it: {}", *dir, ec.message()));
   auto open_file = [&](int rank, const char* ext) {
     std::string p = fmt::format("{}/rank-{}.{}", *dir, rank, ext);
-    common::Fd fd(open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+    common::Fd fd(open(p.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_APPEND | O_CLOEXEC,
+                       sys::kPrivateFileMode));
     if (!fd) throw Error(fmt::format("--output-dir: cannot write {}: {}", p, strerror(errno)));
     return File{p, std::move(fd), ""};
   };

@@ -139,7 +139,8 @@ class Supervisor {
   void check_hang();
   void begin_hang(const std::string& why);
   void finish_hang();
-  std::string hang_dir() const;
+  std::optional<std::string> hang_dir() const;
+  bool write_stack_file(const std::string& dir, int rank, const Attempt::Rank& r) const;
 
   // --preflight (supervisor_preflight.cc).
   void expect_preflight();

@@ -9,10 +9,10 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
 
 #include "stacks/stacks.h"
 #include "supervisor/supervisor.h"
+#include "sys/system.h"
 
 namespace gpurun::launcher {
 namespace {
@@ -41,41 +41,67 @@ void Supervisor::begin_hang(const std::string& why) {
   timers_.set(Timer::stacks, proc::now_seconds() + kStackWait);
 }
 
-std::string Supervisor::hang_dir() const {
-  if (cfg_.output_dir) return *cfg_.output_dir;
-  return fmt::format("gpurun-{}-hang",
-                     cfg_.alloc.job_id ? *cfg_.alloc.job_id : fmt::format("local-{}", getpid()));
+// --output-dir, else gpurun-JOBID-hang/ in the working folder; where that cannot be made (a
+// folder gpurun may not write, such as /proc), the same name under $TMPDIR (or /tmp), said in a
+// line. nullopt when neither can be made.
+std::optional<std::string> Supervisor::hang_dir() const {
+  const std::string name = fmt::format(
+      "gpurun-{}-hang", cfg_.alloc.job_id ? *cfg_.alloc.job_id : fmt::format("local-{}", getpid()));
+  const std::string first = cfg_.output_dir ? *cfg_.output_dir : name;
+  const std::error_code ec = sys::make_private_dirs(first);
+  if (!ec) return first;
+  auto tmp = cfg_.env.find("TMPDIR");
+  const std::string fallback = fmt::format(
+      "{}/{}", tmp != cfg_.env.end() && !tmp->second.empty() ? tmp->second : "/tmp", name);
+  const std::error_code ec2 = sys::make_private_dirs(fallback);
+  if (ec2) {
+    tell(fmt::format("cannot make {} ({}) nor {} ({}): the stacks are not kept", first,
+                     ec.message(), fallback, ec2.message()));
+    return std::nullopt;
+  }
+  tell(fmt::format("cannot make {} ({}): the stacks go to {}/", first, ec.message(), fallback));
+  return fallback;
 }
 
 // Every rank's stacks to DIR/rank-N.stack, and one line that groups the ranks by where they are.
 void Supervisor::finish_hang() {
   if (attempt_.stopping()) return;
-  std::string dir = hang_dir();
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
+  const std::optional<std::string> dir = hang_dir();
   const std::int64_t top = attempt_.top_step();
   const double now = proc::now_seconds();
   std::vector<stacks::RankWhere> where;
+  int written = 0;
   for (int i = 0; i < world_; ++i) {
     const Attempt::Rank& r = attempt_.rank(i);
-    std::string text = r.stacks   ? *r.stacks
-                       : r.exited ? "(this rank had already ended)\n"
-                                  : fmt::format(
-                                        "(no stacks from this rank's wrapper within {:.0f} "
-                                        "s)\n",
-                                        kStackWait);
-    std::string path = fmt::format("{}/rank-{}.stack", dir, i);
-    common::Fd fd(open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0644));
-    if (!fd || !common::write_all(fd.get(), text))
-      tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
+    if (dir) written += write_stack_file(*dir, i, r) ? 1 : 0;
     const bool unmoved = attempt_.unmoved(r, top, now);
     if (r.running && !r.exited)
       where.push_back({i, r.stacks ? stacks::where(*r.stacks) : "no stacks", unmoved});
   }
-  tell(fmt::format("stacks of all {} ranks in {}/", world_, dir));
+  // Only the files that were written are claimed.
+  if (written == world_)
+    tell(fmt::format("stacks of all {} ranks in {}/", world_, *dir));
+  else if (written > 0)
+    tell(fmt::format("stacks of {} of the {} ranks in {}/", written, world_, *dir));
   tell(stacks::hang_summary(where));
   begin_stop("");
   attempt_.fail(-1, "hung", kHangStatus, proc::now_seconds() - t0_);
+}
+
+// Rank i's stacks (or why there are none) to DIR/rank-I.stack; false, said in a line, when the
+// file cannot be written.
+bool Supervisor::write_stack_file(const std::string& dir, int i, const Attempt::Rank& r) const {
+  std::string text =
+      r.stacks ? *r.stacks
+      : r.exited
+          ? "(this rank had already ended)\n"
+          : fmt::format("(no stacks from this rank's wrapper within {:.0f} s)\n", kStackWait);
+  std::string path = fmt::format("{}/rank-{}.stack", dir, i);
+  common::Fd fd(
+      open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, sys::kPrivateFileMode));
+  if (fd && common::write_all(fd.get(), text)) return true;
+  tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
+  return false;
 }
 
 }  // namespace gpurun::launcher

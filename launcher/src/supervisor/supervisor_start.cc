@@ -21,11 +21,13 @@
 namespace gpurun::launcher {
 
 // A program that is missing or not executable here is refused before any engine starts: the
-// ranks' nodes see the same file system in every setup gpurun knows.
+// ranks' nodes see the same file system in every setup gpurun knows. This node by the
+// scheduler's name for it (node1 in a Slurm job), as the ranks' failures name theirs.
 void Supervisor::check_program() {
   const std::string& prog = cfg_.launch.program.at(0);
   if (auto err = sys::program_error(cfg_.env, prog))
-    throw proc::ExecError(prog, *err, common::hostname());
+    throw proc::ExecError(prog, *err, cfg_.alloc.this_host.value_or(common::hostname()),
+                          sys::working_folder_hint(prog));
 }
 
 void Supervisor::open_control() {

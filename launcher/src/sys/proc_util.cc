@@ -71,9 +71,21 @@ void restore_default_signals(const std::vector<int>& signals) {
   for (int s : signals) sigaction(s, &sa, nullptr);
 }
 
-ExecError::ExecError(const std::string& program, int e, const std::string& host)
-    : Error(fmt::format("cannot run '{}'{}: {}", program, host.empty() ? "" : " on " + host,
-                        strerror(e))),
+namespace {
+
+// A name without '/' is looked up on PATH: "No such file or directory" would suggest the file
+// named is missing, where it may sit in the working folder.
+std::string exec_reason(const std::string& program, int e) {
+  const bool on_path = !program.empty() && program.find('/') == std::string::npos;
+  return on_path && e == ENOENT ? "not found on PATH" : strerror(e);
+}
+
+}  // namespace
+
+ExecError::ExecError(const std::string& program, int e, const std::string& host,
+                     const std::string& hint)
+    : Error(fmt::format("cannot run '{}'{}: {}{}", program, host.empty() ? "" : " on " + host,
+                        exec_reason(program, e), hint.empty() ? "" : " (" + hint + ")")),
       err(e) {}
 
 Child Child::spawn(const std::vector<std::string>& argv, const Env& env,

@@ -73,7 +73,10 @@ class Child {
 // exec failed in Child::spawn (or a check found it would): errno, the program named, and the
 // host when it matters ("cannot run 'x' on node2: No such file or directory").
 struct ExecError : Error {
-  ExecError(const std::string& program, int err, const std::string& host = "");
+  // "cannot run 'PROGRAM' on HOST: why (hint)"; a name without '/' that is nowhere is "not
+  // found on PATH".
+  ExecError(const std::string& program, int err, const std::string& host = "",
+            const std::string& hint = "");
   int err;
 };
 

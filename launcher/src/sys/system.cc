@@ -13,6 +13,7 @@
 #include <cstdio>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
 #include <sstream>
 
@@ -168,22 +169,31 @@ bool srun_has_pyxis(const std::string& srun) {
   }
 }
 
-std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id) {
+std::optional<std::string> scontrol_show_job(const Env& env, const std::string& job_id,
+                                             JobDetail detail) {
   auto scontrol = find_tool(env, "scontrol");
-  if (!scontrol || job_id.find_first_not_of("0123456789_") != std::string::npos)
+  if (!scontrol || job_id.empty() || job_id.find_first_not_of("0123456789_") != std::string::npos)
     return std::nullopt;
-  std::string cmd = shell_quote(*scontrol) + " show job " + job_id + " 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return std::nullopt;
-  std::string text;
-  std::array<char, 4096> buf{};
-  while (fgets(buf.data(), buf.size(), p)) text += buf.data();
-  pclose(p);
-  auto at = text.find("EndTime=");
+  std::vector<std::string> argv{*scontrol};
+  if (detail == JobDetail::per_node) argv.push_back("-d");
+  argv.insert(argv.end(), {"show", "job", job_id});
+  try {
+    auto r = common::run_capture(argv, 10000);
+    if (r.exit_code != 0) return std::nullopt;
+    return r.output;
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
+}
+
+std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id) {
+  auto text = scontrol_show_job(env, job_id, JobDetail::summary);
+  if (!text) return std::nullopt;
+  auto at = text->find("EndTime=");
   if (at == std::string::npos) return std::nullopt;
   std::tm tm{};
   // "EndTime=2026-11-21T06:00:00" in the controller's local time; "Unknown" when unlimited.
-  if (!strptime(text.c_str() + at + 8, "%Y-%m-%dT%H:%M:%S", &tm)) return std::nullopt;
+  if (!strptime(text->c_str() + at + 8, "%Y-%m-%dT%H:%M:%S", &tm)) return std::nullopt;
   tm.tm_isdst = -1;
   std::time_t t = mktime(&tm);
   if (t <= 0) return std::nullopt;
@@ -202,12 +212,45 @@ std::optional<int> program_error(const Env& env, const std::string& program) {
   return err;
 }
 
+std::error_code make_private_dirs(const std::string& path) {
+  std::filesystem::path p;
+  for (const auto& part : std::filesystem::path(path)) {
+    p /= part;
+    if (::mkdir(p.c_str(), 0700) != 0 && errno != EEXIST) return {errno, std::generic_category()};
+  }
+  std::error_code ec;
+  if (!std::filesystem::is_directory(path, ec) && !ec)
+    ec = std::make_error_code(std::errc::not_a_directory);
+  return ec;
+}
+
+std::string working_folder_hint(const std::string& program) {
+  struct stat st {};
+  if (program.empty() || program.find('/') != std::string::npos ||
+      stat(program.c_str(), &st) != 0 || !S_ISREG(st.st_mode))
+    return "";
+  std::vector<std::string> ways;
+  if (access(program.c_str(), X_OK) == 0) ways.push_back("./" + program);
+  auto ends_with = [&](const std::string& x) {
+    return program.size() > x.size() &&
+           program.compare(program.size() - x.size(), x.size(), x) == 0;
+  };
+  if (ends_with(".py")) ways.push_back("python3 " + program);
+  if (ends_with(".sh")) ways.push_back("bash " + program);
+  std::string how = ways.empty() ? fmt::format("chmod +x {0}, then ./{0}", program) : ways[0];
+  if (ways.size() > 1) how += " or " + ways[1];
+  return fmt::format("{} is in the working folder: run {}", program, how);
+}
+
 DetectInput detect_input(const Env& env) {
   DetectInput in;
   in.env = env;
   in.read_file = [](const std::string& p) { return read_input_file(p); };
   in.hostname = common::hostname();
   in.cpu_count = cpu_count();
+  in.slurm_job_details = [env](const std::string& id) {
+    return scontrol_show_job(env, id, JobDetail::per_node);
+  };
   // Only the bare machine without CUDA_VISIBLE_DEVICES needs the device count.
   if (!env.count("CUDA_VISIBLE_DEVICES")) in.device_gpu_count = gpu_count(env);
   return in;

@@ -2,9 +2,12 @@
 // name, CPUs, CUDA devices, tools on PATH. Everything past this edge works on injected values.
 #pragma once
 
+#include <sys/types.h>
+
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <system_error>
 #include <vector>
 
 #include "gpurun/launcher/allocation.h"
@@ -29,12 +32,26 @@ std::optional<std::string> find_tool(const Env& env, const std::string& name);
 std::vector<std::string> srun_mpi_plugins(const std::string& srun);
 // Whether `srun --help` offers pyxis's --container-image.
 bool srun_has_pyxis(const std::string& srun);
+// `scontrol show job ID` (per_node: `scontrol -d show job ID`, with each node's CPUs and GRES)
+// as it printed it; nullopt without scontrol on env's PATH, or when it fails (no such job).
+enum class JobDetail { summary, per_node };
+std::optional<std::string> scontrol_show_job(const Env& env, const std::string& job_id,
+                                             JobDetail detail);
 // The end time of a Slurm job from `scontrol show job ID` (EndTime=..., local time), for Slurm
 // versions that do not export SLURM_JOB_END_TIME (22.05); nullopt when unknown or unlimited.
 std::optional<std::int64_t> slurm_end_time(const Env& env, const std::string& job_id);
 // Why `program` could not be executed with env's PATH: ENOENT (nowhere), EACCES (found but not
 // an executable file); nullopt when it can.
 std::optional<int> program_error(const Env& env, const std::string& program);
+// What gpurun writes for one user (rank logs, a hang's stacks) no other user reads: files are
+// created 0600, and the folders gpurun makes for them 0700 (those that exist keep their mode).
+inline constexpr mode_t kPrivateFileMode = 0600;
+// Makes `path` and its missing parents, each 0700; the error of the first that fails.
+std::error_code make_private_dirs(const std::string& path);
+
+// For a program name without '/' that PATH does not have: how to run the file of that name in
+// the working folder ("./s1.py or python3 s1.py"), when there is one; "" otherwise.
+std::string working_folder_hint(const std::string& program);
 DetectInput detect_input(const Env& env);
 std::string self_exe();
 // The working folder (getcwd); throws Error when it cannot be had.

@@ -25,6 +25,7 @@ namespace {
 constexpr double kConnectTimeout = 20.0;
 constexpr double kByeWait = 5.0;      // for gpurun to acknowledge the EXIT
 constexpr double kOutputDrain = 1.0;  // for what the program's group still writes after it ended
+constexpr int kSetupErrorStatus = 2;  // a rank that setup() could not place: main()'s for an Error
 
 }  // namespace
 
@@ -94,27 +95,37 @@ EngineRank engine_rank(const Env& env) {
 RankWrapper::RankWrapper(WrapperArgs args, Env env)
     : args_(std::move(args)), env_(std::move(env)), plan_(decode_rank_table(args_.plan_text)) {}
 
-// Which rank this is, checked against the plan; its environment and GPUs.
+// Which rank this is: what the engine says, in the plan's range. Nothing else can be checked
+// before connect(): HELLO needs the rank.
+void RankWrapper::identify() {
+  engine_ = engine_rank(env_);
+  if (engine_.rank < 0 || engine_.rank >= plan_.plan.world_size)
+    throw Error(fmt::format("{}={} but the plan has {} ranks", engine_.source, engine_.rank,
+                            plan_.plan.world_size));
+  me_ = plan_.plan.ranks[static_cast<std::size_t>(engine_.rank)];
+}
+
+// This rank checked against the plan, its GPUs and environment. Run once connected, so that
+// what fails here reaches gpurun as this rank's failure (setup()).
 void RankWrapper::locate() {
-  EngineRank er = engine_rank(env_);
-  if (er.rank < 0 || er.rank >= plan_.plan.world_size)
-    throw Error(
-        fmt::format("{}={} but the plan has {} ranks", er.source, er.rank, plan_.plan.world_size));
-  me_ = plan_.plan.ranks[static_cast<std::size_t>(er.rank)];
-  if (er.local_rank && *er.local_rank != me_.local_rank)
+  if (engine_.local_rank && *engine_.local_rank != me_.local_rank)
     throw Error(fmt::format(
         "rank {}: the engine placed it as {}={} but gpurun planned local rank {} on {}: the "
         "engine did not follow the plan (a --launcher-args mapping option?)",
-        me_.rank, er.local_source, *er.local_rank, me_.local_rank, me_.host));
+        me_.rank, engine_.local_source, *engine_.local_rank, me_.local_rank, me_.host));
 
-  const auto& node_ids = plan_.plan.nodes.at(static_cast<std::size_t>(me_.node_rank)).gpu_ids;
+  const PlanNode& node = plan_.plan.nodes.at(static_cast<std::size_t>(me_.node_rank));
   if (env_.count("CUDA_VISIBLE_DEVICES")) {
     visible_ = parse_gpu_list(env_["CUDA_VISIBLE_DEVICES"]);
-  } else if (!node_ids.empty()) {  // the scheduler named this node's GPUs (PBS_GPUFILE)
-    visible_ = node_ids;
+  } else if (!node.gpu_ids.empty()) {  // the scheduler named this node's GPUs (PBS_GPUFILE)
+    visible_ = node.gpu_ids;
   } else if (!me_.gpus.empty()) {
     for (int i = 0, n = sys::gpu_count(env_); i < n; ++i) visible_.push_back(std::to_string(i));
   }
+  // srun bound this task to its own GPUs (the job's --gpus-per-task or --gpu-bind reach gpurun's
+  // step): they are this rank's, whatever positions in the node's list the plan gave it.
+  if (srun_bound_task_gpus(env_, visible_.size(), node.gpus))
+    me_.gpus = task_gpu_share(visible_.size());
   for (auto& [k, v] : rank_environment(plan_.plan, me_, plan_.scheduler, plan_.job_id, visible_)) {
     env_[k] = v;
     rank_keys_.push_back(k);
@@ -126,6 +137,18 @@ void RankWrapper::locate() {
   if (args_.ld_library_path && !args_.ld_library_path->empty())
     env_["LD_LIBRARY_PATH"] = *args_.ld_library_path;
   master_port_ = plan_.plan.master_port;
+}
+
+// locate() once connected: an error there ends this rank as a program that could not start
+// would, reported to gpurun with its message and main()'s status for an error (2), so gpurun
+// names this rank, not one the engine killed after it.
+void RankWrapper::setup() {
+  try {
+    locate();
+  } catch (const Error& e) {
+    exec_failure_ = control::Exit{kSetupErrorStatus, 0, 0,
+                                  control::Text{std::string("cannot start: ") + e.what()}};
+  }
 }
 
 void RankWrapper::connect() {
@@ -163,10 +186,12 @@ int RankWrapper::run() {
   // Orphans of the program's processes come to the wrapper (not to init), so end_orphans() finds
   // them; set before anything is started.
   prctl(PR_SET_CHILD_SUBREAPER, 1);
-  locate();
+  identify();
   signals_.emplace(std::vector<int>{SIGTERM, SIGINT, SIGUSR1, SIGUSR2, SIGHUP, SIGQUIT, SIGCHLD});
   connect();
-  if (!control_) start_program(control::Go{});  // nobody to wait for: start at once
+  setup();
+  // Without gpurun there is nobody to wait for: start at once (unless setup() failed).
+  if (!control_ && !exec_failure_) start_program(control::Go{});
   while (!finished()) wait_and_dispatch();
   return finish();
 }
@@ -278,6 +303,7 @@ int RankWrapper::finish() {
     e.what.value = "was stopped before its program started";
   }
   report(e);
+  exit_sent_ = true;
   const bool acknowledged = await_bye(proc::now_seconds() + kByeWait);
   // The node's other ranks may still talk through the relay this wrapper forked: it ends once
   // they all closed (this one too), and must not end with this process.

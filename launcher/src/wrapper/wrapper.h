@@ -4,7 +4,9 @@
 //
 // It learns its global rank from the engine (OMPI_COMM_WORLD_RANK, PMIX_RANK, SLURM_PROCID,
 // JSM_NAMESPACE_RANK, PMI_RANK, PBS_VNODENUM, or GPURUN_RANK from gpurun's own fork), checks the
-// engine placed it where the plan says, and gives it its GPUs from this node's visible list. Then,
+// engine placed it where the plan says, and gives it its GPUs from this node's visible list (all
+// it sees, when srun bound the task to its own GPUs; an error here is reported as the rank's
+// failure once connected). Then,
 // talking to gpurun (control.h): HELLO; rank 0 holds the rendezvous port (BIND/PORT); every rank
 // checks it reaches rank 0's host and picks the interface that routes there (RENDEZVOUS/REACH),
 // each node's local rank 0 having first checked its node under --preflight (PREFLIGHT);
@@ -65,7 +67,9 @@ class RankWrapper {
   enum class Timer { kill, reach, heartbeat, flush };
 
   // Setting up, running, ending (rank_wrapper.cc).
+  void identify();
   void locate();
+  void setup();
   void connect();
   bool join_relay(const std::string& host, const std::string& port);
   bool finished() const;
@@ -113,6 +117,7 @@ class RankWrapper {
   WrapperArgs args_;
   Env env_;
   RankTable plan_;
+  EngineRank engine_;
   RankEntry me_;
   std::vector<std::string> visible_;    // this node's GPUs, as CUDA names them
   std::vector<std::string> rank_keys_;  // rank_environment()'s and start_environment()'s
@@ -142,6 +147,7 @@ class RankWrapper {
   bool watch_ = false, output_since_beat_ = false;
   std::optional<std::int64_t> step_;
   bool started_program_ = false, bye_ = false;
+  bool exit_sent_ = false;  // finish() reported EXIT: only BYE is read from then on
   int abort_signal_ = 0;  // a stop before the program started
   std::optional<control::Exit> exec_failure_;
   std::optional<monitor::NodeSampler> monitor_;  // --monitor, on local rank 0

@@ -34,9 +34,13 @@ void RankWrapper::on_signal(int sig) {
 void RankWrapper::on_control_readable() {
   std::vector<std::string> lines;
   auto state = control_in_.read_from(control_.get(), lines);
-  for (const auto& line : lines)
-    if (auto m = control::parse_to_wrapper(line))
+  for (const auto& line : lines) {
+    auto m = control::parse_to_wrapper(line);
+    // Once this rank's EXIT is out only BYE counts: a RENDEZVOUS or GO crossing it on the wire
+    // must not set up or start what already ended (or could not be set up).
+    if (m && (!exit_sent_ || std::holds_alternative<control::Bye>(*m)))
       std::visit([&](const auto& msg) { on_message(msg); }, *m);
+  }
   if (state != proc::LineReader::State::open) on_control_closed();
 }
 

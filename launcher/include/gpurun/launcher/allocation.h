@@ -81,6 +81,10 @@ struct DetectInput {
   std::string hostname = "localhost";  // this machine's name (gethostname)
   int cpu_count = 1;                   // CPUs this process may run on
   int device_gpu_count = 0;            // CUDA devices the driver reports; 0 without a driver
+  // `scontrol -d show job ID`'s text for a Slurm job, or nullopt (no scontrol, no such job, or
+  // unset: another machine's job). Slurm's salloc shell has no GPU variable: the job's GPUs per
+  // node are read from it.
+  std::function<std::optional<std::string>(const std::string& job_id)> slurm_job_details;
 };
 
 // Picks the scheduler (or uses `forced`) and reads its allocation. Throws Error naming the

@@ -95,6 +95,12 @@ std::vector<std::pair<std::string, std::string>> start_environment(const Env& en
 RankEntry step_task_entry(const Allocation& a, const RankPlan& plan);
 // Inside a step: whether it bound this task to its own GPUs (it sees fewer than its node has).
 bool step_bound_task_gpus(const Allocation& a, const RankPlan& plan);
+// A rank's wrapper started by gpurun's srun: whether srun bound this task to its own GPUs (the
+// job's --gpus-per-task or --gpu-bind reach the step; slurmstepd says so in SLURMD_TRES_BIND),
+// so that its `visible` GPUs are fewer than the `node_gpus` gpurun planned for its node.
+bool srun_bound_task_gpus(const Env& task_env, std::size_t visible, int node_gpus);
+// A task bound to its own GPUs: its share is all it sees, positions 0 to visible-1.
+std::vector<int> task_gpu_share(std::size_t visible);
 
 // Shell-quotes a word for printing a command a user can paste.
 std::string shell_quote(const std::string& word);
