@@ -96,6 +96,13 @@ TEST(Plan, NprocPerNodeGpu) {
   o.nproc_mode = NprocMode::count;
   o.nproc_per_node = 9;
   EXPECT_NE(error_of(cluster({{"a", 8, 2}}), o).find("only 8 task slots"), std::string::npos);
+  // One task a node with two GPUs (torchrun's layout): the error says what to ask Slurm for.
+  parse_nproc_per_node("gpu", o);
+  EXPECT_NE(error_of(cluster({{"a", 1, 2}}), o)
+                .find("only 1 task slots: ask Slurm for 2 tasks a node (#SBATCH "
+                      "--ntasks-per-node=2"),
+            std::string::npos)
+      << error_of(cluster({{"a", 1, 2}}), o);
 }
 
 TEST(Plan, LocalMachineOversubscribesAndUsesLoopback) {

@@ -100,6 +100,24 @@ std::string slots_summary(const Allocation& a) {
   return s;
 }
 
+// How to get `want` task slots a node from the job's scheduler (each rank is a task of its
+// engine: srun, mpirun and jsrun start no more than the slots).
+std::string more_slots_hint(Scheduler s, int want) {
+  switch (s) {
+    case Scheduler::slurm:
+      return fmt::format("ask Slurm for {0} tasks a node (#SBATCH --ntasks-per-node={0}, with "
+                         "--cpus-per-task as each rank needs)",
+                         want);
+    case Scheduler::pbs:
+      return fmt::format("ask PBS for {} MPI processes a node (#PBS -l select=N:...:mpiprocs={})",
+                         want, want);
+    case Scheduler::lsf:
+      return fmt::format("ask LSF for {} slots a node (#BSUB -R \"span[ptile={}]\")", want, want);
+    default:
+      return fmt::format("ask the scheduler for {} task slots a node", want);
+  }
+}
+
 // Ranks each node can take under the chosen --nproc-per-node.
 std::vector<int> capacities(const Allocation& a, const PlanOptions& o) {
   std::vector<int> cap;
@@ -108,9 +126,10 @@ std::vector<int> capacities(const Allocation& a, const PlanOptions& o) {
     switch (o.nproc_mode) {
       case NprocMode::count:
         if (o.nproc_per_node > n.slots && !a.oversubscribe_ok)
-          throw Error(
-              fmt::format("--nproc-per-node {} but node {} has only {} task slots in this {} job",
-                          o.nproc_per_node, n.host, n.slots, a.flavor));
+          throw Error(fmt::format(
+              "--nproc-per-node {} but node {} has only {} task slots in this {} job: {}",
+              o.nproc_per_node, n.host, n.slots, a.flavor,
+              more_slots_hint(a.scheduler, o.nproc_per_node)));
         cap.push_back(o.nproc_per_node);
         break;
       case NprocMode::gpu:
@@ -118,9 +137,9 @@ std::vector<int> capacities(const Allocation& a, const PlanOptions& o) {
           throw Error(fmt::format(
               "--nproc-per-node gpu but node {} has no GPUs visible to this job", n.host));
         if (n.gpus > n.slots && !a.oversubscribe_ok)
-          throw Error(
-              fmt::format("--nproc-per-node gpu wants {} ranks on {} but it has only {} task slots",
-                          n.gpus, n.host, n.slots));
+          throw Error(fmt::format(
+              "--nproc-per-node gpu wants {} ranks on {} but it has only {} task slots: {}",
+              n.gpus, n.host, n.slots, more_slots_hint(a.scheduler, n.gpus)));
         cap.push_back(n.gpus);
         break;
       case NprocMode::automatic:  // gpuq: one rank per task or per GPU, whichever is more
