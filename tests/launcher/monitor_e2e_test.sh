@@ -56,8 +56,10 @@ PY
 }
 
 # 2 ranks on GPUs 0 and 1 of 4: only those are sampled, each with its rank.
-run two 0,1 2
+(umask 022 && run two 0,1 2)
 check_csv two "$host" "0:0 1:1"
+# The CSV is the user's alone, as the ranks' logs are (it was 0644 under umask 022).
+[[ $(stat -c %a "$work/two.csv") == 600 ]] || fail "two.csv is mode $(stat -c %a "$work/two.csv"), want 600"
 grep -Eq "^gpurun: monitor: $host: GPU 0 \(rank 0\) util mean 17% max 17%, mem mean 1024 MiB; GPU 1 \(rank 1\) util mean 45% max 45%, mem mean 20480 MiB$" "$work/two.err" ||
   fail "two: no per-node summary line"
 ! grep -q "likely straggler" "$work/two.err" || fail "two: a straggler named where none is"

@@ -111,7 +111,8 @@ std::vector<std::string> summarize(const std::vector<GpuStats>& gpus,
 }
 
 MonitorLog::MonitorLog(const std::string& path) : path_(path) {
-  fd_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644));
+  // The user's alone, as the ranks' logs (a file that exists keeps its mode).
+  fd_.reset(::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0600));
   if (!fd_ || !common::write_all(fd_.get(), std::string(kHeader) + "\n")) throw unwritable(path);
 }
 
