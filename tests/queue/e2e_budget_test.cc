@@ -116,6 +116,25 @@ TEST(GpuqBudget, RunningJobsAndTheirTimeLimitsCountAgainstTheBudget) {
   d.gpuq(fmt::format("cancel {} {}", arr, later));
 }
 
+// Only jobs that start hold budget back: a two-GPU job waiting for GPUs (Resources) does not keep
+// a one-GPU job that fits the free GPU and the budget from starting (a review found the waiting
+// job's hours counted as soon as it was a candidate).
+TEST(GpuqBudget, AJobWaitingForGpusHoldsNoBudgetBack) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
+  Daemon d({}, "0,1");
+  TestUser erin("gbe"), frank("gbf");
+  // Frank holds one of the two GPUs for up to 10 hours: erin's one-hour job fits before his
+  // ends (backfill), her two-GPU job waits for his.
+  const int64_t other = submit_as(frank, d, "--gres=gpu:1 --time=600");
+  d.wait_state(other, "RUNNING", 20);
+  ASSERT_EQ(d.gpuq(fmt::format("budget set {} 2.5 --per week", erin.name())).rc, 0);
+  const int64_t big = submit_as(erin, d, "--gres=gpu:2 --time=60");    // 2 GPU-hours
+  const int64_t small = submit_as(erin, d, "--gres=gpu:1 --time=60");  // 1: 3 > 2.5 together
+  d.wait_state(small, "RUNNING", 20);
+  EXPECT_EQ(d.show(big)["state"], "PENDING");
+  d.gpuq(fmt::format("cancel {} {} {}", other, big, small));
+}
+
 TEST(GpuqBudget, EnforcingCancelsARunningJobOnceItsBudgetIsSpent) {
   if (geteuid() != 0) GTEST_SKIP() << "needs root to create users and run a root daemon";
   Daemon d({"--enforce-budgets"}, "0");

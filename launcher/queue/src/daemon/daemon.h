@@ -224,7 +224,7 @@ class Daemon {
     Store::Budget budget;
     double spent_hours = 0;
     // Not spent yet but promised: the running jobs' GPUs times what is left of their time limits,
-    // and the jobs this scheduling pass has let through (reserve_budget).
+    // and the jobs this scheduling pass starts (reserve_budget).
     double committed_hours = 0;
     int64_t period_start_ms = 0;
   };

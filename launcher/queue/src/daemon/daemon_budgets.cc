@@ -105,7 +105,7 @@ const char* Daemon::budget_reason(const Job& j, const std::vector<BudgetUse>& us
   return nullptr;
 }
 
-// A job this pass may start counts against its budgets for the rest of the pass.
+// A job this pass starts counts against its budgets for the rest of the pass.
 void Daemon::reserve_budget(const Job& j, std::vector<BudgetUse>& uses) const {
   for (auto& u : uses)
     if (covers(u.budget, j)) u.committed_hours += budget_need_hours(j);

@@ -137,7 +137,6 @@ void Daemon::schedule_pass() {
       }
       n += 1;
     }
-    if (budgets) reserve_budget(j, *budgets);
     in.waiting.push_back({id, j.uid, j.priority, j.gpus_requested, j.time_limit_s, j.submit_ms,
                           j.shards, j.mig_profile});
   }
@@ -154,6 +153,15 @@ void Daemon::schedule_pass() {
   for (const auto& s : out.starts) {
     Job* j = jobs_->find(s.job_id);
     if (!j) continue;
+    // Jobs that start together count against each other's budgets, in the scheduler's order
+    // (a job that only waits holds no budget back).
+    if (budgets) {
+      if (const char* why = budget_reason(*j, *budgets)) {
+        j->sched_reason = why;
+        continue;
+      }
+      reserve_budget(*j, *budgets);
+    }
     mark_running(*j, s.gpus);
     to_spawn_.push_back(s.job_id);
   }
