@@ -536,6 +536,15 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
   sh(fmt::format("mkdir -m 777 {0} && chown {1} {0}", open_dir, bob.name()));
   bob.run(fmt::format("ln -s {}/precious {}/link.out", adir, open_dir));
   const int64_t bobs_link = submit_as(alice, d, adir, "", "-o " + open_dir + "/link.out " + job);
+  // Nor in a group's folder (a project's, 2770, root's): another member's symlink was followed.
+  const std::string group = fmt::format("gqg{}", getpid() % 100000);
+  sh(fmt::format("groupadd {0} && usermod -aG {0} {1} && usermod -aG {0} {2}", group,
+                 alice.name(), bob.name()));
+  const std::string project = d.dir() + "/project";
+  sh(fmt::format("mkdir -m 2770 {0} && chgrp {1} {0}", project, group));
+  bob.run(fmt::format("ln -s {}/precious {}/link.out", adir, project));
+  const int64_t group_link = submit_as(alice, d, adir, "", "-o " + project + "/link.out " + job);
+  const int64_t group_fresh = submit_as(alice, d, adir, "", "-o " + project + "/new.out " + job);
 
   const auto refused = d.wait_final(via_link);
   EXPECT_EQ(refused["state"], "FAILED");
@@ -554,12 +563,17 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
   EXPECT_EQ(read_text(shared + "/fresh.out"), "secret-output\n");
   EXPECT_EQ(d.wait_final(own_link)["state"], "COMPLETED");
   EXPECT_EQ(read_text(adir + "/target"), "secret-output\n");
-  const auto bobs = d.wait_final(bobs_link);
-  EXPECT_EQ(bobs["state"], "FAILED");
-  EXPECT_NE(bobs.value("reason", "").find(fmt::format("a symlink that uid {} made", bob.uid())),
-            std::string::npos)
-      << bobs.dump();
+  for (const int64_t id : {bobs_link, group_link}) {
+    const auto j = d.wait_final(id);
+    EXPECT_EQ(j["state"], "FAILED");
+    EXPECT_NE(j.value("reason", "").find(fmt::format("a symlink that uid {} made", bob.uid())),
+              std::string::npos)
+        << j.dump();
+  }
   EXPECT_EQ(read_text(adir + "/precious"), "precious\n");
+  EXPECT_EQ(d.wait_final(group_fresh)["state"], "COMPLETED");  // the folder itself is usable
+  EXPECT_EQ(read_text(project + "/new.out"), "secret-output\n");
+  sh("groupdel " + group);
 }
 
 // What the review of the output check found: a FIFO another user made under the output name held

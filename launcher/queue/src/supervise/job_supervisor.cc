@@ -55,13 +55,15 @@ namespace {
 }
 
 // A directory where another user can make a name first: one anyone may write to (/tmp, sticky
-// or not), or another user's (not root's). A review's world-writable folder without the sticky
-// bit let a planted symlink have the job overwrite the user's private file.
+// or not), a group may (a project's folder; not the user's own primary group, as Debian's user
+// private groups), or another user's (not root's). A review's world-writable folder without the
+// sticky bit let a planted symlink have the job overwrite the user's private file.
 bool shared_dir(const std::string& path, std::string* dir, struct stat* ds) {
   const auto slash = path.rfind('/');
   *dir = slash == std::string::npos ? "." : slash == 0 ? "/" : path.substr(0, slash);
   return ::stat(dir->c_str(), ds) == 0 &&
-         ((ds->st_mode & S_IWOTH) != 0 || (ds->st_uid != geteuid() && ds->st_uid != 0));
+         ((ds->st_mode & S_IWOTH) != 0 || ((ds->st_mode & S_IWGRP) && ds->st_gid != getegid()) ||
+          (ds->st_uid != geteuid() && ds->st_uid != 0));
 }
 
 // Why the file open as fd, the name `path` in the shared directory `dir`, is not the user's to
@@ -78,6 +80,16 @@ std::string foreign(int fd, const std::string& path, const std::string& dir) {
                        "{}, where another user may have made it to one of your files",
                        path, fs.st_nlink, dir);
   return "";
+}
+
+// Whether `path` is still the symlink `link` checked before, naming what fd has open: in a
+// folder without the sticky bit another user can swap the name between the check and the open.
+bool still_the_link(const std::string& path, const struct stat& link, int fd) {
+  struct stat now_link {}, now_target {}, opened {};
+  return ::lstat(path.c_str(), &now_link) == 0 && S_ISLNK(now_link.st_mode) &&
+         now_link.st_ino == link.st_ino && now_link.st_dev == link.st_dev &&
+         ::stat(path.c_str(), &now_target) == 0 && ::fstat(fd, &opened) == 0 &&
+         now_target.st_ino == opened.st_ino && now_target.st_dev == opened.st_dev;
 }
 
 // Output goes to a file or a terminal (/dev/null too): a FIFO or socket could block the job's
@@ -111,7 +123,7 @@ int open_output(const std::string& path, bool append, std::string* why) {
   const int open_errno = errno;
   struct stat ls {};
   // O_CREAT | O_NOFOLLOW on a symlink: ELOOP, or EACCES from some kernels. A symlink the user or
-  // the directory's owner made (no one else can replace it) is followed, to whatever it names.
+  // root made is followed, to whatever it names, if it is still that link once opened.
   const bool link = fd < 0 && shared && (errno == ELOOP || errno == EACCES) &&
                     ::lstat(path.c_str(), &ls) == 0 && S_ISLNK(ls.st_mode);
   if (link && ls.st_uid != geteuid() && ls.st_uid != 0) {
@@ -125,6 +137,10 @@ int open_output(const std::string& path, bool append, std::string* why) {
     if (!link) errno = open_errno;
     return -1;
   }
+  if (link && !still_the_link(path, ls, fd))
+    *why = fmt::format("refusing output file {}: the symlink in the shared directory {} changed "
+                       "while it was opened",
+                       path, dir);
   if (shared && !link) *why = foreign(fd, path, dir);
   struct stat opened {};
   if (why->empty() && ::fstat(fd, &opened) == 0) *why = not_a_file(opened, path);
@@ -184,10 +200,17 @@ void write_reason_line(int fd, const SupervisorSpec& s, const char* due_to) {
   strftime(when, sizeof(when), "%Y-%m-%dT%H:%M:%S", &local);
   std::string line = fmt::format("slurmstepd: error: *** JOB {} ON {} CANCELLED AT {}{} ***\n",
                                  s.job_id, s.host, when, due_to);
-  // Only when the write cannot block (a terminal held by flow control): the job's SIGTERM and
-  // SIGKILL come after it.
-  pollfd p{fd, POLLOUT, 0};
-  if (::poll(&p, 1, 0) != 1 || !(p.revents & POLLOUT)) return;
+  // Never blocking: the job's SIGTERM and SIGKILL come after it. A terminal (gpuq run --pty
+  // whose client stopped reading) is written through an opening of its own, non-blocking (the
+  // job's shares its flags); files, the only other kind, do not block.
+  struct stat st {};
+  Fd own;
+  if (::fstat(fd, &st) == 0 && S_ISCHR(st.st_mode)) {
+    own = Fd(::open(fmt::format("/proc/self/fd/{}", fd).c_str(),
+                    O_WRONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC));
+    if (!own) return;
+    fd = own.get();
+  }
   ssize_t ignored = ::write(fd, line.data(), line.size());
   (void)ignored;
 }
@@ -310,7 +333,7 @@ pid_t start_job(const SupervisorSpec& s, std::vector<Fd> stdio, SupervisorStatus
   }
   ::kill(-child, SIGKILL);
   ::kill(child, SIGKILL);  // before its setpgid, the group is not there yet
-  waitpid(child, nullptr, 0);
+  for (int i = 0; i < 500 && waitpid(child, nullptr, WNOHANG) == 0; ++i) usleep(10000);  // 5 s
   st->reason = fmt::format("the job's setup (its folder, its output files) did not finish in {} s",
                            kSetupTimeoutMs / 1000);
   return -1;
@@ -444,7 +467,9 @@ void kill_leftovers(pid_t child, bool own_session, const SupervisorStatus& st) {
       own_session ? JobProcesses{child, child, getpid(), st.pgid_start, st.pgid_start}
                   : JobProcesses{getpid(), child, getpid(), st.supervisor_start, st.pgid_start};
   int64_t give_up = now_ms() + 10000;
-  kill_children(give_up);
+  // A child that SIGKILL cannot end (uninterruptible sleep, threads in a driver) may keep its
+  // own children: the scans below must still come, so the children get 2 s of the 10.
+  kill_children(now_ms() + 2000);
   while (now_ms() < give_up) {
     const size_t left = kill_job_processes(job);
     pid_t reaped;
