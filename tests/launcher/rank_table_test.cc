@@ -255,4 +255,13 @@ TEST(RankTable, ManyNodesAlikeAreOneGroup) {
   ASSERT_NE(at, std::string::npos);
   bad.replace(at, 17, "\"gpus_per_rank\":2");
   expect_refused(bad, "has 8 ranks of 2 GPUs each, on nodes of 8 GPUs");
+  // A small hostile group must not make a wrapper build billions of GPU positions.
+  json hostile = json::parse(encode_rank_table(t));
+  hostile["world_size"] = 65536;
+  hostile["nodes"] = json::array({{{"hosts", "h[1-65536]"}, {"gpus", 65536}, {"gpu_ids", json::array()},
+                                   {"ranks", 1}, {"gpus_per_rank", 65536}}});
+  expect_refused(hostile.dump(), "makes more than 1048576 ranks or 16777216 GPU positions");
+  hostile["nodes"][0]["gpus"] = 2147483647;
+  hostile["nodes"][0]["gpus_per_rank"] = 2147483647;
+  expect_refused(hostile.dump(), "has 1 ranks of 2147483647 GPUs each");
 }

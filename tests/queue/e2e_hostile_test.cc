@@ -420,6 +420,8 @@ TEST(GpuqHostile, ABadTypedJobIsRefusedNamingTheField) {
       {{{"output", "%999j"}, {"name", std::string(1000, 'n')}}, ""},  // a width of 10: accepted
       {{{"error", repeat("%x", 2000)}, {"name", std::string(1000, 'n')}},
        "--error: the file's path would be up to"},
+      // %a outside an array is 4294967294, 10 digits (an array's task ids have at most 7).
+      {{{"output", repeat("%a", 410)}}, "--output: the file's path would be up to"},
   };
   for (const auto& [job, want] : cases) {
     nlohmann::json req = base;

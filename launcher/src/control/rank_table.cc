@@ -18,6 +18,9 @@ using nlohmann::json;
 // Linux's limit on one argument (MAX_ARG_STRLEN, 32 pages), less room for the rest of the line.
 constexpr std::size_t kMaxTableBytes = 120 * 1024;
 constexpr int kMaxCountedRanks = 1 << 20;  // a count beyond any plan: a corrupt table
+// A group's GPU positions in all (16 a rank on 1,048,576 ranks): a 200-byte format-5 table could
+// otherwise ask a wrapper for billions of them.
+constexpr int64_t kMaxGroupGpuPositions = int64_t{1} << 24;
 
 // Written in this field order, so a reader sees the format first.
 using ordered = nlohmann::ordered_json;
@@ -167,14 +170,20 @@ void read_group(const json& jg, RankTable& t) {
   const std::string where = fmt::format("the node group at node {}", t.plan.nodes.size());
   const int count = field<int>(jg, "ranks", where), k = field<int>(jg, "gpus_per_rank", where);
   const int gpus = field<int>(jg, "gpus", where);
-  if (count < 1 || count > kMaxCountedRanks || k < 0 || int64_t{count} * k > gpus)
+  if (count < 1 || count > kMaxCountedRanks || k < 0 || gpus > kMaxNodeSlots ||
+      int64_t{count} * k > gpus)
     throw Error(fmt::format("{} has {} ranks of {} GPUs each, on nodes of {} GPUs", where, count,
                             k, gpus));
+  int64_t gpu_positions = 0;
   json node = {{"gpus", gpus},
                {"gpu_ids", field<std::vector<std::string>>(jg, "gpu_ids", where)}};
   for (const std::string& host : expand_hostlist(field<std::string>(jg, "hosts", where))) {
-    if (t.plan.ranks.size() + std::size_t(count) > std::size_t(kMaxCountedRanks))
-      throw Error(fmt::format("{} makes more than {} ranks", where, kMaxCountedRanks));
+    // Bounded as a spelled-out table is by its length: the ranks, and the GPU positions they
+    // hold.
+    if (t.plan.ranks.size() + std::size_t(count) > std::size_t(kMaxCountedRanks) ||
+        (gpu_positions += int64_t{count} * k) > kMaxGroupGpuPositions)
+      throw Error(fmt::format("{} makes more than {} ranks or {} GPU positions", where,
+                              kMaxCountedRanks, kMaxGroupGpuPositions));
     json rows = json::array();
     const int first = static_cast<int>(t.plan.ranks.size());
     for (int i = 0; i < count; ++i) {

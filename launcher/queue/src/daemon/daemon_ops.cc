@@ -167,10 +167,13 @@ void Daemon::check_path_lengths(const Job& base) const {
                                             base.cwd.size(), kMaxPathBytes));
   Job longest = base;
   longest.id = longest.array_job_id = std::numeric_limits<int64_t>::max();
-  longest.array_task_id = kMaxArrayIndex;
   for (const auto& [which, option] : {std::pair{JobStream::kOutput, "--output"},
                                       std::pair{JobStream::kError, "--error"}}) {
-    const size_t n = output_path(longest, which).size();
+    size_t n = 0;  // %a: an array's task id, or Slurm's 4294967294 outside an array
+    for (const int task : {kMaxArrayIndex, -1}) {
+      longest.array_task_id = task;
+      n = std::max(n, output_path(longest, which).size());
+    }
     if (n > kMaxPathBytes)
       throw std::invalid_argument(fmt::format(
           "{}: the file's path would be up to {} bytes long, more than {}", option, n,
@@ -224,7 +227,7 @@ Job Daemon::job_from_request(const SubmitRequest& req, const Peer& peer) const {
   base.uid = peer.uid;
   base.gid = gid;
   base.user = user;
-  base.name = r.job_name.value_or(basename_of(req.script_name));
+  base.name = r.job_name.value_or(basename_of(req.script_name).substr(0, kMaxNameBytes));
   base.priority = r.priority.value_or(0);
   base.account = r.account.value_or("");
   base.mail = {r.mail_events.value_or(0), r.mail_user.value_or("")};

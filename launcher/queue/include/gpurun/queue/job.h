@@ -88,7 +88,7 @@ constexpr int kMaxPriority = 1000000;
 constexpr int kMaxCpusPerTask = 4096;
 constexpr int kMaxNtasks = 1000000;
 constexpr size_t kMaxMailUserBytes = 254;  // RFC 5321's longest address
-constexpr size_t kMaxNameBytes = 1024;     // -J, -A, the script's name
+constexpr size_t kMaxNameBytes = 1024;     // -J, -A; a name from the script's is cut to it
 constexpr size_t kMaxPathBytes = 4095;     // -o, -e, -D, the submit folder; also once expanded
 
 // Everything a submission asks for. Optional fields stay unset when neither the script nor the
