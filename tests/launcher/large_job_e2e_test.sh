@@ -35,6 +35,8 @@ ENV
   grep -q "^# note: TF_CONFIG for $((nodes * 8)) ranks would be about" <<<"$out" ||
     { echo "FAIL: $nodes nodes: no note that TF_CONFIG is left out"; exit 1; }
   ! grep -q '^TF_CONFIG=' <<<"$out" || { echo "FAIL: $nodes nodes: a rank still has TF_CONFIG"; exit 1; }
+  grep -q "^# $((nodes * 8 - 33)) more ranks: as the others" <<<"$out" ||
+    { echo "FAIL: $nodes nodes: no line for the ranks not shown"; exit 1; }
   shown=$(grep -c '^# rank ' <<<"$out")
   [[ $shown == 33 ]] || { echo "FAIL: $nodes nodes: the dry run showed $shown ranks, want 33"; exit 1; }
   echo "ok: $nodes nodes: TF_CONFIG left out with a note, 33 ranks shown"
@@ -46,6 +48,17 @@ ENV
     { echo "FAIL: $nodes nodes: --contract tf's error:"; cat "$work/err"; exit 1; }
 done
 echo "ok: --contract tf on a plan too large for TF_CONFIG is an error naming it"
+
+# Inside an srun step of that job, the dry run also shows this task's rank (5000 here).
+sed -e 's/^SLURM_JOB_NODELIST=.*/SLURM_JOB_NODELIST=n[00001-01024]/' \
+  -e 's/^SLURM_TASKS_PER_NODE=.*/SLURM_TASKS_PER_NODE=8(x1024)/' -e 's/^SLURM_NTASKS=.*/SLURM_NTASKS=8192/' \
+  "$work/big.env" >"$work/step.env"
+printf '%s\n' SLURM_STEP_ID=0 'SLURM_STEP_NODELIST=n[00001-01024]' 'SLURM_STEP_TASKS_PER_NODE=8(x1024)' \
+  SLURM_STEP_NUM_TASKS=8192 SLURM_PROCID=5000 SLURM_LOCALID=0 SLURM_NODEID=625 SLURMD_NODENAME=n00626 \
+  >>"$work/step.env"
+"$gpurun" --env-file "$work/step.env" --dry-run python3 train.py 2>/dev/null | grep -q '^# rank 5000 on n00626$' ||
+  { echo "FAIL: the step task's own rank (5000) is not shown"; exit 1; }
+echo "ok: in a step, the dry run shows the task's own rank among the 8,192"
 
 # A small job keeps TF_CONFIG.
 printf 'SLURM_JOB_ID=9\nSLURM_JOB_NODELIST=n[1-2]\nSLURM_TASKS_PER_NODE=2(x2)\nSLURM_NTASKS=4\n' >"$work/small.env"

@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include <ctime>
+#include <utility>
 
 #include "gpurun/common/terminal.h"
 
@@ -186,20 +187,22 @@ std::string dry_run_text(const Allocation& a, const RankPlan& p, const LaunchCom
   const std::optional<RankEntry> task =
       a.step_task ? std::optional<RankEntry>(step_task_entry(a, p)) : std::nullopt;
   const bool bound = task && step_bound_task_gpus(a, p);
-  // A large plan shows its first kRanksShown ranks and its last: each rank's TF_CONFIG lists
-  // every rank, and all 32,768 ranks' took 15 GB and minutes.
+  // A large plan shows its first kRanksShown ranks, its last and, in a step, this task's: all
+  // 32,768 ranks' variables took minutes and 15 GB (each TF_CONFIG lists every rank).
   constexpr std::size_t kRanksShown = 32;
   const std::size_t n = p.ranks.size();
+  std::size_t hidden = 0;
   for (std::size_t i = 0; i < n; ++i) {
-    if (i == kRanksShown && n > kRanksShown + 1) {
-      s += fmt::format("\n# ranks {} to {}: as the others, each with its own values (not shown: "
-                       "{} ranks)\n",
-                       kRanksShown, n - 2, n - kRanksShown - 1);
-      i = n - 1;
-    }
     const RankEntry& plan_rank = p.ranks[i];
     const bool is_task = task && plan_rank.node_rank == a.step_task->node_rank &&
                          plan_rank.local_rank == a.step_task->local_rank;
+    if (i >= kRanksShown && i + 1 < n && !is_task) {
+      hidden += 1;
+      continue;
+    }
+    if (hidden)
+      s += fmt::format("\n# {} more ranks: as the others, each with its own values (not shown)\n",
+                       std::exchange(hidden, 0));
     const RankEntry& r = is_task ? *task : plan_rank;
     bool here = a.this_host && r.host == *a.this_host;
     bool single = a.nodes.size() == 1;
