@@ -468,6 +468,14 @@ TEST(DetectSlurm, SallocShellScontrolOnlyWithoutGpuVariables) {
   EXPECT_EQ(detect_allocation(in).nodes[0].gpus, 0);
   in = salloc_shell("JobId=6\n     Nodes=node[1-3] CPU_IDs=0-1 Mem=0 GRES=\n");
   EXPECT_EQ(detect_allocation(in).nodes[0].gpus, 0);
+  // A GRES form not read here leaves the job as it was without scontrol, with a note: it used
+  // to stop gpurun in the salloc shell.
+  in = salloc_shell("JobId=6\n     Nodes=node[1-3] CPU_IDs=0-1 Mem=0 GRES=gpu:many\n");
+  Allocation odd = detect_allocation(in);
+  EXPECT_EQ(odd.nodes[0].gpus, 0);
+  bool noted = false;
+  for (const auto& n : odd.notes) noted |= n.find("could not be read from scontrol") != std::string::npos;
+  EXPECT_TRUE(noted);
 }
 
 TEST(DetectSlurm, ScontrolGresIndexLists) {
@@ -476,6 +484,10 @@ TEST(DetectSlurm, ScontrolGresIndexLists) {
       "  Nodes=n[1-2] CPU_IDs=0 Mem=0 GRES=gpu:3(IDX:0,2-3)\n"
       "  Nodes=n3 CPU_IDs=0 Mem=0 GRES=gpu:v100:1(IDX:1),gpu:a100:2(IDX:4-5)\n");
   EXPECT_EQ(g, (std::map<std::string, int>{{"n1", 3}, {"n2", 3}, {"n3", 3}}));
+  // Slurm's form for GPUs it has no indices for (a code review; it was "has no GPU count").
+  EXPECT_EQ(slurm_job_gpus("  Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu(CNT:2)\n"
+                           "  Nodes=n2 CPU_IDs=0 Mem=0 GRES=gpu:a100(CNT:4)\n"),
+            (std::map<std::string, int>{{"n1", 2}, {"n2", 4}}));
   try {
     slurm_job_gpus("  Nodes=n1 CPU_IDs=0 Mem=0 GRES=gpu:2(IDX:0)\n");
     ADD_FAILURE() << "a count that disagrees with its IDX was taken";

@@ -110,12 +110,20 @@ std::vector<std::string> gres_entries(const std::string& gres) {
   return out;
 }
 
-// How many GPUs one GRES entry names: "gpu:2(IDX:0-1)", "gpu:a100:1(IDX:3)", "gpu:2(IDX:0,2)";
-// 0 for other GRES ("nic:1(IDX:0)"). The IDX list is counted, the count before it checked.
+// How many GPUs one GRES entry names: "gpu:2(IDX:0-1)", "gpu:a100:1(IDX:3)", "gpu:2(IDX:0,2)",
+// or Slurm's form for GPUs without indices, "gpu(CNT:2)", "gpu:a100(CNT:2)"; 0 for other GRES
+// ("nic:1(IDX:0)"). The IDX list is counted, the count before it checked.
 int gres_gpu_count(const std::string& entry, const std::string& where) {
   const auto paren = entry.find('(');
   const std::string head = entry.substr(0, paren);
   if (head.substr(0, head.find(':')) != "gpu") return 0;
+  if (paren != std::string::npos && entry.compare(paren, 5, "(CNT:") == 0 && entry.back() == ')') {
+    const long cnt = parse_count(where, entry.substr(paren + 5, entry.size() - paren - 6));
+    if (cnt > kMaxNodeSlots)
+      throw Error(fmt::format("{}: GRES '{}' counts more than {} GPUs", where, shown(entry),
+                              kMaxNodeSlots));
+    return static_cast<int>(cnt);
+  }
   const auto colon = head.rfind(':');
   const std::string count = colon == std::string::npos ? "" : head.substr(colon + 1);
   if (count.empty() || count.size() > 6 ||
@@ -164,13 +172,19 @@ namespace {
 
 // The salloc shell has no GPU variable at all: Slurm's controller knows the job's GPUs on each
 // node. Empty when it cannot tell (no scontrol) or the job has none.
-std::map<std::string, int> salloc_job_gpus(const DetectInput& in, const Allocation& a) {
+std::map<std::string, int> salloc_job_gpus(const DetectInput& in, Allocation& a) {
   if (!in.slurm_job_details) return {};
   for (const char* v :
        {"CUDA_VISIBLE_DEVICES", "SLURM_JOB_GPUS", "SLURM_STEP_GPUS", "SLURM_GPUS_ON_NODE"})
     if (get(in.env, v)) return {};
   auto text = in.slurm_job_details(*a.job_id);
-  return text ? slurm_job_gpus(*text) : std::map<std::string, int>{};
+  if (!text) return {};
+  try {
+    return slurm_job_gpus(*text);
+  } catch (const Error& e) {  // a form not read here: the job runs as it did before, GPU-less
+    a.notes.push_back(fmt::format("the job's GPUs could not be read from scontrol: {}", e.what()));
+    return {};
+  }
 }
 
 // GPUs of this node. Slurm describes only the node we run on; other nodes of a job are assumed
