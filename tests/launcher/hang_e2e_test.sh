@@ -77,10 +77,10 @@ rc=0
 (cd /proc && TMPDIR=$work/tmp timeout 60 "$gpurun" --scheduler local --launcher local -n 2 \
   --hang-timeout 2 -- "$beat" --hang-rank 1 --hang-step 10 --hang sleep) 2>"$work/log" || rc=$?
 [[ $rc == 124 ]] || fail "/proc: exit $rc, want 124"
-grep -Eq "^gpurun: cannot make gpurun-local-[0-9]+-hang \(.*\): the stacks go to $work/tmp/gpurun-local-[0-9]+-hang/\$" \
+grep -Eq "^gpurun: cannot make gpurun-local-[0-9]+-hang \(.*\): the stacks go to $work/tmp/gpurun-local-[0-9]+-hang-[A-Za-z0-9]{6}/\$" \
   "$work/log" || fail "/proc: no line saying where the stacks went"
 ! grep -q "cannot write" "$work/log" || fail "/proc: a stack file was not written"
-dir=$(ls -d "$work"/tmp/gpurun-local-*-hang) || fail "/proc: no folder under TMPDIR"
+dir=$(ls -d "$work"/tmp/gpurun-local-*-hang-*) || fail "/proc: no folder under TMPDIR"
 [[ $(stat -c %a "$dir") == 700 ]] || fail "/proc: $dir is $(stat -c %a "$dir"), want 700"
 [[ $(ls "$dir" | wc -l) == 2 ]] || fail "/proc: $(ls "$dir" | wc -l) stack files, want 2"
 grep -qFx "gpurun: stacks of all 2 ranks in $dir/" "$work/log" || fail "/proc: the stacks' folder is not named"

@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 
 #include "stacks/stacks.h"
@@ -42,8 +43,9 @@ void Supervisor::begin_hang(const std::string& why) {
 }
 
 // --output-dir, else gpurun-JOBID-hang/ in the working folder; where that cannot be made (a
-// folder gpurun may not write, such as /proc), the same name under $TMPDIR (or /tmp), said in a
-// line. nullopt when neither can be made.
+// folder gpurun may not write, such as /proc), a new folder gpurun-JOBID-hang-XXXXXX under
+// $TMPDIR (or /tmp), said in a line: made by mkdtemp, never one another user made first under a
+// name known ahead. nullopt when neither can be made.
 std::optional<std::string> Supervisor::hang_dir() const {
   const std::string name = fmt::format(
       "gpurun-{}-hang", cfg_.alloc.job_id ? *cfg_.alloc.job_id : fmt::format("local-{}", getpid()));
@@ -51,12 +53,11 @@ std::optional<std::string> Supervisor::hang_dir() const {
   const std::error_code ec = sys::make_private_dirs(first);
   if (!ec) return first;
   auto tmp = cfg_.env.find("TMPDIR");
-  const std::string fallback = fmt::format(
-      "{}/{}", tmp != cfg_.env.end() && !tmp->second.empty() ? tmp->second : "/tmp", name);
-  const std::error_code ec2 = sys::make_private_dirs(fallback);
-  if (ec2) {
+  std::string fallback = fmt::format(
+      "{}/{}-XXXXXX", tmp != cfg_.env.end() && !tmp->second.empty() ? tmp->second : "/tmp", name);
+  if (!mkdtemp(fallback.data())) {  // mode 0700
     tell(fmt::format("cannot make {} ({}) nor {} ({}): the stacks are not kept", first,
-                     ec.message(), fallback, ec2.message()));
+                     ec.message(), fallback, strerror(errno)));
     return std::nullopt;
   }
   tell(fmt::format("cannot make {} ({}): the stacks go to {}/", first, ec.message(), fallback));
@@ -98,7 +99,8 @@ bool Supervisor::write_stack_file(const std::string& dir, int i, const Attempt::
           : fmt::format("(no stacks from this rank's wrapper within {:.0f} s)\n", kStackWait);
   std::string path = fmt::format("{}/rank-{}.stack", dir, i);
   common::Fd fd(
-      open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, sys::kPrivateFileMode));
+      open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+           sys::kPrivateFileMode));
   if (fd && common::write_all(fd.get(), text)) return true;
   tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
   return false;
