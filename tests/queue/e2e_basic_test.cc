@@ -536,11 +536,14 @@ TEST(GpuqE2E, ACancelledJobIsCompletingUntilItEnds) {
 // So is a job past its time limit during KillWait: squeue shows a timed-out job as CG until its
 // last process has gone.
 TEST(GpuqE2E, AJobPastItsTimeLimitIsCompletingUntilItEnds) {
-  Daemon d({"--kill-wait", "4"});
+  Daemon d({"--kill-wait", "6"});
   d.script("stubborn.sh", "#!/bin/sh\n#SBATCH -t 0:01\ntrap '' TERM\nsleep 30 & wait\nsleep 30\n");
   const int64_t id = d.submit("stubborn.sh");
-  d.wait_state(id, "RUNNING");
-  std::this_thread::sleep_for(std::chrono::milliseconds(1800));  // past the limit, in KillWait
+  const int64_t start_ms = d.wait_state(id, "RUNNING")["start_ms"].get<int64_t>();
+  // Past the limit (1 s after the start) and well inside KillWait (7 s after it), however late
+  // the wait saw the start.
+  std::this_thread::sleep_until(std::chrono::system_clock::time_point(
+      std::chrono::milliseconds(start_ms + 1800)));
   auto row = lines(d.gpuq("queue --noheader").out);
   ASSERT_EQ(row.size(), 1u);
   EXPECT_NE(row[0].find(" CG "), std::string::npos) << row[0];
