@@ -474,7 +474,8 @@ TEST(DetectSlurm, SallocShellScontrolOnlyWithoutGpuVariables) {
   Allocation odd = detect_allocation(in);
   EXPECT_EQ(odd.nodes[0].gpus, 0);
   bool noted = false;
-  for (const auto& n : odd.notes) noted |= n.find("could not be read from scontrol") != std::string::npos;
+  for (const auto& n : odd.notes)
+    noted |= n.find("could not be read from scontrol") != std::string::npos;
   EXPECT_TRUE(noted);
 }
 

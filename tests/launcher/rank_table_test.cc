@@ -258,8 +258,11 @@ TEST(RankTable, ManyNodesAlikeAreOneGroup) {
   // A small hostile group must not make a wrapper build billions of GPU positions.
   json hostile = json::parse(encode_rank_table(t));
   hostile["world_size"] = 65536;
-  hostile["nodes"] = json::array({{{"hosts", "h[1-65536]"}, {"gpus", 65536}, {"gpu_ids", json::array()},
-                                   {"ranks", 1}, {"gpus_per_rank", 65536}}});
+  hostile["nodes"] = json::array({{{"hosts", "h[1-65536]"},
+                                   {"gpus", 65536},
+                                   {"gpu_ids", json::array()},
+                                   {"ranks", 1},
+                                   {"gpus_per_rank", 65536}}});
   expect_refused(hostile.dump(), "makes more than 1048576 ranks or 16777216 GPU positions");
   hostile["nodes"][0]["gpus"] = 2147483647;
   hostile["nodes"][0]["gpus_per_rank"] = 2147483647;

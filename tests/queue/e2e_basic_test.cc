@@ -382,9 +382,9 @@ TEST(GpuqE2E, ExportChoosesWhatTheJobSees) {
   const std::string job = "--wrap 'echo lr=${LR-unset} tok=${TOKEN-unset} path=$PATH'";
   const int64_t all = d.submit("--export=ALL,LR=0.1 " + job, "TOKEN=t");
   const int64_t some = d.submit("--export=LR=0.2 " + job, "TOKEN=t");
-  const int64_t nil = d.submit(
-      "--export=NIL --wrap 'echo home=${HOME-unset} job=${SLURM_JOB_ID:+set} path=$PATH'",
-      "TOKEN=t");
+  const int64_t nil =
+      d.submit("--export=NIL --wrap 'echo home=${HOME-unset} job=${SLURM_JOB_ID:+set} path=$PATH'",
+               "TOKEN=t");
   for (const int64_t id : {all, some, nil}) EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
   EXPECT_EQ(d.output(nil), fmt::format("home=unset job=set path={}/state/bin:/usr/local/bin:"
                                        "/usr/bin:/bin\n",
@@ -542,8 +542,8 @@ TEST(GpuqE2E, AJobPastItsTimeLimitIsCompletingUntilItEnds) {
   const int64_t start_ms = d.wait_state(id, "RUNNING")["start_ms"].get<int64_t>();
   // Past the limit (1 s after the start) and well inside KillWait (7 s after it), however late
   // the wait saw the start.
-  std::this_thread::sleep_until(std::chrono::system_clock::time_point(
-      std::chrono::milliseconds(start_ms + 1800)));
+  std::this_thread::sleep_until(
+      std::chrono::system_clock::time_point(std::chrono::milliseconds(start_ms + 1800)));
   auto row = lines(d.gpuq("queue --noheader").out);
   ASSERT_EQ(row.size(), 1u);
   EXPECT_NE(row[0].find(" CG "), std::string::npos) << row[0];

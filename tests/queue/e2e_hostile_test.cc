@@ -540,8 +540,8 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
   const int64_t bobs_link = submit_as(alice, d, adir, "", "-o " + open_dir + "/link.out " + job);
   // Nor in a group's folder (a project's, 2770, root's): another member's symlink was followed.
   const std::string group = fmt::format("gqg{}", getpid() % 100000);
-  sh(fmt::format("groupadd {0} && usermod -aG {0} {1} && usermod -aG {0} {2}", group,
-                 alice.name(), bob.name()));
+  sh(fmt::format("groupadd {0} && usermod -aG {0} {1} && usermod -aG {0} {2}", group, alice.name(),
+                 bob.name()));
   const std::string project = d.dir() + "/project";
   sh(fmt::format("mkdir -m 2770 {0} && chgrp {1} {0}", project, group));
   bob.run(fmt::format("ln -s {}/precious {}/link.out", adir, project));
@@ -614,8 +614,8 @@ TEST(GpuqHostile, AFifoAsTheOutputFileCannotWedgeTheJob) {
   Daemon d({}, "0,1");
   sh(fmt::format("mkfifo {0}/lonely.out {0}/held.out", d.dir()));
   // A reader that holds held.out open (read-write, so its own open does not wait).
-  Result holder = sh(fmt::format("(exec 3<>{}/held.out; sleep 60) >/dev/null 2>&1 & echo $!",
-                                 d.dir()));
+  Result holder =
+      sh(fmt::format("(exec 3<>{}/held.out; sleep 60) >/dev/null 2>&1 & echo $!", d.dir()));
   const int64_t lonely = d.submit("--gpus 1 -t 0:02 -o lonely.out --wrap 'echo out'");
   const int64_t held = d.submit("--gpus 1 -t 0:02 -o held.out --wrap 'yes'");
   for (const auto& [id, file] : {std::pair{lonely, "lonely.out"}, std::pair{held, "held.out"}}) {
@@ -649,7 +649,6 @@ TEST(GpuqHostile, AForkChainDiesWithItsJob) {
   const std::string pattern = "'[g]" + marker.substr(1) + "'";
   const bool survived = sh("pgrep -f " + pattern).rc == 0;
   // Whatever outlived it goes now (a loop: one pkill can miss a chain as the scan did).
-  for (int i = 0; i < 2000 && sh("pgrep -f " + pattern).rc == 0; ++i)
-    sh("pkill -9 -f " + pattern);
+  for (int i = 0; i < 2000 && sh("pgrep -f " + pattern).rc == 0; ++i) sh("pkill -9 -f " + pattern);
   EXPECT_FALSE(survived) << "a process of the cancelled job's fork chain is still running";
 }

@@ -79,8 +79,11 @@ ordered grouped_nodes(const RankPlan& p) {
       i += 1;
       continue;
     }
-    out.push_back({{"hosts", compress_hostlist(hosts)}, {"gpus", n.gpus}, {"gpu_ids", n.gpu_ids},
-                   {"ranks", n.ranks}, {"gpus_per_rank", k}});
+    out.push_back({{"hosts", compress_hostlist(hosts)},
+                   {"gpus", n.gpus},
+                   {"gpu_ids", n.gpu_ids},
+                   {"ranks", n.ranks},
+                   {"gpus_per_rank", k}});
     i = j;
   }
   return out;
@@ -172,11 +175,10 @@ void read_group(const json& jg, RankTable& t) {
   const int gpus = field<int>(jg, "gpus", where);
   if (count < 1 || count > kMaxCountedRanks || k < 0 || gpus > kMaxNodeSlots ||
       int64_t{count} * k > gpus)
-    throw Error(fmt::format("{} has {} ranks of {} GPUs each, on nodes of {} GPUs", where, count,
-                            k, gpus));
+    throw Error(
+        fmt::format("{} has {} ranks of {} GPUs each, on nodes of {} GPUs", where, count, k, gpus));
   int64_t gpu_positions = 0;
-  json node = {{"gpus", gpus},
-               {"gpu_ids", field<std::vector<std::string>>(jg, "gpu_ids", where)}};
+  json node = {{"gpus", gpus}, {"gpu_ids", field<std::vector<std::string>>(jg, "gpu_ids", where)}};
   for (const std::string& host : expand_hostlist(field<std::string>(jg, "hosts", where))) {
     // Bounded as a spelled-out table is by its length: the ranks, and the GPU positions they
     // hold.

@@ -105,9 +105,10 @@ std::string slots_summary(const Allocation& a) {
 std::string more_slots_hint(Scheduler s, int want) {
   switch (s) {
     case Scheduler::slurm:
-      return fmt::format("ask Slurm for {0} tasks a node (#SBATCH --ntasks-per-node={0}, with "
-                         "--cpus-per-task as each rank needs)",
-                         want);
+      return fmt::format(
+          "ask Slurm for {0} tasks a node (#SBATCH --ntasks-per-node={0}, with "
+          "--cpus-per-task as each rank needs)",
+          want);
     case Scheduler::pbs:
       return fmt::format("ask PBS for {} MPI processes a node (#PBS -l select=N:...:mpiprocs={})",
                          want, want);
@@ -138,8 +139,8 @@ std::vector<int> capacities(const Allocation& a, const PlanOptions& o) {
               "--nproc-per-node gpu but node {} has no GPUs visible to this job", n.host));
         if (n.gpus > n.slots && !a.oversubscribe_ok)
           throw Error(fmt::format(
-              "--nproc-per-node gpu wants {} ranks on {} but it has only {} task slots: {}",
-              n.gpus, n.host, n.slots, more_slots_hint(a.scheduler, n.gpus)));
+              "--nproc-per-node gpu wants {} ranks on {} but it has only {} task slots: {}", n.gpus,
+              n.host, n.slots, more_slots_hint(a.scheduler, n.gpus)));
         cap.push_back(n.gpus);
         break;
       case NprocMode::automatic:  // gpuq: one rank per task or per GPU, whichever is more
@@ -258,7 +259,7 @@ constexpr std::size_t kMaxTfConfigBytes = 120 * 1024;
 
 void fit_tf_config(RankPlan& p, bool given) {
   if (!p.contracts.tf) return;
-  std::size_t bytes = 80;  // {"cluster":{"worker":[...]},"task":{"type":"worker","index":N}}
+  std::size_t bytes = 80;        // {"cluster":{"worker":[...]},"task":{"type":"worker","index":N}}
   for (const auto& r : p.ranks)  // "host:port", with brackets for an IPv6 literal
     bytes += (p.nodes.size() == 1 ? p.master_addr : r.host).size() + 11;
   if (bytes <= kMaxTfConfigBytes) return;
@@ -267,9 +268,10 @@ void fit_tf_config(RankPlan& p, bool given) {
       "(128 KiB)",
       p.world_size, bytes / 1000);
   if (given)
-    throw Error(fmt::format("--contract tf: {}: leave tf out of --contract, and give TensorFlow "
-                            "its cluster another way (a ClusterResolver)",
-                            why));
+    throw Error(
+        fmt::format("--contract tf: {}: leave tf out of --contract, and give TensorFlow "
+                    "its cluster another way (a ClusterResolver)",
+                    why));
   p.contracts.tf = false;
   p.notes.push_back(why + ": the ranks get no TF_CONFIG (--contract torch,jax says so)");
 }

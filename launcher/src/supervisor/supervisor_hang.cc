@@ -98,9 +98,8 @@ bool Supervisor::write_stack_file(const std::string& dir, int i, const Attempt::
           ? "(this rank had already ended)\n"
           : fmt::format("(no stacks from this rank's wrapper within {:.0f} s)\n", kStackWait);
   std::string path = fmt::format("{}/rank-{}.stack", dir, i);
-  common::Fd fd(
-      open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
-           sys::kPrivateFileMode));
+  common::Fd fd(open(path.c_str(), O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC | O_NOFOLLOW,
+                     sys::kPrivateFileMode));
   if (fd && common::write_all(fd.get(), text)) return true;
   tell(fmt::format("cannot write {}: {}", path, strerror(errno)));
   return false;

@@ -260,28 +260,28 @@ std::string default_socket_path() {
 }
 
 constexpr const char* kSubmitUsage =
-      "usage: gpuq submit [OPTIONS] SCRIPT [ARGS...]\n"
-      "Submits a batch script. #SBATCH lines are read as sbatch reads them (up to the first\n"
-      "command); options given here override them. Without SCRIPT (or with -) the script is read\n"
-      "from standard input. Prints 'Submitted batch job N'.\n\n"
-      "Options (sbatch's): -J/--job-name NAME, --gres=gpu[:type]:N|shard:K,\n"
-      "  -G/--gpus [type:]N, --gpus-per-task [type:]N (times -n),\n"
-      "  -t/--time TIME (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S), -o/--output PATTERN,\n"
-      "  -e/--error PATTERN (%j %x %u %A %a %%), -D/--chdir DIR,\n"
-      "  -d/--dependency afterok|afterany|afternotok:ID[_T][:ID][,...], -a/--array 0-15[:step][%N],\n"
-      "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N, -A/--account NAME,\n"
-      "  -c/--cpus-per-task N, -n/--ntasks N (SLURM_NTASKS only),\n"
-      "  --export ALL|NONE|NIL|[ALL,]NAME[=VALUE],... (the job's environment),\n"
-      "  --open-mode append|truncate,\n"
-      "  -W/--wait (return when the job ends, with its exit code, as sbatch --wait)\n"
-      "  --mail-type NONE|BEGIN|END|FAIL|REQUEUE|ALL|TIME_LIMIT[_90|_80|_50][,...],\n"
-      "  --mail-user ADDRESS (default: you; sent through the daemon's sendmail; an array\n"
-      "    mails once, when its last task ends)\n"
-      "  --wrap CMD (CMD as a /bin/sh script instead of SCRIPT)\n"
-      "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
-      "Other Slurm options (--mem, -p, --exclusive, ...) are accepted and ignored with a warning;\n"
-      "an option gpuq does not know as sbatch's is an error here, and a warning in #SBATCH lines\n"
-      "(another site's plugin option) unless it is a typo of one (--gress: an error).";
+    "usage: gpuq submit [OPTIONS] SCRIPT [ARGS...]\n"
+    "Submits a batch script. #SBATCH lines are read as sbatch reads them (up to the first\n"
+    "command); options given here override them. Without SCRIPT (or with -) the script is read\n"
+    "from standard input. Prints 'Submitted batch job N'.\n\n"
+    "Options (sbatch's): -J/--job-name NAME, --gres=gpu[:type]:N|shard:K,\n"
+    "  -G/--gpus [type:]N, --gpus-per-task [type:]N (times -n),\n"
+    "  -t/--time TIME (M, M:S, H:M:S, D-H, D-H:M, D-H:M:S), -o/--output PATTERN,\n"
+    "  -e/--error PATTERN (%j %x %u %A %a %%), -D/--chdir DIR,\n"
+    "  -d/--dependency afterok|afterany|afternotok:ID[_T][:ID][,...], -a/--array 0-15[:step][%N],\n"
+    "  --signal [B:]SIG[@SECS], --requeue, -H/--hold, --priority N, -A/--account NAME,\n"
+    "  -c/--cpus-per-task N, -n/--ntasks N (SLURM_NTASKS only),\n"
+    "  --export ALL|NONE|NIL|[ALL,]NAME[=VALUE],... (the job's environment),\n"
+    "  --open-mode append|truncate,\n"
+    "  -W/--wait (return when the job ends, with its exit code, as sbatch --wait)\n"
+    "  --mail-type NONE|BEGIN|END|FAIL|REQUEUE|ALL|TIME_LIMIT[_90|_80|_50][,...],\n"
+    "  --mail-user ADDRESS (default: you; sent through the daemon's sendmail; an array\n"
+    "    mails once, when its last task ends)\n"
+    "  --wrap CMD (CMD as a /bin/sh script instead of SCRIPT)\n"
+    "gpuq's: --parsable (print only the id), --socket PATH, -h/--help\n"
+    "Other Slurm options (--mem, -p, --exclusive, ...) are accepted and ignored with a warning;\n"
+    "an option gpuq does not know as sbatch's is an error here, and a warning in #SBATCH lines\n"
+    "(another site's plugin option) unless it is a typo of one (--gress: an error).";
 
 int cmd_submit(const Args& a) {
   const char* usage = kSubmitUsage;
@@ -686,8 +686,10 @@ void note_unfinished(const nlohmann::json& ids) {
   }
   std::vector<std::string> first;
   for (size_t i = 0; i < kEach; ++i) first.push_back(ids[i].get<std::string>());
-  fmt::print(stderr, "gpuq: note: {} of the jobs have not finished ({}, ...): gpuq queue -j shows "
-             "them\n", ids.size(), fmt::join(first, ", "));
+  fmt::print(stderr,
+             "gpuq: note: {} of the jobs have not finished ({}, ...): gpuq queue -j shows "
+             "them\n",
+             ids.size(), fmt::join(first, ", "));
 }
 
 }  // namespace

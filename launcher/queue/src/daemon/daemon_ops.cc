@@ -162,22 +162,23 @@ nlohmann::json Daemon::op_submit(const SubmitRequest& req, const Peer& peer) {
 // longest id), fit PATH_MAX: checked at submission, not left to fail when the job starts.
 void Daemon::check_path_lengths(const Job& base) const {
   if (base.cwd.size() > kMaxPathBytes)
-    throw std::invalid_argument(fmt::format("the job's folder (-D and the submit folder) is {} "
-                                            "bytes long, more than {}",
-                                            base.cwd.size(), kMaxPathBytes));
+    throw std::invalid_argument(
+        fmt::format("the job's folder (-D and the submit folder) is {} "
+                    "bytes long, more than {}",
+                    base.cwd.size(), kMaxPathBytes));
   Job longest = base;
   longest.id = longest.array_job_id = std::numeric_limits<int64_t>::max();
-  for (const auto& [which, option] : {std::pair{JobStream::kOutput, "--output"},
-                                      std::pair{JobStream::kError, "--error"}}) {
+  for (const auto& [which, option] :
+       {std::pair{JobStream::kOutput, "--output"}, std::pair{JobStream::kError, "--error"}}) {
     size_t n = 0;  // %a: an array's task id, or Slurm's 4294967294 outside an array
     for (const int task : {kMaxArrayIndex, -1}) {
       longest.array_task_id = task;
       n = std::max(n, output_path(longest, which).size());
     }
     if (n > kMaxPathBytes)
-      throw std::invalid_argument(fmt::format(
-          "{}: the file's path would be up to {} bytes long, more than {}", option, n,
-          kMaxPathBytes));
+      throw std::invalid_argument(
+          fmt::format("{}: the file's path would be up to {} bytes long, more than {}", option, n,
+                      kMaxPathBytes));
   }
 }
 

@@ -3,9 +3,9 @@
 #include "supervise/job_supervisor.h"
 
 #include <fcntl.h>
-#include <linux/close_range.h>
 #include <fmt/format.h>
 #include <grp.h>
+#include <linux/close_range.h>
 #include <poll.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -72,9 +72,10 @@ std::string foreign(int fd, const std::string& path, const std::string& dir) {
   struct stat fs {};
   if (::fstat(fd, &fs) != 0) return "";
   if (fs.st_uid != geteuid() && fs.st_uid != 0)
-    return fmt::format("refusing output file {}: it belongs to uid {}, and the shared directory "
-                       "{} lets others make a name there first",
-                       path, fs.st_uid, dir);
+    return fmt::format(
+        "refusing output file {}: it belongs to uid {}, and the shared directory "
+        "{} lets others make a name there first",
+        path, fs.st_uid, dir);
   if (S_ISREG(fs.st_mode) && fs.st_nlink > 1)  // another name for a file elsewhere
     return fmt::format("refusing output file {}: a hard link ({} names) in the shared directory "
                        "{}, where another user may have made it to one of your files",
@@ -85,7 +86,7 @@ std::string foreign(int fd, const std::string& path, const std::string& dir) {
 // Whether `path` is still the symlink `link` checked before, naming what fd has open: in a
 // folder without the sticky bit another user can swap the name between the check and the open.
 bool still_the_link(const std::string& path, const struct stat& link, int fd) {
-  struct stat now_link {}, now_target {}, opened {};
+  struct stat now_link = {}, now_target = {}, opened = {};
   return ::lstat(path.c_str(), &now_link) == 0 && S_ISLNK(now_link.st_mode) &&
          now_link.st_ino == link.st_ino && now_link.st_dev == link.st_dev &&
          ::stat(path.c_str(), &now_target) == 0 && ::fstat(fd, &opened) == 0 &&
@@ -96,19 +97,21 @@ bool still_the_link(const std::string& path, const struct stat& link, int fd) {
 // setup, or the supervisor's reason line, while the job holds its GPUs.
 std::string not_a_file(const struct stat& st, const std::string& path) {
   if (S_ISREG(st.st_mode) || S_ISCHR(st.st_mode)) return "";
-  return fmt::format("refusing output file {}: {}; gpuq writes a job's output to files and "
-                     "terminals",
-                     path, S_ISFIFO(st.st_mode)  ? "a FIFO"
-                           : S_ISDIR(st.st_mode) ? "a directory"
-                                                 : "not a regular file");
+  return fmt::format(
+      "refusing output file {}: {}; gpuq writes a job's output to files and "
+      "terminals",
+      path,
+      S_ISFIFO(st.st_mode)  ? "a FIFO"
+      : S_ISDIR(st.st_mode) ? "a directory"
+                            : "not a regular file");
 }
 
 // Created as the user with the user's umask (set before), as Slurm creates them. In a shared
-// directory (shared_dir: /tmp, or another user's), a name another user made first is refused, as
-// the kernel's protected_symlinks and protected_regular would in sticky ones (many hosts run
-// without them): a symlink there is followed only when it belongs to the user or root, and an
-// existing file there only when it does; else another user could have the job overwrite a file
-// of the user's, or read the job's output. Otherwise `why` is empty and -1 means errno.
+// directory (shared_dir: /tmp, a group's, another user's), a name another user made first is
+// refused, as the kernel's protected_symlinks and protected_regular would in sticky ones (many
+// hosts run without them): a symlink there is followed only when it belongs to the user or root,
+// and an existing file there only when it does; else another user could have the job overwrite a
+// file of the user's, or read the job's output. Otherwise `why` is empty and -1 means errno.
 int open_output(const std::string& path, bool append, std::string* why) {
   std::string dir;
   struct stat ds {};
@@ -138,9 +141,10 @@ int open_output(const std::string& path, bool append, std::string* why) {
     return -1;
   }
   if (link && !still_the_link(path, ls, fd))
-    *why = fmt::format("refusing output file {}: the symlink in the shared directory {} changed "
-                       "while it was opened",
-                       path, dir);
+    *why = fmt::format(
+        "refusing output file {}: the symlink in the shared directory {} changed "
+        "while it was opened",
+        path, dir);
   if (shared && !link) *why = foreign(fd, path, dir);
   struct stat opened {};
   if (why->empty() && ::fstat(fd, &opened) == 0) *why = not_a_file(opened, path);
@@ -439,8 +443,8 @@ int supervise(const SupervisorSpec& s, pid_t child, const sigset_t& set, int job
 
 // Every process the job left ends up a child of ours once its parent is gone (the subreaper):
 // SIGKILLs our children, as fast as they come, until none is left (nothing to do where the
-// kernel lists no children: no CONFIG_PROC_CHILDREN; the scans below remain). A chain that forks and exits in a tight loop
-// outran a /proc scan: by the time the scan read a pid, the chain had moved on.
+// kernel lists no children: no CONFIG_PROC_CHILDREN; the scans after it remain). A review saw a
+// chain that forks and exits in a tight loop outrun the /proc scans.
 void kill_children(int64_t give_up) {
   const std::string path = fmt::format("/proc/self/task/{}/children", getpid());
   for (int turn = 0; now_ms() < give_up; ++turn) {
@@ -477,7 +481,7 @@ void kill_leftovers(pid_t child, bool own_session, const SupervisorStatus& st) {
     }
     // Done when a scan found none and no child is left: every process the job made is a child
     // of ours once its parent is gone (the subreaper), so ECHILD means none lives. One empty
-    // scan was not enough: a chain that forks and exits in a loop was missed mid-fork.
+    // scan could miss a chain caught mid-fork.
     if (left == 0 && reaped < 0 && errno == ECHILD) break;
     usleep(5000);
   }
