@@ -66,6 +66,9 @@ fashion=$root/data/fashion mnist=$root/data/mnist
 have_gpu=0 nvsmi_gpus=0
 machine_ld_path=${LD_LIBRARY_PATH-}  # PyTorch runs with the machine's libraries, not the bundle's
 export PYTHONUNBUFFERED=1 OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+# mpirun's session folders in the check's own: two mpiruns starting at once (another test's, in
+# a parallel ctest) raced on /tmp/ompi.HOST.UID ("mkdir ... File exists", orte_init failed).
+mkdir -p "$work/ompi" && export OMPI_MCA_orte_tmpdir_base=$work/ompi
 
 # --- bookkeeping ----------------------------------------------------------------------------------
 left() { echo $((budget - SECONDS)); }
