@@ -461,6 +461,15 @@ bool wait_for_path(const std::string& path, double timeout_s = 20) {
   return true;
 }
 
+// Job `id` ends FAILED (within timeout_s) with a reason that holds `why`: its output file was
+// refused before anything ran.
+void expect_failed_for(const Daemon& d, int64_t id, const std::string& why,
+                       double timeout_s = 30) {
+  const auto j = d.wait_final(id, timeout_s);
+  EXPECT_EQ(j["state"], "FAILED") << j.dump();
+  EXPECT_NE(j.value("reason", "").find(why), std::string::npos) << j.dump();
+}
+
 }  // namespace
 
 // The client sends its job (script and environment, API tokens with it) only to a daemon that
@@ -548,30 +557,16 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
   const int64_t group_link = submit_as(alice, d, adir, "", "-o " + project + "/link.out " + job);
   const int64_t group_fresh = submit_as(alice, d, adir, "", "-o " + project + "/new.out " + job);
 
-  const auto refused = d.wait_final(via_link);
-  EXPECT_EQ(refused["state"], "FAILED");
-  EXPECT_NE(
-      refused.value("reason", "").find("refusing output file " + shared + "/link.out: a symlink"),
-      std::string::npos)
-      << refused.dump();
+  expect_failed_for(d, via_link, "refusing output file " + shared + "/link.out: a symlink");
   EXPECT_EQ(read_text(adir + "/precious"), "precious\n");
-  const auto theirs = d.wait_final(via_file);
-  EXPECT_EQ(theirs["state"], "FAILED");
-  EXPECT_NE(theirs.value("reason", "").find(fmt::format("belongs to uid {}", bob.uid())),
-            std::string::npos)
-      << theirs.dump();
+  expect_failed_for(d, via_file, fmt::format("belongs to uid {}", bob.uid()));
   EXPECT_EQ(read_text(shared + "/pre.out"), "");
   EXPECT_EQ(d.wait_final(fresh)["state"], "COMPLETED");
   EXPECT_EQ(read_text(shared + "/fresh.out"), "secret-output\n");
   EXPECT_EQ(d.wait_final(own_link)["state"], "COMPLETED");
   EXPECT_EQ(read_text(adir + "/target"), "secret-output\n");
-  for (const int64_t id : {bobs_link, group_link}) {
-    const auto j = d.wait_final(id);
-    EXPECT_EQ(j["state"], "FAILED");
-    EXPECT_NE(j.value("reason", "").find(fmt::format("a symlink that uid {} made", bob.uid())),
-              std::string::npos)
-        << j.dump();
-  }
+  for (const int64_t id : {bobs_link, group_link})
+    expect_failed_for(d, id, fmt::format("a symlink that uid {} made", bob.uid()));
   EXPECT_EQ(read_text(adir + "/precious"), "precious\n");
   EXPECT_EQ(d.wait_final(group_fresh)["state"], "COMPLETED");  // the folder itself is usable
   EXPECT_EQ(read_text(project + "/new.out"), "secret-output\n");
@@ -597,9 +592,7 @@ TEST(GpuqHostile, AFifoOrAHardLinkUnderTheOutputNameIsRefused) {
   const int64_t hard = submit_as(alice, d, adir, "", "-o " + shared + "/hard.out " + job);
   const int64_t both = submit_as(alice, d, adir, "", "-o both.txt -e both.txt " + job);
   EXPECT_EQ(d.wait_final(fifo, 10)["state"], "FAILED");
-  const auto h = d.wait_final(hard, 10);
-  EXPECT_EQ(h["state"], "FAILED");
-  EXPECT_NE(h.value("reason", "").find("a hard link (2 names)"), std::string::npos) << h.dump();
+  expect_failed_for(d, hard, "a hard link (2 names)", 10);
   EXPECT_EQ(read_text(adir + "/notes"), "keep\n");
   EXPECT_EQ(d.wait_final(both)["state"], "COMPLETED");
   EXPECT_EQ(read_text(adir + "/both.txt"), "out\nerr\n");
@@ -618,12 +611,8 @@ TEST(GpuqHostile, AFifoAsTheOutputFileCannotWedgeTheJob) {
       sh(fmt::format("(exec 3<>{}/held.out; sleep 60) >/dev/null 2>&1 & echo $!", d.dir()));
   const int64_t lonely = d.submit("--gpus 1 -t 0:02 -o lonely.out --wrap 'echo out'");
   const int64_t held = d.submit("--gpus 1 -t 0:02 -o held.out --wrap 'yes'");
-  for (const auto& [id, file] : {std::pair{lonely, "lonely.out"}, std::pair{held, "held.out"}}) {
-    const auto j = d.wait_final(id, 15);
-    EXPECT_EQ(j["state"], "FAILED") << j.dump();
-    EXPECT_NE(j.value("reason", "").find(fmt::format("{}: a FIFO", file)), std::string::npos)
-        << j.dump();
-  }
+  for (const auto& [id, file] : {std::pair{lonely, "lonely.out"}, std::pair{held, "held.out"}})
+    expect_failed_for(d, id, fmt::format("{}: a FIFO", file), 15);
   ::kill(std::stoi(holder.out), SIGKILL);
   EXPECT_EQ(d.wait_final(d.submit("--gpus 2 --wrap true"), 15)["state"], "COMPLETED");
 }
