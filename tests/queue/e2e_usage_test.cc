@@ -35,9 +35,9 @@ struct FakeGpus {
 const std::map<int, std::pair<double, double>> kFixture = {
     {0, {17, 1024}}, {1, {45, 20480}}, {2, {90, 38000}}, {3, {0, 4}}};
 
-// A job that stays on its GPUs for about `seconds` and burns about 0.4 s of CPU first.
-// 400,000 shell steps: about 0.25 s of CPU, well above the 0.1 s the tests ask to see counted
-// (150,000 took 0.097 s on a fast VM, and the check failed).
+// A job that stays on its GPUs for about `seconds` and burns CPU first: 400,000 shell steps,
+// about 0.25 s, well above the 0.1 s the tests ask to see counted (150,000 took 0.097 s on a
+// fast VM, and the check failed).
 const char* kBurn =
     "#!/bin/sh\ni=0; while [ $i -lt 400000 ]; do i=$((i+1)); done\nsleep \"${1:-3}\"\n";
 
