@@ -3,7 +3,7 @@
 # the program's process group) is gone when gpurun returns, through mpirun and gpurun's own fork;
 # the folder of a wrapper that was killed is removed by the next wrapper on the host once its owner
 # is gone, told by pid and start time (a live process that reused the pid is no owner), and the
-# folder of a live owner stays.
+# folder of a live owner stays; mpirun's session folder is private and removed.
 set -euo pipefail
 gpurun=$1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -24,6 +24,25 @@ for engine in mpirun local; do
   fi
   echo "ok: $engine: the ranks' setsid children are gone when gpurun returns"
 done
+
+# mpirun's session folder: on one machine each gpurun gives its mpirun a private one under TMPDIR
+# (Open MPI 4.1 races on the shared TMPDIR/ompi.HOST.UID, open-mpi/ompi#8510), removed at the end;
+# a user's own OMPI_MCA_orte_tmpdir_base is kept.
+s=$tmp/s; mkdir "$s"
+TMPDIR=$s timeout 60 "$gpurun" -q --scheduler local --launcher mpirun -n 2 -- \
+  bash -c 'echo "$OMPI_MCA_orte_jobfam_session_dir" > "$0/session.$RANK"; stat -c %a "$OMPI_MCA_orte_tmpdir_base" > "$0/mode.$RANK"' "$tmp"
+for r in 0 1; do
+  [[ $(cat "$tmp/session.$r") == "$s"/gpurun-ompi-??????/ompi.* ]] ||
+    { echo "FAIL: rank $r's mpirun session folder $(cat "$tmp/session.$r") is not a private one under $s"; exit 1; }
+  [[ $(cat "$tmp/mode.$r") == 700 ]] || { echo "FAIL: the private session folder's mode is $(cat "$tmp/mode.$r")"; exit 1; }
+done
+[[ -z $(ls -A "$s") ]] || { echo "FAIL: left in TMPDIR after gpurun: $(ls -A "$s")"; exit 1; }
+mkdir "$s/mine"
+TMPDIR=$s OMPI_MCA_orte_tmpdir_base=$s/mine timeout 60 "$gpurun" -q --scheduler local --launcher mpirun -n 1 -- \
+  bash -c 'echo "$OMPI_MCA_orte_jobfam_session_dir" > "$0/session.mine"' "$tmp"
+[[ $(cat "$tmp/session.mine") == "$s"/mine/ompi.* ]] ||
+  { echo "FAIL: the user's OMPI_MCA_orte_tmpdir_base was not kept: $(cat "$tmp/session.mine")"; exit 1; }
+echo "ok: a single-machine mpirun has a private session folder, gone at the end; the user's choice is kept"
 
 # Rank folders. $$ is alive: a folder that names it with another start time was left by a dead
 # wrapper whose pid came back; one with its real start time has a live owner.

@@ -87,8 +87,10 @@ inline constexpr EnvVar kEnvRead[] = {
     {"PMIX_RANK", "a rank's number (PMIx)"},
     {"PMI_RANK", "a rank's number (PMI)"},
     {"TMPDIR",
-     "where the wrapper keeps a rank's folder (heartbeat file; default /tmp); --preflight checks "
-     "its free space"},
+     "where the wrapper keeps a rank's folder (heartbeat file; default /tmp), and a single-machine "
+     "mpirun its session folder; --preflight checks its free space"},
+    {"OMPI_MCA_orte_tmpdir_base",
+     "the user's choice, kept; else a single-machine mpirun gets a private folder under TMPDIR"},
     {"NCCL_SOCKET_IFNAME", "the user's choice, kept; else set to the interface to MASTER_ADDR"},
     {"GLOO_SOCKET_IFNAME", "the same for Gloo"},
     {"PYTHONPATH", "kept after the wrapper's sitecustomize folder (--hang-timeout)"},

@@ -20,6 +20,11 @@ std::optional<std::string> get(const Env& env, const std::string& key) {
   return it->second;
 }
 
+std::string temp_dir(const Env& env) {
+  auto tmp = env.find("TMPDIR");
+  return tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp";
+}
+
 std::optional<std::pair<std::string, std::string>> first_of(const Env& env,
                                                             const std::vector<std::string>& keys) {
   for (const auto& k : keys) {

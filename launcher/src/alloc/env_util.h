@@ -13,6 +13,8 @@
 namespace gpurun::launcher::detail {
 
 std::optional<std::string> get(const Env& env, const std::string& key);
+// Where temporary folders go: TMPDIR when set and not empty, else /tmp.
+std::string temp_dir(const Env& env);
 // The first of `keys` that is set (and non-empty), with its name.
 std::optional<std::pair<std::string, std::string>> first_of(const Env& env,
                                                             const std::vector<std::string>& keys);

@@ -6,6 +6,7 @@
 #include <ctime>
 #include <utility>
 
+#include "alloc/env_util.h"
 #include "gpurun/common/terminal.h"
 
 namespace gpurun::launcher {
@@ -157,10 +158,8 @@ std::string command_text(const Allocation& a, const RankPlan& p, const LaunchCom
 
 // What only the start can tell, as it will be: the rank's folder, the interface.
 StartValues start_placeholders(const Env& env, const RankEntry& r, bool watch) {
-  auto tmp = env.find("TMPDIR");
-  const std::string dir =
-      fmt::format("{}/gpurun-<host>-p<pid>.<start>-rank{}-<random>",
-                  tmp != env.end() && !tmp->second.empty() ? tmp->second : "/tmp", r.rank);
+  const std::string dir = fmt::format("{}/gpurun-<host>-p<pid>.<start>-rank{}-<random>",
+                                      detail::temp_dir(env), r.rank);
   StartValues v;
   v.heartbeat = dir + "/heartbeat";
   v.iface = "<the interface that routes to MASTER_ADDR, found at start>";

@@ -77,6 +77,7 @@ class Supervisor {
   void open_control();
   void begin_attempt();
   void start_engine();
+  void private_mpi_session(Env& env);  // engine's environment, single-machine mpirun
   void arm_checkpoint_timer();
   bool should_restart();
 
@@ -165,6 +166,7 @@ class Supervisor {
   std::string control_host_;
   std::optional<proc::SignalPipe> signals_;
   std::optional<proc::TempFile> hostfile_;
+  std::optional<proc::TempDir> mpi_session_;  // private_mpi_session()
   std::optional<OutputSink> output_;
   std::optional<monitor::MonitorLog> monitor_;         // --monitor; reset if writing it fails
   static constexpr std::size_t kMaxMonitorLines = 64;  // of monitor_failures_

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "alloc/env_util.h"
 #include "stacks/stacks.h"
 #include "supervisor/supervisor.h"
 #include "sys/system.h"
@@ -52,9 +53,7 @@ std::optional<std::string> Supervisor::hang_dir() const {
   const std::string first = cfg_.output_dir ? *cfg_.output_dir : name;
   const std::error_code ec = sys::make_private_dirs(first);
   if (!ec) return first;
-  auto tmp = cfg_.env.find("TMPDIR");
-  std::string fallback = fmt::format(
-      "{}/{}-XXXXXX", tmp != cfg_.env.end() && !tmp->second.empty() ? tmp->second : "/tmp", name);
+  std::string fallback = fmt::format("{}/{}-XXXXXX", detail::temp_dir(cfg_.env), name);
   if (!mkdtemp(fallback.data())) {  // mode 0700
     tell(fmt::format("cannot make {} ({}) nor {} ({}): the stacks are not kept", first,
                      ec.message(), fallback, strerror(errno)));

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <ctime>
 
+#include "alloc/env_util.h"
 #include "control/rank_table.h"
 #include "supervisor/supervisor.h"
 #include "sys/system.h"
@@ -84,6 +85,7 @@ void Supervisor::start_engine() {
     }
     env["SLURM_HOSTFILE"] = hostfile_->path();
   }
+  private_mpi_session(env);
   t0_ = proc::now_seconds();
   if (cmd_.engine == Engine::fork) {
     for (int r = 0; r < world_; ++r) {
@@ -110,6 +112,20 @@ void Supervisor::start_engine() {
     say(fmt::format("{} rank{} on {} node{} via {}", world_, world_ == 1 ? "" : "s",
                     plan.nodes.size(), plan.nodes.size() == 1 ? "" : "s", to_string(cmd_.engine)));
   timers_.set(Timer::start, t0_ + cfg_.start_timeout);
+}
+
+// Open MPI 4.1's mpirun makes TMPDIR/ompi.HOST.UID and removes it when it is empty at its end:
+// a second mpirun of the same user that starts at that moment fails in orte_init ("mkdir
+// /tmp/ompi.HOST.UID: File exists", open-mpi/ompi#8510). Two gpuq jobs of one user meet there.
+// A single-machine mpirun gets a folder of its own, kept through restarts; the user's own
+// OMPI_MCA_orte_tmpdir_base is kept.
+void Supervisor::private_mpi_session(Env& env) {
+  if (cmd_.engine != Engine::mpirun || !single_machine_) return;
+  if (env.count("OMPI_MCA_orte_tmpdir_base")) return;
+  if (!mpi_session_)
+    mpi_session_ = proc::TempDir::create(detail::temp_dir(env), "gpurun-ompi-",
+                                         "mpirun's session folder");
+  env["OMPI_MCA_orte_tmpdir_base"] = mpi_session_->path();
 }
 
 void Supervisor::arm_checkpoint_timer() {

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <chrono>
 #include <cstring>
+#include <filesystem>
 
 namespace gpurun::launcher::proc {
 namespace {
@@ -210,6 +211,31 @@ TempFile& TempFile::operator=(TempFile&& o) noexcept {
 
 TempFile::~TempFile() {
   if (!path_.empty()) unlink(path_.c_str());
+}
+
+TempDir TempDir::create(const std::string& parent, const std::string& prefix,
+                        const std::string& what) {
+  std::string tmpl = parent + "/" + prefix + "XXXXXX";
+  if (!mkdtemp(tmpl.data()))
+    throw Error(fmt::format("cannot create {} in {}: {}", what, parent, strerror(errno)));
+  TempDir d;
+  d.path_ = tmpl;
+  return d;
+}
+
+TempDir& TempDir::operator=(TempDir&& o) noexcept {
+  if (this != &o) {
+    TempDir gone(std::move(*this));
+    path_ = std::move(o.path_);
+    o.path_.clear();
+  }
+  return *this;
+}
+
+// remove_all removes links, never what they point to.
+TempDir::~TempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
 LineReader::State LineReader::read_from(int fd, std::vector<std::string>& lines) {

@@ -101,6 +101,25 @@ class TempFile {
   std::string path_;
 };
 
+// A folder of one's own (mkdtemp: mode 0700, a name no one chose first) removed with all it
+// holds when its owner goes.
+class TempDir {
+ public:
+  TempDir() = default;
+  // `parent`/`prefix`XXXXXX. Throws Error naming `what`.
+  static TempDir create(const std::string& parent, const std::string& prefix,
+                        const std::string& what);
+  TempDir(TempDir&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
+  TempDir& operator=(TempDir&& o) noexcept;
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  ~TempDir();
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
 // Reads whatever is available from a non-blocking fd and cuts it into lines (without '\n').
 class LineReader {
  public:

@@ -3,6 +3,7 @@
 // RENDEZVOUS asks, and reports before its reach check.
 #include <fmt/format.h>
 
+#include "alloc/env_util.h"
 #include "wrapper/wrapper.h"
 
 namespace gpurun::launcher {
@@ -38,8 +39,7 @@ void RankWrapper::run_preflight(const control::Rendezvous& m) {
     any_gpu = any_gpu || (r.node_rank == me_.node_rank && !r.gpus.empty());
   gpuinfo::SamplerConfig cfg;
   if (auto smi = env_.find("GPURUN_NVIDIA_SMI"); smi != env_.end()) cfg.nvidia_smi = smi->second;
-  auto tmp = env_.find("TMPDIR");
-  const std::string dir = tmp != env_.end() && !tmp->second.empty() ? tmp->second : "/tmp";
+  const std::string dir = detail::temp_dir(env_);
   node_checks::Result r = node_checks::check_node(
       cfg, monitor::job_gpus(plan_.plan, me_.node_rank, visible_), any_gpu, dir,
       static_cast<std::uint64_t>(std::max<std::int64_t>(m.min_tmp, 0)));

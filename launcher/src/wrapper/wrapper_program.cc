@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "alloc/env_util.h"
 #include "gpurun/common/terminal.h"
 #include "sys/cpubind.h"
 #include "sys/system.h"
@@ -101,9 +102,7 @@ void RankWrapper::start_program(const control::Go& go) {
   std::vector<std::string> argv;
   try {
     {  // also under --control none (the --dry-run command as printed): the same environment
-      auto tmp = env_.find("TMPDIR");
-      dir_ = RankDir::create(tmp != env_.end() && !tmp->second.empty() ? tmp->second : "/tmp",
-                             me_.rank);
+      dir_ = RankDir::create(detail::temp_dir(env_), me_.rank);
     }
     program_environment(go);
     cpus = cpu_binding(go.cpu_bind);
