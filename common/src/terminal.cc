@@ -46,6 +46,22 @@ std::size_t printable_utf8(std::string_view s, std::size_t i) {
   return n;
 }
 
+// The code point of the 2- to 4-byte UTF-8 sequence at s[i] (well-formed, n bytes long).
+char32_t code_point(std::string_view s, std::size_t i, std::size_t n) {
+  static constexpr unsigned char kLead[] = {0, 0, 0x1f, 0x0f, 0x07};
+  char32_t c = static_cast<unsigned char>(s[i]) & kLead[n];
+  for (std::size_t k = 1; k < n; ++k) c = (c << 6) | (static_cast<unsigned char>(s[i + k]) & 0x3f);
+  return c;
+}
+
+// Unicode's bidirectional formatting characters (ALM, LRM, RLM, LRE..RLO, LRI..PDI): they reorder
+// how the text around them is shown ("Trojan Source", CVE-2021-42574), so a name could show one
+// thing on the screen and hold another.
+bool bidi_control(char32_t c) {
+  return c == 0x061c || c == 0x200e || c == 0x200f || (c >= 0x202a && c <= 0x202e) ||
+         (c >= 0x2066 && c <= 0x2069);
+}
+
 std::string escape(std::string_view s, bool keep_newlines) {
   std::string out;
   out.reserve(s.size());
@@ -59,7 +75,13 @@ std::string escape(std::string_view s, bool keep_newlines) {
       put_control(out, c);
       ++i;
     } else if (std::size_t n = printable_utf8(s, i)) {
-      out.append(s.substr(i, n));
+      if (const char32_t cp = code_point(s, i, n); bidi_control(cp)) {
+        char buf[12];
+        std::snprintf(buf, sizeof buf, "\\u%04x", static_cast<unsigned>(cp));
+        out += buf;
+      } else {
+        out.append(s.substr(i, n));
+      }
       i += n;
     } else {
       put_hex(out, u);  // not UTF-8, or a C1 control

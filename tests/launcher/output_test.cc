@@ -173,7 +173,7 @@ TEST(AbortBanners, SrunsEchoOfAStepItEnded) {
 }
 
 // Issue 26, item 6: names from the environment reach the terminal with control characters
-// escaped; readable UTF-8 passes, C1 controls and bytes that are no UTF-8 do not.
+// escaped; readable UTF-8 passes, C1 controls, bidi controls and bytes that are no UTF-8 do not.
 TEST(TerminalSafe, EscapesControlCharacters) {
   using common::escape_control;
   EXPECT_EQ(escape_control("node\x1b[31m1\r\n\t"), "node\\e[31m1\\r\\n\\t");
@@ -183,6 +183,15 @@ TEST(TerminalSafe, EscapesControlCharacters) {
                            "31m"),
             "\\xc2\\x9b31m");  // C1 CSI
   EXPECT_EQ(escape_control("\xff\xc3"), "\\xff\\xc3");
+  // Bidirectional overrides and isolates (a name that shows "job_gnp.sh" and holds
+  // "job_<RLO>hs.png"): written \uXXXX. Other characters of two to four bytes pass.
+  EXPECT_EQ(escape_control("job_\xe2\x80\xaehs.png"), "job_\\u202ehs.png");
+  EXPECT_EQ(escape_control("\xe2\x81\xa6x\xe2\x81\xa9\xd8\x9c\xe2\x80\x8f"),
+            "\\u2066x\\u2069\\u061c\\u200f");
+  EXPECT_EQ(escape_control("\xe2\x82\xac \xf0\x9f\x98\x80 \xe2\x80\x94"),
+            "\xe2\x82\xac \xf0\x9f\x98\x80 \xe2\x80\x94");  // euro, emoji, em dash
+  EXPECT_EQ(escape_control(escape_control("a\xe2\x80\xae")), "a\\u202e");
+  EXPECT_EQ(shell_quote("a\xe2\x80\xae"), "$'a\\u202e'");  // bash reads \u202e back
   EXPECT_EQ(common::escape_control_keep_lines("a\nb\x1b"), "a\nb\\e");
   // A word the dry run prints: still the same word when pasted into bash.
   EXPECT_EQ(shell_quote("it's\x1b"), "$'it\\'s\\e'");

@@ -316,11 +316,12 @@ TEST(GpuqHostile, ReapingSparesAProcessThatReusedTheJobsPid) {
 
 // Control characters in a job name never reach the terminal raw (issue 26 item 6): ESC, CR and
 // the rest are shown escaped in queue, show and history. An ESC went to root's terminal as is.
+// So is a bidi override (U+202E), which makes a name show other than it is.
 TEST(GpuqHostile, ControlCharactersInJobNamesAreEscaped) {
   Daemon d;
   d.script("sleep.sh", "#!/bin/sh\nsleep 30\n");
   Result r =
-      sh(fmt::format("cd {} && {} submit --parsable -J \"$(printf 'a\\033]0;pwn\\007b\\rc')\" "
+      sh(fmt::format("cd {} && {} submit --parsable -J \"$(printf 'a\\033]0;pwn\\007b\\rc\\342\\200\\256d')\" "
                      "sleep.sh",
                      d.dir(), d.cli()));
   ASSERT_EQ(r.rc, 0) << r.err;
@@ -329,12 +330,14 @@ TEST(GpuqHostile, ControlCharactersInJobNamesAreEscaped) {
   Result q = d.gpuq("queue");
   EXPECT_NE(q.out.find(" a\\e]0;pw "), std::string::npos) << q.out;  // cut to 8 columns
   Result show = d.gpuq(fmt::format("show {}", id));
-  EXPECT_NE(show.out.find("JobName=a\\e]0;pwn\\x07b\\rc\n"), std::string::npos) << show.out;
+  EXPECT_NE(show.out.find("JobName=a\\e]0;pwn\\x07b\\rc\\u202ed\n"), std::string::npos) << show.out;
   ASSERT_EQ(d.gpuq(fmt::format("cancel {}", id)).rc, 0);
   d.wait_final(id);
   Result hist = d.gpuq("history");
-  for (const Result* out : {&q, &show, &hist})
+  for (const Result* out : {&q, &show, &hist}) {
     EXPECT_EQ(out->out.find_first_of("\x1b\r\x07"), std::string::npos) << out->out;
+    EXPECT_EQ(out->out.find("\xe2\x80\xae"), std::string::npos) << out->out;
+  }
 }
 
 // Every signal number is range-checked before any cast (issue 26 item 7): 4294967305 is 2^32 + 9

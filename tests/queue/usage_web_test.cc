@@ -256,6 +256,8 @@ nlohmann::json status_with(const std::string& name, const std::string& user) {
 
 TEST(WebRender, EverythingUsersChooseIsEscaped) {
   EXPECT_EQ(html_escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
+  // Control and bidi characters are shown, not obeyed, as on a terminal.
+  EXPECT_EQ(html_escape("a\x1b\r\xe2\x80\xae" "b"), "a\\e\\r\\u202eb");
   const std::string evil = "<script>alert('x')</script>\"><img src=x onerror=alert(1)>";
   std::string page = render_status_page(status_with(evil, "eve<b>"), 10);
   EXPECT_EQ(page.find("<script"), std::string::npos);

@@ -7,6 +7,7 @@
 
 #include <map>
 
+#include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/usage_format.h"
 
@@ -207,7 +208,8 @@ std::string footer() {
 
 }  // namespace
 
-std::string html_escape(const std::string& s) {
+std::string html_escape(const std::string& text) {
+  const std::string s = common::escape_control(text);
   std::string out;
   out.reserve(s.size());
   for (char c : s) {
