@@ -5,8 +5,10 @@
 // running job whose budget is spent; the page's status and /metrics show spent and left.
 #include <fmt/format.h>
 #include <gtest/gtest.h>
+#include <pwd.h>
 #include <unistd.h>
 
+#include <array>
 #include <thread>
 
 #include "gpurun/queue/web_render.h"
@@ -148,4 +150,40 @@ TEST(GpuqBudget, EnforcingCancelsARunningJobOnceItsBudgetIsSpent) {
   EXPECT_NE(d.log().find(fmt::format("cancelled: the budget of {} is spent", carol.name())),
             std::string::npos)
       << d.log();
+}
+
+// A requeued run's GPU time counts (a user's review): the run that ended in `gpuq requeue` was
+// charged to fair share only. The report, the budget's spent hours, the job's GPU-hours and the
+// per-user counter lost it, and the counter went down across a restart. Now every run counts.
+TEST(GpuqBudget, ARequeuedRunStillCountsInReportsBudgetsAndTheCounter) {
+  if (geteuid() != 0) GTEST_SKIP() << "needs root to set a budget";
+  Daemon d({}, "0,1");
+  const std::string me = getpwuid(geteuid())->pw_name;
+  ASSERT_EQ(d.gpuq(fmt::format("budget set {} 10 --per week", me)).rc, 0);
+  d.script("twice.sh",
+           "#!/bin/sh\nif [ \"$SLURM_RESTART_COUNT\" = 0 ]; then sleep 30; fi\necho done\n");
+  const int64_t id = d.submit("--gres=gpu:2 twice.sh");
+  d.wait_state(id, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::seconds(3));
+  ASSERT_EQ(d.gpuq(fmt::format("requeue {}", id)).rc, 0);
+  EXPECT_EQ(d.wait_final(id)["state"], "COMPLETED");
+  // The first run held 2 GPUs for at least 3 s; the rerun ends at once.
+  const double at_least = 2 * 3.0;
+  auto gpu_seconds = [&] {
+    auto st = d.request(R"({"op":"status"})");
+    auto rep = nlohmann::json::parse(d.gpuq("report --since all --json").out);
+    EXPECT_EQ(rep["rows"].size(), 1u) << rep.dump();
+    return std::array<double, 4>{
+        rep["rows"][0]["gpu_hours"].get<double>() * 3600,
+        st["budgets"][0]["spent_hours"].get<double>() * 3600,
+        st["user_gpu_seconds"][me].get<double>(),
+        d.show(id).value("earlier_gpu_seconds", 0.0)};
+  };
+  const auto before = gpu_seconds();
+  for (double s : before) EXPECT_GE(s, at_least) << d.log();
+  d.kill9();
+  d.start();
+  const auto after = gpu_seconds();
+  for (size_t i = 0; i < after.size(); ++i)
+    EXPECT_GE(after[i], before[i]) << "figure " << i << " went down across a restart";
 }

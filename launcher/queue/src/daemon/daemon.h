@@ -206,7 +206,8 @@ class Daemon {
   // A run that ended without a verdict (dead supervisor, reboot): back to the queue when the job
   // has --requeue or `gpuq requeue` asked for it, else NODE_FAIL.
   void requeue_or_fail(Job& j, const std::string& why);
-  void requeue(Job& j, const std::string& why);  // its run has ended: PENDING, restart_count + 1
+  // Its run ended at end_ms: charged and kept, then PENDING, restart_count + 1.
+  void requeue(Job& j, int64_t end_ms, const std::string& why);
   const char* dependency_reason(const Job& j) const;  // nullptr when satisfied
   // One line of the audit trail in the daemon's log: "job 12 (train, alice): started on GPUs 0,1".
   void log_event(const Job& j, const std::string& what) const;

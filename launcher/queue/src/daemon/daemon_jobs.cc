@@ -396,11 +396,15 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
     finish(j, JobState::kNodeFail, 0, 0, end, why);
     return;
   }
-  accounting_->charge(j, end, now_ms());
-  requeue(j, why);
+  requeue(j, end, why);
 }
 
-void Daemon::requeue(Job& j, const std::string& why) {
+// The run that ended at `end_ms` is charged and kept (Store::insert_run): reports, budgets and
+// the job's GPU-hours count it; the rerun is measured afresh.
+void Daemon::requeue(Job& j, int64_t end_ms, const std::string& why) {
+  accounting_->charge(j, end_ms, now_ms());
+  store_->insert_run(j, end_ms);
+  j.earlier_gpu_seconds += gpu_seconds(j, end_ms);
   log_event(j, fmt::format("requeued ({})", common::escape_control(why)));
   mail_requeue(j, why);
   j.state = JobState::kPending;
@@ -425,9 +429,7 @@ void Daemon::on_supervisor_exit(int64_t id) {
   if (st && st->phase == "done" && j.requeue_requested && !j.cancel_requested) {
     // However the run ended (stopped for the requeue, or by itself before the stop came), it was
     // asked to go back to the queue, as scontrol requeue's jobs do. A cancel after it wins.
-    // Its GPU-seconds count (fair share); its usage figures start afresh with the rerun.
-    accounting_->charge(j, st->end_ms ? st->end_ms : now_ms(), now_ms());
-    requeue(j, j.reason);  // op_requeue wrote who asked
+    requeue(j, st->end_ms ? st->end_ms : now_ms(), j.reason);  // op_requeue wrote who asked
     return;
   }
   if (st && st->phase == "done") {

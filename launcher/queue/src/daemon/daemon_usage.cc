@@ -49,7 +49,7 @@ nlohmann::json job_brief(const Job& j, int64_t now) {
           {"time_limit_s", j.time_limit_s},
           {"exit_code", j.exit_code},
           {"exit_signal", j.exit_signal},
-          {"gpu_hours", gpu_seconds(j, now) / 3600.0},
+          {"gpu_hours", all_runs_gpu_seconds(j, now) / 3600.0},
           {"util_mean", figure(util_mean(j.usage))},
           {"usage", usage_to_json(j.usage)}};
 }

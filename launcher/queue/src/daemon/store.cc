@@ -65,8 +65,12 @@ void Store::migrate() {
     throw std::runtime_error(fmt::format(
         "job store {} has schema version {}, newer than this gpuq's {}: run the gpuq that wrote it",
         path_, v, kSchemaVersion));
-  if (v >= 1) return;
-  // 0 -> 1 in one transaction: a crash leaves the old store as it was.
+  // Each step in one transaction: a crash leaves the store as the step found it.
+  if (v < 1) migrate_to_1();
+  if (v < 2) migrate_to_2();
+}
+
+void Store::migrate_to_1() {
   Txn txn(*this);
   for (const char* col : {"user TEXT NOT NULL DEFAULT ''", "account TEXT NOT NULL DEFAULT ''",
                           "start_ms INTEGER NOT NULL DEFAULT 0",
@@ -92,6 +96,17 @@ void Store::migrate() {
   exec("CREATE INDEX samples_job ON samples(job_id, time_ms)");
   exec("CREATE INDEX samples_time ON samples(time_ms)");
   exec("PRAGMA user_version = 1");
+  txn.commit();
+}
+
+void Store::migrate_to_2() {
+  Txn txn(*this);
+  exec(
+      "CREATE TABLE runs(job_id INTEGER NOT NULL, user TEXT NOT NULL, account TEXT NOT NULL,"
+      " start_ms INTEGER NOT NULL, end_ms INTEGER NOT NULL, ngpus REAL NOT NULL,"
+      " util_sum REAL NOT NULL, util_n INTEGER NOT NULL)");
+  exec("CREATE INDEX runs_by_end ON runs(end_ms)");
+  exec("PRAGMA user_version = 2");
   txn.commit();
 }
 
@@ -185,6 +200,22 @@ void Store::insert_job(Job& j) {
   bind_job_columns(st, 3, j, data);
   if (sqlite3_step(st) != SQLITE_DONE) fail("insert job");
   j.id = sqlite3_last_insert_rowid(db_);
+}
+
+void Store::insert_run(const Job& j, int64_t end_ms) {
+  auto* st = prepare(
+      "INSERT INTO runs(job_id, user, account, start_ms, end_ms, ngpus, util_sum, util_n)"
+      " VALUES(?, ?, ?, ?, ?, ?, ?, ?)");
+  Reset r{st};
+  sqlite3_bind_int64(st, 1, j.id);
+  sqlite3_bind_text(st, 2, j.user.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_text(st, 3, j.account.c_str(), -1, SQLITE_TRANSIENT);
+  sqlite3_bind_int64(st, 4, j.start_ms);
+  sqlite3_bind_int64(st, 5, end_ms);
+  sqlite3_bind_double(st, 6, gpu_share(j));
+  sqlite3_bind_double(st, 7, j.usage.util_sum);
+  sqlite3_bind_int64(st, 8, j.usage.util_samples);
+  if (sqlite3_step(st) != SQLITE_DONE) fail(fmt::format("record a run of job {}", j.id));
 }
 
 void Store::update_job(const Job& j) {
@@ -406,11 +437,15 @@ void Store::delete_samples_before(int64_t time_ms) {
 }
 
 std::vector<Store::ReportRow> Store::report(int64_t since_ms, int64_t now_ms, ReportBy by) {
-  // A job's GPU time inside [since, now]: its GPUs times the overlap of its run with the window.
+  // A run's GPU time inside [since, now]: its GPUs times the overlap of the run with the window.
+  // A job's row holds its last (or current) run, runs its requeued ones; the jobs counted are
+  // those with a run in the window.
   std::string sql = fmt::format(
-      "SELECT {0}, COUNT(*), SUM(ngpus * (MIN(CASE end_ms WHEN 0 THEN ?2 ELSE end_ms END, ?2)"
-      " - MAX(start_ms, ?1)) / 1000.0), SUM(util_sum), SUM(util_n) FROM jobs"
-      " WHERE state != 'PENDING' AND start_ms > 0 AND start_ms < ?2 AND (end_ms = 0 OR end_ms > ?1)"
+      "SELECT {0}, COUNT(DISTINCT id), SUM(ngpus * (MIN(CASE end_ms WHEN 0 THEN ?2 ELSE end_ms"
+      " END, ?2) - MAX(start_ms, ?1)) / 1000.0), SUM(util_sum), SUM(util_n) FROM ("
+      "SELECT id, {0}, start_ms, end_ms, ngpus, util_sum, util_n FROM jobs WHERE state != 'PENDING'"
+      " UNION ALL SELECT job_id, {0}, start_ms, end_ms, ngpus, util_sum, util_n FROM runs)"
+      " WHERE start_ms > 0 AND start_ms < ?2 AND (end_ms = 0 OR end_ms > ?1)"
       " GROUP BY {0} ORDER BY 3 DESC, 1",
       by == ReportBy::kAccount ? "account" : "user");
   auto* st = prepare(sql);
@@ -462,9 +497,10 @@ std::vector<Store::Budget> Store::budgets() {
 
 std::map<std::string, double> Store::finished_gpu_seconds_by_user() {
   auto* st = prepare(
-      "SELECT user, SUM(ngpus * (end_ms - start_ms) / 1000.0) FROM jobs"
-      " WHERE state NOT IN ('PENDING', 'RUNNING') AND start_ms > 0 AND end_ms >= start_ms"
-      " GROUP BY user");
+      "SELECT user, SUM(ngpus * (end_ms - start_ms) / 1000.0) FROM ("
+      "SELECT user, start_ms, end_ms, ngpus FROM jobs WHERE state NOT IN ('PENDING', 'RUNNING')"
+      " UNION ALL SELECT user, start_ms, end_ms, ngpus FROM runs)"
+      " WHERE start_ms > 0 AND end_ms >= start_ms GROUP BY user");
   Reset r{st};
   std::map<std::string, double> out;
   while (sqlite3_step(st) == SQLITE_ROW) {

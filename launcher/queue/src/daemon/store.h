@@ -11,6 +11,9 @@
 //      aggregate in SQL without reading documents, and
 //      samples(time_ms, gpu, job_id, util, mem_used_mib, mem_total_mib, power_w, temp_c): raw GPU
 //      samples of running jobs, deleted after the retention time.
+//   2  + runs(job_id, user, account, start_ms, end_ms, ngpus, util_sum, util_n): the runs of jobs
+//      that ended in a requeue (a job's row holds its last run), so reports, budgets and the
+//      per-user counter count every run.
 #pragma once
 
 #include <sqlite3.h>
@@ -54,6 +57,8 @@ class Store {
   void checkpoint();  // passive WAL checkpoint; the daemon calls it when idle
 
   void insert_job(Job& j);  // assigns j.id
+  // The run of `j` that ended at `end_ms` in a requeue, kept before j starts afresh.
+  void insert_run(const Job& j, int64_t end_ms);
   void update_job(const Job& j);
   std::vector<Job> load_active();  // PENDING and RUNNING, by id
   std::optional<Job> load_job(int64_t id);
@@ -116,14 +121,17 @@ class Store {
   void clear_budget(const std::string& subject);  // no such budget: nothing happens
   std::vector<Budget> budgets();                   // by subject
 
-  // GPU-seconds of every finished job, by user (the daemon adds running jobs and keeps it current).
+  // GPU-seconds of every finished job and every requeued run, by user (the daemon adds running
+  // jobs and keeps it current).
   std::map<std::string, double> finished_gpu_seconds_by_user();
 
-  static constexpr int kSchemaVersion = 1;
+  static constexpr int kSchemaVersion = 2;
   int schema_version();
 
  private:
   void migrate();
+  void migrate_to_1();
+  void migrate_to_2();
   void exec(const char* sql);
   sqlite3_stmt* prepare(const std::string& sql);  // cached per SQL text
   std::vector<Job> query_jobs(sqlite3_stmt* st);

@@ -206,6 +206,10 @@ double gpu_seconds(const Job& j, int64_t now_ms) {
   return gpu_share(j) * static_cast<double>(std::max<int64_t>(0, end - j.start_ms)) / 1000.0;
 }
 
+double all_runs_gpu_seconds(const Job& j, int64_t now_ms) {
+  return j.earlier_gpu_seconds + gpu_seconds(j, now_ms);
+}
+
 bool is_mig_profile(const std::string& type) {
   static const std::regex profile(R"(\d+g\.\d+gb(\+me)?)");
   return type.size() <= 32 && std::regex_match(type, profile);

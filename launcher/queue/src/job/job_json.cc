@@ -68,6 +68,7 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
       {"cancel_requested", j.cancel_requested},
       {"requeue_requested", j.requeue_requested},
       {"restart_count", j.restart_count},
+      {"earlier_gpu_seconds", j.earlier_gpu_seconds},
       {"submit_ms", j.submit_ms},
       {"start_ms", j.start_ms},
       {"end_ms", j.end_ms},
@@ -130,6 +131,7 @@ Job job_from_json(const nlohmann::json& o) {
   j.cancel_requested = o.value("cancel_requested", false);
   j.requeue_requested = o.value("requeue_requested", false);
   j.restart_count = o.value("restart_count", 0);
+  j.earlier_gpu_seconds = o.value("earlier_gpu_seconds", 0.0);
   j.submit_ms = o.value("submit_ms", int64_t{0});
   j.start_ms = o.value("start_ms", int64_t{0});
   j.end_ms = o.value("end_ms", int64_t{0});

@@ -211,6 +211,9 @@ struct Job {
             (time_limit_s > 0 && now_ms >= start_ms + time_limit_s * 1000));
   }
   int restart_count = 0;
+  // The GPU-seconds (gpu_share x time) of the runs that ended in a requeue; start_ms, end_ms,
+  // gpus and usage are the last run's, as sacct shows it.
+  double earlier_gpu_seconds = 0;
   int64_t submit_ms = 0;
   int64_t start_ms = 0;
   int64_t end_ms = 0;
@@ -239,9 +242,11 @@ struct Job {
 
 // Mean GPU utilisation (percent) over the job's samples; nullopt when it has none.
 std::optional<double> util_mean(const JobUsage& u);
-// GPU-seconds the job held: its GPUs (a shard job: the share of its GPU it held) times its run
-// time (until now_ms while it runs), as Slurm bills allocated GPUs, however busy they were.
+// GPU-seconds the job's last (or current) run held: its GPUs (a shard job: the share of its GPU
+// it held) times its run time (until now_ms while it runs), as Slurm bills allocated GPUs, however busy they were.
 double gpu_seconds(const Job& j, int64_t now_ms);
+// gpu_seconds() and the earlier runs' (earlier_gpu_seconds): all the GPU time the job has used.
+double all_runs_gpu_seconds(const Job& j, int64_t now_ms);
 // The GPUs a job is charged for holding: its GPUs, or a shard job's share of its one GPU.
 double gpu_share(const Job& j);
 
