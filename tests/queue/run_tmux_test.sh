@@ -9,6 +9,8 @@
 #   - Ctrl-C reaches the foreground program (sleep dies), not gpuq (the session goes on);
 #   - exit N frees the GPU and gpuq run exits N; the session is in gpuq history with its GPUs;
 #   - a gpuq run killed with SIGKILL frees the GPU within 5 s and leaves no process behind;
+#   - a terminal that closes under gpuq run without a SIGHUP for it (setsid, su -c) ends the
+#     session: the job gets SIGHUP, and one that ignores it is cancelled 5 s later;
 #   - gpuq alloc: a shell in the job, which runs what was typed while the job waited; leaving it
 #     frees the GPUs;
 #   - from a script: --pty refuses; without it stdin, stdout and the exit status pass through,
@@ -128,6 +130,24 @@ until_true 5 "the GPU to be free 5 s after kill -9 of gpuq run" queue_empty
 echo "freed in about $((SECONDS - t0)) s"
 until_true 5 "the session's processes to be gone" no_sleeps
 gpuq history -a | grep -Eq " CANCELLED " || fail "the killed session is not CANCELLED in history"
+
+echo "== a terminal closed under gpuq run, with no SIGHUP for it, ends the session"
+# su -c and setsid put gpuq run in a session of its own: when the window closes its reads of the
+# terminal fail and no SIGHUP comes. The job ignores SIGHUP here, so only gpuq run's leaving
+# (after 5 s of grace) ends it. Before, gpuq run polled on and the GPU stayed held for good.
+printf '#!/bin/bash\ntrap "" HUP\necho HUP-IGNORED\nexec sleep 1002\n' > "$WORK/home/hupjob.sh"
+chmod 755 "$WORK/home/hupjob.sh"
+session setsid -w "$GPUQ" run --pty --gres=gpu:1 "$WORK/home/hupjob.sh"
+until_screen 20 '^HUP-IGNORED'
+HUPJOB=$(gpuq queue --noheader | awk '{print $1}')
+tm kill-server
+t0=$SECONDS
+until_true 20 "the GPU to be free after the terminal closed" queue_empty
+echo "freed in about $((SECONDS - t0)) s"
+no_client() { ! pgrep -u "$U" -f "gpuq run" >/dev/null; }
+until_true 5 "gpuq run to leave" no_client
+gpuq history -a --noheader | grep -Eq "^ *$HUPJOB .* CANCELLED " ||
+  fail "job $HUPJOB is not CANCELLED: $(gpuq history -a)"
 
 echo "== gpuq alloc: a shell in the job; what was typed while it waited reaches that shell"
 # The command is typed while the job waits for the GPU, before gpuq alloc puts the terminal in raw

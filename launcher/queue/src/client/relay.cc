@@ -10,7 +10,9 @@
 #include <termios.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <stdexcept>
@@ -24,15 +26,37 @@ namespace gpurun::queue {
 namespace {
 
 constexpr int kHandled[] = {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2, SIGWINCH};
+// After the caller's terminal hangs up, how long the job has to end on the SIGHUP it was sent
+// before gpuq run leaves, which cancels the job (a shell saves its history; nohup ignores it).
+constexpr int kHangupGraceMs = 5000;
 
-// Copies what `from` has to `to`; false at end of input (a terminal whose job side is all closed
-// reads EIO).
-bool pump(int from, int to) {
+// A time `ms` from its making, on the monotonic clock.
+class Deadline {
+ public:
+  explicit Deadline(int ms) : at_(Clock::now() + std::chrono::milliseconds(ms)) {}
+  bool passed() const { return Clock::now() >= at_; }
+  int left_ms() const {
+    const auto left = std::chrono::ceil<std::chrono::milliseconds>(at_ - Clock::now()).count();
+    return static_cast<int>(std::max<int64_t>(0, left));
+  }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  Clock::time_point at_;
+};
+
+enum class Pumped { ok, input_ended, output_failed };
+
+// Copies what `from` has to `to`. input_ended at end of input: a terminal that hung up, or one
+// whose job side is all closed, reads EIO (or 0 in raw mode).
+Pumped pump(int from, int to) {
   char buf[16384];
   ssize_t n = ::read(from, buf, sizeof(buf));
-  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return true;
-  if (n <= 0) return false;
-  return common::write_all(to, std::string_view(buf, static_cast<size_t>(n)));
+  if (n < 0 && (errno == EINTR || errno == EAGAIN)) return Pumped::ok;
+  if (n <= 0) return Pumped::input_ended;
+  return common::write_all(to, std::string_view(buf, static_cast<size_t>(n)))
+             ? Pumped::ok
+             : Pumped::output_failed;
 }
 
 void copy_window_size(int to) {
@@ -43,7 +67,8 @@ void copy_window_size(int to) {
 // What the job wrote before it ended, still in the terminal's buffer.
 void drain(int master) {
   pollfd p{master, POLLIN, 0};
-  while (::poll(&p, 1, 100) > 0 && (p.revents & POLLIN) && pump(master, STDOUT_FILENO)) {
+  while (::poll(&p, 1, 100) > 0 && (p.revents & POLLIN) &&
+         pump(master, STDOUT_FILENO) == Pumped::ok) {
   }
 }
 
@@ -104,11 +129,13 @@ RawTerminal::~RawTerminal() {
 std::optional<int> relay_session(int sock, int sigfd, int master) {
   LineReader from_job(sock);
   bool stdin_open = master >= 0, master_open = master >= 0;
+  std::optional<Deadline> hung_up;  // the caller's terminal is gone: the job's grace
   while (true) {
     std::vector<pollfd> fds{{sock, POLLIN, 0}, {sigfd, POLLIN, 0}};
     if (stdin_open) fds.push_back({STDIN_FILENO, POLLIN, 0});
     if (master_open) fds.push_back({master, POLLIN, 0});
-    if (::poll(fds.data(), fds.size(), -1) < 0 && errno != EINTR)
+    if (hung_up && hung_up->passed()) return 128 + SIGHUP;  // leaving cancels the job
+    if (::poll(fds.data(), fds.size(), hung_up ? hung_up->left_ms() : -1) < 0 && errno != EINTR)
       throw std::runtime_error(fmt::format("poll: {}", strerror(errno)));
     signalfd_siginfo si{};
     while (::read(sigfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
@@ -119,8 +146,18 @@ std::optional<int> relay_session(int sock, int sigfd, int master) {
     }
     for (const pollfd& p : fds) {
       if (!(p.revents & (POLLIN | POLLHUP | POLLERR)) || p.fd == sock || p.fd == sigfd) continue;
-      if (p.fd == STDIN_FILENO) stdin_open = pump(STDIN_FILENO, master);
-      if (p.fd == master) master_open = pump(master, STDOUT_FILENO);
+      if (p.fd == STDIN_FILENO) {
+        const Pumped in = pump(STDIN_FILENO, master);
+        stdin_open = in == Pumped::ok;
+        // The caller's terminal hung up (closed without a SIGHUP reaching gpuq run, which is in
+        // a session of its own under su -c or setsid): the job gets the hang-up it would get
+        // from a terminal of its own.
+        if (in == Pumped::input_ended && !hung_up) {
+          send_line(sock, fmt::format("SIG {}\n", SIGHUP));
+          hung_up.emplace(kHangupGraceMs);
+        }
+      }
+      if (p.fd == master) master_open = pump(master, STDOUT_FILENO) == Pumped::ok;
     }
     std::vector<std::string> lines;
     const bool alive = from_job.poll_lines(&lines);

@@ -41,7 +41,9 @@ class RawTerminal {
 
 // Runs until the supervisor says "EXIT": relays `master` (if valid) to and from stdin/stdout,
 // forwards signals from `sigfd` as "SIG n". Returns the job's exit status as a shell would show it
-// (its code, or 128 + the signal), or nullopt when the supervisor went away without saying.
+// (its code, or 128 + the signal), or nullopt when the supervisor went away without saying. When
+// the caller's terminal hangs up, the job gets SIGHUP; if it has not ended 5 s later, 129 (128 +
+// SIGHUP): the caller leaves, and the daemon cancels the job once its connection is gone.
 std::optional<int> relay_session(int sock, int sigfd, int master);
 
 }  // namespace gpurun::queue
