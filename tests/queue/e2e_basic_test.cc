@@ -104,6 +104,36 @@ TEST(GpuqE2E, QueueShowsRunningAndPendingWithReasons) {
   EXPECT_NE(bad.err.find("invalid job id '999'"), std::string::npos) << bad.err;
 }
 
+// As scancel (a user's review): an unknown id among several is reported and the others are
+// cancelled (before, nothing was, with the same error as when one id was bad); -u, --me and -t
+// select jobs, so a student can clear their own pending jobs.
+TEST(GpuqE2E, CancelGoesOnPastAnUnknownIdAndSelectsByUserAndState) {
+  Daemon d({}, "0");
+  d.script("sleep.sh", "#!/bin/sh\nsleep 30\n");
+  const int64_t run = d.submit("--gpus 1 sleep.sh");
+  const int64_t pend1 = d.submit("--gpus 1 sleep.sh"), pend2 = d.submit("--gpus 1 sleep.sh");
+  d.wait_state(run, "RUNNING");
+  Result r = d.gpuq(fmt::format("cancel {} 99999 {}_4", pend1, run));
+  EXPECT_NE(r.rc, 0);
+  EXPECT_NE(r.err.find("cannot cancel job 99999: invalid job id"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find(fmt::format("cannot cancel job {}_4: invalid job id", run)),
+            std::string::npos)
+      << r.err;
+  EXPECT_EQ(d.wait_final(pend1)["state"], "CANCELLED");
+  Result one_bad = d.gpuq("cancel 99999");
+  EXPECT_NE(one_bad.rc, 0);
+  EXPECT_NE(one_bad.err.find("invalid job id '99999'"), std::string::npos) << one_bad.err;
+
+  ASSERT_EQ(d.gpuq("cancel --me -t PD").rc, 0);  // the pending one, not the running one
+  EXPECT_EQ(d.wait_final(pend2)["state"], "CANCELLED");
+  EXPECT_EQ(d.show(run)["state"], "RUNNING");
+  const std::string me = d.show(run)["user"];
+  ASSERT_EQ(d.gpuq("cancel -u " + me).rc, 0);
+  EXPECT_EQ(d.wait_final(run)["state"], "CANCELLED");
+  EXPECT_EQ(d.gpuq("cancel --me").rc, 0) << "nothing selected: nothing to do, as scancel";
+  EXPECT_NE(d.gpuq("cancel").err.find("no job id given"), std::string::npos);
+}
+
 TEST(GpuqE2E, HoldReleaseDrainResume) {
   Daemon d;
   d.script("quick.sh", "#!/bin/sh\necho ok\n");

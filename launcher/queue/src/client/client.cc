@@ -498,17 +498,46 @@ std::optional<std::pair<Parsed, std::vector<std::string>>> parse_ids(
   return std::make_pair(std::move(p), std::move(ids));
 }
 
+// scancel's -u, --me and -t: the ids of the pending and running jobs they select (among `ids`
+// when there are some), from the daemon's queue.
+std::vector<std::string> selected_jobs(const Parsed& p, const std::vector<std::string>& ids) {
+  nlohmann::json req = {{"op", "queue"}};
+  if (p.vm.count("user")) set_users(req, known_users("cancel", p.vm["user"].as<std::string>()));
+  if (p.vm.count("me")) req["user"] = my_user_name();
+  if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
+  if (!ids.empty()) req["ids"] = ids;
+  const auto reply = call(p.socket, req);
+  require_filtered("cancel", reply);
+  std::vector<std::string> out;
+  for (const auto& j : reply["jobs"]) out.push_back(std::to_string(j["job_id"].get<int64_t>()));
+  return out;
+}
+
 int cmd_cancel(const Args& a) {
   po::options_description desc("gpuq cancel options");
   desc.add_options()("signal,s", po::value<std::string>(),
-                     "send this signal to the job's processes instead of cancelling it");
-  auto parsed = parse_ids(a, desc,
-                          "usage: gpuq cancel [--signal SIG] ID...\n"
-                          "Cancels jobs (SIGTERM to the job's process group, SIGKILL after "
-                          "KillWait), or with\n--signal only signals them. An array id cancels "
-                          "every task.");
-  if (!parsed) return 0;
-  const auto& [p, ids] = *parsed;
+                     "send this signal to the job's processes instead of cancelling it")(
+      "user,u", po::value<std::string>(), "the jobs of these users: USER[,USER...]")(
+      "me", "my jobs")("states,t", po::value<std::string>(),
+                       "only jobs in these states: PD, R, CG (or all)");
+  po::options_description all = desc;
+  all.add_options()("ids", po::value<std::vector<std::string>>()->multitoken(), "job ids");
+  po::positional_options_description pos;
+  pos.add("ids", -1);
+  Parsed p;
+  if (!parse(a, all, &pos,
+             "usage: gpuq cancel [--signal SIG] [-u USER | --me] [-t PD,R] [ID...]\n"
+             "Cancels jobs (SIGTERM to the job's process group, SIGKILL after KillWait), or "
+             "with\n--signal only signals them. An array id cancels every task. -u, --me and "
+             "-t select\njobs as scancel's do (among the ids, when given).",
+             &p))
+    return 0;
+  std::vector<std::string> ids;
+  if (p.vm.count("ids")) ids = p.vm["ids"].as<std::vector<std::string>>();
+  const bool filters = p.vm.count("user") || p.vm.count("me") || p.vm.count("states");
+  if (ids.empty() && !filters) throw std::invalid_argument("no job id given (or -u, --me, -t)");
+  if (filters) ids = selected_jobs(p, ids);
+  if (ids.empty()) return 0;  // as scancel: nothing selected, nothing to do
   nlohmann::json req = {{"op", "cancel"}, {"ids", ids}};
   const bool signal = p.vm.count("signal") > 0;
   if (signal) req["signal"] = parse_signal_name(p.vm["signal"].as<std::string>());

@@ -168,9 +168,14 @@ class Daemon {
   void restore_idle_runs();  // recovery: each running job's idle run, from its stored samples
   nlohmann::json outside_json(int gpu) const;
   // "12", "12_3" -> job ids; ids reached through a whole-array id also go into *via_array. At
-  // most kMaxIdsPerRequest, an array counting as its tasks.
+  // most kMaxIdsPerRequest, an array counting as its tasks. A ref naming no job is an error,
+  // or, with `unknown`, goes there (unless every ref is unknown: then the error).
   std::vector<int64_t> resolve_ids(const std::vector<JobRef>& refs,
-                                   std::set<int64_t>* via_array = nullptr);
+                                   std::set<int64_t>* via_array = nullptr,
+                                   std::vector<JobRef>* unknown = nullptr);
+  // cancel, hold, release and requeue: each unknown id of `unknown` as a failed result, as
+  // scancel and scontrol go on past one and say so.
+  void add_unknown_results(nlohmann::json& results, const std::vector<JobRef>& unknown) const;
   // The same for a list of several that may name jobs that do not exist (queue -j, history -j,
   // show): those are skipped, as squeue and sacct skip them; one unknown id alone is an error.
   // Each job once.

@@ -361,19 +361,22 @@ std::set<int64_t> Daemon::resolve_listed(const std::vector<JobRef>& refs) {
 }
 
 std::vector<int64_t> Daemon::resolve_ids(const std::vector<JobRef>& refs,
-                                         std::set<int64_t>* via_array) {
+                                         std::set<int64_t>* via_array,
+                                         std::vector<JobRef>* unknown) {
   std::vector<int64_t> out;
   for (const JobRef& ref : refs) {
     const std::vector<int64_t>* members = jobs_->array_members(ref.id);
-    if (ref.task) {
-      auto member = jobs_->array_task_member(ref.id, *ref.task);
-      if (!member) throw std::invalid_argument(fmt::format("invalid job id '{}'", id_for_message(ref.text)));
+    std::optional<int64_t> member =
+        ref.task ? jobs_->array_task_member(ref.id, *ref.task) : std::nullopt;
+    if (member) {
       out.push_back(*member);
-    } else if (members) {
+    } else if (members && !ref.task) {
       out.insert(out.end(), members->begin(), members->end());
       if (via_array) via_array->insert(members->begin(), members->end());
-    } else if (jobs_->states().count(ref.id)) {
+    } else if (!ref.task && jobs_->states().count(ref.id)) {
       out.push_back(ref.id);
+    } else if (unknown && (unknown->size() + 1 < refs.size() || !out.empty())) {
+      unknown->push_back(ref);
     } else {
       throw std::invalid_argument(fmt::format("invalid job id '{}'", id_for_message(ref.text)));
     }
@@ -428,6 +431,12 @@ void Daemon::add_result(nlohmann::json& results, int64_t id, const std::string& 
   results.push_back({{"job_id", id}, {"display_id", shown}, {"ok", err.empty()}, {"error", err}});
 }
 
+void Daemon::add_unknown_results(nlohmann::json& results,
+                                 const std::vector<JobRef>& unknown) const {
+  for (const JobRef& ref : unknown)
+    add_result(results, ref.id, id_for_message(ref.text), "invalid job id (no such job)");
+}
+
 nlohmann::json Daemon::results_reply(const std::vector<JobRef>& refs, nlohmann::json& results,
                                      const char* untouched) const {
   std::set<int64_t> answered;
@@ -452,7 +461,8 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
   const int sig = req.signal;  // 0-64, checked by the decoder
   nlohmann::json results = nlohmann::json::array();
   std::set<int64_t> via_array;
-  for (int64_t id : resolve_ids(req.ids, &via_array)) {
+  std::vector<JobRef> unknown;
+  for (int64_t id : resolve_ids(req.ids, &via_array, &unknown)) {
     Job* active = jobs_->find(id);
     if (!active && via_array.count(id)) continue;  // an array's finished tasks: nothing to do
     const std::string shown = shown_id(id);
@@ -487,6 +497,7 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
     }
     add_result(results, id, shown, err);
   }
+  add_unknown_results(results, unknown);
   return results_reply(req.ids, results,
                        sig ? "no task of the array is running"
                            : "every task of the array has finished");
@@ -495,7 +506,8 @@ nlohmann::json Daemon::op_cancel(const Request& req, const Peer& peer) {
 nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) {
   nlohmann::json results = nlohmann::json::array();
   std::set<int64_t> via_array;
-  for (int64_t id : resolve_ids(req.ids, &via_array)) {
+  std::vector<JobRef> unknown;
+  for (int64_t id : resolve_ids(req.ids, &via_array, &unknown)) {
     Job* j = jobs_->find(id);
     if ((!j || j->state != JobState::kPending) && via_array.count(id))
       continue;  // an array's tasks that already started or ended
@@ -512,6 +524,7 @@ nlohmann::json Daemon::op_hold(const Request& req, const Peer& peer, bool hold) 
     }
     add_result(results, id, shown, err);
   }
+  add_unknown_results(results, unknown);
   return results_reply(req.ids, results, "no task of the array is pending");
 }
 

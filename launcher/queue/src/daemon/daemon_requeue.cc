@@ -42,7 +42,8 @@ std::string Daemon::requeue_refusal(int64_t job_id, const Job* j, const Peer& pe
 nlohmann::json Daemon::op_requeue(const Request& req, const Peer& peer) {
   nlohmann::json results = nlohmann::json::array();
   std::set<int64_t> via_array;
-  for (int64_t id : resolve_ids(req.ids, &via_array)) {
+  std::vector<JobRef> unknown;
+  for (int64_t id : resolve_ids(req.ids, &via_array, &unknown)) {
     Job* j = jobs_->find(id);
     // A whole array's tasks that are not running (pending, or ended) have nothing to requeue.
     if ((!j || j->state != JobState::kRunning) && via_array.count(id)) continue;
@@ -56,6 +57,7 @@ nlohmann::json Daemon::op_requeue(const Request& req, const Peer& peer) {
     }
     add_result(results, id, shown_id(id), err);
   }
+  add_unknown_results(results, unknown);
   return results_reply(req.ids, results, "no task of the array is running");
 }
 
