@@ -134,6 +134,18 @@ TEST(GpuqE2E, CancelGoesOnPastAnUnknownIdAndSelectsByUserAndState) {
   EXPECT_NE(d.gpuq("cancel").err.find("no job id given"), std::string::npos);
 }
 
+// The README says clients find the daemon through --socket: before the command too (a user's
+// review: `gpuq --socket S budget` was "unknown command '--socket'").
+TEST(GpuqE2E, SocketOptionBeforeTheCommand) {
+  Daemon d;
+  for (const std::string& opt : {"--socket " + d.socket(), "--socket=" + d.socket()}) {
+    Result r = sh(fmt::format("env -u GPUQ_SOCKET {} {} queue", gpuq_bin(), opt));
+    EXPECT_EQ(r.rc, 0) << opt << ": " << r.err;
+    EXPECT_NE(r.out.find("JOBID"), std::string::npos) << r.out;
+  }
+  EXPECT_EQ(sh(gpuq_bin() + " --socket").rc, 2);
+}
+
 TEST(GpuqE2E, HoldReleaseDrainResume) {
   Daemon d;
   d.script("quick.sh", "#!/bin/sh\necho ok\n");

@@ -17,12 +17,12 @@
 namespace {
 
 constexpr const char* kUsage =
-    "usage: gpuq COMMAND [OPTIONS]   (gpuq COMMAND --help for each)\n\n"
+    "usage: gpuq [--socket PATH] COMMAND [OPTIONS]   (gpuq COMMAND --help for each)\n\n"
     "  submit [OPTIONS] SCRIPT [ARGS]  submit an sbatch script (#SBATCH lines honoured)\n"
     "  run [OPTIONS] [--pty] -- CMD    run CMD as a job, attached to this terminal (like srun)\n"
     "  alloc [OPTIONS] [CMD]           hold GPUs for a shell in the job (like salloc)\n"
     "  queue                           pending and running jobs (squeue columns)\n"
-    "  cancel [--signal SIG] ID...     cancel or signal jobs\n"
+    "  cancel [--signal SIG] [ID...]   cancel or signal jobs (-u USER, --me, -t PD,R)\n"
     "  show ID                         one job in detail\n"
     "  log [-f] ID                     a job's output\n"
     "  history                         finished jobs (sacct columns)\n"
@@ -79,12 +79,25 @@ int main(int argc, char** argv) {
     std::cout << kUsage;
     return argc < 2 ? 2 : 0;
   }
-  std::string cmd = argv[1];
+  // `gpuq --socket PATH COMMAND ...`: the option is the command's, as after it.
+  std::vector<std::string> lead;
+  int first = 1;
+  while (first < argc && std::string(argv[first]).rfind("--socket", 0) == 0) {
+    const std::string opt = argv[first++];
+    lead.push_back(opt);
+    if (opt == "--socket" && first < argc) lead.push_back(argv[first++]);
+  }
+  if (first >= argc) {
+    std::cerr << "gpuq: no command given after --socket\n" << kUsage;
+    return 2;
+  }
+  std::string cmd = argv[first];
   if (cmd == "--version") {
     std::cout << gpurun::common::version_line("gpuq") << "\n";
     return 0;
   }
-  std::vector<std::string> args(argv + 2, argv + argc);
+  std::vector<std::string> args = lead;
+  args.insert(args.end(), argv + first + 1, argv + argc);
   if (cmd == "__supervise") {
     if (args.size() != 3) return 2;
     try {
