@@ -306,3 +306,30 @@ TEST(GpuqUsage, DaemonWithoutGpusSaysWhy) {
   EXPECT_NE(r.err.find("no GPUs found"), std::string::npos) << r.err;
   EXPECT_NE(r.err.find("--gpus 0,1,... or --gpus none"), std::string::npos) << r.err;
 }
+
+// --gpus names GPUs the machine has (a user's review: --gpus 9 on a machine of GPUs 0-7 started,
+// and jobs would have got CUDA_VISIBLE_DEVICES=9); ranges are taken (0-2 was "bad id"); a
+// negative --max-gpus-per-user is refused, not taken as no limit.
+TEST(GpuqUsage, DaemonGpuListIsCheckedAgainstTheMachine) {
+  FakeGpus gpus("nvidia-smi-4gpu");
+  TempDir dir;
+  auto daemon = [&](const std::string& args) {
+    return sh(fmt::format("timeout 20 {} daemon {} --state-dir {}/s --socket {}/s.sock",
+                          gpuq_bin(), args, dir.path(), dir.path()));
+  };
+  Result nine = daemon("--gpus 0,9");
+  EXPECT_NE(nine.rc, 0);
+  EXPECT_NE(nine.err.find("GPU 9 is not on this machine: nvidia-smi lists GPUs 0,1,2,3"),
+            std::string::npos)
+      << nine.err;
+  Result backwards = daemon("--gpus 3-1");
+  EXPECT_NE(backwards.err.find("bad id '3-1' in list '3-1': expected ids and ranges"),
+            std::string::npos)
+      << backwards.err;
+  Result negative = daemon("--gpus 0 --max-gpus-per-user -1");
+  EXPECT_NE(negative.err.find("--max-gpus-per-user -1: expected 0 (no limit) or more"),
+            std::string::npos)
+      << negative.err;
+  Daemon d({}, "1-3");
+  EXPECT_EQ(d.request(R"({"op":"ping"})")["gpus"], nlohmann::json({1, 2, 3}));
+}

@@ -35,11 +35,16 @@ void secure_dir(const std::string& path, mode_t mode) {
         "state directory {} belongs to uid {}, not to uid {} that runs the daemon: it must be "
         "the daemon's alone (the job store holds every job's environment)",
         path, st.st_uid, geteuid()));
+  // A shared folder (/tmp, sticky) is meant for everyone: a folder of its own is the answer there,
+  // never a chmod of it.
   if (st.st_mode & (S_IWGRP | S_IWOTH))
     throw std::runtime_error(fmt::format(
-        "state directory {} is writable by {} (mode {:04o}): it must be the daemon's alone; "
-        "chmod go-w {} after checking what is in it",
-        path, st.st_mode & S_IWOTH ? "every user" : "its group", st.st_mode & 07777, path));
+        "state directory {} is writable by {} (mode {:04o}): it must be the daemon's alone; {}",
+        path, st.st_mode & S_IWOTH ? "every user" : "its group", st.st_mode & 07777,
+        st.st_mode & S_ISVTX
+            ? "it is a shared folder: give --state-dir a folder of the daemon's own (such as "
+              "/var/lib/gpuq, made for it)"
+            : fmt::format("chmod go-w {} after checking what is in it", path)));
   ::chmod(path.c_str(), mode);
 }
 

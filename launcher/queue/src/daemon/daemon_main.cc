@@ -32,6 +32,18 @@ std::vector<int> detect_gpus(const gpuinfo::SamplerConfig& cfg) {
   return c.ids;
 }
 
+// --gpus names only GPUs this machine has, where it can tell (a reader answers): jobs would get
+// CUDA_VISIBLE_DEVICES of a GPU that is not there.
+void check_gpus_exist(const std::vector<int>& gpus, const gpuinfo::SamplerConfig& cfg) {
+  const gpuinfo::GpuCount c = gpuinfo::count_gpus(cfg);
+  if (c.ids.empty()) return;
+  const std::set<int> have(c.ids.begin(), c.ids.end());
+  for (int g : gpus)
+    if (!have.count(g))
+      throw std::invalid_argument(fmt::format(
+          "--gpus: GPU {} is not on this machine: {} lists GPUs {}", g, c.source, join_ids(c.ids)));
+}
+
 // GPUs in MIG mode become their MIG devices (daemon_mig.cc), as one sample lists them now; where
 // nothing can be sampled (no NVML, no nvidia-smi), the GPUs stay whole.
 std::vector<int> split_mig_gpus(const std::vector<int>& gpus, const gpuinfo::SamplerConfig& cfg,
@@ -201,6 +213,7 @@ int cmd_daemon(const Args& a) {
       throw std::invalid_argument(
           "--gpus '': expected GPU ids (0,1,...), or none for a queue of CPU jobs only");
     if (ids != "none") cfg.gpus = parse_id_list(ids);
+    check_gpus_exist(cfg.gpus, cfg.sampler);
   } else {
     cfg.gpus = detect_gpus(cfg.sampler);
   }
@@ -217,6 +230,9 @@ int cmd_daemon(const Args& a) {
     cfg.socket_path = default_socket_path();
   cfg.kill_wait_s = vm["kill-wait"].as<int>();
   cfg.max_gpus_per_user = vm["max-gpus-per-user"].as<int>();
+  if (cfg.max_gpus_per_user < 0)
+    throw std::invalid_argument(fmt::format(
+        "--max-gpus-per-user {}: expected 0 (no limit) or more", cfg.max_gpus_per_user));
   cfg.fairshare_half_life_s = static_cast<int64_t>(vm["fairshare-half-life"].as<double>() * 3600);
   if (cfg.kill_wait_s < 0) throw std::invalid_argument("--kill-wait must be >= 0");
   cfg.self_exe = self_exe();

@@ -224,6 +224,14 @@ std::string join_ids(const std::vector<int>& ids) {
   return fmt::format("{}", fmt::join(ids, ","));
 }
 
+namespace {
+constexpr int kMaxIdsInList = 4096;
+
+bool is_id(const std::string& s) {
+  return !s.empty() && s.size() <= 6 && s.find_first_not_of("0123456789") == std::string::npos;
+}
+}  // namespace
+
 std::vector<int> parse_id_list(const std::string& text) {
   std::vector<int> out;
   if (text.empty()) return out;
@@ -232,10 +240,15 @@ std::vector<int> parse_id_list(const std::string& text) {
     size_t comma = text.find(',', pos);
     std::string item =
         text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (item.empty() || item.find_first_not_of("0123456789") != std::string::npos ||
-        item.size() > 6)
-      throw std::invalid_argument(fmt::format("bad id '{}' in list '{}'", item, text));
-    out.push_back(std::stoi(item));
+    const size_t dash = item.find('-');
+    const std::string lo = item.substr(0, dash);
+    const std::string hi = dash == std::string::npos ? lo : item.substr(dash + 1);
+    if (!is_id(lo) || !is_id(hi) || std::stoi(hi) < std::stoi(lo) ||
+        out.size() + (std::stoi(hi) - std::stoi(lo)) >= kMaxIdsInList)
+      throw std::invalid_argument(fmt::format(
+          "bad id '{}' in list '{}': expected ids and ranges, such as 0,1,4-7",
+          item.substr(0, 40), text.substr(0, 80)));
+    for (int id = std::stoi(lo); id <= std::stoi(hi); ++id) out.push_back(id);
     if (comma == std::string::npos) break;
     pos = comma + 1;
   }

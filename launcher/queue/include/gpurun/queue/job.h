@@ -257,7 +257,7 @@ bool is_mig_profile(const std::string& type);
 // "12" or "12_3" for array tasks (squeue's JOBID column).
 std::string display_id(const Job& j);
 
-// Comma list <-> ids ("0,1,3").
+// Comma list <-> ids ("0,1,3"; parsing also takes ranges, "0-3,6", at most 4,096 ids).
 std::string join_ids(const std::vector<int>& ids);
 std::vector<int> parse_id_list(const std::string& text);  // throws naming the text
 
