@@ -129,7 +129,7 @@ po::options_description describe(Options& o, const Example& ex) {
       "micro-batch", po::value(&o.backend.cpu.micro_batch),
       "accumulate gradients over micro-batches of this many images (must divide --batch-size)")(
       "eval-batch", po::value(&t.eval_batch)->default_value(t.eval_batch),
-      "images per evaluation batch");
+      "images per evaluation batch (at most the test set's size: a larger one is capped)");
   return d;
 }
 

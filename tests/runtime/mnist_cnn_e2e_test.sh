@@ -4,8 +4,8 @@
 # tests/runtime/CMakeLists.txt, one mode per test:
 #   mnist_cnn_e2e_test.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
-#       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | shared_stuck_peer | gpurun |
-#       lenet
+#       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | bounded_memory |
+#       shared_stuck_peer | gpurun | lenet
 set -euo pipefail
 mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
@@ -249,6 +249,25 @@ bad_data)
   "$bin" --data "$data" --threads 2 --split-balance 1:2:3 --max-steps 1 >"$work/out" 2>&1 || rc=$?
   ((rc == 1)) || fail "3 weights for 2 members: exit code $rc, want 1"
   grep -q "3 weights for 2 members" "$work/out" || fail "$(cat "$work/out")"
+  ;;
+bounded_memory)
+  # Sizes too large for the data are refused, or capped, before anything is sized by them: under a
+  # 4 GB address-space limit the old code failed with std::bad_alloc (unlimited, it grew to 23 GB).
+  limit_kb=4000000
+  rc=0
+  (ulimit -v $limit_kb && exec "$bin" --data "$data" --threads 1 --batch-size 100000) \
+    >"$work/out" 2>&1 || rc=$?
+  cat "$work/out"
+  ((rc == 1)) || fail "--batch-size 100000: exit code $rc, want 1"
+  grep -q "error: sampler: [0-9]* examples cannot fill one global batch of 1 x 100000" \
+    "$work/out" || fail "--batch-size 100000: not the sampler's message"
+  ! grep -q "^training:" "$work/out" || fail "--batch-size 100000: training started"
+  # --eval-batch past the test set is capped at its size: the run evaluates as usual.
+  (ulimit -v $limit_kb && exec "$bin" --data "$data" --threads 1 --eval-batch 1000000 \
+    --max-steps 2 --report "$work/big.json") >"$work/out" 2>&1 || fail "$(cat "$work/out")"
+  "$bin" --data "$data" --threads 1 --max-steps 2 --report "$work/ref.json" >/dev/null
+  [[ $(json "$work/big.json" test_accuracy) == $(json "$work/ref.json" test_accuracy) ]] ||
+    fail "--eval-batch 1000000 evaluates differently from the default"
   ;;
 gpurun)
   # Two epochs: one epoch at 2 x 64 is only 62 steps on the 8,000 digits, half of it warm-up.

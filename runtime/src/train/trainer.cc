@@ -51,6 +51,7 @@ class Loop {
         rank_(pg.rank()),
         sampler_(data.train.count, world_, rank_, cfg.batch_per_rank, cfg.seed),
         spe_(std::int64_t(sampler_.steps_per_epoch())),
+        eval_batch_(eval_batch_for(cfg.eval_batch, data)),
         heartbeat_(cfg.heartbeat_path, std::cerr) {}  // every rank's warning, not only rank 0's
 
   TrainResult run();
@@ -74,6 +75,7 @@ class Loop {
   const int world_, rank_;
   DistributedSampler sampler_;
   const std::int64_t spe_;
+  const int eval_batch_;  // the backend's (make_backend caps it alike)
   Heartbeat heartbeat_;
   TrainResult res_;
   std::int64_t start_epoch_ = 0, start_step_ = 0, global_step_ = 0;
@@ -253,7 +255,7 @@ bool Loop::absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done
 }
 
 void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds) {
-  const Evaluation ev = backend_.evaluate(cfg_.eval_batch);
+  const Evaluation ev = backend_.evaluate(eval_batch_);
   res_.test_accuracy = ev.accuracy;
   res_.test_loss = ev.loss;
   res_.final_loss = sums_.loss / std::max(1.0, sums_.seen);
