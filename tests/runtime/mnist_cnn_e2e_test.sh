@@ -4,7 +4,7 @@
 # tests/runtime/CMakeLists.txt, one mode per test:
 #   mnist_cnn_e2e_test.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
-#       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | bounded_memory |
+#       resume_signal_mpi_allreduce | resume_epoch_end | resume_finished | bad_data | bounded_memory |
 #       shared_stuck_peer | gpurun | lenet
 set -euo pipefail
 mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
@@ -216,6 +216,32 @@ resume_epoch_end)
   for key in final_loss train_accuracy test_accuracy param_checksum; do
     want=$(json "$work/ref.json" $key) got=$(json "$work/res.json" $key)
     [[ $got == "$want" ]] || fail "$key after resuming at the epoch boundary: $got, want $want"
+  done
+  ;;
+resume_finished)
+  # Resuming a run that has finished (gpurun's requeue and --max-restarts rerun a job after its
+  # last checkpoint) trains nothing and says so; its report carries the checkpoint's figures, the
+  # weights evaluated, and null for what this run did not measure: never zeros.
+  args=(--data "$data" --threads 1 --seed 5 --epochs 2 --checkpoint "$work/ck")
+  "$bin" "${args[@]}" --report "$work/ref.json" >"$work/ref.log"
+  "$bin" "${args[@]}" --resume --report "$work/again.json" >"$work/again.log"
+  cat "$work/again.log"
+  grep -q "the checkpoint is at the end of epoch 2, the run has 2 epoch(s): nothing left to train" \
+    "$work/again.log" || fail "no line saying there is nothing left to train"
+  for key in final_loss train_accuracy test_accuracy param_checksum; do
+    want=$(json "$work/ref.json" $key) got=$(json "$work/again.json" $key)
+    [[ $got == "$want" ]] || fail "resumed finished run: $key $got, want $want"
+  done
+  [[ $(json "$work/again.json" images_per_second) == None ]] ||
+    fail "images_per_second of a run that trained nothing: $(json "$work/again.json" images_per_second)"
+  # --max-steps at an epoch boundary: the epoch's figures stand (not an empty next epoch's).
+  spe=$(json "$work/ref.json" steps_per_epoch)
+  "$bin" --data "$data" --threads 1 --seed 5 --epochs 1 --report "$work/one.json" >/dev/null
+  "$bin" --data "$data" --threads 1 --seed 5 --epochs 2 --max-steps "$spe" \
+    --report "$work/steps.json" >/dev/null
+  for key in final_loss train_accuracy test_accuracy param_checksum; do
+    want=$(json "$work/one.json" $key) got=$(json "$work/steps.json" $key)
+    [[ $got == "$want" ]] || fail "--max-steps $spe (one epoch): $key $got, want $want"
   done
   ;;
 bad_data)

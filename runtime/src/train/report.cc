@@ -92,13 +92,17 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   j["test_accuracy_per_epoch"] = acc;
   j["loss_per_epoch"] = loss;
   j["images"] = r.images;
-  j["images_per_second"] = r.train_seconds > 0 ? double(r.images) / r.train_seconds : 0.0;
+  // null, like the training figures, when this run trained nothing (a finished run resumed)
+  j["images_per_second"] = r.images > 0 && r.train_seconds > 0
+                               ? nlohmann::json(double(r.images) / r.train_seconds)
+                               : nlohmann::json(nullptr);
   j["allreduce_seconds"] = r.exchange_seconds;
   j["compute_seconds"] = r.compute_seconds;
   j["kernel_seconds"] = r.kernel_seconds;
   j["host_seconds"] = r.host_seconds;
-  j["final_loss"] = r.final_loss;
-  j["train_accuracy"] = r.train_accuracy;
+  j["final_loss"] = r.final_loss ? nlohmann::json(*r.final_loss) : nlohmann::json(nullptr);
+  j["train_accuracy"] =
+      r.train_accuracy ? nlohmann::json(*r.train_accuracy) : nlohmann::json(nullptr);
   j["test_accuracy"] = r.test_accuracy;
   j["test_loss"] = r.test_loss;
   j["stopped_by"] = stop_name(r.stop);

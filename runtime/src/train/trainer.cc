@@ -64,6 +64,8 @@ class Loop {
   // Folds a sync into the epoch's sums; true when the ranks agreed to stop.
   bool absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done);
   void end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds);
+  void take_figures();
+  bool steps_used_up() const { return cfg_.max_steps >= 0 && global_step_ >= cfg_.max_steps; }
   void checkpoint(std::int64_t epoch, std::int64_t step);
   void say_stopped();
 
@@ -96,9 +98,14 @@ TrainResult Loop::run() {
        << " steps/epoch, lr " << res_.lr_peak << ", " << res_.param_count << " parameters, "
        << res_.backend.device << ", " << res_.backend.summary << std::endl;
   for (std::int64_t epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
+    if (steps_used_up()) {  // at an epoch boundary: the last epoch's figures stand
+      res_.stop = StopReason::kMaxSteps;
+      break;
+    }
     run_epoch(epoch);
     if (res_.stop != StopReason::kFinished) break;
   }
+  if (global_step_ == first_step) take_figures();  // none trained: the checkpoint's, evaluated
   if (res_.stop == StopReason::kSignal) say_stopped();
   const BackendTimes t = backend_.times();
   res_.exchange_seconds = t.exchange;
@@ -176,8 +183,13 @@ bool Loop::resume() {
   res_.resumed = true;
   res_.resumed_epoch = start_epoch_;
   res_.resumed_step = start_step_;
-  log_ << "resumed from " << path << " at epoch " << start_epoch_ + 1 << ", step " << start_step_
-       << "\n";
+  if (start_epoch_ >= cfg_.epochs) {
+    log_ << "resumed from " << path << ": the checkpoint is at the end of epoch " << start_epoch_
+         << ", the run has " << cfg_.epochs << " epoch(s): nothing left to train\n";
+  } else {
+    log_ << "resumed from " << path << " at epoch " << start_epoch_ + 1 << ", step " << start_step_
+         << "\n";
+  }
   return true;
 }
 
@@ -207,7 +219,7 @@ void Loop::run_epoch(std::int64_t epoch) {
   const int every = std::max(1, backend_.sync_every());
   std::int64_t done = first, synced = first;  // steps run, and run and synced
   while (done < spe_) {
-    if (cfg_.max_steps >= 0 && global_step_ >= cfg_.max_steps) {
+    if (steps_used_up()) {
       res_.stop = StopReason::kMaxSteps;
       break;
     }
@@ -254,19 +266,28 @@ bool Loop::absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done
   return true;
 }
 
-void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds) {
+// The result's figures: the test split evaluated now, and the epoch's training figures so far. An
+// epoch with no steps yet (a checkpoint at step 0) leaves those as they were: none, or the
+// figures of the epoch that a checkpoint written at its end carried.
+void Loop::take_figures() {
   const Evaluation ev = backend_.evaluate(eval_batch_);
   res_.test_accuracy = ev.accuracy;
   res_.test_loss = ev.loss;
-  res_.final_loss = sums_.loss / std::max(1.0, sums_.seen);
-  res_.train_accuracy = sums_.correct / std::max(1.0, sums_.seen);
+  if (sums_.seen > 0) {
+    res_.final_loss = sums_.loss / sums_.seen;
+    res_.train_accuracy = sums_.correct / sums_.seen;
+  }
+}
+
+void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds) {
+  take_figures();
   if (res_.stop == StopReason::kMaxSteps) return;  // a partial epoch: no epoch line
   EpochStats es;
   es.epoch = int(epoch) + 1;
-  es.loss = res_.final_loss;
-  es.train_accuracy = res_.train_accuracy;
-  es.test_loss = ev.loss;
-  es.test_accuracy = ev.accuracy;
+  es.loss = *res_.final_loss;
+  es.train_accuracy = *res_.train_accuracy;
+  es.test_loss = res_.test_loss;
+  es.test_accuracy = res_.test_accuracy;
   es.seconds = seconds;
   es.images_per_second = seconds > 0 ? images / seconds : 0;
   es.exchange_share = seconds > 0 ? std::min(1.0, exchange_seconds / seconds) : 0;
