@@ -90,7 +90,8 @@ po::options_description describe(Options& o, const Example& ex) {
       "threads", po::value(&o.threads),
       "threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node): T replicas "
       "each train on batch/T images; T BLAS threads when T does not divide the batch")(
-      "report", po::value(&o.report), "write the run's report JSON to FILE")(
+      "report", po::value(&o.report),
+      "write the run's report JSON to FILE (its folder must exist; checked before training)")(
       "record-losses", po::value(&t.record_losses)->default_value(t.record_losses),
       "keep rank 0's loss of each of the first N steps in the report (step_losses), to compare "
       "runs step by step")(
@@ -335,6 +336,9 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
       << (o.backend.device == rt::Device::kCuda ? "cuda" : "cpu") << ", " << threads
       << " thread(s) per rank" << std::endl;
   notes(o, env, log);
+  rt::run_agreed(pg, [&] {  // a bad --report path: one error now, not after the training
+    if (pg.rank() == 0 && !o.report.empty()) rt::check_report_path(o.report);
+  });
   auto backend = rt::make_backend(pg, model, data, rt::backend_config(o.train), o.backend, log);
   const rt::TrainResult r = rt::train(pg, data, model, *backend, o.train, log);
   if (r.stop == rt::StopReason::kSignal && !o.train.checkpoint_dir.empty() && !o.train.resume) {

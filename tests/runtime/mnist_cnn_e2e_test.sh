@@ -267,6 +267,16 @@ bad_data)
     >"$work/out" 2>&1 || rc=$?
   ((rc == 1)) || fail "--exchange shared with --micro-batch: exit code $rc, want 1"
   grep -q "cannot accumulate micro-batches" "$work/out" || fail "$(cat "$work/out")"
+  # A report that cannot be written is refused before training, naming the path, not after it.
+  for report in "$work/nowhere/r.json" "$work"; do
+    rc=0
+    "$bin" --data "$data" --threads 1 --max-steps 1 --report "$report" >"$work/out" 2>&1 || rc=$?
+    ((rc == 1)) || fail "--report $report: exit code $rc, want 1"
+    ! grep -q "^training:" "$work/out" || fail "--report $report: trained before refusing it"
+    grep -q "error: report $report: " "$work/out" || fail "$(cat "$work/out")"
+    ! grep -q "\.tmp\." "$work/out" || fail "--report $report: names a temporary file"
+  done
+  grep -q "is a directory" "$work/out" || fail "--report DIR: $(cat "$work/out")"
   rc=0
   "$bin" --split-balance 2:0 >"$work/out" 2>&1 || rc=$?
   ((rc == 2)) || fail "bad --split-balance: exit code $rc, want 2"
