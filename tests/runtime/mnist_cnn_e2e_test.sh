@@ -68,6 +68,11 @@ determinism)
       --report "$work/$run.json" --checkpoint "$work/$run" >"$work/$run.log"
   done
   cmp "$work/a/checkpoint.bin" "$work/b/checkpoint.bin" || fail "weights differ between runs"
+  # --max-steps says where it stopped and what the evaluation found, as an epoch line would.
+  spe=$(json "$work/a.json" steps_per_epoch)
+  acc=$("$py" -c "import json,sys; print('%.2f' % (100 * json.load(open(sys.argv[1]))['test_accuracy']))" "$work/a.json")
+  grep -q "^stopped by max_steps after step 40 of $spe (epoch 1/1)  loss .*  test_acc $acc%$" \
+    "$work/a.log" || fail "no line saying where --max-steps stopped: $(cat "$work/a.log")"
   [[ $(json "$work/a.json" final_loss) == $(json "$work/b.json" final_loss) ]] || fail "losses differ"
   [[ $(json "$work/a.json" param_checksum) == $(json "$work/b.json" param_checksum) ]] || fail "checksums"
   # A different seed gives different weights (the test can fail).

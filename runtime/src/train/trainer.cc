@@ -68,6 +68,7 @@ class Loop {
   bool steps_used_up() const { return cfg_.max_steps >= 0 && global_step_ >= cfg_.max_steps; }
   void checkpoint(std::int64_t epoch, std::int64_t step);
   void say_stopped();
+  void say_max_steps();
 
   ProcessGroup& pg_;
   const ModelSpec& model_;
@@ -107,6 +108,7 @@ TrainResult Loop::run() {
   }
   if (global_step_ == first_step) take_figures();  // none trained: the checkpoint's, evaluated
   if (res_.stop == StopReason::kSignal) say_stopped();
+  if (res_.stop == StopReason::kMaxSteps) say_max_steps();
   const BackendTimes t = backend_.times();
   res_.exchange_seconds = t.exchange;
   res_.kernel_seconds = t.kernels;
@@ -330,6 +332,22 @@ void Loop::say_stopped() {
     log_ << "; no checkpoint directory was set, so nothing was saved";
   }
   log_ << std::endl;
+}
+
+// The line an epoch would have printed, for the steps run when max_steps stopped the run.
+void Loop::say_max_steps() {
+  char line[256];
+  std::snprintf(line, sizeof line, "stopped by max_steps after step %lld of %lld (epoch %lld/%d)",
+                (long long)global_step_, (long long)(cfg_.epochs * spe_),
+                (long long)(std::max<std::int64_t>(global_step_ - 1, 0) / spe_ + 1), cfg_.epochs);
+  log_ << line;
+  if (res_.final_loss) {
+    std::snprintf(line, sizeof line, "  loss %.4f  train_acc %.2f%%", *res_.final_loss,
+                  100 * *res_.train_accuracy);
+    log_ << line;
+  }
+  std::snprintf(line, sizeof line, "  test_acc %.2f%%", 100 * res_.test_accuracy);
+  log_ << line << std::endl;
 }
 
 }  // namespace
