@@ -55,7 +55,8 @@ class AllreduceExchange final : public CpuExchange {
   }
 
   const char* name() const override {
-    return powersgd_ ? "powersgd" : hierarchical_ ? "hierarchical" : buckets_ ? "overlap" : "allreduce";
+    if (powersgd_) return setup_.powersgd_alternate ? "acp-sgd" : "powersgd";
+    return hierarchical_ ? "hierarchical" : buckets_ ? "overlap" : "allreduce";
   }
   const Model::GradReady* ready_hook() override { return hook_.ready ? &hook_ : nullptr; }
   std::string summary() const override {
