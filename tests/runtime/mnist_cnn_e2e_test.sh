@@ -5,9 +5,9 @@
 #   mnist_cnn_e2e_test.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
 #       resume_signal_mpi_allreduce | resume_epoch_end | resume_finished | bad_data | bounded_memory |
-#       shared_stuck_peer | gpurun | lenet
+#       messages | shared_stuck_peer | gpurun | lenet
 set -euo pipefail
-mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
+mode=$1 bin=$2 raw_bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # These are the CPU path's tests (bitwise checks): on a machine with a GPU, --device auto (the
@@ -290,6 +290,22 @@ bad_data)
   "$bin" --data "$data" --threads 2 --split-balance 1:2:3 --max-steps 1 >"$work/out" 2>&1 || rc=$?
   ((rc == 1)) || fail "3 weights for 2 members: exit code $rc, want 1"
   grep -q "3 weights for 2 members" "$work/out" || fail "$(cat "$work/out")"
+  ;;
+messages)
+  # What a user reads says what the code does, in the user's words.
+  "$bin" --help >"$work/help"
+  grep -q -- "--lr arg (=0.2) " "$work/help" || fail "--help: $(grep -- --lr "$work/help")"
+  ! grep -q -- "--comm-timeout arg (=" "$work/help" || fail "--help shows one --comm-timeout default"
+  grep -q "default 300" "$work/help" || fail "--help does not say the CPU's --comm-timeout default"
+  "$raw_bin" --device cuda --data "$data" --threads 1 --max-steps 1 >"$work/out" 2>&1 || true
+  ! grep -q "Device::" "$work/out" || fail "--device cuda: an internal name: $(cat "$work/out")"
+  "${mpirun_[@]}" -n 2 "$bin" --data "$data" --threads 1 --exchange hierarchical --max-steps 1 \
+    >"$work/out"
+  grep -q "hierarchical allreduce (1 node)$" "$work/out" || fail "$(grep training: "$work/out")"
+  # fetch-data.sh names the folder it used, not data/ whatever GPURUN_DATA_DIR says.
+  mkdir "$work/d" && cp -r "$data" "$work/d/mnist"
+  GPURUN_DATA_DIR=$work/d "$(dirname "$0")/../../scripts/fetch-data.sh" 2>"$work/out"
+  grep -q "^fetch-data: $work/d/mnist: present$" "$work/out" || fail "fetch-data: $(cat "$work/out")"
   ;;
 bounded_memory)
   # Sizes too large for the data are refused, or capped, before anything is sized by them: under a

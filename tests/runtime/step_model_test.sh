@@ -119,6 +119,15 @@ assert abs(int(rows[0][2]) - 100 * base / one) <= 1, (rows, base, one)
 assert float(rows[1][1]) > one, rows  # the link comes on top of the compression
 print("PowerSGD report and model: ok")
 PY
+echo "== numbers that make no sense are refused, naming the option"
+for bad in "--ranks-per-node -2" "--ranks-per-node 0" "--gbit -1" "--gbit nan" \
+  "--latency-us -5" "--nodes 0,2"; do
+  # shellcheck disable=SC2086  # $bad is an option and its value
+  if python3 "$root/scripts/step_model.py" "$work/psgd.json" --gbit 1 $bad 2>"$work/err" >/dev/null; then
+    fail "step_model.py accepted $bad"
+  fi
+  grep -q "error: ${bad%% *}: " "$work/err" || fail "$bad: unclear error: $(cat "$work/err")"
+done
 echo "== a report without the fields is refused by name"
 echo '{"world_size": 1}' > "$work/old.json"
 if python3 "$root/scripts/step_model.py" "$work/old.json" --gbit 1 2> "$work/err"; then

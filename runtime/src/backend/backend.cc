@@ -89,8 +89,8 @@ std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, 
 #if !GPURUN_HAVE_CUDA
     if (options.device == Device::kCuda) {
       throw std::runtime_error(
-          "a CUDA backend was asked for, but this program was built without CUDA "
-          "(GPURUN_ENABLE_CUDA=OFF); the CPU backend (Device::kCpu) is what it has");
+          "the GPU (device cuda) was asked for, but this program was built without CUDA "
+          "(GPURUN_ENABLE_CUDA=OFF): it trains on the CPU only (device cpu or auto)");
     }
 #endif
   });

@@ -60,8 +60,9 @@ class AllreduceExchange final : public CpuExchange {
   }
   const Model::GradReady* ready_hook() override { return hook_.ready ? &hook_ : nullptr; }
   std::string summary() const override {
-    std::string s = hierarchical_ ? "hierarchical allreduce (" + std::to_string(pg_.nodes()) +
-                                        " nodes)"
+    const int nodes = pg_.nodes();
+    std::string s = hierarchical_ ? "hierarchical allreduce (" + std::to_string(nodes) +
+                                        (nodes == 1 ? " node)" : " nodes)")
                                   : std::string("allreduce");
     if (buckets_)
       s += ", overlapped with backward in buckets of " +
