@@ -30,6 +30,9 @@ nothing else), which the ring cannot hide: step(N) = compute + node exchange + r
 Weak scaling keeps the images per rank, so the efficiency against one node is step(1) / step(N);
 with --baseline, against BASE.json's step instead (compute + exchange): the one-node run you
 would otherwise make, e.g. mnist_cnn's fastest, without compression, when REPORT.json compresses.
+The two should run with the same threads per rank (a warning says when they did not): on a
+machine with more cores than one, the baseline's default threads make its step faster for a
+reason that is not the compression.
 The model ignores what a real link adds (TCP's ramp-up, contention, the MPI library's choice of
 algorithm): it is a floor on the step time, a bound on the efficiency. Compare it with a measured
 table before trusting it.
@@ -141,6 +144,17 @@ def table(report, args, baseline=None):
     return "\n".join(lines)
 
 
+def warn_if_unlike(report, baseline, args):
+    """One line on stderr when the baseline ran with other threads per rank than the report."""
+    if baseline is None:
+        return
+    mine, base = report.get("threads_per_rank"), baseline.get("threads_per_rank")
+    if mine != base:
+        print(f"step_model: warning: {args.report} ran with {mine} thread(s) per rank, "
+              f"the baseline {args.baseline} with {base}: the efficiency compares unlike runs "
+              f"(give both the same --threads)", file=sys.stderr)
+
+
 def check_numbers(ap, args):
     """Refuses, naming the option and the value, what would make the table meaningless."""
     try:
@@ -172,8 +186,10 @@ def main():
                          "own one-node step), e.g. the fastest run without compression")
     args = ap.parse_args()
     check_numbers(ap, args)
+    report = load_report(args.report)
     baseline = load_report(args.baseline) if args.baseline else None
-    print(table(load_report(args.report), args, baseline))
+    warn_if_unlike(report, baseline, args)
+    print(table(report, args, baseline))
 
 
 if __name__ == "__main__":
