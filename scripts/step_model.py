@@ -30,12 +30,16 @@ nothing else), which the ring cannot hide: step(N) = compute + node exchange + r
 Weak scaling keeps the images per rank, so the efficiency against one node is step(1) / step(N);
 with --baseline, against BASE.json's step instead (compute + exchange): the one-node run you
 would otherwise make, e.g. mnist_cnn's fastest, without compression, when REPORT.json compresses.
+The two should run with the same threads per rank (a warning says when they did not): on a
+machine with more cores than one, the baseline's default threads make its step faster for a
+reason that is not the compression.
 The model ignores what a real link adds (TCP's ramp-up, contention, the MPI library's choice of
 algorithm): it is a floor on the step time, a bound on the efficiency. Compare it with a measured
 table before trusting it.
 """
 import argparse
 import json
+import math
 import sys
 
 REQUIRED = ("compute_seconds_per_step", "exchange_seconds_per_step", "gradient_bytes",
@@ -140,6 +144,34 @@ def table(report, args, baseline=None):
     return "\n".join(lines)
 
 
+def warn_if_unlike(report, baseline, args):
+    """One line on stderr when the baseline ran with other threads per rank than the report."""
+    if baseline is None:
+        return
+    mine, base = report.get("threads_per_rank"), baseline.get("threads_per_rank")
+    if mine != base:
+        print(f"step_model: warning: {args.report} ran with {mine} thread(s) per rank, "
+              f"the baseline {args.baseline} with {base}: the efficiency compares unlike runs "
+              f"(give both the same --threads)", file=sys.stderr)
+
+
+def check_numbers(ap, args):
+    """Refuses, naming the option and the value, what would make the table meaningless."""
+    try:
+        args.nodes = [int(n) for n in args.nodes.split(",")]
+    except ValueError:
+        ap.error(f"--nodes: expected a comma list of node counts, got {args.nodes!r}")
+    if any(n < 1 for n in args.nodes):
+        ap.error(f"--nodes: node counts must be >= 1, got {args.nodes}")
+    for g in args.gbit:
+        if not (math.isfinite(g) and g > 0):
+            ap.error(f"--gbit: a bandwidth must be a positive number of Gbit/s, got {g:g}")
+    if not (math.isfinite(args.latency_us) and args.latency_us >= 0):
+        ap.error(f"--latency-us: the latency must be >= 0 microseconds, got {args.latency_us:g}")
+    if args.ranks_per_node is not None and args.ranks_per_node < 1:
+        ap.error(f"--ranks-per-node: must be >= 1, got {args.ranks_per_node}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("report", help="mnist_cnn --report JSON of a one-node run")
@@ -147,20 +179,17 @@ def main():
                     help="link bandwidth in Gbit/s (repeat for several)")
     ap.add_argument("--latency-us", type=float, default=50.0, help="one-way latency (default 50)")
     ap.add_argument("--nodes", default="1,2,4,8,16", help="node counts (default 1,2,4,8,16)")
-    ap.add_argument("--ranks-per-node", type=int, default=0,
+    ap.add_argument("--ranks-per-node", type=int,
                     help="ranks per node (default: the report's world size)")
     ap.add_argument("--baseline", metavar="BASE.json",
                     help="a one-node report to measure the efficiency against (default: REPORT's "
                          "own one-node step), e.g. the fastest run without compression")
     args = ap.parse_args()
-    try:
-        args.nodes = [int(n) for n in args.nodes.split(",")]
-    except ValueError:
-        ap.error(f"--nodes: expected a comma list of node counts, got {args.nodes!r}")
-    if any(n < 1 for n in args.nodes) or any(g <= 0 for g in args.gbit) or args.latency_us < 0:
-        ap.error("node counts and bandwidths must be positive, the latency not negative")
+    check_numbers(ap, args)
+    report = load_report(args.report)
     baseline = load_report(args.baseline) if args.baseline else None
-    print(table(load_report(args.report), args, baseline))
+    warn_if_unlike(report, baseline, args)
+    print(table(report, args, baseline))
 
 
 if __name__ == "__main__":

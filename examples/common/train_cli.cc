@@ -10,6 +10,7 @@
 #include <exception>
 #include <iostream>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 
@@ -50,6 +51,13 @@ struct Options {
   rt::BackendOptions backend;
 };
 
+// A default as --help shows it: 0.2, not the float's 0.200000003.
+std::string shown(double v) {
+  std::ostringstream s;
+  s << v;
+  return s.str();
+}
+
 po::options_description describe(Options& o, const Example& ex) {
   rt::TrainConfig& t = o.train;
   rt::CudaOptions& c = o.backend.cuda;
@@ -59,15 +67,17 @@ po::options_description describe(Options& o, const Example& ex) {
       "directory with train-/t10k- IDX files (raw or .gz); see scripts/fetch-data.sh")(
       "epochs", po::value(&t.epochs)->default_value(t.epochs), "epochs")(
       "batch-size", po::value(&t.batch_per_rank)->default_value(t.batch_per_rank),
-      "images per rank per step")("lr", po::value(&t.lr)->default_value(t.lr),
+      "images per rank per step")("lr", po::value(&t.lr)->default_value(t.lr, shown(t.lr)),
                                   "single-rank learning rate")(
       "lr-scaling", po::value(&o.lr_scaling)->default_value(o.lr_scaling),
       "linear (lr x ranks, warmed up) or none")(
       "warmup-epochs", po::value(&o.warmup),
       "epochs of linear warm-up from --lr to the scaled rate (default with linear: 1 epoch and at "
       "least 100 steps; 0 with none)")(
-      "momentum", po::value(&t.momentum)->default_value(t.momentum), "SGD momentum")(
-      "weight-decay", po::value(&t.weight_decay)->default_value(t.weight_decay),
+      "momentum", po::value(&t.momentum)->default_value(t.momentum, shown(t.momentum)),
+      "SGD momentum")(
+      "weight-decay",
+      po::value(&t.weight_decay)->default_value(t.weight_decay, shown(t.weight_decay)),
       "SGD weight decay")("seed", po::value(&o.seed)->default_value(o.seed),
                           "seed of the initial weights and the shuffles")(
       "device", po::value(&o.device)->default_value(o.device),
@@ -79,18 +89,21 @@ po::options_description describe(Options& o, const Example& ex) {
       "GPU: how cuDNN's convolution algorithms are chosen: benchmark (time each, take the fastest "
       "deterministic one; when two are about as fast, runs may choose differently and differ in "
       "the last bits) or heuristic (cuDNN's heuristics: a run repeats bit for bit)")(
-      "comm-timeout", po::value(&c.comm_timeout_s)->default_value(c.comm_timeout_s),
-      "seconds before a stuck collective is an error naming the rank: GPU: an NCCL collective "
-      "(or a rank that never joins), default 60; CPU: a wait for a peer in the shared-memory "
-      "exchange, default 300 unless given")(
-      "loss-every", po::value(&c.loss_every)->default_value(c.loss_every),
-      "GPU: steps between loss read-backs (and stop-signal checks)")(
+      "comm-timeout", po::value(&c.comm_timeout_s),
+      ("seconds before a stuck collective is an error naming the rank: GPU: an NCCL collective "
+       "(or a rank that never joins), default " +
+       shown(c.comm_timeout_s) +
+       "; CPU: a wait for a peer in the shared-memory exchange, default " +
+       shown(o.backend.cpu.comm_timeout_s))
+          .c_str())("loss-every", po::value(&c.loss_every)->default_value(c.loss_every),
+                    "GPU: steps between loss read-backs (and stop-signal checks)")(
       "breakdown", po::bool_switch(&c.breakdown),
       "GPU: time kernels vs allreduce per step and print the breakdown")(
       "threads", po::value(&o.threads),
       "threads per rank (default $OMP_NUM_THREADS, else cores / ranks on the node): T replicas "
       "each train on batch/T images; T BLAS threads when T does not divide the batch")(
-      "report", po::value(&o.report), "write the run's report JSON to FILE")(
+      "report", po::value(&o.report),
+      "write the run's report JSON to FILE (its folder must exist; checked before training)")(
       "record-losses", po::value(&t.record_losses)->default_value(t.record_losses),
       "keep rank 0's loss of each of the first N steps in the report (step_losses), to compare "
       "runs step by step")(
@@ -129,7 +142,7 @@ po::options_description describe(Options& o, const Example& ex) {
       "micro-batch", po::value(&o.backend.cpu.micro_batch),
       "accumulate gradients over micro-batches of this many images (must divide --batch-size)")(
       "eval-batch", po::value(&t.eval_batch)->default_value(t.eval_batch),
-      "images per evaluation batch");
+      "images per evaluation batch (at most the test set's size: a larger one is capped)");
   return d;
 }
 
@@ -225,7 +238,7 @@ std::string interpret(Options& o, const po::variables_map& vm) {
            std::to_string(o.train.batch_per_rank);
   }
   if (!(o.backend.cuda.comm_timeout_s > 0)) return "--comm-timeout must be > 0";
-  if (!vm["comm-timeout"].defaulted()) o.backend.cpu.comm_timeout_s = o.backend.cuda.comm_timeout_s;
+  if (vm.count("comm-timeout")) o.backend.cpu.comm_timeout_s = o.backend.cuda.comm_timeout_s;
   o.backend.cuda.graph = o.no_graph ? rt::GraphMode::kEager : rt::GraphMode::kCapture;
   o.backend.cuda.math = o.tf32 ? rt::GpuMath::kTf32 : rt::GpuMath::kFp32;
   if (o.conv_algo != "benchmark" && o.conv_algo != "heuristic") {
@@ -335,6 +348,9 @@ void run(const Example& ex, Options& o, const rt::RuntimeEnv& env, rt::ProcessGr
       << (o.backend.device == rt::Device::kCuda ? "cuda" : "cpu") << ", " << threads
       << " thread(s) per rank" << std::endl;
   notes(o, env, log);
+  rt::run_agreed(pg, [&] {  // a bad --report path: one error now, not after the training
+    if (pg.rank() == 0 && !o.report.empty()) rt::check_report_path(o.report);
+  });
   auto backend = rt::make_backend(pg, model, data, rt::backend_config(o.train), o.backend, log);
   const rt::TrainResult r = rt::train(pg, data, model, *backend, o.train, log);
   if (r.stop == rt::StopReason::kSignal && !o.train.checkpoint_dir.empty() && !o.train.resume) {

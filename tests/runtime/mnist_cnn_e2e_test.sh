@@ -4,10 +4,10 @@
 # tests/runtime/CMakeLists.txt, one mode per test:
 #   mnist_cnn_e2e_test.sh MODE MNIST_CNN DATA_DIR MPIEXEC CHECKPOINT_DIFF [GPURUN [LENET]]
 # MODE: determinism | dp_equivalence | convergence | resume_signal | resume_signal_mpi |
-#       resume_signal_mpi_allreduce | resume_epoch_end | bad_data | shared_stuck_peer | gpurun |
-#       lenet
+#       resume_signal_mpi_allreduce | resume_epoch_end | resume_finished | bad_data | bounded_memory |
+#       messages | shared_stuck_peer | gpurun | lenet
 set -euo pipefail
-mode=$1 bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
+mode=$1 bin=$2 raw_bin=$2 data=$3 mpiexec=$4 ckdiff=$5 gpurun=${6:-} lenet_bin=${7:-}
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-e2e.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 # These are the CPU path's tests (bitwise checks): on a machine with a GPU, --device auto (the
@@ -68,6 +68,11 @@ determinism)
       --report "$work/$run.json" --checkpoint "$work/$run" >"$work/$run.log"
   done
   cmp "$work/a/checkpoint.bin" "$work/b/checkpoint.bin" || fail "weights differ between runs"
+  # --max-steps says where it stopped and what the evaluation found, as an epoch line would.
+  spe=$(json "$work/a.json" steps_per_epoch)
+  acc=$("$py" -c "import json,sys; print('%.2f' % (100 * json.load(open(sys.argv[1]))['test_accuracy']))" "$work/a.json")
+  grep -q "^stopped by max_steps after step 40 of $spe (epoch 1/1)  loss .*  test_acc $acc%$" \
+    "$work/a.log" || fail "no line saying where --max-steps stopped: $(cat "$work/a.log")"
   [[ $(json "$work/a.json" final_loss) == $(json "$work/b.json" final_loss) ]] || fail "losses differ"
   [[ $(json "$work/a.json" param_checksum) == $(json "$work/b.json" param_checksum) ]] || fail "checksums"
   # A different seed gives different weights (the test can fail).
@@ -218,6 +223,32 @@ resume_epoch_end)
     [[ $got == "$want" ]] || fail "$key after resuming at the epoch boundary: $got, want $want"
   done
   ;;
+resume_finished)
+  # Resuming a run that has finished (gpurun's requeue and --max-restarts rerun a job after its
+  # last checkpoint) trains nothing and says so; its report carries the checkpoint's figures, the
+  # weights evaluated, and null for what this run did not measure: never zeros.
+  args=(--data "$data" --threads 1 --seed 5 --epochs 2 --checkpoint "$work/ck")
+  "$bin" "${args[@]}" --report "$work/ref.json" >"$work/ref.log"
+  "$bin" "${args[@]}" --resume --report "$work/again.json" >"$work/again.log"
+  cat "$work/again.log"
+  grep -q "the checkpoint is at the end of epoch 2, the run has 2 epoch(s): nothing left to train" \
+    "$work/again.log" || fail "no line saying there is nothing left to train"
+  for key in final_loss train_accuracy test_accuracy param_checksum; do
+    want=$(json "$work/ref.json" $key) got=$(json "$work/again.json" $key)
+    [[ $got == "$want" ]] || fail "resumed finished run: $key $got, want $want"
+  done
+  [[ $(json "$work/again.json" images_per_second) == None ]] ||
+    fail "images_per_second of a run that trained nothing: $(json "$work/again.json" images_per_second)"
+  # --max-steps at an epoch boundary: the epoch's figures stand (not an empty next epoch's).
+  spe=$(json "$work/ref.json" steps_per_epoch)
+  "$bin" --data "$data" --threads 1 --seed 5 --epochs 1 --report "$work/one.json" >/dev/null
+  "$bin" --data "$data" --threads 1 --seed 5 --epochs 2 --max-steps "$spe" \
+    --report "$work/steps.json" >/dev/null
+  for key in final_loss train_accuracy test_accuracy param_checksum; do
+    want=$(json "$work/one.json" $key) got=$(json "$work/steps.json" $key)
+    [[ $got == "$want" ]] || fail "--max-steps $spe (one epoch): $key $got, want $want"
+  done
+  ;;
 bad_data)
   rc=0
   "$bin" --data "$work/nowhere" --threads 1 >"$work/out" 2>&1 || rc=$?
@@ -241,6 +272,16 @@ bad_data)
     >"$work/out" 2>&1 || rc=$?
   ((rc == 1)) || fail "--exchange shared with --micro-batch: exit code $rc, want 1"
   grep -q "cannot accumulate micro-batches" "$work/out" || fail "$(cat "$work/out")"
+  # A report that cannot be written is refused before training, naming the path, not after it.
+  for report in "$work/nowhere/r.json" "$work"; do
+    rc=0
+    "$bin" --data "$data" --threads 1 --max-steps 1 --report "$report" >"$work/out" 2>&1 || rc=$?
+    ((rc == 1)) || fail "--report $report: exit code $rc, want 1"
+    ! grep -q "^training:" "$work/out" || fail "--report $report: trained before refusing it"
+    grep -q "error: report $report: " "$work/out" || fail "$(cat "$work/out")"
+    ! grep -q "\.tmp\." "$work/out" || fail "--report $report: names a temporary file"
+  done
+  grep -q "is a directory" "$work/out" || fail "--report DIR: $(cat "$work/out")"
   rc=0
   "$bin" --split-balance 2:0 >"$work/out" 2>&1 || rc=$?
   ((rc == 2)) || fail "bad --split-balance: exit code $rc, want 2"
@@ -249,6 +290,41 @@ bad_data)
   "$bin" --data "$data" --threads 2 --split-balance 1:2:3 --max-steps 1 >"$work/out" 2>&1 || rc=$?
   ((rc == 1)) || fail "3 weights for 2 members: exit code $rc, want 1"
   grep -q "3 weights for 2 members" "$work/out" || fail "$(cat "$work/out")"
+  ;;
+messages)
+  # What a user reads says what the code does, in the user's words.
+  "$bin" --help >"$work/help"
+  grep -q -- "--lr arg (=0.2) " "$work/help" || fail "--help: $(grep -- --lr "$work/help")"
+  ! grep -q -- "--comm-timeout arg (=" "$work/help" || fail "--help shows one --comm-timeout default"
+  grep -q "default 300" "$work/help" || fail "--help does not say the CPU's --comm-timeout default"
+  "$raw_bin" --device cuda --data "$data" --threads 1 --max-steps 1 >"$work/out" 2>&1 || true
+  ! grep -q "Device::" "$work/out" || fail "--device cuda: an internal name: $(cat "$work/out")"
+  "${mpirun_[@]}" -n 2 "$bin" --data "$data" --threads 1 --exchange hierarchical --max-steps 1 \
+    >"$work/out"
+  grep -q "hierarchical allreduce (1 node)$" "$work/out" || fail "$(grep training: "$work/out")"
+  # fetch-data.sh names the folder it used, not data/ whatever GPURUN_DATA_DIR says.
+  mkdir "$work/d" && cp -r "$data" "$work/d/mnist"
+  GPURUN_DATA_DIR=$work/d "$(dirname "$0")/../../scripts/fetch-data.sh" 2>"$work/out"
+  grep -q "^fetch-data: $work/d/mnist: present$" "$work/out" || fail "fetch-data: $(cat "$work/out")"
+  ;;
+bounded_memory)
+  # Sizes too large for the data are refused, or capped, before anything is sized by them: under a
+  # 4 GB address-space limit the old code failed with std::bad_alloc (unlimited, it grew to 23 GB).
+  limit_kb=4000000
+  rc=0
+  (ulimit -v $limit_kb && exec "$bin" --data "$data" --threads 1 --batch-size 100000) \
+    >"$work/out" 2>&1 || rc=$?
+  cat "$work/out"
+  ((rc == 1)) || fail "--batch-size 100000: exit code $rc, want 1"
+  grep -q "error: sampler: [0-9]* examples cannot fill one global batch of 1 x 100000" \
+    "$work/out" || fail "--batch-size 100000: not the sampler's message"
+  ! grep -q "^training:" "$work/out" || fail "--batch-size 100000: training started"
+  # --eval-batch past the test set is capped at its size: the run evaluates as usual.
+  (ulimit -v $limit_kb && exec "$bin" --data "$data" --threads 1 --eval-batch 1000000 \
+    --max-steps 2 --report "$work/big.json") >"$work/out" 2>&1 || fail "$(cat "$work/out")"
+  "$bin" --data "$data" --threads 1 --max-steps 2 --report "$work/ref.json" >/dev/null
+  [[ $(json "$work/big.json" test_accuracy) == $(json "$work/ref.json" test_accuracy) ]] ||
+    fail "--eval-batch 1000000 evaluates differently from the default"
   ;;
 gpurun)
   # Two epochs: one epoch at 2 x 64 is only 62 steps on the 8,000 digits, half of it warm-up.

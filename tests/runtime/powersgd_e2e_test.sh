@@ -27,7 +27,9 @@ import json, sys
 w = sys.argv[1]
 plain, psgd, acp = (json.load(open(f"{w}/{n}.json")) for n in ("plain", "psgd", "acp"))
 assert plain["exchange"] == "allreduce" and psgd["exchange"] == "powersgd", (plain["exchange"], psgd["exchange"])
-assert acp["exchange"] == "powersgd" and acp["grad_compression"] == "acp:4", (acp["exchange"], acp["grad_compression"])
+assert acp["exchange"] == "acp-sgd" and acp["grad_compression"] == "acp:4", (acp["exchange"], acp["grad_compression"])
+epochs = [l for l in open(f"{w}/acp.log") if l.startswith("epoch ")]
+assert epochs and all(" acp-sgd " in l and "powersgd" not in l for l in epochs), epochs
 assert plain["exchange_bytes_per_step"] >= plain["gradient_bytes"], plain["exchange_bytes_per_step"]
 for name, run in (("powersgd:4", psgd), ("acp:4", acp)):
     ratio = run["exchange_bytes_per_step"] / plain["exchange_bytes_per_step"]

@@ -93,7 +93,16 @@ echo "== a one-node PowerSGD report: its wire bytes and compression, the model a
   --report "$work/base.json" > "$work/base.log" 2>&1 ||
   { cat "$work/base.log"; fail "the one-node baseline run failed"; }
 python3 "$root/scripts/step_model.py" "$work/psgd.json" --baseline "$work/base.json" --gbit 1 \
-  --nodes 1,2 > "$work/psgd.md" || fail "step_model.py on the PowerSGD report failed"
+  --nodes 1,2 > "$work/psgd.md" 2>"$work/warn" || fail "step_model.py on the PowerSGD report failed"
+[[ ! -s $work/warn ]] || fail "a warning for runs alike: $(cat "$work/warn")"
+# A baseline with other threads per rank is faster for a reason that is not the compression: one
+# line on stderr says so (the README's compression example once compared 1 thread with 2).
+"$mnist" --device cpu --data "$data" --epochs 1 --max-steps 12 --threads 2 --seed 3 \
+  --report "$work/base2.json" > "$work/base2.log" 2>&1 || { cat "$work/base2.log"; fail "base2"; }
+python3 "$root/scripts/step_model.py" "$work/psgd.json" --baseline "$work/base2.json" --gbit 1 \
+  > /dev/null 2>"$work/warn" || fail "step_model.py with a 2-thread baseline failed"
+[[ $(wc -l <"$work/warn") == 1 ]] && grep -q "warning: .* 1 thread(s) per rank, the baseline .* 2" \
+  "$work/warn" || fail "no one-line warning for unlike threads: $(cat "$work/warn")"
 python3 - "$work" <<'PY'
 import json, re, sys
 w = sys.argv[1]
@@ -119,6 +128,15 @@ assert abs(int(rows[0][2]) - 100 * base / one) <= 1, (rows, base, one)
 assert float(rows[1][1]) > one, rows  # the link comes on top of the compression
 print("PowerSGD report and model: ok")
 PY
+echo "== numbers that make no sense are refused, naming the option"
+for bad in "--ranks-per-node -2" "--ranks-per-node 0" "--gbit -1" "--gbit nan" \
+  "--latency-us -5" "--nodes 0,2"; do
+  # shellcheck disable=SC2086  # $bad is an option and its value
+  if python3 "$root/scripts/step_model.py" "$work/psgd.json" --gbit 1 $bad 2>"$work/err" >/dev/null; then
+    fail "step_model.py accepted $bad"
+  fi
+  grep -q "error: ${bad%% *}: " "$work/err" || fail "$bad: unclear error: $(cat "$work/err")"
+done
 echo "== a report without the fields is refused by name"
 echo '{"world_size": 1}' > "$work/old.json"
 if python3 "$root/scripts/step_model.py" "$work/old.json" --gbit 1 2> "$work/err"; then

@@ -1,10 +1,12 @@
 // backend.cc: make_backend(), the one place a device is chosen (backend.h).
 #include "gpurun/runtime/backend.h"
 
+#include <algorithm>
 #include <stdexcept>
 #include <string>
 
 #include "backend/backends.h"
+#include "data/sampler.h"
 #include "gpurun/runtime/process_group.h"
 
 namespace gpurun::runtime {
@@ -34,7 +36,7 @@ bool cuda_available() noexcept {
 namespace {
 
 // The messages name the setting, not a program's flag: a program maps them to its own options.
-void check(const BackendConfig& cfg) {
+void check(const BackendConfig& cfg, const Dataset& data, int world) {
   const auto fail = [](const std::string& what) {
     throw std::invalid_argument("backend configuration: " + what);
   };
@@ -44,6 +46,8 @@ void check(const BackendConfig& cfg) {
   if (cfg.eval_batch < 1) {
     fail("the evaluation batch size must be >= 1, got " + std::to_string(cfg.eval_batch));
   }
+  // The sampler's own check, before a backend sizes its buffers by the batch.
+  steps_per_epoch(data.train.count, world, cfg.batch_per_rank);
   if (!(cfg.momentum >= 0.0f)) {  // as torch.optim.SGD: negative (or NaN) is refused
     fail("the momentum must be >= 0, got " + std::to_string(cfg.momentum));
   }
@@ -54,13 +58,18 @@ void check(const BackendConfig& cfg) {
 
 }  // namespace
 
+int eval_batch_for(int eval_batch, const Dataset& data) {
+  return int(
+      std::min<std::size_t>(std::size_t(eval_batch), std::max<std::size_t>(1, data.test.count)));
+}
+
 std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
                                       const BackendConfig& cfg, const BackendOptions& options,
                                       std::ostream& log) {
   // What every rank can check before the first collective, agreed on, so that a bad
   // configuration is one error on every rank rather than an abort.
   run_agreed(pg, [&] {
-    check(cfg);
+    check(cfg, data, pg.size());
     // The data is one channel of rows x cols (dataset.h) in `classes` classes.
     const Shape in{1, data.train.rows, data.train.cols};
     if (!(model.input() == in) || model.output().size() != std::size_t(data.classes)) {
@@ -80,16 +89,18 @@ std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, 
 #if !GPURUN_HAVE_CUDA
     if (options.device == Device::kCuda) {
       throw std::runtime_error(
-          "a CUDA backend was asked for, but this program was built without CUDA "
-          "(GPURUN_ENABLE_CUDA=OFF); the CPU backend (Device::kCpu) is what it has");
+          "the GPU (device cuda) was asked for, but this program was built without CUDA "
+          "(GPURUN_ENABLE_CUDA=OFF): it trains on the CPU only (device cpu or auto)");
     }
 #endif
   });
+  BackendConfig capped = cfg;
+  capped.eval_batch = eval_batch_for(cfg.eval_batch, data);
   if (options.device == Device::kCpu) {
-    return make_cpu_backend(pg, model, data, cfg, options.cpu, log);
+    return make_cpu_backend(pg, model, data, capped, options.cpu, log);
   }
 #if GPURUN_HAVE_CUDA
-  return make_cuda_backend(pg, model, data, cfg, options.cuda, log);
+  return make_cuda_backend(pg, model, data, capped, options.cuda, log);
 #else
   throw std::logic_error("unreachable: Device::kCuda without CUDA");
 #endif

@@ -33,7 +33,9 @@ struct ExchangeSetup {
 class CpuExchange {
  public:
   virtual ~CpuExchange() = default;
-  virtual const char* name() const = 0;     // "allreduce" or "shared"
+  // "allreduce", "hierarchical", "overlap", "powersgd", "acp-sgd" or "shared": the epoch line's
+  // and the report's `exchange`
+  virtual const char* name() const = 0;
   virtual std::string summary() const = 0;  // the end of the "training:" line
   // Whether the members run Model::forward_backward_deferred (the Dense layers' dW deferred).
   virtual bool deferred() const = 0;

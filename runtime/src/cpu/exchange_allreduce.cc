@@ -55,12 +55,14 @@ class AllreduceExchange final : public CpuExchange {
   }
 
   const char* name() const override {
-    return powersgd_ ? "powersgd" : hierarchical_ ? "hierarchical" : buckets_ ? "overlap" : "allreduce";
+    if (powersgd_) return setup_.powersgd_alternate ? "acp-sgd" : "powersgd";
+    return hierarchical_ ? "hierarchical" : buckets_ ? "overlap" : "allreduce";
   }
   const Model::GradReady* ready_hook() override { return hook_.ready ? &hook_ : nullptr; }
   std::string summary() const override {
-    std::string s = hierarchical_ ? "hierarchical allreduce (" + std::to_string(pg_.nodes()) +
-                                        " nodes)"
+    const int nodes = pg_.nodes();
+    std::string s = hierarchical_ ? "hierarchical allreduce (" + std::to_string(nodes) +
+                                        (nodes == 1 ? " node)" : " nodes)")
                                   : std::string("allreduce");
     if (buckets_)
       s += ", overlapped with backward in buckets of " +

@@ -1,8 +1,13 @@
 // report.cc: builds the run report with nlohmann::json and writes it atomically (report.h).
 #include "gpurun/runtime/report.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <nlohmann/json.hpp>
 #include <stdexcept>
 
@@ -92,13 +97,17 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   j["test_accuracy_per_epoch"] = acc;
   j["loss_per_epoch"] = loss;
   j["images"] = r.images;
-  j["images_per_second"] = r.train_seconds > 0 ? double(r.images) / r.train_seconds : 0.0;
+  // null, like the training figures, when this run trained nothing (a finished run resumed)
+  j["images_per_second"] = r.images > 0 && r.train_seconds > 0
+                               ? nlohmann::json(double(r.images) / r.train_seconds)
+                               : nlohmann::json(nullptr);
   j["allreduce_seconds"] = r.exchange_seconds;
   j["compute_seconds"] = r.compute_seconds;
   j["kernel_seconds"] = r.kernel_seconds;
   j["host_seconds"] = r.host_seconds;
-  j["final_loss"] = r.final_loss;
-  j["train_accuracy"] = r.train_accuracy;
+  j["final_loss"] = r.final_loss ? nlohmann::json(*r.final_loss) : nlohmann::json(nullptr);
+  j["train_accuracy"] =
+      r.train_accuracy ? nlohmann::json(*r.train_accuracy) : nlohmann::json(nullptr);
   j["test_accuracy"] = r.test_accuracy;
   j["test_loss"] = r.test_loss;
   j["stopped_by"] = stop_name(r.stop);
@@ -111,8 +120,27 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
 
 }  // namespace
 
+void check_report_path(const std::string& path) {
+  const auto fail = [&](const std::string& why) {
+    throw std::runtime_error("report " + path + ": " + why);
+  };
+  struct stat st {};
+  if (path.empty() || path.back() == '/' || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+    fail("is a directory; give a file name (e.g. " + path + (path.back() == '/' ? "" : "/") +
+         "report.json)");
+  const std::size_t slash = path.rfind('/');
+  const std::string folder = slash == std::string::npos ? "."
+                             : slash == 0               ? "/"
+                                                        : path.substr(0, slash);
+  if (::stat(folder.c_str(), &st) != 0 || !S_ISDIR(st.st_mode))
+    fail("the folder " + folder + " does not exist (create it first)");
+  if (::access(folder.c_str(), W_OK | X_OK) != 0)
+    fail("cannot write into the folder " + folder + ": " + std::strerror(errno));
+}
+
 void write_report(const std::string& path, const TrainConfig& cfg, const TrainResult& result,
                   const ReportContext& ctx) {
+  check_report_path(path);  // the folder may have gone during the run: say it plainly
   nlohmann::json j = run_fields(cfg, ctx);
   add_result(j, result);
   add_step_model(j, result);

@@ -51,6 +51,7 @@ class Loop {
         rank_(pg.rank()),
         sampler_(data.train.count, world_, rank_, cfg.batch_per_rank, cfg.seed),
         spe_(std::int64_t(sampler_.steps_per_epoch())),
+        eval_batch_(eval_batch_for(cfg.eval_batch, data)),
         heartbeat_(cfg.heartbeat_path, std::cerr) {}  // every rank's warning, not only rank 0's
 
   TrainResult run();
@@ -63,8 +64,11 @@ class Loop {
   // Folds a sync into the epoch's sums; true when the ranks agreed to stop.
   bool absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done);
   void end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds);
+  void take_figures();
+  bool steps_used_up() const { return cfg_.max_steps >= 0 && global_step_ >= cfg_.max_steps; }
   void checkpoint(std::int64_t epoch, std::int64_t step);
   void say_stopped();
+  void say_max_steps();
 
   ProcessGroup& pg_;
   const ModelSpec& model_;
@@ -74,6 +78,7 @@ class Loop {
   const int world_, rank_;
   DistributedSampler sampler_;
   const std::int64_t spe_;
+  const int eval_batch_;  // the backend's (make_backend caps it alike)
   Heartbeat heartbeat_;
   TrainResult res_;
   std::int64_t start_epoch_ = 0, start_step_ = 0, global_step_ = 0;
@@ -94,10 +99,16 @@ TrainResult Loop::run() {
        << " steps/epoch, lr " << res_.lr_peak << ", " << res_.param_count << " parameters, "
        << res_.backend.device << ", " << res_.backend.summary << std::endl;
   for (std::int64_t epoch = start_epoch_; epoch < cfg_.epochs; ++epoch) {
+    if (steps_used_up()) {  // at an epoch boundary: the last epoch's figures stand
+      res_.stop = StopReason::kMaxSteps;
+      break;
+    }
     run_epoch(epoch);
     if (res_.stop != StopReason::kFinished) break;
   }
+  if (global_step_ == first_step) take_figures();  // none trained: the checkpoint's, evaluated
   if (res_.stop == StopReason::kSignal) say_stopped();
+  if (res_.stop == StopReason::kMaxSteps) say_max_steps();
   const BackendTimes t = backend_.times();
   res_.exchange_seconds = t.exchange;
   res_.kernel_seconds = t.kernels;
@@ -174,8 +185,13 @@ bool Loop::resume() {
   res_.resumed = true;
   res_.resumed_epoch = start_epoch_;
   res_.resumed_step = start_step_;
-  log_ << "resumed from " << path << " at epoch " << start_epoch_ + 1 << ", step " << start_step_
-       << "\n";
+  if (start_epoch_ >= cfg_.epochs) {
+    log_ << "resumed from " << path << ": the checkpoint is at the end of epoch " << start_epoch_
+         << ", the run has " << cfg_.epochs << " epoch(s): nothing left to train\n";
+  } else {
+    log_ << "resumed from " << path << " at epoch " << start_epoch_ + 1 << ", step " << start_step_
+         << "\n";
+  }
   return true;
 }
 
@@ -205,7 +221,7 @@ void Loop::run_epoch(std::int64_t epoch) {
   const int every = std::max(1, backend_.sync_every());
   std::int64_t done = first, synced = first;  // steps run, and run and synced
   while (done < spe_) {
-    if (cfg_.max_steps >= 0 && global_step_ >= cfg_.max_steps) {
+    if (steps_used_up()) {
       res_.stop = StopReason::kMaxSteps;
       break;
     }
@@ -252,19 +268,28 @@ bool Loop::absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done
   return true;
 }
 
-void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds) {
-  const Evaluation ev = backend_.evaluate(cfg_.eval_batch);
+// The result's figures: the test split evaluated now, and the epoch's training figures so far. An
+// epoch with no steps yet (a checkpoint at step 0) leaves those as they were: none, or the
+// figures of the epoch that a checkpoint written at its end carried.
+void Loop::take_figures() {
+  const Evaluation ev = backend_.evaluate(eval_batch_);
   res_.test_accuracy = ev.accuracy;
   res_.test_loss = ev.loss;
-  res_.final_loss = sums_.loss / std::max(1.0, sums_.seen);
-  res_.train_accuracy = sums_.correct / std::max(1.0, sums_.seen);
+  if (sums_.seen > 0) {
+    res_.final_loss = sums_.loss / sums_.seen;
+    res_.train_accuracy = sums_.correct / sums_.seen;
+  }
+}
+
+void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds) {
+  take_figures();
   if (res_.stop == StopReason::kMaxSteps) return;  // a partial epoch: no epoch line
   EpochStats es;
   es.epoch = int(epoch) + 1;
-  es.loss = res_.final_loss;
-  es.train_accuracy = res_.train_accuracy;
-  es.test_loss = ev.loss;
-  es.test_accuracy = ev.accuracy;
+  es.loss = *res_.final_loss;
+  es.train_accuracy = *res_.train_accuracy;
+  es.test_loss = res_.test_loss;
+  es.test_accuracy = res_.test_accuracy;
   es.seconds = seconds;
   es.images_per_second = seconds > 0 ? images / seconds : 0;
   es.exchange_share = seconds > 0 ? std::min(1.0, exchange_seconds / seconds) : 0;
@@ -307,6 +332,22 @@ void Loop::say_stopped() {
     log_ << "; no checkpoint directory was set, so nothing was saved";
   }
   log_ << std::endl;
+}
+
+// The line an epoch would have printed, for the steps run when max_steps stopped the run.
+void Loop::say_max_steps() {
+  char line[256];
+  std::snprintf(line, sizeof line, "stopped by max_steps after step %lld of %lld (epoch %lld/%d)",
+                (long long)global_step_, (long long)(cfg_.epochs * spe_),
+                (long long)(std::max<std::int64_t>(global_step_ - 1, 0) / spe_ + 1), cfg_.epochs);
+  log_ << line;
+  if (res_.final_loss) {
+    std::snprintf(line, sizeof line, "  loss %.4f  train_acc %.2f%%", *res_.final_loss,
+                  100 * *res_.train_accuracy);
+    log_ << line;
+  }
+  std::snprintf(line, sizeof line, "  test_acc %.2f%%", 100 * res_.test_accuracy);
+  log_ << line << std::endl;
 }
 
 }  // namespace

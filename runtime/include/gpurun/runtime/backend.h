@@ -25,7 +25,7 @@ namespace gpurun::runtime {
 // and names the setting ("batch size per rank ...") in its error.
 struct BackendConfig {
   int batch_per_rank = 64;  // images per rank per step (>= 1)
-  int eval_batch = 256;     // images per evaluation pass (>= 1)
+  int eval_batch = 256;     // images per evaluation pass (>= 1; capped: eval_batch_for())
   float momentum = 0.0f;    // SGD momentum (>= 0): 0 keeps no velocity
   float weight_decay = 0.0f;  // >= 0
 };
@@ -203,9 +203,14 @@ struct BackendOptions {
 // Never throws.
 bool cuda_available() noexcept;
 
+// The evaluation batch a backend sizes for and the trainer evaluates with: eval_batch, at most the
+// test split's size (a larger one would only hold memory for images that do not exist).
+int eval_batch_for(int eval_batch, const Dataset& data);
+
 // The backend for `options.device`. Collective: every rank calls it. A configuration every rank
-// can check first (cfg's values, a model that does not fit the data, a CUDA backend in a build
-// without CUDA) throws GroupError on every rank (process_group.h); later failures throw
+// can check first, before anything is allocated (cfg's values, a global batch larger than the
+// training split, a model that does not fit the data, a CUDA backend in a build without CUDA)
+// throws GroupError on every rank (process_group.h); later failures throw
 // std::invalid_argument (bad options) or std::runtime_error (the device cannot be used, no
 // device) on the ranks that hit them.
 // `log` gets rank 0's notes (which exchange was chosen and why).

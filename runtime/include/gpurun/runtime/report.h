@@ -22,6 +22,11 @@ struct ReportContext {
   int restart_count = 0;  // GPURUN_RESTART_COUNT
 };
 
+// Throws std::runtime_error naming the path when a report cannot be written there: the path is a
+// directory, or its folder does not exist or cannot be written. A program checks this before it
+// trains, so a bad path is an error in a second, not after the run.
+void check_report_path(const std::string& path);
+
 // Writes atomically (temp file + rename); throws std::runtime_error naming the path.
 void write_report(const std::string& path, const TrainConfig& cfg, const TrainResult& result,
                   const ReportContext& ctx);

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <iosfwd>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -70,7 +71,11 @@ struct TrainResult {
   // other work, images per CPU-second still says what the code costs.
   double train_cpu_seconds = 0;
   std::int64_t images = 0;  // trained in this process's run, all ranks together
-  double final_loss = 0, train_accuracy = 0, test_accuracy = 0, test_loss = 0;
+  // The last epoch's training loss and accuracy (a partial epoch's when stopped in one); none when
+  // no step was trained, in this run or before its checkpoint. The test figures: the final
+  // parameters, evaluated.
+  std::optional<double> final_loss, train_accuracy;
+  double test_accuracy = 0, test_loss = 0;
   float lr_peak = 0;
   std::int64_t global_steps = 0, steps_per_epoch = 0;
   std::int64_t steps_run = 0;  // the steps this process ran (a resumed run: since its checkpoint)
