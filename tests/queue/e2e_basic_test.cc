@@ -459,7 +459,12 @@ TEST(GpuqE2E, OpenModeAppendKeepsEarlierOutput) {
 // nothing listed); Slurm's INFINITE is accepted in any case.
 TEST(GpuqE2E, CommonMistakesAreNamed) {
   Daemon d;
+  d.script("nosheb.sh", "echo hi\n");
   const std::vector<std::pair<std::string, std::string>> cases = {
+      // Which script has no #! line, or that there was none at all (a user's review).
+      {fmt::format("submit {}/nosheb.sh", d.dir()),
+       fmt::format("{}/nosheb.sh: this does not look like a batch script", d.dir())},
+      {"submit < /dev/null", "no script given, and standard input was empty"},
       {"submit --time=-1 --wrap true",
        "time limit '-1': expected M, M:S, H:M:S, D-H, D-H:M, D-H:M:S or UNLIMITED"},
       {"submit /tmp", "'/tmp' is a directory: expected a batch script (a file)"},
@@ -614,6 +619,11 @@ TEST(GpuqE2E, ArrayRequestsThatDoNothingSaySo) {
       {fmt::format("requeue {}", arr),
        fmt::format("cannot requeue job {}: no task of the array is running", arr)},
       {fmt::format("cancel --signal USR1 {}", arr),
-       fmt::format("cannot signal job {}: no task of the array is running", arr)}};
+       fmt::format("cannot signal job {}: no task of the array is running", arr)},
+      // Each task has a file of its own: `log` of the array's id printed task 0's without a word
+      // (a user's review); it asks which, as `stats` does.
+      {fmt::format("log {}", arr),
+       fmt::format("job {} is an array of 2 tasks: ask for one task (ID_TASK)", arr)}};
   d.expect_refused(cases);
+  EXPECT_EQ(d.gpuq(fmt::format("log {}_1", arr)).rc, 0);
 }

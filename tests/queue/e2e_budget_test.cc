@@ -86,6 +86,18 @@ TEST(GpuqBudget, AJobPastItsUsersBudgetWaitsUntilTheBudgetIsRaised) {
       << nobody.err;
   Result bad = d.gpuq(fmt::format("budget set {} lots", alice.name()));
   EXPECT_NE(bad.err.find("'lots' is not a number of GPU-hours"), std::string::npos) << bad.err;
+  // A user's review: hex was 16 hours, --per Week or year got the wire protocol's words, a uid
+  // was "no such user" though queue -u takes uids.
+  Result hex = d.gpuq(fmt::format("budget set {} 0x10", alice.name()));
+  EXPECT_NE(hex.err.find("'0x10' is not a number of GPU-hours"), std::string::npos) << hex.err;
+  Result year = d.gpuq(fmt::format("budget set {} 3 --per year", alice.name()));
+  EXPECT_NE(year.err.find("gpuq budget set --per 'year': expected week, month or total"),
+            std::string::npos)
+      << year.err;
+  ASSERT_EQ(d.gpuq(fmt::format("budget set {} 3 --per Week", alice.uid())).rc, 0);
+  EXPECT_NE(d.gpuq(fmt::format("budget {}", alice.name())).out.find("week       3.00"),
+            std::string::npos)
+      << d.gpuq("budget").out;
   EXPECT_EQ(d.gpuq("budget set @physics 2 --per month").rc, 0);
   EXPECT_NE(d.gpuq("budget @physics").out.find("@physics"), std::string::npos);
   ASSERT_EQ(d.gpuq(fmt::format("budget clear {}", alice.name())).rc, 0);

@@ -562,7 +562,7 @@ TEST(GpuqHostile, OutputNamesAnotherUserMadeInASharedDirectoryAreRefused) {
 
   expect_failed_for(d, via_link, "refusing output file " + shared + "/link.out: a symlink");
   EXPECT_EQ(read_text(adir + "/precious"), "precious\n");
-  expect_failed_for(d, via_file, fmt::format("belongs to uid {}", bob.uid()));
+  expect_failed_for(d, via_file, fmt::format("belongs to {} (uid {})", bob.name(), bob.uid()));
   EXPECT_EQ(read_text(shared + "/pre.out"), "");
   EXPECT_EQ(d.wait_final(fresh)["state"], "COMPLETED");
   EXPECT_EQ(read_text(shared + "/fresh.out"), "secret-output\n");

@@ -348,3 +348,18 @@ TEST(SbatchOptions, ExportChoosesTheJobsEnvironment) {
   EXPECT_THROW(with("NIL,LR=0.1"), std::invalid_argument);
   EXPECT_THROW(with("ALL,NIL"), std::invalid_argument);
 }
+
+// gpu:WORD is one GPU of that type, as in Slurm; gpuq does not check types (but MIG profiles), so
+// a word meant as a count gets a warning (a user's review: --gres=gpu:two gave 1 GPU silently).
+TEST(Sbatch, AGresTypeWithoutACountWarns) {
+  auto two = parse_sbatch_script("#!/bin/sh\n#SBATCH --gres=gpu:two\n");
+  EXPECT_EQ(two.gpus, 1);
+  ASSERT_EQ(two.warnings.size(), 1u);
+  EXPECT_EQ(two.warnings[0],
+            "#SBATCH line 2: --gres=gpu:two: 'two' is taken as a GPU type, which gpuq does not "
+            "check: 1 GPU (gpu:N asks for N)");
+  for (const char* fine : {"gpu:2", "gpu:a100:2", "gpu:1g.10gb:1", "gpu"})
+    EXPECT_TRUE(parse_sbatch_script(std::string("#!/bin/sh\n#SBATCH --gres=") + fine + "\n")
+                    .warnings.empty())
+        << fine;
+}

@@ -320,7 +320,8 @@ int cmd_submit(const Args& a) {
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
   req.cwd = cwd;
   req.env = queue_env().all;
-  const std::string shown = req.script_name == "sbatch" ? "the script" : req.script_name;
+  const std::string shown = req.script_name == "sbatch" ? "the script on standard input"
+                            : req.script_name;
   require_utf8(req.script, shown, req.args, req.env);
   require_runnable(req.script, shown);
   if (invalid_utf8_at(cwd) != std::string::npos)
@@ -328,7 +329,14 @@ int cmd_submit(const Args& a) {
         "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "
         "submit from another directory, or give -D/--chdir");
   // #SBATCH lines and this command line are parsed here, once: the daemon gets the typed result.
-  require_batch_script(req.script);
+  if (req.script.empty() && req.script_name == "sbatch")
+    throw std::invalid_argument(
+        "no script given, and standard input was empty: gpuq submit SCRIPT, or --wrap CMD");
+  try {
+    require_batch_script(req.script);
+  } catch (const std::invalid_argument& e) {
+    throw std::invalid_argument(common::escape_control(shown) + ": " + e.what());
+  }
   req.job = parse_sbatch_script(req.script);
   req.job.merge_from(parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse));
   req.job.resolve_gpus_per_task();
@@ -596,6 +604,12 @@ namespace {
 nlohmann::json show_one(const std::string& socket, const std::string& id) {
   auto reply = call(socket, {{"op", "show"}, {"ids", {id}}, {"brief", true}});
   if (reply["jobs"].empty()) throw std::invalid_argument(fmt::format("invalid job id '{}'", id));
+  // An array's id names all its tasks, and each has a file of its own: which one is meant, the
+  // user says (`gpuq stats` asks the same).
+  if (reply["jobs"].size() > 1)
+    throw std::invalid_argument(
+        fmt::format("job {} is an array of {} tasks: ask for one task (ID_TASK)", id,
+                    reply["jobs"].size()));
   return reply["jobs"][0];
 }
 }  // namespace

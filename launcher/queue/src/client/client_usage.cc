@@ -6,8 +6,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <boost/program_options.hpp>
+#include <cctype>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -18,6 +21,7 @@
 #include "client/client.h"
 #include "gpurun/common/atomic_file.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/terminal.h"
 #include "gpurun/queue/format.h"
 #include "gpurun/queue/usage_format.h"
 #include "job/request.h"
@@ -172,11 +176,15 @@ std::string format_budgets(const nlohmann::json& reply) {
   return out;
 }
 
+// A plain decimal number (12, 0.5): not hex (0x10), an exponent, inf or nan, which stod takes.
 double parse_hours(const std::string& text) {
   size_t used = 0;
   double h = -1;
+  const bool decimal = !text.empty() &&
+                       text.find_first_not_of("0123456789.") == std::string::npos &&
+                       std::count(text.begin(), text.end(), '.') <= 1 && text != ".";
   try {
-    h = std::stod(text, &used);
+    if (decimal) h = std::stod(text, &used);
   } catch (const std::exception&) {
   }
   if (used != text.size() || !(h >= 0) || h > kMaxBudgetHours)
@@ -186,13 +194,36 @@ double parse_hours(const std::string& text) {
   return h;
 }
 
+// --per's word in any case, as -t and --export take theirs.
+std::string budget_period(const std::string& text) {
+  std::string p = text;
+  std::transform(p.begin(), p.end(), p.begin(), [](unsigned char c) { return std::tolower(c); });
+  if (p != "week" && p != "month" && p != "total")
+    throw std::invalid_argument(
+        fmt::format("gpuq budget set --per '{}': expected week, month or total",
+                    common::escape_control(text.substr(0, 40))));
+  return p;
+}
+
+// A user by uid too, as queue -u takes one: the name the budget is kept under.
+std::string budget_subject(const std::string& text) {
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
+      text.size() > 10)
+    return text;
+  const unsigned long long uid = std::stoull(text);
+  if (uid > UINT32_MAX) return text;
+  const auto pw = common::passwd_entry(static_cast<std::uint32_t>(uid));
+  return pw ? pw->name : text;
+}
+
 }  // namespace
 
 int cmd_budget(const Args& a) {
   po::options_description desc("gpuq budget options");
   desc.add_options()("per", po::value<std::string>()->default_value("total"),
                      "set: the period, week (from Monday 00:00 UTC), month or total")(
-      "json", "the daemon's JSON reply")("words", po::value<std::vector<std::string>>(), "");
+      "json", "the daemon's JSON reply")("words", po::value<std::vector<std::string>>(),
+                                         "the words after budget: [set|clear] SUBJECT [HOURS]");
   po::positional_options_description pos;
   pos.add("words", -1);
   Parsed p;
@@ -213,7 +244,9 @@ int cmd_budget(const Args& a) {
     if (words.size() != (set ? 3u : 2u))
       throw std::invalid_argument(set ? "usage: gpuq budget set USER|@ACCOUNT HOURS [--per P]"
                                       : "usage: gpuq budget clear USER|@ACCOUNT");
-    req = {{"op", "budget_set"}, {"subject", words[1]}, {"period", p.vm["per"].as<std::string>()}};
+    req = {{"op", "budget_set"},
+           {"subject", budget_subject(words[1])},
+           {"period", budget_period(p.vm["per"].as<std::string>())}};
     if (set)
       req["hours"] = parse_hours(words[2]);
     else

@@ -201,6 +201,14 @@ void apply(JobRequest& r, const std::string& opt, const std::string& v) {
     r.job_name = v;
   } else if (opt == "--gres") {
     GresRequest g = parse_gres(v);
+    // gpu:WORD is one GPU of type WORD, as in Slurm; gpuq gives any GPU for a type that is not a
+    // MIG profile, so a word meant as a count (gpu:two) would quietly ask for one.
+    if (!g.type.empty() && v.find(':', v.find(g.type)) == std::string::npos &&
+        !is_mig_profile(g.type))
+      r.warnings.push_back(fmt::format(
+          "--gres={}: '{}' is taken as a GPU type, which gpuq does not check: 1 GPU (gpu:N "
+          "asks for N)",
+          v, g.type));
     r.gpus = g.gpus;
     r.shards = g.shards;
     r.gpu_type = g.type;

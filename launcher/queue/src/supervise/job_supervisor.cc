@@ -28,6 +28,7 @@
 
 #include "gpurun/common/atomic_file.h"
 #include "gpurun/common/posix.h"
+#include "gpurun/common/terminal.h"
 #include "gpurun/gpuinfo/proc_usage.h"
 #include "gpurun/queue/protocol.h"
 #include "supervise/attach.h"
@@ -71,11 +72,16 @@ bool shared_dir(const std::string& path, std::string* dir, struct stat* ds) {
 std::string foreign(int fd, const std::string& path, const std::string& dir) {
   struct stat fs {};
   if (::fstat(fd, &fs) != 0) return "";
-  if (fs.st_uid != geteuid() && fs.st_uid != 0)
+  if (fs.st_uid != geteuid() && fs.st_uid != 0) {
+    const auto owner = common::passwd_entry(static_cast<std::uint32_t>(fs.st_uid));
     return fmt::format(
-        "refusing output file {}: it belongs to uid {}, and the shared directory "
+        "refusing output file {}: it belongs to {}, and the shared directory "
         "{} lets others make a name there first",
-        path, fs.st_uid, dir);
+        path,
+        owner ? fmt::format("{} (uid {})", common::escape_control(owner->name), fs.st_uid)
+              : fmt::format("uid {}", fs.st_uid),
+        dir);
+  }
   if (S_ISREG(fs.st_mode) && fs.st_nlink > 1)  // another name for a file elsewhere
     return fmt::format("refusing output file {}: a hard link ({} names) in the shared directory "
                        "{}, where another user may have made it to one of your files",
