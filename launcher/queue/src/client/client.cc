@@ -320,8 +320,8 @@ int cmd_submit(const Args& a) {
   if (!getcwd(cwd, sizeof(cwd))) throw std::runtime_error("cannot determine the current directory");
   req.cwd = cwd;
   req.env = queue_env().all;
-  const std::string shown = req.script_name == "sbatch" ? "the script on standard input"
-                            : req.script_name;
+  const std::string shown =
+      req.script_name == "sbatch" ? "the script on standard input" : req.script_name;
   require_utf8(req.script, shown, req.args, req.env);
   require_runnable(req.script, shown);
   if (invalid_utf8_at(cwd) != std::string::npos)
@@ -607,9 +607,8 @@ nlohmann::json show_one(const std::string& socket, const std::string& id) {
   // An array's id names all its tasks, and each has a file of its own: which one is meant, the
   // user says (`gpuq stats` asks the same).
   if (reply["jobs"].size() > 1)
-    throw std::invalid_argument(
-        fmt::format("job {} is an array of {} tasks: ask for one task (ID_TASK)", id,
-                    reply["jobs"].size()));
+    throw std::invalid_argument(fmt::format(
+        "job {} is an array of {} tasks: ask for one task (ID_TASK)", id, reply["jobs"].size()));
   return reply["jobs"][0];
 }
 }  // namespace

@@ -207,8 +207,7 @@ std::string budget_period(const std::string& text) {
 
 // A user by uid too, as queue -u takes one: the name the budget is kept under.
 std::string budget_subject(const std::string& text) {
-  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos ||
-      text.size() > 10)
+  if (text.empty() || text.find_first_not_of("0123456789") != std::string::npos || text.size() > 10)
     return text;
   const unsigned long long uid = std::stoull(text);
   if (uid > UINT32_MAX) return text;
