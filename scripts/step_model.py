@@ -15,8 +15,11 @@ another (S = 1; PowerSGD sums P, then Q: S = 2; acp:R one of the two: S = 1):
 
     ring(N) = 2 (N - 1) / N * bytes / bandwidth + S * 2 (N - 1) * L
 
-    flat:          every rank in one ring over the N nodes (it replaces the node exchange); the K
-                   ranks of a node share its link, which carries K * 2 (P - 1) / P * bytes, P = N K
+    flat:          every rank in one ring over the N nodes (it replaces the node exchange); gpurun
+                   places a node's K ranks next to each other, so one edge of the ring leaves each
+                   node: its link carries 2 (P - 1) / P * bytes, P = N K, and each of the 2 (P - 1)
+                   steps waits for it (an MPI that picks another algorithm, such as recursive
+                   halving, sends more across: the model does not follow it)
     hierarchical:  the ranks of a node combine in the node first (the measured exchange), then one
                    rank per node runs ring(N), then shares the result in the node
 
@@ -46,12 +49,12 @@ REQUIRED = ("compute_seconds_per_step", "exchange_seconds_per_step", "gradient_b
             "batch_per_rank", "world_size")
 
 
-def ring_seconds(nbytes, ring_size, link_bytes_per_s, latency_s, sharers=1, sums=1):
-    """A ring allreduce of nbytes in `sums` sums one after another over ring_size members,
-    `sharers` of them per link."""
+def ring_seconds(nbytes, ring_size, link_bytes_per_s, latency_s, sums=1):
+    """A ring allreduce of nbytes in `sums` sums one after another over ring_size members, one
+    edge of the ring on the link."""
     if ring_size <= 1:
         return 0.0
-    volume = sharers * 2.0 * (ring_size - 1) / ring_size * nbytes
+    volume = 2.0 * (ring_size - 1) / ring_size * nbytes
     return volume / link_bytes_per_s + sums * 2.0 * (ring_size - 1) * latency_s
 
 
@@ -88,7 +91,7 @@ def predict(report, nodes, gbit, latency_s, ranks_per_node, hierarchical, baseli
     elif hierarchical:
         exchange = local + ring_seconds(nbytes, nodes, link, latency_s, sums=sums)
     else:
-        ring = ring_seconds(nbytes, ranks, link, latency_s, sharers=ranks_per_node, sums=sums)
+        ring = ring_seconds(nbytes, ranks, link, latency_s, sums=sums)  # one edge per node
         # The ring is as slow as its slowest hop: the link, or the node's own (measured) exchange;
         # a compression's CPU time comes before the ring's.
         exchange = local + ring if compressed(report) else max(local, ring)

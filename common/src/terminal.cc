@@ -34,15 +34,20 @@ void put_control(std::string& out, char c) {
   }
 }
 
-// The length of the well-formed UTF-8 sequence at s[i] that encodes no C1 control (U+0080 to
-// U+009F, which 8-bit terminals obey as ESC sequences), or 0.
+// The length of the well-formed UTF-8 sequence at s[i] (RFC 3629: no overlong form, surrogate or
+// code point past U+10FFFF) that encodes no C1 control (U+0080 to U+009F, which 8-bit terminals
+// obey as ESC sequences), or 0.
 std::size_t printable_utf8(std::string_view s, std::size_t i) {
   const auto u = static_cast<unsigned char>(s[i]);
   const std::size_t n = u >= 0xf0 && u <= 0xf4 ? 4 : u >= 0xe0 ? 3 : u >= 0xc2 && u < 0xe0 ? 2 : 0;
   if (n == 0 || i + n > s.size()) return 0;
   for (std::size_t k = 1; k < n; ++k)
     if ((static_cast<unsigned char>(s[i + k]) & 0xc0) != 0x80) return 0;
-  if (u == 0xc2 && static_cast<unsigned char>(s[i + 1]) < 0xa0) return 0;  // C1
+  const auto second = static_cast<unsigned char>(s[i + 1]);
+  if ((u == 0xe0 && second < 0xa0) || (u == 0xed && second > 0x9f) ||  // overlong, surrogate
+      (u == 0xf0 && second < 0x90) || (u == 0xf4 && second > 0x8f))    // overlong, > U+10FFFF
+    return 0;
+  if (u == 0xc2 && second < 0xa0) return 0;  // C1
   return n;
 }
 

@@ -191,6 +191,11 @@ TEST(TerminalSafe, EscapesControlCharacters) {
   EXPECT_EQ(escape_control("\xe2\x82\xac \xf0\x9f\x98\x80 \xe2\x80\x94"),
             "\xe2\x82\xac \xf0\x9f\x98\x80 \xe2\x80\x94");  // euro, emoji, em dash
   EXPECT_EQ(escape_control(escape_control("a\xe2\x80\xae")), "a\\u202e");
+  // Not well-formed (RFC 3629), so written as bytes: an overlong C1 CSI, a surrogate, past
+  // U+10FFFF.
+  EXPECT_EQ(escape_control("\xe0\x82\x9b"), "\\xe0\\x82\\x9b");
+  EXPECT_EQ(escape_control("\xed\xa0\x80"), "\\xed\\xa0\\x80");
+  EXPECT_EQ(escape_control("\xf4\x90\x80\x80"), "\\xf4\\x90\\x80\\x80");
   EXPECT_EQ(shell_quote("a\xe2\x80\xae"), "$'a\\u202e'");  // bash reads \u202e back
   EXPECT_EQ(common::escape_control_keep_lines("a\nb\x1b"), "a\nb\\e");
   // A word the dry run prints: still the same word when pasted into bash.

@@ -132,6 +132,13 @@ TEST(GpuqE2E, CancelGoesOnPastAnUnknownIdAndSelectsByUserAndState) {
   EXPECT_EQ(d.wait_final(run)["state"], "CANCELLED");
   EXPECT_EQ(d.gpuq("cancel --me").rc, 0) << "nothing selected: nothing to do, as scancel";
   EXPECT_NE(d.gpuq("cancel").err.find("no job id given"), std::string::npos);
+  // An array's first task has the array's id: -t R cancels that task, not the pending rest.
+  const int64_t arr = d.submit("--array=0-1 --gpus 1 sleep.sh");
+  d.wait_state(arr, "RUNNING");
+  ASSERT_EQ(d.gpuq("cancel --me -t R").rc, 0);
+  EXPECT_EQ(d.wait_final(arr)["state"], "CANCELLED");
+  EXPECT_EQ(d.wait_state(arr + 1, "RUNNING")["state"], "RUNNING") << "the pending task was cancelled";
+  ASSERT_EQ(d.gpuq(fmt::format("cancel {}", arr)).rc, 0);
 }
 
 // The README says clients find the daemon through --socket: before the command too (a user's

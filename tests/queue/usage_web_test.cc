@@ -3,6 +3,7 @@
 // samples and retention, report windows, seff/sreport-shaped text, --since, the CSV header, and the
 // web renderers: HTML escaping of everything users choose, no external resource, SVG plots, and
 // the Prometheus exposition's escaping.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sqlite3.h>
 #include <unistd.h>
@@ -99,7 +100,8 @@ TEST(UsageStore, AStoreFromANewerGpuqIsRefused) {
     Store s(t.path());
     FAIL() << "opened a store of schema 99";
   } catch (const std::runtime_error& e) {
-    EXPECT_NE(std::string(e.what()).find("schema version 99, newer than this gpuq's 1"),
+    EXPECT_NE(std::string(e.what()).find(fmt::format("schema version 99, newer than this gpuq's {}",
+                                                     Store::kSchemaVersion)),
               std::string::npos)
         << e.what();
   }
@@ -257,7 +259,7 @@ nlohmann::json status_with(const std::string& name, const std::string& user) {
 TEST(WebRender, EverythingUsersChooseIsEscaped) {
   EXPECT_EQ(html_escape("<a href=\"x\">&'"), "&lt;a href=&quot;x&quot;&gt;&amp;&#39;");
   // Control and bidi characters are shown, not obeyed, as on a terminal.
-  EXPECT_EQ(html_escape("a\x1b\r\xe2\x80\xae" "b"), "a\\e\\r\\u202eb");
+  EXPECT_EQ(html_escape("a\x1b\r\xe2\x80\xae" "b\nc"), "a\\e\\r\\u202eb\nc");
   const std::string evil = "<script>alert('x')</script>\"><img src=x onerror=alert(1)>";
   std::string page = render_status_page(status_with(evil, "eve<b>"), 10);
   EXPECT_EQ(page.find("<script"), std::string::npos);

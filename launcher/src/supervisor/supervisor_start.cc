@@ -13,6 +13,7 @@
 #include <cerrno>
 #include <cstring>
 #include <ctime>
+#include <filesystem>
 
 #include "alloc/env_util.h"
 #include "control/rank_table.h"
@@ -123,8 +124,8 @@ void Supervisor::private_mpi_session(Env& env) {
   if (cmd_.engine != Engine::mpirun || !single_machine_) return;
   if (env.count("OMPI_MCA_orte_tmpdir_base")) return;
   if (!mpi_session_)
-    mpi_session_ = proc::TempDir::create(detail::temp_dir(env), "gpurun-ompi-",
-                                         "mpirun's session folder");
+    mpi_session_ = proc::TempDir::create(std::filesystem::absolute(detail::temp_dir(env)),
+                                         "gpurun-ompi-", "mpirun's session folder");
   env["OMPI_MCA_orte_tmpdir_base"] = mpi_session_->path();
 }
 

@@ -110,7 +110,7 @@ int pick_device(ProcessGroup& pg, const CudaOptions& opt, std::ostream& log) {
   if (count == 0) {
     throw std::runtime_error("no usable CUDA device on " + cuda::rank_label(pg.rank()) +
                              " (CUDA_VISIBLE_DEVICES=" + opt.visible_devices +
-                             "); the CPU backend (Device::kCpu) needs none");
+                             "); --device cpu (or auto) trains on the CPU and needs none");
   }
   const int dev = device_for(pg, opt, count);
   if (!opt.gpus_from_launcher && pg.local_size() > count && pg.rank() == 0) {

@@ -124,8 +124,9 @@ void check_report_path(const std::string& path) {
   const auto fail = [&](const std::string& why) {
     throw std::runtime_error("report " + path + ": " + why);
   };
+  if (path.empty()) fail("no file name given");
   struct stat st {};
-  if (path.empty() || path.back() == '/' || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
+  if (path.back() == '/' || (::stat(path.c_str(), &st) == 0 && S_ISDIR(st.st_mode)))
     fail("is a directory; give a file name (e.g. " + path + (path.back() == '/' ? "" : "/") +
          "report.json)");
   const std::size_t slash = path.rfind('/');

@@ -511,13 +511,18 @@ std::optional<std::pair<Parsed, std::vector<std::string>>> parse_ids(
 std::vector<std::string> selected_jobs(const Parsed& p, const std::vector<std::string>& ids) {
   nlohmann::json req = {{"op", "queue"}};
   if (p.vm.count("user")) set_users(req, known_users("cancel", p.vm["user"].as<std::string>()));
-  if (p.vm.count("me")) req["user"] = my_user_name();
+  if (p.vm.count("me")) {
+    req["user"] = my_user_name();
+    if (req["user"] == "")
+      throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
+  }
   if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
   if (!ids.empty()) req["ids"] = ids;
   const auto reply = call(p.socket, req);
   require_filtered("cancel", reply);
   std::vector<std::string> out;
-  for (const auto& j : reply["jobs"]) out.push_back(std::to_string(j["job_id"].get<int64_t>()));
+  // N_T for an array's task: its plain id would be the whole array's for the first task.
+  for (const auto& j : reply["jobs"]) out.push_back(j["display_id"].get<std::string>());
   return out;
 }
 

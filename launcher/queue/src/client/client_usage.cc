@@ -251,7 +251,7 @@ int cmd_budget(const Args& a) {
     else
       req["clear"] = true;
   } else if (words.size() == 1) {
-    req["subject"] = words[0];
+    req["subject"] = budget_subject(words[0]);
   } else if (!words.empty()) {
     throw std::invalid_argument("usage: gpuq budget [USER|@ACCOUNT] (see gpuq budget --help)");
   }

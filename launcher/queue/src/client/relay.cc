@@ -130,6 +130,7 @@ std::optional<int> relay_session(int sock, int sigfd, int master) {
   LineReader from_job(sock);
   bool stdin_open = master >= 0, master_open = master >= 0;
   std::optional<Deadline> hung_up;  // the caller's terminal is gone: the job's grace
+  bool hup_sent = false;             // a terminal's hang-up reaches the job once
   while (true) {
     std::vector<pollfd> fds{{sock, POLLIN, 0}, {sigfd, POLLIN, 0}};
     if (stdin_open) fds.push_back({STDIN_FILENO, POLLIN, 0});
@@ -141,8 +142,9 @@ std::optional<int> relay_session(int sock, int sigfd, int master) {
     while (::read(sigfd, &si, sizeof(si)) == static_cast<ssize_t>(sizeof(si))) {
       if (si.ssi_signo == SIGWINCH && master >= 0)
         copy_window_size(master);
-      else if (si.ssi_signo != SIGWINCH)
+      else if (si.ssi_signo != SIGWINCH && !(si.ssi_signo == SIGHUP && hup_sent))
         send_line(sock, fmt::format("SIG {}\n", si.ssi_signo));
+      hup_sent = hup_sent || si.ssi_signo == SIGHUP;
     }
     for (const pollfd& p : fds) {
       if (!(p.revents & (POLLIN | POLLHUP | POLLERR)) || p.fd == sock || p.fd == sigfd) continue;
@@ -153,7 +155,8 @@ std::optional<int> relay_session(int sock, int sigfd, int master) {
         // a session of its own under su -c or setsid): the job gets the hang-up it would get
         // from a terminal of its own.
         if (in == Pumped::input_ended && !hung_up) {
-          send_line(sock, fmt::format("SIG {}\n", SIGHUP));
+          if (!hup_sent) send_line(sock, fmt::format("SIG {}\n", SIGHUP));  // once
+          hup_sent = true;
           hung_up.emplace(kHangupGraceMs);
         }
       }

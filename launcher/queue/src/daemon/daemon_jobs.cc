@@ -402,6 +402,10 @@ void Daemon::requeue_or_fail(Job& j, const std::string& why) {
 // The run that ended at `end_ms` is charged and kept (Store::insert_run): reports, budgets and
 // the job's GPU-hours count it; the rerun is measured afresh.
 void Daemon::requeue(Job& j, int64_t end_ms, const std::string& why) {
+  // One transaction (a savepoint inside the daemon's batch; its own during recovery, which runs
+  // before any batch): a crash never leaves the run charged and kept with the job still RUNNING,
+  // to be requeued and charged again.
+  Store::Txn txn(*store_);
   accounting_->charge(j, end_ms, now_ms());
   store_->insert_run(j, end_ms);
   j.earlier_gpu_seconds += gpu_seconds(j, end_ms);
@@ -414,6 +418,7 @@ void Daemon::requeue(Job& j, int64_t end_ms, const std::string& why) {
   j.reason = why;
   j.requeue_requested = false;  // done: a later run ends as it ends, unless asked again
   store_->update_job(j);
+  txn.commit();
   jobs_->note_state(j);
   cleanup_.push_back(j.id);  // only once the state change is committed
   dirty_ = true;

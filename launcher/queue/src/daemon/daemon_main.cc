@@ -32,26 +32,43 @@ std::vector<int> detect_gpus(const gpuinfo::SamplerConfig& cfg) {
   return c.ids;
 }
 
-// --gpus names only GPUs this machine has, where it can tell (a reader answers): jobs would get
-// CUDA_VISIBLE_DEVICES of a GPU that is not there.
-void check_gpus_exist(const std::vector<int>& gpus, const gpuinfo::SamplerConfig& cfg) {
-  const gpuinfo::GpuCount c = gpuinfo::count_gpus(cfg);
-  if (c.ids.empty()) return;
-  const std::set<int> have(c.ids.begin(), c.ids.end());
-  for (int g : gpus)
-    if (!have.count(g))
-      throw std::invalid_argument(fmt::format(
-          "--gpus: GPU {} is not on this machine: {} lists GPUs {}", g, c.source, join_ids(c.ids)));
+// One sample of the GPUs at start-up; nullopt where nothing can be sampled (no NVML, no
+// nvidia-smi: the daemon's sampler says why, once it runs).
+std::optional<gpuinfo::GpuSnapshot> first_sample(const gpuinfo::SamplerConfig& cfg) {
+  try {
+    return gpuinfo::GpuSampler(cfg).sample();
+  } catch (const std::exception&) {
+    return std::nullopt;
+  }
 }
 
-// GPUs in MIG mode become their MIG devices (daemon_mig.cc), as one sample lists them now; where
-// nothing can be sampled (no NVML, no nvidia-smi), the GPUs stay whole.
-std::vector<int> split_mig_gpus(const std::vector<int>& gpus, const gpuinfo::SamplerConfig& cfg,
+// --gpus naming a GPU the sample does not show: jobs would get CUDA_VISIBLE_DEVICES of a GPU that
+// is not there. A warning, not an error: a pool of ids on purpose (tests give a fake one on any
+// machine) still starts.
+void warn_missing_gpus(const std::vector<int>& gpus, const std::optional<gpuinfo::GpuSnapshot>& s) {
+  if (!s || s->gpus.empty()) return;
+  std::vector<int> have, missing;
+  for (const auto& g : s->gpus)
+    if (g.mig < 0) have.push_back(g.index);
+  for (int g : gpus)
+    if (std::find(have.begin(), have.end(), g) == have.end()) missing.push_back(g);
+  if (!missing.empty())
+    fmt::print(stderr,
+               "gpuq daemon: warning: --gpus names GPU(s) {} that this machine does not show ({} "
+               "lists {}): jobs given them will find no GPU there\n",
+               join_ids(missing), s->source, join_ids(have));
+}
+
+// GPUs in MIG mode become their MIG devices (daemon_mig.cc), as the sample lists them; without a
+// sample the GPUs stay whole.
+std::vector<int> split_mig_gpus(const std::vector<int>& gpus,
+                                const std::optional<gpuinfo::GpuSnapshot>& s,
                                 std::map<int, gpuinfo::GpuSample>* mig) {
+  if (!s) return gpus;
   try {
-    return with_mig_devices(gpus, gpuinfo::GpuSampler(cfg).sample(), mig);
+    return with_mig_devices(gpus, *s, mig);
   } catch (const std::exception&) {
-    return gpus;  // the daemon's sampler says why, once it runs
+    return gpus;  // as unsampled: the daemon's sampler says why, once it runs
   }
 }
 
@@ -213,11 +230,12 @@ int cmd_daemon(const Args& a) {
       throw std::invalid_argument(
           "--gpus '': expected GPU ids (0,1,...), or none for a queue of CPU jobs only");
     if (ids != "none") cfg.gpus = parse_id_list(ids);
-    check_gpus_exist(cfg.gpus, cfg.sampler);
   } else {
     cfg.gpus = detect_gpus(cfg.sampler);
   }
-  cfg.gpus = split_mig_gpus(cfg.gpus, cfg.sampler, &cfg.mig);
+  const std::optional<gpuinfo::GpuSnapshot> sample = first_sample(cfg.sampler);
+  if (vm.count("gpus")) warn_missing_gpus(cfg.gpus, sample);
+  cfg.gpus = split_mig_gpus(cfg.gpus, sample, &cfg.mig);
   std::set<int> uniq(cfg.gpus.begin(), cfg.gpus.end());
   if (uniq.size() != cfg.gpus.size())
     throw std::invalid_argument(fmt::format("--gpus '{}' lists an id twice", join_ids(cfg.gpus)));

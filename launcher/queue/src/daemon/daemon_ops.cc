@@ -434,7 +434,7 @@ void Daemon::add_result(nlohmann::json& results, int64_t id, const std::string& 
 void Daemon::add_unknown_results(nlohmann::json& results,
                                  const std::vector<JobRef>& unknown) const {
   for (const JobRef& ref : unknown)
-    add_result(results, ref.id, id_for_message(ref.text), "invalid job id (no such job)");
+    add_result(results, 0, id_for_message(ref.text), "invalid job id (no such job)");  // no id
 }
 
 nlohmann::json Daemon::results_reply(const std::vector<JobRef>& refs, nlohmann::json& results,

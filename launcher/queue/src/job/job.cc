@@ -243,11 +243,13 @@ std::vector<int> parse_id_list(const std::string& text) {
     const size_t dash = item.find('-');
     const std::string lo = item.substr(0, dash);
     const std::string hi = dash == std::string::npos ? lo : item.substr(dash + 1);
-    if (!is_id(lo) || !is_id(hi) || std::stoi(hi) < std::stoi(lo) ||
-        out.size() + (std::stoi(hi) - std::stoi(lo)) >= kMaxIdsInList)
-      throw std::invalid_argument(fmt::format(
-          "bad id '{}' in list '{}': expected ids and ranges, such as 0,1,4-7",
-          item.substr(0, 40), text.substr(0, 80)));
+    if (!is_id(lo) || !is_id(hi) || std::stoi(hi) < std::stoi(lo))
+      throw std::invalid_argument(
+          fmt::format("bad id '{}' in list '{}': expected ids and ranges, such as 0,1,4-7",
+                      item.substr(0, 40), text.substr(0, 80)));
+    if (out.size() + (std::stoi(hi) - std::stoi(lo)) >= kMaxIdsInList)
+      throw std::invalid_argument(fmt::format("list '{}': more than {} ids",
+                                              text.substr(0, 80), kMaxIdsInList));
     for (int id = std::stoi(lo); id <= std::stoi(hi); ++id) out.push_back(id);
     if (comma == std::string::npos) break;
     pos = comma + 1;

@@ -209,7 +209,7 @@ std::string footer() {
 }  // namespace
 
 std::string html_escape(const std::string& text) {
-  const std::string s = common::escape_control(text);
+  const std::string s = common::escape_control_keep_lines(text);  // <pre> blocks keep theirs
   std::string out;
   out.reserve(s.size());
   for (char c : s) {

@@ -14,7 +14,8 @@
 namespace gpurun::queue {
 
 // & < > " ' as entities, so text is safe both between tags and inside attribute values; control
-// and bidi characters first written as common::escape_control writes them.
+// and bidi characters first written as common::escape_control_keep_lines writes them (a <pre>
+// block keeps its lines).
 std::string html_escape(const std::string& s);
 
 // A small line chart of the last values (nullopt: a gap), scaled 0..y_max.
