@@ -76,13 +76,15 @@ void remove_stale(const std::string& tmpdir, const std::string& prefix) {
 RankDir RankDir::create(const std::string& tmpdir, int rank) {
   std::string prefix = fmt::format("gpurun-{}-p", common::hostname());
   remove_stale(tmpdir, prefix);
-  std::string tmpl =
-      fmt::format("{}/{}{}.{}-rank{}-XXXXXX", tmpdir, prefix, getpid(), own_start_ticks(), rank);
-  if (!mkdtemp(tmpl.data()))
-    throw Error(fmt::format("rank {}: cannot create its folder in {}: {} (set TMPDIR?)", rank,
-                            tmpdir, strerror(errno)));
   RankDir d;
-  d.path_ = tmpl;  // owned from here: removed on the errors below too
+  try {  // owned from here: removed on the errors below too
+    d.dir_ = proc::TempDir::create(
+        tmpdir, fmt::format("{}{}.{}-rank{}-", prefix, getpid(), own_start_ticks(), rank),
+        fmt::format("rank {}'s folder", rank));
+  } catch (const Error& e) {
+    throw Error(std::string(e.what()) + " (set TMPDIR?)");
+  }
+  const std::string& tmpl = d.path();
   // The rank's alone: mkdtemp made the folder 0700.
   common::Fd hb(open(d.heartbeat().c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
   if (!hb || mkdir(d.python_dir().c_str(), 0700) != 0 || mkdir(d.pystack_dir().c_str(), 0700) != 0)
@@ -93,21 +95,6 @@ RankDir RankDir::create(const std::string& tmpdir, int rank) {
     throw Error(fmt::format("rank {}: cannot write {}/sitecustomize.py: {}", rank, d.python_dir(),
                             strerror(errno)));
   return d;
-}
-
-RankDir& RankDir::operator=(RankDir&& o) noexcept {
-  if (this != &o) {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-    path_ = std::move(o.path_);
-    o.path_.clear();
-  }
-  return *this;
-}
-
-RankDir::~RankDir() {
-  std::error_code ec;
-  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
 }
 
 std::optional<std::int64_t> RankDir::read_step() const {

@@ -18,6 +18,8 @@
 #include <string>
 #include <string_view>
 
+#include "sys/proc_util.h"
+
 namespace gpurun::launcher {
 
 // The step in a heartbeat file's contents; nullopt when it holds no number yet (empty, torn by
@@ -33,21 +35,16 @@ class RankDir {
   RankDir() = default;
   // Throws Error naming `tmpdir` when it cannot be created.
   static RankDir create(const std::string& tmpdir, int rank);
-  RankDir(RankDir&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
-  RankDir& operator=(RankDir&& o) noexcept;
-  RankDir(const RankDir&) = delete;
-  RankDir& operator=(const RankDir&) = delete;
-  ~RankDir();
 
-  const std::string& path() const { return path_; }
-  std::string heartbeat() const { return path_ + "/heartbeat"; }
-  std::string python_dir() const { return path_ + "/python"; }  // prepended to PYTHONPATH
-  std::string pystack_dir() const { return path_ + "/pystacks"; }
+  const std::string& path() const { return dir_.path(); }
+  std::string heartbeat() const { return path() + "/heartbeat"; }
+  std::string python_dir() const { return path() + "/python"; }  // prepended to PYTHONPATH
+  std::string pystack_dir() const { return path() + "/pystacks"; }
   // The step the rank last wrote, if any.
   std::optional<std::int64_t> read_step() const;
 
  private:
-  std::string path_;
+  proc::TempDir dir_;  // removed with all it holds when the RankDir goes
 };
 
 }  // namespace gpurun::launcher
