@@ -45,4 +45,10 @@ print(f"{'ranks':>5} {'global batch':>12} {'seconds':>8} {'images/s':>9} {'loss'
 for r in rows:
     print(f"{r['world_size']:>5} {r['global_batch']:>12} {r['seconds_total']:>8.1f} {r['images_per_second']:>9.0f} "
           f"{r['final_loss']:>7.4f} {100*r['train_accuracy']:>8.2f}% {100*r['test_accuracy']:>7.2f}% {r.get('exchange', 'allreduce'):>9} {r['allreduce_seconds']:>10.2f}")
+for r in rows:
+    if r.get("lr_last") is not None and r["lr_last"] < r["lr"]:
+        print(f"note: {r['world_size']} ranks ended still warming up: learning rate "
+              f"{r['lr_last']:.3g} of {r['lr']:.3g} after {r['global_steps']} steps. Its global batch is "
+              f"{r['world_size']}x, so an epoch is 1/{r['world_size']} the steps: compare after more "
+              f"epochs (EPOCHS=4 ./scripts/quickstart.sh).")
 PY

@@ -168,6 +168,14 @@ convergence)
     seconds_per_epoch images_per_second allreduce_seconds final_loss train_accuracy test_accuracy; do
     json "$work/r.json" $f >/dev/null || fail "report lacks $f"
   done
+  # lr_last: one rank has no warm-up (its last step ran at lr); two ranks stopped after 5 steps
+  # are inside it, below their scaled lr (quickstart's note reads this).
+  [[ $(json "$work/r.json" lr_last) == $(json "$work/r.json" lr) ]] || fail "1 rank: lr_last != lr"
+  "${mpirun_[@]}" -n 2 "$bin" --data "$data" --threads 1 --max-steps 5 --report "$work/r2.json" \
+    >/dev/null
+  "$py" -c "import json, sys; r = json.load(open(sys.argv[1]));
+sys.exit(0 if 0.2 < r['lr_last'] < r['lr'] else 1)" "$work/r2.json" ||
+    fail "2 ranks after 5 steps: lr_last $(json "$work/r2.json" lr_last), lr $(json "$work/r2.json" lr)"
   # The epoch line says each replica's share of the split layer's 32 blocks (one a channel).
   shares=$(grep -o "split [0-9]*:[0-9]* blocks" "$work/log" | tail -1)
   [[ $shares =~ ^split\ ([0-9]+):([0-9]+)\ blocks$ ]] &&

@@ -79,6 +79,7 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   if (r.backend.device == "cpu") j["cpu_kernels"] = r.backend.versions;
   j["epochs_completed"] = r.epochs.size();
   j["lr"] = r.lr_peak;
+  j["lr_last"] = r.lr_last ? nlohmann::json(*r.lr_last) : nlohmann::json();
   j["param_count"] = r.param_count;
   j["train_flops_per_example"] = r.train_flops_per_example;
   j["steps_per_epoch"] = r.steps_per_epoch;

@@ -116,6 +116,7 @@ TrainResult Loop::run() {
   res_.compute_seconds = t.kernels > 0 ? t.kernels : res_.train_seconds - t.exchange;
   res_.global_steps = global_step_;
   res_.steps_run = global_step_ - first_step;
+  if (global_step_ > 0) res_.lr_last = learning_rate(cfg_, world_, global_step_ - 1, spe_);
   std::vector<float> params, velocity;
   backend_.get_state(&params, &velocity);
   res_.param_checksum = common::fnv1a(params.data(), params.size() * sizeof(float));

@@ -77,6 +77,8 @@ struct TrainResult {
   std::optional<double> final_loss, train_accuracy;
   double test_accuracy = 0, test_loss = 0;
   float lr_peak = 0;
+  // The rate of the last step (below lr_peak while the warm-up lasts); empty before any step.
+  std::optional<float> lr_last;
   std::int64_t global_steps = 0, steps_per_epoch = 0;
   std::int64_t steps_run = 0;  // the steps this process ran (a resumed run: since its checkpoint)
   std::size_t param_count = 0;
