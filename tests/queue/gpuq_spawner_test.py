@@ -1,11 +1,20 @@
-"""Unit tests of gpuq_spawner's pure parts: option checking, the job script, the pending message.
-    python3 -m unittest tests/queue/gpuq_spawner_test.py   (PYTHONPATH=launcher/queue/jupyterhub)
+"""Tests of gpuq_spawner: its pure parts (option checking, the job script, the pending message)
+and, against a real gpuq daemon (GPUQ_BIN), what keeps a GPU from being held by a server nobody
+can reach (a daemon restart, a hub restart, a hung daemon).
+    python3 -m unittest tests/queue/gpuq_spawner_test.py
+        (PYTHONPATH=launcher/queue/jupyterhub, GPUQ_BIN=build/launcher/queue/gpuq)
 """
+import asyncio
+import json
+import os
+import pwd
+import signal
 import subprocess
+import tempfile
 import time
 import unittest
 
-from gpuq_spawner import (GpuqSpawnerError, JobOptions, container_lines, job_script,
+from gpuq_spawner import (GpuqSpawner, GpuqSpawnerError, JobOptions, container_lines, job_script,
                           parse_options, pending_message, time_limit_seconds)
 
 
@@ -81,6 +90,99 @@ class Pending(unittest.TestCase):
         self.assertTrue(msg.endswith("expected start unknown"), msg)
         msg = pending_message({"state": "PENDING", "reason": "AssocGrpGRESMinutes"})
         self.assertIn("GPU-hour budget is spent", msg)
+
+
+class HubUser:
+    name = pwd.getpwuid(os.getuid()).pw_name
+
+
+@unittest.skipUnless(os.environ.get("GPUQ_BIN"), "GPUQ_BIN names no gpuq to run a daemon")
+class WithADaemon(unittest.IsolatedAsyncioTestCase):
+    """A gpuq daemon of one GPU id; the spawner runs the client as this user (run_as empty)."""
+
+    def setUp(self):
+        self.gpuq = os.environ["GPUQ_BIN"]
+        self.dir = tempfile.mkdtemp(prefix="gpuq-spawner-test-")
+        self.sock = f"{self.dir}/gpuq.sock"
+        self.daemon = None
+        self.start_daemon()
+        self.spawner = GpuqSpawner(user=HubUser(), run_as=[], socket=self.sock, gpuq=self.gpuq,
+                                   daemon_grace=20, call_timeout=10)
+
+    def tearDown(self):
+        for job in json.loads(self.cli("queue", "--json")):
+            self.cli("cancel", str(job["display_id"]))
+        self.daemon.terminate()
+        self.daemon.wait()
+        subprocess.run(["rm", "-rf", self.dir], check=False)
+
+    def start_daemon(self):
+        self.daemon = subprocess.Popen(
+            [self.gpuq, "daemon", "--gpus", "0", "--state-dir", f"{self.dir}/state", "--socket",
+             self.sock, "--sample-interval", "0", "--kill-wait", "1"],
+            stderr=open(f"{self.dir}/daemon.log", "a"))
+        for _ in range(200):
+            if subprocess.run([self.gpuq, "queue", "--socket", self.sock],
+                              capture_output=True).returncode == 0:
+                return
+            time.sleep(0.05)
+        raise RuntimeError("the gpuq daemon did not answer")
+
+    def cli(self, *args, stdin=""):
+        return subprocess.run([self.gpuq, *args, "--socket", self.sock], input=stdin, text=True,
+                              capture_output=True, check=True, cwd=self.dir).stdout
+
+    def submit(self, name, body):
+        out = self.cli("submit", "--parsable", "-J", name, "--gres=gpu:1", "-o",
+                       f"{self.dir}/%j.out", stdin=f"#!/bin/sh\n{body}\n")
+        return out.strip().split(";")[0]
+
+    def state(self, job):
+        return json.loads(self.cli("show", "--json", job))[0]["state"]
+
+    async def test_a_pending_job_no_spawn_waits_for_is_cancelled_by_poll(self):
+        # A hub restarted while the server waited in the queue: nothing will connect to it.
+        self.submit("holder", "sleep 60")
+        self.spawner.job_id = self.submit(self.spawner.gpuq_job_name(), "sleep 60")
+        self.assertEqual(await self.spawner.poll(), 0)
+        self.assertEqual(self.state(self.spawner.job_id), "CANCELLED")
+
+    async def test_start_cancels_what_an_earlier_hub_left(self):
+        left = self.submit(self.spawner.gpuq_job_name(), "sleep 60")
+        other = self.submit("not-jupyter", "sleep 60")
+        await self.spawner.cancel_leftovers()
+        self.assertEqual(self.state(left), "CANCELLED")
+        self.assertIn(self.state(other), ("PENDING", "RUNNING"))  # not cancelled
+
+    async def test_a_daemon_restart_while_starting_is_waited_out(self):
+        self.spawner.job_id = self.submit(self.spawner.gpuq_job_name(),
+                                          'echo "gpuq-spawner: port 4321"; sleep 60')
+        self.daemon.send_signal(signal.SIGTERM)  # the job goes on; the next daemon adopts it
+        self.daemon.wait()
+        waiting = asyncio.ensure_future(self.spawner.wait_for_port())
+        await asyncio.sleep(2)
+        self.assertFalse(waiting.done(), "gave up while the daemon was down")
+        self.start_daemon()
+        self.assertEqual(await asyncio.wait_for(waiting, 30), 4321)
+
+    async def test_a_hung_daemon_does_not_hang_the_hub(self):
+        hung = f"{self.dir}/hung-gpuq"
+        with open(hung, "w") as f:
+            f.write("#!/bin/sh\nexec sleep 60\n")
+        os.chmod(hung, 0o755)
+        self.spawner.gpuq, self.spawner.daemon_grace, self.spawner.call_timeout = hung, 1, 1
+        t0 = time.monotonic()
+        with self.assertRaises(GpuqSpawnerError) as e:
+            await self.spawner.gpuq_call("queue")
+        self.assertIn("did not answer within 2 s", str(e.exception))
+        self.assertLess(time.monotonic() - t0, 10)
+
+    async def test_a_default_time_past_max_hours_is_the_admins_error(self):
+        self.spawner.max_hours = 4  # the default time limit stays 8:00:00
+        with self.assertRaises(GpuqSpawnerError) as e:
+            self.spawner.checked_options({})
+        self.assertIn("GpuqSpawner.default_time '8:00:00'", str(e.exception))
+        self.assertIn("max_hours (4 hours)", str(e.exception))
 
 
 if __name__ == "__main__":

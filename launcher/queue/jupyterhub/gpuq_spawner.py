@@ -51,6 +51,7 @@ SECONDS = {"d": 86400, "h": 3600, "m": 60, "s": 1}
 IMAGE_NAME = re.compile(r"^[A-Za-z0-9/][A-Za-z0-9._/:@+=-]*$")
 BUDGET_REASON = "AssocGrpGRESMinutes"
 LOG_GRACE_SECONDS = 60  # how long a running job's output file may stay unreadable
+STOP_SECONDS = 60  # gpuq's SIGKILL follows SIGTERM after --kill-wait (30 s)
 
 
 class GpuqSpawnerError(HTTPError):
@@ -113,7 +114,7 @@ def parse_time(text: str, default_time: str, max_seconds: int) -> str:
             f"or D-HH:MM:SS (1-00:00:00)")
     if seconds > max_seconds:
         raise GpuqSpawnerError(
-            f"time limit: {text!r} is longer than this hub allows ({max_seconds // 3600} hours)")
+            f"time limit: {text!r} is longer than this hub allows ({max_seconds / 3600:g} hours)")
     return text
 
 
@@ -226,9 +227,16 @@ class GpuqSpawner(Spawner):
     status_interval = Float(2.0, help="Seconds between looks at the job while it starts.").tag(config=True)
     container_runtimes = List(Unicode(), ["apptainer", "podman"],
                               help="Runtimes looked for on PATH to offer the image field.").tag(config=True)
+    daemon_grace = Float(120, help="Seconds the daemon may be unreachable (a restart) before a "
+                         "starting server gives up; each gpuq call retries that long "
+                         "(GPUQ_RETRY_SECONDS).").tag(config=True)
+    call_timeout = Float(30, help="Seconds one gpuq call may take once the daemon answers "
+                         "connections, before it is killed (a hung daemon must not hang the "
+                         "hub).").tag(config=True)
 
     job_id = Unicode("")
     job_info = Dict()  # the job as the last look found it, for progress()
+    starting = False  # inside start(): a pending job is this spawn's, not an orphan
 
     @default("start_timeout")
     def _start_timeout_default(self) -> int:
@@ -251,8 +259,19 @@ class GpuqSpawner(Spawner):
         return [r for r in self.container_runtimes if shutil.which(r)]
 
     def checked_options(self, raw: Mapping[str, Any]) -> JobOptions:
+        self.check_config()
         return parse_options(raw, self.max_gpus, self.default_time, int(self.max_hours * 3600),
                              self.runtimes(), min(self.default_gpus, self.max_gpus))
+
+    def check_config(self) -> None:
+        """The admin's settings agree with each other: a default time limit past max_hours made
+        every spawn that kept it fail with the user's error."""
+        seconds = time_limit_seconds(self.default_time)
+        if not seconds or seconds > self.max_hours * 3600:
+            raise GpuqSpawnerError(
+                f"this hub's configuration: GpuqSpawner.default_time {self.default_time!r} is "
+                f"not a time limit of at most GpuqSpawner.max_hours ({self.max_hours:g} hours); "
+                f"tell the administrator", 500)
 
     def checked_form_options(self, formdata: Mapping[str, Any]) -> dict:
         options = self.checked_options(formdata)  # the hub shows the error above the form
@@ -285,14 +304,23 @@ class GpuqSpawner(Spawner):
     async def gpuq_call(self, *args: str, stdin: str = "", env: Optional[dict] = None) -> str:
         prefix = [p.format(username=self.user.name) for p in self.run_as]
         argv = prefix + [self.gpuq, *args]
+        env = dict(env if env is not None else self.query_env())
+        env["GPUQ_RETRY_SECONDS"] = str(self.daemon_grace)  # a daemon restart is waited out
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=self.home(),
-                env=env if env is not None else self.query_env())
+                stderr=asyncio.subprocess.PIPE, cwd=self.home(), env=env)
         except OSError as e:
             raise GpuqSpawnerError(f"cannot run {argv[0]} (GpuqSpawner.run_as / gpuq): {e}") from e
-        out, err = await proc.communicate(stdin.encode())
+        try:
+            out, err = await asyncio.wait_for(proc.communicate(stdin.encode()),
+                                              self.daemon_grace + self.call_timeout)
+        except asyncio.TimeoutError:
+            proc.kill()
+            await proc.wait()
+            raise GpuqSpawnerError(
+                f"gpuq {args[0]} for {self.user.name} did not answer within "
+                f"{self.daemon_grace + self.call_timeout:g} s (is the gpuq daemon hung?)") from None
         if proc.returncode != 0:
             raise GpuqSpawnerError(
                 f"gpuq {args[0]} failed for {self.user.name}: "
@@ -340,8 +368,13 @@ class GpuqSpawner(Spawner):
         self.job_id = ""
         self.job_info = {}
 
+    def gpuq_job_name(self) -> str:
+        """job_name for the user; a named server's name added, so servers never share one."""
+        base = self.job_name.format(username=self.user.name)
+        return f"{base}-{self.name}" if self.name else base
+
     def submit_args(self, options: JobOptions) -> list[str]:
-        args = ["submit", "--parsable", "-J", self.job_name.format(username=self.user.name),
+        args = ["submit", "--parsable", "-J", self.gpuq_job_name(),
                 f"--time={options.time}", "-o", self.output, "-D", self.home()]
         if options.gpus:
             args.append(f"--gres=gpu:{options.gpus}")
@@ -355,13 +388,41 @@ class GpuqSpawner(Spawner):
                           list(self.cmd) + list(self.get_args()), container)
 
     async def start(self) -> tuple[str, int]:
-        options = self.checked_options(self.user_options or {})
-        out = await self.gpuq_call(*self.submit_args(options), stdin=self.script(options),
-                                   env=self.client_env())
-        self.job_id = out.strip().split(";")[0]
-        self.log.info("gpuq job %s submitted for %s", self.job_id, self.user.name)
-        port = await self.wait_for_port()
-        return (self.ip or "127.0.0.1", port)
+        self.starting = True
+        try:
+            options = self.checked_options(self.user_options or {})
+            await self.cancel_leftovers()
+            out = await self.gpuq_call(*self.submit_args(options), stdin=self.script(options),
+                                       env=self.client_env())
+            self.job_id = out.strip().split(";")[0]
+            self.log.info("gpuq job %s submitted for %s", self.job_id, self.user.name)
+            self.save_state()
+            port = await self.wait_for_port()
+            return (self.ip or "127.0.0.1", port)
+        finally:
+            self.starting = False
+
+    def save_state(self) -> None:
+        """The job id in the hub's database at once, not only once start() returns (JupyterHub
+        saves state then): a hub restarted while the job waits still knows it (poll)."""
+        if self.orm_spawner is None:
+            return
+        from sqlalchemy import inspect
+        session = inspect(self.orm_spawner).session
+        if session is not None:
+            self.orm_spawner.state = self.get_state()
+            session.commit()
+
+    async def cancel_leftovers(self) -> None:
+        """Jobs of this server that an earlier hub left (it stopped or crashed while they waited
+        or ran, and forgot them): cancelled before a new one is submitted, so that they hold no
+        GPU nobody can reach."""
+        name = self.gpuq_job_name()
+        for job in json.loads(await self.gpuq_call("queue", "--me", "--json")):
+            if job.get("name") == name and job.get("state") in ACTIVE_STATES:
+                self.log.warning("cancelling gpuq job %s, %s's server left by an earlier hub",
+                                 job["display_id"], self.user.name)
+                await self.gpuq_call("cancel", str(job["display_id"]))
 
     async def wait_for_port(self) -> int:
         log_error_since: Optional[float] = None
@@ -409,6 +470,13 @@ class GpuqSpawner(Spawner):
         except GpuqSpawnerError as e:  # the daemon restarting: the job keeps running
             self.log.warning("poll of gpuq job %s: %s", self.job_id, e)
             return None
+        if job is not None and job["state"] == "PENDING" and not self.starting:
+            # Waiting with no start() to wait for it (the hub restarted, or gpuq requeued the
+            # server): nothing will ever connect to it. Cancelled, so it holds no GPU later.
+            self.log.warning("cancelling gpuq job %s: pending, and no spawn waits for it",
+                             self.job_id)
+            await self.gpuq_call("cancel", self.job_id)
+            return 0
         if job is not None and job["state"] in ACTIVE_STATES:
             return None
         return int(job.get("exit_code") or 0) if job else 0
@@ -420,7 +488,7 @@ class GpuqSpawner(Spawner):
             await self.gpuq_call("cancel", self.job_id)
         except GpuqSpawnerError as e:
             self.log.warning("cancel of gpuq job %s: %s", self.job_id, e)
-        deadline = time.monotonic() + 60  # gpuq's SIGKILL follows SIGTERM after --kill-wait (30 s)
+        deadline = time.monotonic() + STOP_SECONDS
         while time.monotonic() < deadline:
             if await self.poll() is not None:
                 return
