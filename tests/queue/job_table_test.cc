@@ -172,3 +172,26 @@ TEST(Accounting, RunningJobsCountWhileTheyRun) {
   EXPECT_DOUBLE_EQ(acct.decayed(table, 40'000).at(1000), 30.0);  // 1 GPU, 30 s so far
   EXPECT_DOUBLE_EQ(acct.gpu_seconds_by_user(table, 40'000).at("u1000"), 30.0);
 }
+
+// /metrics' counter never goes down (a lab admin's review): a look at 40 s counted the running
+// job up to then, and the job, which ended at 25 s by its supervisor's clock, is charged 15 s.
+// Prometheus would read the drop as a reset and count the user's whole total again.
+TEST(Accounting, TheCounterNeverGoesDown) {
+  TempStore t;
+  JobTable table(*t.store);
+  Accounting acct(*t.store, 3600);
+  Job j = pending(1000, "s");
+  j.state = JobState::kRunning;
+  j.gpus = {3};
+  j.start_ms = 10'000;
+  const int64_t id = submit(t, table, j);
+  EXPECT_DOUBLE_EQ(acct.gpu_seconds_by_user(table, 40'000).at("u1000"), 30.0);
+  Job& ended = *table.find(id);
+  acct.charge(ended, 25'000, 41'000);
+  ended.state = JobState::kCompleted;
+  ended.end_ms = 25'000;
+  t.store->update_job(ended);
+  table.note_state(ended);
+  table.retire(ended.id);
+  EXPECT_DOUBLE_EQ(acct.gpu_seconds_by_user(table, 41'000).at("u1000"), 30.0);
+}

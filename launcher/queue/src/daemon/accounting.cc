@@ -34,11 +34,12 @@ std::map<uint32_t, double> Accounting::decayed(const JobTable& jobs, int64_t now
   return out;
 }
 
-std::map<std::string, double> Accounting::gpu_seconds_by_user(const JobTable& jobs,
-                                                              int64_t now) const {
+std::map<std::string, double> Accounting::gpu_seconds_by_user(const JobTable& jobs, int64_t now) {
   std::map<std::string, double> seconds = finished_gpu_seconds_;
   for (const auto& [id, j] : jobs.active())
     if (j.state == JobState::kRunning) seconds[j.user] += gpu_seconds(j, now);
+  for (auto& [user, s] : seconds) s = std::max(s, said_gpu_seconds_[user]);
+  said_gpu_seconds_ = seconds;
   return seconds;
 }
 

@@ -25,8 +25,10 @@ class Accounting {
   void charge(const Job& j, int64_t end_ms, int64_t now);
   // Each user's decayed usage at `now`, running jobs included: the scheduler's fair share.
   std::map<uint32_t, double> decayed(const JobTable& jobs, int64_t now) const;
-  // GPU-seconds by user name, finished and running jobs.
-  std::map<std::string, double> gpu_seconds_by_user(const JobTable& jobs, int64_t now) const;
+  // GPU-seconds by user name, finished and running jobs; never less for a user than the last
+  // answer said (/metrics' counter): a running job counts up to now, and its charge at the end
+  // up to when it ended, which can be earlier than a look that came between.
+  std::map<std::string, double> gpu_seconds_by_user(const JobTable& jobs, int64_t now);
 
   // Where the fair-share usage differs from the store's (invariant 8, daemon_invariants.cc).
   std::vector<std::string> violations() const;
@@ -40,6 +42,7 @@ class Accounting {
   const int64_t half_life_ms_;
   std::map<uint32_t, Usage> usage_;
   std::map<std::string, double> finished_gpu_seconds_;
+  std::map<std::string, double> said_gpu_seconds_;  // gpu_seconds_by_user's last answer
 };
 
 }  // namespace gpurun::queue
