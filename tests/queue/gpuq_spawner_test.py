@@ -177,6 +177,22 @@ class WithADaemon(unittest.IsolatedAsyncioTestCase):
         self.assertIn("did not answer within 2 s", str(e.exception))
         self.assertLess(time.monotonic() - t0, 10)
 
+    async def test_the_umask_reaches_the_job(self):
+        # The job takes the client's umask: the hub's own unless umask says (a lab's 077).
+        self.spawner.umask = "077"
+        out = await self.spawner.gpuq_call("submit", "--parsable", "-o", f"{self.dir}/%j.out",
+                                           stdin="#!/bin/sh\numask\n")
+        job = out.strip().split(";")[0]
+        for _ in range(200):
+            if self.state(job) not in ("PENDING", "RUNNING"):
+                break
+            await asyncio.sleep(0.05)
+        with open(f"{self.dir}/{job}.out") as f:
+            self.assertEqual(f.read().strip(), "0077")
+        self.spawner.umask = "rw-"
+        with self.assertRaises(GpuqSpawnerError):
+            await self.spawner.gpuq_call("queue")
+
     async def test_a_default_time_past_max_hours_is_the_admins_error(self):
         self.spawner.max_hours = 4  # the default time limit stays 8:00:00
         with self.assertRaises(GpuqSpawnerError) as e:

@@ -230,6 +230,9 @@ class GpuqSpawner(Spawner):
     daemon_grace = Float(120, help="Seconds the daemon may be unreachable (a restart) before a "
                          "starting server gives up; each gpuq call retries that long "
                          "(GPUQ_RETRY_SECONDS).").tag(config=True)
+    umask = Unicode("", help="The server's umask, in octal (077: files only their owner reads); "
+                    "empty: the hub's own. PAM sessions are not opened, so login.defs' UMASK does "
+                    "not apply.").tag(config=True)
     call_timeout = Float(30, help="Seconds one gpuq call may take once the daemon answers "
                          "connections, before it is killed (a hung daemon must not hang the "
                          "hub).").tag(config=True)
@@ -306,10 +309,12 @@ class GpuqSpawner(Spawner):
         argv = prefix + [self.gpuq, *args]
         env = dict(env if env is not None else self.query_env())
         env["GPUQ_RETRY_SECONDS"] = str(self.daemon_grace)  # a daemon restart is waited out
+        mask = self.checked_umask()  # gpuq gives the job the client's umask
         try:
             proc = await asyncio.create_subprocess_exec(
                 *argv, stdin=asyncio.subprocess.PIPE, stdout=asyncio.subprocess.PIPE,
-                stderr=asyncio.subprocess.PIPE, cwd=self.home(), env=env)
+                stderr=asyncio.subprocess.PIPE, cwd=self.home(), env=env,
+                preexec_fn=None if mask is None else (lambda: os.umask(mask)))
         except OSError as e:
             raise GpuqSpawnerError(f"cannot run {argv[0]} (GpuqSpawner.run_as / gpuq): {e}") from e
         try:
@@ -326,6 +331,14 @@ class GpuqSpawner(Spawner):
                 f"gpuq {args[0]} failed for {self.user.name}: "
                 f"{err.decode(errors='replace').strip() or f'exit status {proc.returncode}'}")
         return out.decode(errors="replace")
+
+    def checked_umask(self) -> Optional[int]:
+        if not self.umask:
+            return None
+        if not re.fullmatch(r"0?[0-7]{3}", self.umask):
+            raise GpuqSpawnerError(f"this hub's configuration: GpuqSpawner.umask {self.umask!r} is "
+                                   f"not an octal umask such as 077", 500)
+        return int(self.umask, 8)
 
     def query_env(self) -> dict:
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": os.environ.get("LANG", "C.UTF-8")}
