@@ -114,13 +114,17 @@ class WithADaemon(unittest.IsolatedAsyncioTestCase):
             self.cli("cancel", str(job["display_id"]))
         self.daemon.terminate()
         self.daemon.wait()
+        self.daemon_log.close()
         subprocess.run(["rm", "-rf", self.dir], check=False)
 
     def start_daemon(self):
+        if self.daemon is not None:
+            self.daemon_log.close()
+        self.daemon_log = open(f"{self.dir}/daemon.log", "a")
         self.daemon = subprocess.Popen(
             [self.gpuq, "daemon", "--gpus", "0", "--state-dir", f"{self.dir}/state", "--socket",
              self.sock, "--sample-interval", "0", "--kill-wait", "1"],
-            stderr=open(f"{self.dir}/daemon.log", "a"))
+            stderr=self.daemon_log)
         for _ in range(200):
             if subprocess.run([self.gpuq, "queue", "--socket", self.sock],
                               capture_output=True).returncode == 0:
@@ -140,18 +144,27 @@ class WithADaemon(unittest.IsolatedAsyncioTestCase):
     def state(self, job):
         return json.loads(self.cli("show", "--json", job))[0]["state"]
 
+    def final_state(self, job):
+        """The state once the job has ended: a cancelled running job ends after SIGTERM."""
+        for _ in range(400):
+            state = self.state(job)
+            if state not in ("PENDING", "RUNNING"):
+                return state
+            time.sleep(0.05)
+        return state
+
     async def test_a_pending_job_no_spawn_waits_for_is_cancelled_by_poll(self):
         # A hub restarted while the server waited in the queue: nothing will connect to it.
         self.submit("holder", "sleep 60")
         self.spawner.job_id = self.submit(self.spawner.gpuq_job_name(), "sleep 60")
         self.assertEqual(await self.spawner.poll(), 0)
-        self.assertEqual(self.state(self.spawner.job_id), "CANCELLED")
+        self.assertEqual(self.final_state(self.spawner.job_id), "CANCELLED")
 
     async def test_start_cancels_what_an_earlier_hub_left(self):
         left = self.submit(self.spawner.gpuq_job_name(), "sleep 60")
         other = self.submit("not-jupyter", "sleep 60")
         await self.spawner.cancel_leftovers()
-        self.assertEqual(self.state(left), "CANCELLED")
+        self.assertEqual(self.final_state(left), "CANCELLED")
         self.assertIn(self.state(other), ("PENDING", "RUNNING"))  # not cancelled
 
     async def test_a_daemon_restart_while_starting_is_waited_out(self):
@@ -183,10 +196,7 @@ class WithADaemon(unittest.IsolatedAsyncioTestCase):
         out = await self.spawner.gpuq_call("submit", "--parsable", "-o", f"{self.dir}/%j.out",
                                            stdin="#!/bin/sh\numask\n")
         job = out.strip().split(";")[0]
-        for _ in range(200):
-            if self.state(job) not in ("PENDING", "RUNNING"):
-                break
-            await asyncio.sleep(0.05)
+        self.final_state(job)
         with open(f"{self.dir}/{job}.out") as f:
             self.assertEqual(f.read().strip(), "0077")
         self.spawner.umask = "rw-"
