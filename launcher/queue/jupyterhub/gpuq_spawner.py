@@ -488,7 +488,11 @@ class GpuqSpawner(Spawner):
             # server): nothing will ever connect to it. Cancelled, so it holds no GPU later.
             self.log.warning("cancelling gpuq job %s: pending, and no spawn waits for it",
                              self.job_id)
-            await self.gpuq_call("cancel", self.job_id)
+            try:
+                await self.gpuq_call("cancel", self.job_id)
+            except GpuqSpawnerError as e:  # it started or ended meanwhile: the next look says
+                self.log.warning("cancel of gpuq job %s: %s", self.job_id, e)
+                return None
             return 0
         if job is not None and job["state"] in ACTIVE_STATES:
             return None
