@@ -160,15 +160,20 @@ TEST(Accounting, ChargesGpuTimeDecayedAndKeepsItInTheStore) {
                                    "8: the fair-share usage differs from the store's"});
 }
 
-TEST(Accounting, RunningJobsCountWhileTheyRun) {
-  TempStore t;
-  JobTable table(*t.store);
-  Accounting acct(*t.store, 3600);
+// User 1000's job, running on GPU 3 since 10 s; its id.
+int64_t submit_running(TempStore& t, JobTable& table) {
   Job j = pending(1000, "s");
   j.state = JobState::kRunning;
   j.gpus = {3};
   j.start_ms = 10'000;
-  submit(t, table, j);
+  return submit(t, table, j);
+}
+
+TEST(Accounting, RunningJobsCountWhileTheyRun) {
+  TempStore t;
+  JobTable table(*t.store);
+  Accounting acct(*t.store, 3600);
+  submit_running(t, table);
   EXPECT_DOUBLE_EQ(acct.decayed(table, 40'000).at(1000), 30.0);  // 1 GPU, 30 s so far
   EXPECT_DOUBLE_EQ(acct.gpu_seconds_by_user(table, 40'000).at("u1000"), 30.0);
 }
@@ -180,11 +185,7 @@ TEST(Accounting, TheCounterNeverGoesDown) {
   TempStore t;
   JobTable table(*t.store);
   Accounting acct(*t.store, 3600);
-  Job j = pending(1000, "s");
-  j.state = JobState::kRunning;
-  j.gpus = {3};
-  j.start_ms = 10'000;
-  const int64_t id = submit(t, table, j);
+  const int64_t id = submit_running(t, table);
   EXPECT_DOUBLE_EQ(acct.gpu_seconds_by_user(table, 40'000).at("u1000"), 30.0);
   Job& ended = *table.find(id);
   acct.charge(ended, 25'000, 41'000);

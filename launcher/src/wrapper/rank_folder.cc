@@ -84,11 +84,10 @@ RankDir RankDir::create(const std::string& tmpdir, int rank) {
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (set TMPDIR?)");
   }
-  const std::string& tmpl = d.path();
   // The rank's alone: mkdtemp made the folder 0700.
   common::Fd hb(open(d.heartbeat().c_str(), O_CREAT | O_WRONLY | O_CLOEXEC, 0600));
   if (!hb || mkdir(d.python_dir().c_str(), 0700) != 0 || mkdir(d.pystack_dir().c_str(), 0700) != 0)
-    throw Error(fmt::format("rank {}: cannot populate {}: {}", rank, tmpl, strerror(errno)));
+    throw Error(fmt::format("rank {}: cannot populate {}: {}", rank, d.path(), strerror(errno)));
   common::Fd py(open((d.python_dir() + "/sitecustomize.py").c_str(),
                      O_CREAT | O_WRONLY | O_TRUNC | O_CLOEXEC, 0600));
   if (!py || !common::write_all(py.get(), stacks::python_shim()))

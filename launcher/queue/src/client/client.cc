@@ -447,6 +447,17 @@ nlohmann::json queue_states(const std::string& list) {
   return states;
 }
 
+// squeue's and scancel's -u, --me and -t, into a queue request.
+void add_queue_filters(const Parsed& p, const std::string& cmd, nlohmann::json& req) {
+  if (p.vm.count("user")) set_users(req, known_users(cmd, p.vm["user"].as<std::string>()));
+  if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
+  if (p.vm.count("me")) {
+    req["user"] = my_user_name();
+    if (req["user"] == "")
+      throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
+  }
+}
+
 int cmd_queue(const Args& a) {
   po::options_description desc("gpuq queue options");
   desc.add_options()("user,u", po::value<std::string>(),
@@ -465,15 +476,9 @@ int cmd_queue(const Args& a) {
              &p))
     return 0;
   nlohmann::json req = {{"op", "queue"}};
-  if (p.vm.count("user")) set_users(req, known_users("queue", p.vm["user"].as<std::string>()));
+  add_queue_filters(p, "queue", req);
   const bool filters = req.contains("users") || p.vm.count("jobs") || p.vm.count("states");
   if (p.vm.count("jobs")) req["ids"] = job_list("queue", p.vm["jobs"].as<std::string>());
-  if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
-  if (p.vm.count("me")) {
-    req["user"] = my_user_name();
-    if (req["user"] == "")
-      throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
-  }
   if (p.vm.count("json")) {
     auto reply = call(p.socket, req);
     if (filters) require_filtered("queue", reply);
@@ -491,18 +496,20 @@ int cmd_queue(const Args& a) {
   return 0;
 }
 
-// The job ids of cancel, hold, release and requeue (positional, at least one) and the command's
-// own options in `desc`; nullopt for --help.
+// The job ids of cancel, hold, release and requeue (positional; at least one unless `optional`)
+// and the command's own options in `desc`; nullopt for --help.
 std::optional<std::pair<Parsed, std::vector<std::string>>> parse_ids(
-    const Args& a, po::options_description& desc, const std::string& usage) {
+    const Args& a, po::options_description& desc, const std::string& usage,
+    bool optional = false) {
   desc.add_options()("ids", po::value<std::vector<std::string>>()->multitoken(),
                      "job ids (N or N_T)");
   po::positional_options_description pos;
   pos.add("ids", -1);
   Parsed p;
   if (!parse(a, desc, &pos, usage, &p)) return std::nullopt;
-  if (!p.vm.count("ids")) throw std::invalid_argument("no job id given");
-  auto ids = p.vm["ids"].as<std::vector<std::string>>();
+  if (!p.vm.count("ids") && !optional) throw std::invalid_argument("no job id given");
+  auto ids = p.vm.count("ids") ? p.vm["ids"].as<std::vector<std::string>>()
+                               : std::vector<std::string>{};
   return std::make_pair(std::move(p), std::move(ids));
 }
 
@@ -510,13 +517,7 @@ std::optional<std::pair<Parsed, std::vector<std::string>>> parse_ids(
 // when there are some), from the daemon's queue.
 std::vector<std::string> selected_jobs(const Parsed& p, const std::vector<std::string>& ids) {
   nlohmann::json req = {{"op", "queue"}};
-  if (p.vm.count("user")) set_users(req, known_users("cancel", p.vm["user"].as<std::string>()));
-  if (p.vm.count("me")) {
-    req["user"] = my_user_name();
-    if (req["user"] == "")
-      throw std::runtime_error(fmt::format("uid {} has no passwd entry", getuid()));
-  }
-  if (p.vm.count("states")) req["states"] = queue_states(p.vm["states"].as<std::string>());
+  add_queue_filters(p, "cancel", req);
   if (!ids.empty()) req["ids"] = ids;
   const auto reply = call(p.socket, req);
   require_filtered("cancel", reply);
@@ -533,20 +534,15 @@ int cmd_cancel(const Args& a) {
       "user,u", po::value<std::string>(), "the jobs of these users: USER[,USER...]")(
       "me", "my jobs")("states,t", po::value<std::string>(),
                        "only jobs in these states: PD, R, CG (or all)");
-  po::options_description all = desc;
-  all.add_options()("ids", po::value<std::vector<std::string>>()->multitoken(), "job ids");
-  po::positional_options_description pos;
-  pos.add("ids", -1);
-  Parsed p;
-  if (!parse(a, all, &pos,
-             "usage: gpuq cancel [--signal SIG] [-u USER | --me] [-t PD,R] [ID...]\n"
-             "Cancels jobs (SIGTERM to the job's process group, SIGKILL after KillWait), or "
-             "with\n--signal only signals them. An array id cancels every task. -u, --me and "
-             "-t select\njobs as scancel's do (among the ids, when given).",
-             &p))
-    return 0;
-  std::vector<std::string> ids;
-  if (p.vm.count("ids")) ids = p.vm["ids"].as<std::vector<std::string>>();
+  auto parsed = parse_ids(a, desc,
+                          "usage: gpuq cancel [--signal SIG] [-u USER | --me] [-t PD,R] [ID...]\n"
+                          "Cancels jobs (SIGTERM to the job's process group, SIGKILL after "
+                          "KillWait), or with\n--signal only signals them. An array id cancels "
+                          "every task. -u, --me and -t select\njobs as scancel's do (among the "
+                          "ids, when given).",
+                          true);
+  if (!parsed) return 0;
+  auto& [p, ids] = *parsed;
   const bool filters = p.vm.count("user") || p.vm.count("me") || p.vm.count("states");
   if (ids.empty() && !filters) throw std::invalid_argument("no job id given (or -u, --me, -t)");
   if (filters) ids = selected_jobs(p, ids);

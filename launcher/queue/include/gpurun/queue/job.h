@@ -243,7 +243,8 @@ struct Job {
 // Mean GPU utilisation (percent) over the job's samples; nullopt when it has none.
 std::optional<double> util_mean(const JobUsage& u);
 // GPU-seconds the job's last (or current) run held: its GPUs (a shard job: the share of its GPU
-// it held) times its run time (until now_ms while it runs), as Slurm bills allocated GPUs, however busy they were.
+// it held) times its run time (until now_ms while it runs), as Slurm bills allocated GPUs,
+// however busy they were.
 double gpu_seconds(const Job& j, int64_t now_ms);
 // gpu_seconds() and the earlier runs' (earlier_gpu_seconds): all the GPU time the job has used.
 double all_runs_gpu_seconds(const Job& j, int64_t now_ms);
