@@ -16,11 +16,13 @@ from pairs import against_twins, efficiency, ips
 
 
 def config_name(config):
-    """run.sh's config ("none", "powersgd:R", "acp:R" or "overlap:MB") as the tables name it."""
+    """run.sh's config ("none", "powersgd:R", "acp:R", "overlap:MB" or "local:H") as the
+    tables name it."""
     kind, _, value = config.partition(":")
     return {"none": "plain allreduce", "powersgd": f"PowerSGD rank {value}",
             "acp": f"alternating PowerSGD (ACP-SGD) rank {value}",
-            "overlap": f"overlapped, {value} MB buckets"}[kind]
+            "overlap": f"overlapped, {value} MB buckets",
+            "local": f"local SGD, averaged every {value} steps"}[kind]
 
 
 def span(effs):

@@ -30,7 +30,9 @@
 # (--bucket-mb 1: 1 MB buckets summed while backward goes on), PowerSGD rank 1
 # (--grad-compression powersgd:1: the Dense layers' gradients as two thin matrices, two sums a
 # step) and alternating PowerSGD rank 2 (acp:2: one thin matrix and one sum a step; rank 1 is
-# as fast but diverged on one seed of six, bench/results/two_node_link.md).
+# as fast but diverged on one seed of six, bench/results/two_node_link.md). local:H (not a
+# default row) is local SGD, --local-sgd H: each rank trains alone with one node's fastest
+# exchange and the two average their weights every H steps (and at each epoch's end).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
 # one node's, uncompressed and with one node's fastest exchange, of the same pair); against twins
 # = the two nodes' images/s / the sum of the twins'. Each row runs N pairs (default 3) and reports
@@ -186,7 +188,7 @@ twins() {
 # one_config REPORT CONFIG: the step model's input, one rank on core 0 in node a with the row's
 # exchange and options (what the two nodes run, on one node).
 one_config() {
-  one_node_on "$A" 0 "$1" --exchange allreduce $(config_args "$2") ||
+  one_node_on "$A" 0 "$1" $(config_args "$2") ||
     die "the one-node run of $2 failed"
 }
 
@@ -204,13 +206,15 @@ pairs() {
   python3 "$root/bench/two_node_link/pairs.py" "$to" "$repeats" || die "no median pair for $to"
 }
 
-# config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, acp:R, overlap:MB.
+# config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, acp:R, overlap:MB (the
+# allreduce exchange) or local:H (local SGD, each rank alone with one node's fastest exchange).
 config_args() {
   case $1 in
-    none) ;;
-    powersgd:* | acp:*) echo "--grad-compression $1" ;;
-    overlap:*) echo "--bucket-mb ${1#overlap:}" ;;
-    *) die "config '$1': expected none, powersgd:R, acp:R or overlap:MB" ;;
+    none) echo "--exchange allreduce" ;;
+    powersgd:* | acp:*) echo "--exchange allreduce --grad-compression $1" ;;
+    overlap:*) echo "--exchange allreduce --bucket-mb ${1#overlap:}" ;;
+    local:*) echo "--exchange auto --local-sgd ${1#local:}" ;;
+    *) die "config '$1': expected none, powersgd:R, acp:R, overlap:MB or local:H" ;;
   esac
 }
 
@@ -221,7 +225,7 @@ two_nodes() {
   ip netns exec "$A" taskset -c 0 env PBS_JOBID=link.bench PBS_NODEFILE="$work/nodefile" \
     "$gpurun" --scheduler pbs --launcher mpirun --launcher-args "$mca" -n 2 --nproc-per-node 1 \
     --control-addr 10.77.0.1 --master-addr 10.77.0.1 --preflight off -- \
-    "$mnist" "${mnist_args[@]}" --exchange allreduce --seed "$seed" $(config_args "$2") \
+    "$mnist" "${mnist_args[@]}" --seed "$seed" $(config_args "$2") \
     --report "$1" > "$1.log" 2>&1 ||
     { tail -30 "$1.log" >&2; die "the two-node run failed"; }
 }
@@ -260,8 +264,9 @@ fi
   echo "joined by a veth pair that tc tbf shapes to the rate in each direction (no netem: the"
   echo "latency is the veth's own). Open MPI $(mpirun --version | sed -n 's/.*Open MPI) //p' | head -1)"
   echo "over TCP, launched by gpurun under a PBS-style allocation. mnist_cnn on $(basename "$data"),"
-  echo "$epochs epoch(s), $batch images per rank, --threads 1, seed $row_seed; two nodes --exchange allreduce,"
-  echo "one node its fastest, auto (the SGD step fused into the Dense layers' dW); each row the"
+  echo "$epochs epoch(s), $batch images per rank, --threads 1, seed $row_seed; two nodes --exchange allreduce"
+  echo "(local SGD: auto, each rank alone); one node its fastest, auto (the SGD step fused into the"
+  echo "Dense layers' dW); each row the"
   echo "median of $repeats pairs (one node, twins, then two nodes); $(date -u '+%Y-%m-%d %H:%M UTC'),"
   echo "$(nproc) CPUs ($(sed -n 's/^model name\s*: //p' /proc/cpuinfo | head -1))."
   echo

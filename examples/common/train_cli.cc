@@ -131,6 +131,11 @@ po::options_description describe(Options& o, const Example& ex) {
       "or acp:R (alternating PowerSGD, ACP-SGD: a step sends either rows x R or inputs x R "
       "floats, in one sum, and makes it in one pass over the gradient; at R = 1 it can diverge "
       "where PowerSGD does not: R >= 2 is the safe choice)")(
+      "local-sgd", po::value(&o.backend.cpu.local_sgd),
+      "CPU: local SGD: each rank steps its own copy of the weights from its own batch, and every "
+      "H steps (at least once an epoch) the ranks average their weights in one allreduce: a "
+      "step's traffic divided by H, at some cost in accuracy (PyTorch's post-local SGD; not with "
+      "--grad-compression, --bucket-mb or --exchange hierarchical)")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "
@@ -217,6 +222,9 @@ std::string interpret(Options& o, const po::variables_map& vm) {
       !why.empty())
     return why;
   if (!(o.bucket_mb >= 0) || o.bucket_mb > 1e4) return "--bucket-mb must be from 0 to 10000";
+  if (vm.count("local-sgd") && (o.backend.cpu.local_sgd < 1 || o.backend.cpu.local_sgd > 100000))
+    return "--local-sgd must be from 1 to 100000 (steps between averages), got " +
+           std::to_string(o.backend.cpu.local_sgd);
   o.backend.cpu.bucket_floats = std::size_t(o.bucket_mb * 1e6 / sizeof(float));
   o.backend.cuda.bucket_floats = o.backend.cpu.bucket_floats;
   if (auto k = kernels::cpu::parse_cpu_kernels(o.cpu_kernels))

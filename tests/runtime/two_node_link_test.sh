@@ -6,7 +6,8 @@
 #   to" 1 Gbit/s), and the harness's own check of its shaped link passed and printed its rate;
 # - the table has its rows, each the median of 2 pairs (one node, twins, then two nodes), within
 #   the pairs' range it shows, against one node and against the twins;
-# - PowerSGD and alternating PowerSGD (acp) send under 1 MB a step;
+# - PowerSGD and alternating PowerSGD (acp) send under 1 MB a step, local SGD every 4 steps a
+#   quarter of the gradient's 11.08 MB;
 # - the ranks really ran on two nodes over the shaped link (the exchange at 200 Mbit/s takes at
 #   least the gradient's bytes over that rate);
 # - --accuracy-seeds 2 adds the accuracy table: a row a config, means of two seeds, and gaps
@@ -33,10 +34,11 @@ before=$(ls -d /tmp/gpurun-link-* 2>/dev/null | wc -l)
 "$root/bench/two_node_link/run.sh" --accuracy-seeds two 2> "$log" &&
   fail "--accuracy-seeds two was taken"
 grep -q "accuracy-seeds 'two': expected a count" "$log" || fail "no clear error: $(cat "$log")"
-BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates 200mbit --configs none,powersgd:4,acp:4 \
+BUILD_DIR=$build "$root/bench/two_node_link/run.sh" --rates 200mbit \
+  --configs none,powersgd:4,acp:4,local:4 \
   --repeats 2 --accuracy-seeds 2 --data "$data" --out "$out" -- --max-steps 8 2> "$log" ||
   { cat "$log" >&2; fail "the harness failed"; }
-[ "$(grep -c "^two_node_link: two nodes at 200mbit" "$log")" -eq 3 ] ||
+[ "$(grep -c "^two_node_link: two nodes at 200mbit" "$log")" -eq 4 ] ||
   fail "not one line a row: $(cat "$log")"
 got=$(sed -n 's/^link check: .* took .* ms, \([0-9.]*\) Gbit\/s (shaped to 0.2 Gbit\/s)$/\1/p' "$log")
 [ -n "$got" ] || fail "no link check of the 200 Mbit/s link: $(cat "$log")"
@@ -53,7 +55,7 @@ within() {  # within EFF_FIELD RANGE_FIELD: the row's median pair lies in its pa
 }
 within 6 7 || fail "the median pair's efficiency is outside the pairs' range: $row"
 within 9 10 || fail "the median pair's efficiency against twins is outside its range: $row"
-[ "$(grep -c "^| 200mbit |" "$out")" -eq 3 ] || fail "not three rows: $(cat "$out")"
+[ "$(grep -c "^| 200mbit |" "$out")" -eq 4 ] || fail "not four rows: $(cat "$out")"
 # 11.08 MB at 200 Mbit/s is 443 ms each way; a ring of two sends it once each way: >= 400 ms.
 python3 -c "import sys; sys.exit(0 if float(sys.argv[1]) >= 400 else 1)" "$ms" ||
   fail "the exchange took $ms ms a step: not over the 200 Mbit/s link? $row"
@@ -63,9 +65,14 @@ for name in "PowerSGD rank 4" "alternating PowerSGD (ACP-SGD) rank 4"; do
   python3 -c "import sys; sys.exit(0 if 0 < float(sys.argv[1]) < 1 else 1)" "$mb" ||
     fail "$name sent $mb MB a step: $psgd"
 done
+lsgd=$(grep -F "| 200mbit | local SGD, averaged every 4 steps |" "$out") ||
+  fail "no local SGD row in: $(cat "$out")"
+mb=$(awk -F'|' '{gsub(/ /, "", $4); print $4}' <<< "$lsgd")
+[ "$mb" = 2.77 ] || fail "local SGD every 4 steps sent $mb MB a step, not 11.08 / 4: $lsgd"
 grep -q "^Test accuracy over seeds 1-2 " "$out" || fail "no accuracy table: $(cat "$out")"
 [ "$(grep -c "^two_node_link: accuracy, seed" "$log")" -eq 2 ] || fail "not two seeds: $(cat "$log")"
-for name in "plain allreduce" "PowerSGD rank 4" "alternating PowerSGD (ACP-SGD) rank 4"; do
+for name in "plain allreduce" "PowerSGD rank 4" "alternating PowerSGD (ACP-SGD) rank 4" \
+  "local SGD, averaged every 4 steps"; do
   acc=$(grep "^| $name | [0-9.]*% |" "$out") || fail "no accuracy row for $name: $(cat "$out")"
   # | exchange | 1 node mean | 2 nodes mean | gap, mean | ± | largest gap |
   python3 -c "import sys; f=[x.strip().rstrip('%') for x in sys.argv[1].split('|')]; \

@@ -56,6 +56,25 @@ void check(const BackendConfig& cfg, const Dataset& data, int world) {
   }
 }
 
+// --local-sgd: the CPU path's, and nothing summed each step for the other options to shape.
+void check_local_sgd(const BackendOptions& options) {
+  const CpuOptions& c = options.cpu;
+  if (c.local_sgd == 0) return;
+  const char* clash = options.device == Device::kCuda         ? "the GPU path (give --device cpu)"
+                      : c.powersgd_rank > 0                   ? "--grad-compression"
+                      : c.bucket_floats > 0                   ? "--bucket-mb"
+                      : c.exchange == Exchange::kHierarchical ? "--exchange hierarchical"
+                                                              : nullptr;
+  if (c.local_sgd < 0)
+    throw std::invalid_argument("--local-sgd must be >= 1 (steps between averages), got " +
+                                std::to_string(c.local_sgd));
+  if (clash)
+    throw std::invalid_argument(
+        std::string("--local-sgd averages the parameters every few steps and sums no gradient "
+                    "across ranks, so it does not go with ") +
+        clash);
+}
+
 }  // namespace
 
 int eval_batch_for(int eval_batch, const Dataset& data) {
@@ -86,6 +105,7 @@ std::unique_ptr<Backend> make_backend(ProcessGroup& pg, const ModelSpec& model, 
           "--grad-compression powersgd or acp is the CPU path's (runtime/src/cpu/powersgd.h); "
           "the GPU path allreduces the whole gradient with NCCL: give --device cpu, or no "
           "compression");
+    check_local_sgd(options);
 #if !GPURUN_HAVE_CUDA
     if (options.device == Device::kCuda) {
       throw std::runtime_error(

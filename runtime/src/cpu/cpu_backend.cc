@@ -3,17 +3,21 @@
 // the sum to its exchange (allreduce or shared memory), which combines the ranks and steps the
 // parameters. The step's stats (loss, correct count, stop flag) ride in the gradient buffer's stat
 // slots, so the ranks agree on them in the same exchange: a sync costs nothing.
+// With local SGD (--local-sgd H) the exchange combines only the rank's own replicas, over a
+// one-rank group of its own; the ranks meet at each sync, every H steps, where one allreduce
+// averages their parameters and one small one sums their statistics.
 #include <algorithm>
+#include <chrono>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "backend/backends.h"
+#include "data/sampler.h"
 #include "exchange.h"
 #include "gpurun/kernels/cpu_kernels.h"
 #include "gpurun/kernels/threads.h"
-#include "data/sampler.h"
 
 namespace gpurun::runtime {
 namespace {
@@ -27,8 +31,8 @@ int workers_for(const CpuOptions& o, int batch) {
 
 class CpuBackend final : public Backend {
  public:
-  CpuBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data, const BackendConfig& cfg,
-             const CpuOptions& opt, std::ostream& log)
+  CpuBackend(ProcessGroup& pg, const ModelSpec& model, const Dataset& data,
+             const BackendConfig& cfg, const CpuOptions& opt, std::ostream& log)
       : pg_(pg),
         data_(data),
         batch_(cfg.batch_per_rank),
@@ -36,6 +40,7 @@ class CpuBackend final : public Backend {
         workers_(workers_for(opt, cfg.batch_per_rank)),
         slice_(batch_ / workers_),
         pool_(workers_),
+        local_sgd_(opt.local_sgd),
         x_(std::size_t(batch_) * data.train.image_floats()),
         y_(std::size_t(batch_)) {
     check(opt);
@@ -55,7 +60,8 @@ class CpuBackend final : public Backend {
     setup.powersgd_rank = opt.powersgd_rank;
     setup.powersgd_alternate = opt.powersgd_alternate;
     setup.bucket_floats = opt.bucket_floats;
-    exchange_ = cpu::make_exchange(pg, models_, setup, log);
+    if (local_sgd_ > 0) alone_ = make_single_process_group();
+    exchange_ = cpu::make_exchange(alone_ ? *alone_ : pg, models_, setup, log);
   }
 
   BackendInfo info() const override {
@@ -69,12 +75,20 @@ class CpuBackend final : public Backend {
     i.exchange_bytes_per_step = pg_.size() > 1 ? exchange_->bytes_per_step() : 0;
     i.wire_bytes_per_step = exchange_->wire_bytes_per_step();
     i.compression = exchange_->compression();
+    if (alone_) {
+      i.exchange = "local-sgd";
+      i.summary = "local SGD: each rank steps alone (" + i.summary +
+                  "), the ranks' parameters averaged every " + std::to_string(local_sgd_) +
+                  " steps";
+      // The average's two allreduces (the parameters, the statistics), spread over its steps
+      i.wire_bytes_per_step = (models_[0]->param_floats() * sizeof(float) + 3 * sizeof(double)) /
+                              std::size_t(local_sgd_);
+      i.exchange_bytes_per_step = pg_.size() > 1 ? i.wire_bytes_per_step : 0;
+    }
     return i;
   }
 
-  void set_state(const float* params, const float* velocity) override {
-    exchange_->set_state(params, velocity);
-  }
+  void set_state(const float* params, const float* velocity) override;
 
   void get_state(std::vector<float>* params, std::vector<float>* velocity) override {
     const Model& m = *models_[0];
@@ -88,21 +102,25 @@ class CpuBackend final : public Backend {
 
   void begin_epoch(const EpochPlan& plan) override { plan_ = plan; }
   void step(std::int64_t step, bool stop_requested) override;
-  int sync_every() const override { return 1; }
-  Progress sync() override { return std::exchange(pending_, Progress{}); }
+  int sync_every() const override { return alone_ ? local_sgd_ : 1; }
+  Progress sync() override;
   Evaluation evaluate(int eval_batch) override;
-  BackendTimes times() const override { return {exchange_->seconds(), 0, 0}; }
+  BackendTimes times() const override { return {exchange_->seconds() + average_seconds_, 0, 0}; }
   std::string epoch_note() const override { return exchange_->note(); }
 
  private:
   void check(const CpuOptions& opt) const;
   void add_worker_gradients();
+  void average(Progress& p);
 
   ProcessGroup& pg_;
   const Dataset& data_;
   const int batch_, micro_, workers_, slice_;
   WorkerPool pool_;
   std::vector<std::unique_ptr<Model>> models_;
+  const int local_sgd_;  // steps between averages (0: the exchange combines every rank)
+  std::unique_ptr<ProcessGroup> alone_;  // local SGD: the one-rank group the exchange combines
+  double average_seconds_ = 0;
   std::unique_ptr<cpu::CpuExchange> exchange_;
   FloatBuffer x_;
   std::vector<std::int32_t> y_;
@@ -120,6 +138,46 @@ void CpuBackend::check(const CpuOptions& opt) const {
     throw std::invalid_argument("CPU options: micro_batch " + std::to_string(opt.micro_batch) +
                                 " must divide each thread's " + std::to_string(slice_) + " images");
   }
+}
+
+// With local SGD every rank is rank 0 of its own exchange: rank 0's state reaches the others here.
+void CpuBackend::set_state(const float* params, const float* velocity) {
+  if (!alone_) return exchange_->set_state(params, velocity);
+  const std::size_t n = models_[0]->param_floats();
+  std::vector<float> p(n), v;
+  int has_velocity = velocity != nullptr;  // rank 0's say
+  if (pg_.rank() == 0) std::copy(params, params + n, p.begin());
+  pg_.broadcast(p.data(), n * sizeof(float), 0);
+  pg_.broadcast(&has_velocity, sizeof has_velocity, 0);
+  if (has_velocity) {
+    v.resize(n);
+    if (pg_.rank() == 0) std::copy(velocity, velocity + n, v.begin());
+    pg_.broadcast(v.data(), n * sizeof(float), 0);
+  }
+  exchange_->set_state(p.data(), has_velocity ? v.data() : nullptr);
+}
+
+Progress CpuBackend::sync() {
+  Progress p = std::exchange(pending_, Progress{});
+  if (alone_ && pg_.size() > 1) average(p);
+  return p;
+}
+
+// Local SGD's meeting: the statistics of the steps since the last (this rank's alone) summed over
+// the ranks, then the parameters averaged (momentum stays each rank's, as PyTorch's averager).
+void CpuBackend::average(Progress& p) {
+  const auto t = std::chrono::steady_clock::now();
+  double sums[3] = {p.loss_sum, p.correct, p.stop ? 1.0 : 0.0};
+  pg_.allreduce_sum(sums, 3);
+  p.loss_sum = sums[0];
+  p.correct = sums[1];
+  p.stop = sums[2] > 0;
+  float* params = models_[0]->params();
+  const std::size_t n = models_[0]->param_floats();
+  pg_.allreduce_sum(params, n);
+  const float mean = 1.0f / float(pg_.size());
+  for (std::size_t i = 0; i < n; ++i) params[i] *= mean;
+  average_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 void CpuBackend::step(std::int64_t step, bool stop_requested) {

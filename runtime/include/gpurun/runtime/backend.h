@@ -152,6 +152,12 @@ struct CpuOptions {
   // so the sums overlap the rest of backward (PyTorch DDP's buckets). One thread, no
   // micro-batches, no PowerSGD, not hierarchical. 0: one allreduce after backward.
   std::size_t bucket_floats = 0;
+  // > 0: local SGD (Lin et al., "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020;
+  // PyTorch's PeriodicModelAverager): each rank steps its own copy of the parameters from its own
+  // gradient (its threads combined as `exchange` says, one rank alone), and every local_sgd
+  // steps, at each sync (sync_every()), the ranks average their parameters in one allreduce.
+  // Momentum stays each rank's own. Not with PowerSGD, buckets or the hierarchical exchange.
+  int local_sgd = 0;
 };
 
 enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager

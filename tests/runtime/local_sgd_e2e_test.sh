@@ -1,0 +1,116 @@
+#!/usr/bin/env bash
+# Local SGD end to end (--local-sgd H, runtime/src/cpu/cpu_backend.cc): mnist_cnn on 2 ranks
+# under gpurun on the MNIST digits.
+# - Averaged every step (H = 1, no momentum) it is the plain allreduce's SGD: (w - lr g0 +
+#   w - lr g1) / 2 = w - lr (g0 + g1) / 2, so after 30 steps the parameters agree with
+#   --exchange allreduce's to rounding (1e-3; they move by 0.1 when averaged every 8 steps,
+#   which is checked to differ), with either exchange inside the rank.
+# - The ranks end with the same weights: a finished 2-rank run's test loss (each rank evaluates
+#   its half of the test set with its own weights) is the test loss of rank 0's checkpoint
+#   evaluated alone on one rank.
+# - 4 epochs averaged every 16 steps reach the plain run's test accuracy within 1.5 points; the
+#   report and the lines say local-sgd and what a step sends (the weights' bytes / 16).
+# - A stop signal that reaches one rank only stops both at the same sync (a multiple of H in the
+#   epoch, or its end), with a checkpoint the run resumes from.
+# - Bad values and what does not go with it are refused by name.
+#   local_sgd_e2e_test.sh MNIST_CNN GPURUN CHECKPOINT_DIFF DATA_DIR
+set -euo pipefail
+mnist=$1 gpurun=$2 ckdiff=$3 data=$4
+work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-local-sgd.XXXXXX")
+trap 'rm -rf "$work"' EXIT
+fail() { echo "FAIL: $*" >&2; exit 1; }
+run() {  # run NAME ARGS...: 2 ranks, seed 5, checkpoint in $work/NAME, report $work/NAME.json
+  local name=$1; shift
+  "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads 1 --seed 5 \
+    --checkpoint "$work/$name" --report "$work/$name.json" "$@" > "$work/$name.log" 2>&1 ||
+    { cat "$work/$name.log"; fail "the $name run failed"; }
+}
+
+# H = 1 is the plain allreduce's SGD, to rounding.
+run plain --exchange allreduce --max-steps 30
+for inner in allreduce auto; do
+  run "every1-$inner" --exchange $inner --local-sgd 1 --max-steps 30
+  "$ckdiff" "$work/plain/checkpoint.bin" "$work/every1-$inner/checkpoint.bin" 1e-3 1e-5 ||
+    fail "averaged every step ($inner inside the rank): not the plain allreduce's parameters"
+done
+run every8 --local-sgd 8 --max-steps 30
+if "$ckdiff" "$work/plain/checkpoint.bin" "$work/every8/checkpoint.bin" 1e-3 > "$work/diff8"; then
+  fail "averaged every 8 steps, the same parameters as every step: $(cat "$work/diff8")"
+fi
+
+# The ranks agree at the end: rank 0's weights, evaluated alone, give the 2-rank run's test loss.
+run agree --local-sgd 8 --epochs 2
+"$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 2 --checkpoint "$work/agree" \
+  --resume --report "$work/alone.json" > "$work/alone.log" 2>&1 ||
+  { cat "$work/alone.log"; fail "evaluating rank 0's checkpoint alone failed"; }
+grep -q "nothing left to train" "$work/alone.log" || fail "the one-rank run trained: $(cat "$work/alone.log")"
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+two, one = (json.load(open(f"{w}/{n}.json")) for n in ("agree", "alone"))
+print(f"test loss: 2 ranks {two['test_loss']:.9f}, rank 0's weights alone {one['test_loss']:.9f}")
+assert abs(two["test_loss"] - one["test_loss"]) <= 1e-6 * one["test_loss"], (two["test_loss"], one["test_loss"])
+assert two["param_checksum"] == one["param_checksum"], (two["param_checksum"], one["param_checksum"])
+PY
+
+# Accuracy and what the run says of itself.
+run sync4 --exchange allreduce --epochs 4
+run local4 --local-sgd 16 --epochs 4
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+plain, local = (json.load(open(f"{w}/{n}.json")) for n in ("sync4", "local4"))
+gap = 100 * (plain["test_accuracy"] - local["test_accuracy"])
+print(f"4 epochs: test accuracy {100 * plain['test_accuracy']:.2f}% plain, "
+      f"{100 * local['test_accuracy']:.2f}% averaged every 16 steps")
+assert local["exchange"] == "local-sgd", local["exchange"]
+assert local["test_accuracy"] > 0.9 and abs(gap) <= 1.5, (local["test_accuracy"], gap)
+sent = 4 * local["param_count"] / 16  # (and a few padding floats, 3 doubles of statistics)
+assert abs(local["exchange_bytes_per_step"] - sent) < 16, (local["exchange_bytes_per_step"], sent)
+assert local["wire_bytes_per_step"] == local["exchange_bytes_per_step"], local["wire_bytes_per_step"]
+epochs = [l for l in open(f"{w}/local4.log") if l.startswith("epoch ")]
+assert len(epochs) == 4 and all(" local-sgd " in l for l in epochs), epochs
+PY
+grep -q "local SGD: each rank steps alone (shared-memory exchange), the ranks' parameters averaged every 16 steps" \
+  "$work/local4.log" || fail "no local SGD summary: $(cat "$work/local4.log")"
+
+# A stop signal on one rank: both stop at the same sync, checkpointed; the run resumes.
+"$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 40 \
+  --local-sgd 40 --checkpoint "$work/stop" > "$work/stop.log" 2>&1 &
+gp=$!
+for _ in $(seq 300); do grep -q "^epoch 2/40" "$work/stop.log" && break; sleep 0.1; done
+grep -q "^epoch 2/40" "$work/stop.log" || { kill -TERM $gp; fail "no second epoch: $(cat "$work/stop.log")"; }
+rank=$(pgrep -n -f -- "--checkpoint $work/stop") || fail "no rank to signal"
+kill -USR1 "$rank"
+timeout 60 tail --pid=$gp -f /dev/null ||
+  { kill -TERM $gp; sleep 5; kill -KILL $gp 2>/dev/null; fail "the ranks did not stop together"; }
+wait $gp || true
+step=$(sed -n 's/.*stopped at a step boundary (global step \([0-9]*\)).*/\1/p' "$work/stop.log")
+[ -n "$step" ] || fail "no stop at a step boundary: $(cat "$work/stop.log")"
+spe=$(sed -n 's/^training: .* images, \([0-9]*\) steps\/epoch.*/\1/p' "$work/stop.log")
+(( step % spe % 40 == 0 )) || fail "stopped at step $step: not a sync of every 40 in $spe-step epochs"
+mv "$work/stop" "$work/resumed"  # (run's checkpoint folder)
+run resumed --epochs 40 --local-sgd 40 --resume --max-steps $((step + 20))
+grep -q "resumed from" "$work/resumed.log" ||
+  fail "not resumed: $(cat "$work/resumed.log")"
+python3 -c "import json, sys; r = json.load(open(sys.argv[1])); \
+  sys.exit(0 if r['steps_run'] == 20 and r['global_steps'] == $step + 20 and \
+  r['test_accuracy'] > 0.8 else 1)" "$work/resumed.json" ||
+  fail "the resumed run: $(cat "$work/resumed.log")"
+
+refused() {  # refused WHAT ARGS...: mnist_cnn with ARGS must fail saying WHAT
+  local what=$1; shift
+  if "$gpurun" -q -n 2 -- "$mnist" --data "$data" --max-steps 2 "$@" > "$work/r" 2>&1; then
+    fail "accepted: $*"
+  fi
+  grep -q -- "$what" "$work/r" || fail "$*: $(cat "$work/r")"
+}
+for bad in 0 -3 100001; do
+  refused "--local-sgd must be from 1 to 100000" --device cpu --local-sgd $bad
+done
+refused "the argument ('x') for option '--local-sgd' is invalid" --device cpu --local-sgd x
+refused "does not go with --grad-compression" --device cpu --local-sgd 8 --grad-compression acp:2
+refused "does not go with --bucket-mb" --device cpu --local-sgd 8 --exchange allreduce --bucket-mb 1
+refused "does not go with --exchange hierarchical" --device cpu --local-sgd 8 --exchange hierarchical
+refused "does not go with the GPU path" --device cuda --local-sgd 8
+echo PASS
