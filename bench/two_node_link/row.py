@@ -16,13 +16,14 @@ from pairs import against_twins, efficiency, ips
 
 
 def config_name(config):
-    """run.sh's config ("none", "powersgd:R", "acp:R", "overlap:MB" or "local:H") as the
+    """run.sh's config ("none", "powersgd:R", "acp:R", "overlap:MB", "local:H" or "local:H:bf16") as the
     tables name it."""
     kind, _, value = config.partition(":")
     return {"none": "plain allreduce", "powersgd": f"PowerSGD rank {value}",
             "acp": f"alternating PowerSGD (ACP-SGD) rank {value}",
             "overlap": f"overlapped, {value} MB buckets",
-            "local": f"local SGD, averaged every {value} steps"}[kind]
+            "local": f"local SGD, averaged every {value.split(':')[0]} steps"
+                     + (", in bfloat16" if value.endswith(":bf16") else "")}[kind]
 
 
 def span(effs):

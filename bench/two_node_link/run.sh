@@ -32,7 +32,8 @@
 # step) and alternating PowerSGD rank 2 (acp:2: one thin matrix and one sum a step; rank 1 is
 # as fast but diverged on one seed of six, bench/results/two_node_link.md). local:H (not a
 # default row) is local SGD, --local-sgd H: each rank trains alone with one node's fastest
-# exchange and the two average their weights every H steps (and at each epoch's end).
+# exchange and the two average their weights every H steps (and at each epoch's end);
+# local:H:bf16 adds --local-sgd-bf16 (each average's changes in bfloat16, half the bytes).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
 # one node's, uncompressed and with one node's fastest exchange, of the same pair); against twins
 # = the two nodes' images/s / the sum of the twins'. Each row runs N pairs (default 3) and reports
@@ -207,14 +208,16 @@ pairs() {
 }
 
 # config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, acp:R, overlap:MB (the
-# allreduce exchange) or local:H (local SGD, each rank alone with one node's fastest exchange).
+# allreduce exchange) or local:H (local SGD, each rank alone with one node's fastest exchange;
+# local:H:bf16, its averages' changes sent as bfloat16).
 config_args() {
   case $1 in
     none) echo "--exchange allreduce" ;;
     powersgd:* | acp:*) echo "--exchange allreduce --grad-compression $1" ;;
     overlap:*) echo "--exchange allreduce --bucket-mb ${1#overlap:}" ;;
+    local:*:bf16) local h=${1#local:}; echo "--exchange auto --local-sgd ${h%:bf16} --local-sgd-bf16" ;;
     local:*) echo "--exchange auto --local-sgd ${1#local:}" ;;
-    *) die "config '$1': expected none, powersgd:R, acp:R, overlap:MB or local:H" ;;
+    *) die "config '$1': expected none, powersgd:R, acp:R, overlap:MB, local:H or local:H:bf16" ;;
   esac
 }
 

@@ -136,6 +136,9 @@ po::options_description describe(Options& o, const Example& ex) {
       "H steps (at least once an epoch) the ranks average their weights in one allreduce: a "
       "step's traffic divided by H, at some cost in accuracy (PyTorch's post-local SGD; not with "
       "--grad-compression, --bucket-mb or --exchange hierarchical)")(
+      "local-sgd-bf16", po::bool_switch(&o.backend.cpu.local_sgd_bf16),
+      "with --local-sgd: each average sends the rank's change since the last one as bfloat16, "
+      "half the bytes (the ranks still end each average with the same weights)")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "

@@ -5,12 +5,14 @@
 // after rank 0's timeout throws CollectiveTimeout naming the sum, its type and the rank.
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstdio>
 #include <exception>
 #include <string>
 #include <vector>
 
 #include "gpurun/runtime/process_group.h"
+#include "group/bf16.h"
 
 // Rank 1 joins a double sum 2 s late; rank 0's bound of 0.5 s must end it first, by name.
 std::size_t late_peer_times_out(gpurun::runtime::ProcessGroup& pg) {
@@ -48,6 +50,19 @@ int main() {
       for (std::size_t i = 0; i < n; ++i)
         if (v[i] != float(rank_sum * (i % 7))) ++wrong;
     }
+    // bfloat16: small integers are exact. Rank 0's 1 + 2^-7 and rank 1's 1 sum to 2 + 2^-7,
+    // halfway between two bfloat16s (2 and 2 + 2^-6): to even, 2.
+    for (std::size_t n : {std::size_t(1), std::size_t(2770638)}) {
+      std::vector<std::uint16_t> h(n);
+      for (std::size_t i = 0; i < n; ++i) h[i] = gpurun::runtime::to_bf16(float((r + 1) * (i % 7)));
+      pg->allreduce_sum_bf16(h.data(), n);
+      for (std::size_t i = 0; i < n; ++i)
+        if (gpurun::runtime::from_bf16(h[i]) != float(rank_sum * (i % 7))) ++wrong;
+    }
+    std::uint16_t tie = r == 0 ? 0x3f81 : 0x3f80;
+    pg->allreduce_sum_bf16(&tie, 1);
+    if (w == 2 && tie != 0x4000) ++wrong;
+    if (w == 1 && tie != 0x3f81) ++wrong;
     double d[3] = {r + 0.5, 1.0, -2.0 * r};
     pg->allreduce_sum(d, 3);
     if (d[0] != rank_sum - w + 0.5 * w || d[1] != w) ++wrong;

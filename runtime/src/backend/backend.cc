@@ -59,6 +59,9 @@ void check(const BackendConfig& cfg, const Dataset& data, int world) {
 // --local-sgd: the CPU path's, and nothing summed each step for the other options to shape.
 void check_local_sgd(const BackendOptions& options) {
   const CpuOptions& c = options.cpu;
+  if (c.local_sgd_bf16 && c.local_sgd == 0)
+    throw std::invalid_argument("--local-sgd-bf16 is how local SGD's averages travel: give "
+                                "--local-sgd H too");
   if (c.local_sgd == 0) return;
   const char* clash = options.device == Device::kCuda         ? "the GPU path (give --device cpu)"
                       : c.powersgd_rank > 0                   ? "--grad-compression"

@@ -4,16 +4,16 @@
 // parameters. The step's stats (loss, correct count, stop flag) ride in the gradient buffer's stat
 // slots, so the ranks agree on them in the same exchange: a sync costs nothing.
 // With local SGD (--local-sgd H) the exchange combines only the rank's own replicas, over a
-// one-rank group of its own; the ranks meet at each sync, every H steps, where one allreduce
-// averages their parameters and one small one sums their statistics.
+// one-rank group of its own; the ranks meet at each sync, every H steps (model_average.h).
 #include <algorithm>
-#include <chrono>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
 #include <utility>
 
 #include "backend/backends.h"
+#include "cpu/model_average.h"
 #include "data/sampler.h"
 #include "exchange.h"
 #include "gpurun/kernels/cpu_kernels.h"
@@ -60,7 +60,10 @@ class CpuBackend final : public Backend {
     setup.powersgd_rank = opt.powersgd_rank;
     setup.powersgd_alternate = opt.powersgd_alternate;
     setup.bucket_floats = opt.bucket_floats;
-    if (local_sgd_ > 0) alone_ = make_single_process_group();
+    if (local_sgd_ > 0) {
+      alone_ = make_single_process_group();
+      average_.emplace(pg, models_[0]->param_floats(), opt.local_sgd_bf16);
+    }
     exchange_ = cpu::make_exchange(alone_ ? *alone_ : pg, models_, setup, log);
   }
 
@@ -79,11 +82,10 @@ class CpuBackend final : public Backend {
       i.exchange = "local-sgd";
       i.summary = "local SGD: each rank steps alone (" + i.summary +
                   "), the ranks' parameters averaged every " + std::to_string(local_sgd_) +
-                  " steps";
-      // The average's two allreduces (the parameters, the statistics), spread over its steps
-      i.wire_bytes_per_step = (models_[0]->param_floats() * sizeof(float) + 3 * sizeof(double)) /
-                              std::size_t(local_sgd_);
+                  (average_->bf16() ? " steps, their changes sent as bfloat16" : " steps");
+      i.wire_bytes_per_step = average_->bytes() / std::size_t(local_sgd_);  // spread over steps
       i.exchange_bytes_per_step = pg_.size() > 1 ? i.wire_bytes_per_step : 0;
+      if (average_->bf16()) i.compression = "bf16";
     }
     return i;
   }
@@ -105,13 +107,14 @@ class CpuBackend final : public Backend {
   int sync_every() const override { return alone_ ? local_sgd_ : 1; }
   Progress sync() override;
   Evaluation evaluate(int eval_batch) override;
-  BackendTimes times() const override { return {exchange_->seconds() + average_seconds_, 0, 0}; }
+  BackendTimes times() const override {
+    return {exchange_->seconds() + (average_ ? average_->seconds() : 0.0), 0, 0};
+  }
   std::string epoch_note() const override { return exchange_->note(); }
 
  private:
   void check(const CpuOptions& opt) const;
   void add_worker_gradients();
-  void average(Progress& p);
 
   ProcessGroup& pg_;
   const Dataset& data_;
@@ -120,7 +123,7 @@ class CpuBackend final : public Backend {
   std::vector<std::unique_ptr<Model>> models_;
   const int local_sgd_;  // steps between averages (0: the exchange combines every rank)
   std::unique_ptr<ProcessGroup> alone_;  // local SGD: the one-rank group the exchange combines
-  double average_seconds_ = 0;
+  std::optional<cpu::ModelAverage> average_;  // local SGD: where the ranks meet
   std::unique_ptr<cpu::CpuExchange> exchange_;
   FloatBuffer x_;
   std::vector<std::int32_t> y_;
@@ -155,29 +158,13 @@ void CpuBackend::set_state(const float* params, const float* velocity) {
     pg_.broadcast(v.data(), n * sizeof(float), 0);
   }
   exchange_->set_state(p.data(), has_velocity ? v.data() : nullptr);
+  average_->reset(p.data());
 }
 
 Progress CpuBackend::sync() {
   Progress p = std::exchange(pending_, Progress{});
-  if (alone_ && pg_.size() > 1) average(p);
+  if (average_) average_->average(models_[0]->params(), p);
   return p;
-}
-
-// Local SGD's meeting: the statistics of the steps since the last (this rank's alone) summed over
-// the ranks, then the parameters averaged (momentum stays each rank's, as PyTorch's averager).
-void CpuBackend::average(Progress& p) {
-  const auto t = std::chrono::steady_clock::now();
-  double sums[3] = {p.loss_sum, p.correct, p.stop ? 1.0 : 0.0};
-  pg_.allreduce_sum(sums, 3);
-  p.loss_sum = sums[0];
-  p.correct = sums[1];
-  p.stop = sums[2] > 0;
-  float* params = models_[0]->params();
-  const std::size_t n = models_[0]->param_floats();
-  pg_.allreduce_sum(params, n);
-  const float mean = 1.0f / float(pg_.size());
-  for (std::size_t i = 0; i < n; ++i) params[i] *= mean;
-  average_seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
 }
 
 void CpuBackend::step(std::int64_t step, bool stop_requested) {

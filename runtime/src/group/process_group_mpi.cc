@@ -19,6 +19,7 @@
 
 #include "gpurun/common/posix.h"
 #include "gpurun/runtime/process_group.h"
+#include "group/bf16.h"
 
 namespace gpurun::runtime {
 namespace {
@@ -43,6 +44,13 @@ namespace {
 
 // MPI counts are int: large buffers are reduced in chunks (ours is 2.77 M floats, one chunk).
 constexpr std::size_t kMaxChunk = std::size_t(INT_MAX) / 2;
+
+// MPI_Op for ProcessGroup::allreduce_sum_bf16: inout += in, in float, rounded back.
+void sum_bf16(void* in, void* inout, int* len, MPI_Datatype*) {
+  const auto* a = static_cast<const std::uint16_t*>(in);
+  auto* b = static_cast<std::uint16_t*>(inout);
+  for (int i = 0; i < *len; ++i) b[i] = to_bf16(from_bf16(a[i]) + from_bf16(b[i]));
+}
 
 // One MPI_Iallreduce per chunk of kMaxChunk floats.
 class MpiPendingSum final : public PendingSum {
@@ -90,6 +98,7 @@ class MpiProcessGroup final : public ProcessGroup {
     GPURUN_MPI_CHECK(MPI_Comm_set_errhandler(local, MPI_ERRORS_RETURN));
     local_ = local;
     make_hierarchy(node_index);
+    GPURUN_MPI_CHECK(MPI_Op_create(sum_bf16, 1, &bf16_sum_));
   }
   ~MpiProcessGroup() override {
     int fin = 0;
@@ -100,6 +109,7 @@ class MpiProcessGroup final : public ProcessGroup {
     if (!fin && local_ != MPI_COMM_NULL) MPI_Comm_free(&local_);
     if (!fin && node_ != MPI_COMM_NULL) MPI_Comm_free(&node_);
     if (!fin && leaders_ != MPI_COMM_NULL) MPI_Comm_free(&leaders_);
+    if (!fin && bf16_sum_ != MPI_OP_NULL) MPI_Op_free(&bf16_sum_);
     if (owns_ && !fin) MPI_Finalize();  // errors here cannot be reported; never throw
   }
   int rank() const override { return rank_; }
@@ -122,6 +132,14 @@ class MpiProcessGroup final : public ProcessGroup {
       const int c = int(std::min(kMaxChunk, n - off));
       GPURUN_MPI_CHECK(
           MPI_Allreduce(MPI_IN_PLACE, data + off, c, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD));
+    }
+  }
+  void allreduce_sum_bf16(std::uint16_t* data, std::size_t n) override {
+    if (size_ == 1) return;
+    for (std::size_t off = 0; off < n; off += kMaxChunk) {
+      const int c = int(std::min(kMaxChunk, n - off));
+      GPURUN_MPI_CHECK(
+          MPI_Allreduce(MPI_IN_PLACE, data + off, c, MPI_UINT16_T, bf16_sum_, MPI_COMM_WORLD));
     }
   }
   void allreduce_sum_within(float* data, std::size_t n, double timeout_s,
@@ -295,6 +313,7 @@ class MpiProcessGroup final : public ProcessGroup {
   bool owns_ = false;
   MPI_Comm local_ = MPI_COMM_NULL;  // the ranks on this node
   MPI_Comm node_ = MPI_COMM_NULL, leaders_ = MPI_COMM_NULL;
+  MPI_Op bf16_sum_ = MPI_OP_NULL;  // allreduce_sum_bf16's
   int nodes_ = 1;
   int rank_ = 0, size_ = 1, local_rank_ = 0, local_size_ = 1;
 };

@@ -2,8 +2,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "gpurun/runtime/process_group.h"
+#include "group/bf16.h"
 
 namespace gpurun::runtime {
 namespace {
@@ -55,6 +57,14 @@ class DoneSum final : public PendingSum {
 std::unique_ptr<PendingSum> ProcessGroup::start_allreduce_sum(float* data, std::size_t n) {
   allreduce_sum(data, n);
   return std::make_unique<DoneSum>();
+}
+
+void ProcessGroup::allreduce_sum_bf16(std::uint16_t* data, std::size_t n) {
+  if (size() == 1) return;
+  std::vector<float> sum(n);
+  for (std::size_t i = 0; i < n; ++i) sum[i] = from_bf16(data[i]);
+  allreduce_sum(sum.data(), n);
+  for (std::size_t i = 0; i < n; ++i) data[i] = to_bf16(sum[i]);
 }
 
 void ProcessGroup::allreduce_sum_within(float* data, std::size_t n, double, const char*) {

@@ -158,6 +158,10 @@ struct CpuOptions {
   // steps, at each sync (sync_every()), the ranks average their parameters in one allreduce.
   // Momentum stays each rank's own. Not with PowerSGD, buckets or the hierarchical exchange.
   int local_sgd = 0;
+  // With local_sgd: an average sends each rank's change since the last average as bfloat16
+  // (half the bytes; PyTorch DDP's bf16_compress_hook does this to gradients) and adds the mean
+  // change to the last average, kept on every rank; the ranks still end each average equal.
+  bool local_sgd_bf16 = false;
 };
 
 enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager
