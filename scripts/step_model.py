@@ -8,10 +8,12 @@ REPORT.json is `mnist_cnn --report` of a run on one node, with the exchange and 
 nodes would use. It records, per step, the compute time (compute_seconds_per_step), the time the
 ranks of that node spent combining gradients (exchange_seconds_per_step) and what each rank would
 hand to an allreduce across nodes (wire_bytes_per_step: the whole gradient, or with
---grad-compression powersgd:R or acp:R the thin matrices; older reports: gradient_bytes). Across N
+--grad-compression powersgd:R or acp:R the thin matrices, or with --local-sgd H an average's
+bytes / H; older reports: gradient_bytes). Across N
 nodes, the model adds a ring allreduce of those bytes over a link of G Gbit/s with a one-way
 latency L (the alpha-beta model of Thakur, Rabenseifner and Gropp 2005), in S sums one after
-another (S = 1; PowerSGD sums P, then Q: S = 2; acp:R one of the two: S = 1):
+another (S = 1; PowerSGD sums P, then Q: S = 2; acp:R one of the two: S = 1; local SGD two
+every H steps: S = 2 / H):
 
     ring(N) = 2 (N - 1) / N * bytes / bandwidth + S * 2 (N - 1) * L
 
@@ -28,7 +30,8 @@ another (S = 1; PowerSGD sums P, then Q: S = 2; acp:R one of the two: S = 1):
               (no overlap of compute and exchange)
 
 With compression the node exchange is mostly the compression's own CPU time (on one rank it is
-nothing else), which the ring cannot hide: step(N) = compute + node exchange + ring, flat too.
+nothing else), which the ring cannot hide: step(N) = compute + node exchange + ring, flat too;
+so with local SGD, whose average waits for the steps before it.
 
 Weak scaling keeps the images per rank, so the efficiency against one node is step(1) / step(N);
 with --baseline, against BASE.json's step instead (compute + exchange): the one-node run you
@@ -60,11 +63,19 @@ def ring_seconds(nbytes, ring_size, link_bytes_per_s, latency_s, sums=1):
 
 def compressed(report):
     """Whether the report's run compressed its gradient (--grad-compression)."""
-    return report.get("grad_compression", "none") != "none"
+    return report.get("grad_compression", "none") != "none" and not local_sgd(report)
+
+
+def local_sgd(report):
+    """Local SGD's steps between averages (--local-sgd H), 0 for an exchange every step."""
+    return int(report.get("local_sgd") or 0)
 
 
 def sums_per_step(report):
-    """The sums one after another a step: PowerSGD sums P, then Q; ACP-SGD (acp:R) one of them."""
+    """The sums one after another a step: PowerSGD sums P, then Q; ACP-SGD (acp:R) one of them;
+    local SGD two (the statistics, the weights) every H steps."""
+    if local_sgd(report):
+        return 2.0 / local_sgd(report)
     return 2 if report.get("grad_compression", "none").startswith("powersgd") else 1
 
 
@@ -93,8 +104,8 @@ def predict(report, nodes, gbit, latency_s, ranks_per_node, hierarchical, baseli
     else:
         ring = ring_seconds(nbytes, ranks, link, latency_s, sums=sums)  # one edge per node
         # The ring is as slow as its slowest hop: the link, or the node's own (measured) exchange;
-        # a compression's CPU time comes before the ring's.
-        exchange = local + ring if compressed(report) else max(local, ring)
+        # a compression's CPU time, or local SGD's steps alone, come before the ring's.
+        exchange = local + ring if compressed(report) or local_sgd(report) else max(local, ring)
     step = compute + exchange
     base = one_node_step(baseline if baseline is not None else report)
     return {"nodes": nodes, "ranks": ranks, "step": step,
@@ -123,6 +134,10 @@ def table(report, args, baseline=None):
             f"in {sums_per_step(report)} sum(s); the node exchange is mostly the compression's "
             f"CPU time)"
             if compressed(report) else f"{wire_bytes(report) / 1e6:.2f} MB of gradient per rank")
+    if local_sgd(report):
+        what = (f"local SGD, the weights averaged every {local_sgd(report)} steps"
+                f"{' in bfloat16' if report.get('grad_compression') == 'bf16' else ''} "
+                f"({wire_bytes(report) / 1e6:.2f} MB a step per rank, spread over its steps)")
     against = (f" Efficiency against the baseline's one-node step, "
                f"{1e3 * one_node_step(baseline):.2f} ms." if baseline is not None else "")
     lines = [f"Predicted by `scripts/step_model.py` from a one-node run of {report['world_size']} "

@@ -7,9 +7,10 @@
 #   which is checked to differ), with either exchange inside the rank.
 # - The ranks end with the same weights: a finished 2-rank run's test loss (each rank evaluates
 #   its half of the test set with its own weights) is the test loss of rank 0's checkpoint
-#   evaluated alone on one rank.
-# - 4 epochs averaged every 16 steps reach the plain run's test accuracy within 1.5 points; the
-#   report and the lines say local-sgd and what a step sends (the weights' bytes / 16).
+#   evaluated alone on one rank; with the averages in bfloat16, and with 2 threads a rank.
+# - 4 epochs averaged every 16 steps reach the plain run's test accuracy within 1.5 points, in
+#   float and in bfloat16; the report and the lines say local-sgd and what a step sends (the
+#   weights' bytes / 16, half that in bfloat16).
 # - A stop signal that reaches one rank only stops both at the same sync (a multiple of H in the
 #   epoch, or its end), with a checkpoint the run resumes from.
 # - Bad values and what does not go with it are refused by name.
@@ -21,7 +22,7 @@ trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
 run() {  # run NAME ARGS...: 2 ranks, seed 5, checkpoint in $work/NAME, report $work/NAME.json
   local name=$1; shift
-  "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads 1 --seed 5 \
+  "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads "${threads:-1}" --seed 5 \
     --checkpoint "$work/$name" --report "$work/$name.json" "$@" > "$work/$name.log" 2>&1 ||
     { cat "$work/$name.log"; fail "the $name run failed"; }
 }
@@ -38,38 +39,52 @@ if "$ckdiff" "$work/plain/checkpoint.bin" "$work/every8/checkpoint.bin" 1e-3 > "
   fail "averaged every 8 steps, the same parameters as every step: $(cat "$work/diff8")"
 fi
 
-# The ranks agree at the end: rank 0's weights, evaluated alone, give the 2-rank run's test loss.
-run agree --local-sgd 8 --epochs 2
-"$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 2 --checkpoint "$work/agree" \
-  --resume --report "$work/alone.json" > "$work/alone.log" 2>&1 ||
-  { cat "$work/alone.log"; fail "evaluating rank 0's checkpoint alone failed"; }
-grep -q "nothing left to train" "$work/alone.log" || fail "the one-rank run trained: $(cat "$work/alone.log")"
-python3 - "$work" <<'PY'
+# The ranks agree at the end: rank 0's weights, evaluated alone, give the 2-rank run's test loss;
+# with the averages in bfloat16 too, and with two threads a rank.
+agree() {  # agree NAME ARGS...
+  local name=$1; shift
+  run "$name" --local-sgd 8 --epochs 2 "$@"
+  "$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 2 \
+    --checkpoint "$work/$name" --resume --report "$work/$name-alone.json" > "$work/alone.log" 2>&1 ||
+    { cat "$work/alone.log"; fail "evaluating rank 0's checkpoint of $name alone failed"; }
+  grep -q "nothing left to train" "$work/alone.log" || fail "the one-rank run trained: $(cat "$work/alone.log")"
+  python3 - "$work" "$name" <<'PY'
 import json, sys
-w = sys.argv[1]
-two, one = (json.load(open(f"{w}/{n}.json")) for n in ("agree", "alone"))
-print(f"test loss: 2 ranks {two['test_loss']:.9f}, rank 0's weights alone {one['test_loss']:.9f}")
+w, name = sys.argv[1:]
+two, one = (json.load(open(f"{w}/{n}.json")) for n in (name, f"{name}-alone"))
+print(f"{name}: test loss 2 ranks {two['test_loss']:.9f}, rank 0's weights alone {one['test_loss']:.9f}")
+assert two["test_accuracy"] > 0.85, two["test_accuracy"]
 assert abs(two["test_loss"] - one["test_loss"]) <= 1e-6 * one["test_loss"], (two["test_loss"], one["test_loss"])
 assert two["param_checksum"] == one["param_checksum"], (two["param_checksum"], one["param_checksum"])
 PY
+}
+agree agree
+agree agree-bf16 --local-sgd-bf16
+threads=2 agree agree-threads
+grep -q "shared-memory exchange, 1 Dense layer split" "$work/agree-threads.log" ||
+  fail "two threads a rank: not the shared exchange between them: $(cat "$work/agree-threads.log")"
 
 # Accuracy and what the run says of itself.
 run sync4 --exchange allreduce --epochs 4
 run local4 --local-sgd 16 --epochs 4
+run local4-bf16 --local-sgd 16 --local-sgd-bf16 --epochs 4
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
-plain, local = (json.load(open(f"{w}/{n}.json")) for n in ("sync4", "local4"))
-gap = 100 * (plain["test_accuracy"] - local["test_accuracy"])
-print(f"4 epochs: test accuracy {100 * plain['test_accuracy']:.2f}% plain, "
-      f"{100 * local['test_accuracy']:.2f}% averaged every 16 steps")
-assert local["exchange"] == "local-sgd", local["exchange"]
-assert local["test_accuracy"] > 0.9 and abs(gap) <= 1.5, (local["test_accuracy"], gap)
-sent = 4 * local["param_count"] / 16  # (and a few padding floats, 3 doubles of statistics)
-assert abs(local["exchange_bytes_per_step"] - sent) < 16, (local["exchange_bytes_per_step"], sent)
-assert local["wire_bytes_per_step"] == local["exchange_bytes_per_step"], local["wire_bytes_per_step"]
-epochs = [l for l in open(f"{w}/local4.log") if l.startswith("epoch ")]
-assert len(epochs) == 4 and all(" local-sgd " in l for l in epochs), epochs
+plain = json.load(open(f"{w}/sync4.json"))
+for name, size, compression in (("local4", 4, "none"), ("local4-bf16", 2, "bf16")):
+    local = json.load(open(f"{w}/{name}.json"))
+    gap = 100 * (plain["test_accuracy"] - local["test_accuracy"])
+    print(f"4 epochs: test accuracy {100 * plain['test_accuracy']:.2f}% plain, "
+          f"{100 * local['test_accuracy']:.2f}% averaged every 16 steps ({compression})")
+    assert local["exchange"] == "local-sgd" and local["local_sgd"] == 16, (local["exchange"], local["local_sgd"])
+    assert local["grad_compression"] == compression, local["grad_compression"]
+    assert local["test_accuracy"] > 0.9 and abs(gap) <= 1.5, (local["test_accuracy"], gap)
+    sent = size * local["param_count"] / 16  # (and a few padding floats, 3 doubles of statistics)
+    assert abs(local["exchange_bytes_per_step"] - sent) < 16, (local["exchange_bytes_per_step"], sent)
+    assert local["wire_bytes_per_step"] == local["exchange_bytes_per_step"], local["wire_bytes_per_step"]
+    epochs = [l for l in open(f"{w}/{name}.log") if l.startswith("epoch ")]
+    assert len(epochs) == 4 and all(" local-sgd " in l for l in epochs), epochs
 PY
 grep -q "local SGD: each rank steps alone (shared-memory exchange), the ranks' parameters averaged every 16 steps" \
   "$work/local4.log" || fail "no local SGD summary: $(cat "$work/local4.log")"
@@ -113,4 +128,5 @@ refused "does not go with --grad-compression" --device cpu --local-sgd 8 --grad-
 refused "does not go with --bucket-mb" --device cpu --local-sgd 8 --exchange allreduce --bucket-mb 1
 refused "does not go with --exchange hierarchical" --device cpu --local-sgd 8 --exchange hierarchical
 refused "does not go with the GPU path" --device cuda --local-sgd 8
+refused "give --local-sgd H too" --device cpu --local-sgd-bf16
 echo PASS

@@ -49,6 +49,15 @@ for kind in ("acp:1", "acp:2"):
     two = m.predict(a, 2, 10, 50e-6, 1, hierarchical=False)
     want = 0.010 + S / 100 / link + 2 * 1 * 50e-6
     assert abs(two["step"] - want) < 1e-12, (kind, two, want)
+# Local SGD every 16 steps in bfloat16: half the weights' bytes and two sums, every 16 steps,
+# after the rank's own steps (its exchange among its threads, measured).
+lsgd = dict(r, world_size=1, grad_compression="bf16", local_sgd=16, wire_bytes_per_step=S / 32)
+assert not m.compressed(lsgd) and m.sums_per_step(lsgd) == 2 / 16
+two = m.predict(lsgd, 2, 10, 50e-6, 1, hierarchical=False)
+want = 0.010 + S / 32 / link + 2 * (2 / 16) * 50e-6
+assert abs(two["step"] - want) < 1e-12, (two, want)
+args = type("Args", (), dict(ranks_per_node=1, gbit=[10], nodes=[1, 2], latency_us=50))()
+assert "averaged every 16 steps in bfloat16" in m.table(lsgd, args), "no local SGD in the table"
 # An older report, without wire bytes: the whole gradient, one sum.
 assert m.wire_bytes(r) == S and not m.compressed(r)
 print("formula: ok")

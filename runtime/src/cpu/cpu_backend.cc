@@ -86,6 +86,7 @@ class CpuBackend final : public Backend {
       i.wire_bytes_per_step = average_->bytes() / std::size_t(local_sgd_);  // spread over steps
       i.exchange_bytes_per_step = pg_.size() > 1 ? i.wire_bytes_per_step : 0;
       if (average_->bf16()) i.compression = "bf16";
+      i.local_sgd = local_sgd_;
     }
     return i;
   }

@@ -74,7 +74,9 @@ struct BackendInfo {
   // size (one rank too): the whole gradient buffer, or PowerSGD's thin matrices and the rest
   // (the report's wire_bytes_per_step, the bytes scripts/step_model.py puts on the link).
   std::size_t wire_bytes_per_step = 0;
-  std::string compression = "none";  // the report's grad_compression: none, powersgd:R, acp:R
+  std::string compression = "none";  // the report's grad_compression: none, powersgd:R, acp:R,
+                                     // or bf16 (local SGD's averages)
+  int local_sgd = 0;  // CPU: local SGD's steps between averages (0: an exchange every step)
 };
 
 class Backend {
