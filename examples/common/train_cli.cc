@@ -133,9 +133,9 @@ po::options_description describe(Options& o, const Example& ex) {
       "where PowerSGD does not: R >= 2 is the safe choice)")(
       "local-sgd", po::value(&o.backend.cpu.local_sgd),
       "CPU: local SGD: each rank steps its own copy of the weights from its own batch, and every "
-      "H steps (at least once an epoch) the ranks average their weights in one allreduce: a "
-      "step's traffic divided by H, at some cost in accuracy (PyTorch's post-local SGD; not with "
-      "--grad-compression, --bucket-mb or --exchange hierarchical)")(
+      "H steps and at each epoch's end the ranks average their weights in one allreduce: a "
+      "step's traffic divided by H, for what it costs in accuracy, to be measured (PyTorch's "
+      "post-local SGD; not with --grad-compression, --bucket-mb or --exchange hierarchical)")(
       "local-sgd-bf16", po::bool_switch(&o.backend.cpu.local_sgd_bf16),
       "with --local-sgd: each average sends the rank's change since the last one as bfloat16, "
       "half the bytes (the ranks still end each average with the same weights)")(

@@ -3,7 +3,8 @@
 # the program's process group) is gone when gpurun returns, through mpirun and gpurun's own fork;
 # the folder of a wrapper that was killed is removed by the next wrapper on the host once its owner
 # is gone, told by pid and start time (a live process that reused the pid is no owner), and the
-# folder of a live owner stays; mpirun's session folder is private and removed.
+# folder of a live owner stays; mpirun's session folder is private and removed, and one a killed
+# gpurun left is removed by the next gpurun.
 set -euo pipefail
 gpurun=$1
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
@@ -32,7 +33,7 @@ s=$tmp/s; mkdir "$s"
 TMPDIR=$s timeout 60 "$gpurun" -q --scheduler local --launcher mpirun -n 2 -- \
   bash -c 'echo "$OMPI_MCA_orte_jobfam_session_dir" > "$0/session.$RANK"; stat -c %a "$OMPI_MCA_orte_tmpdir_base" > "$0/mode.$RANK"' "$tmp"
 for r in 0 1; do
-  [[ $(cat "$tmp/session.$r") == "$s"/gpurun-ompi-??????/ompi.* ]] ||
+  [[ $(cat "$tmp/session.$r") == "$s"/gpurun-ompi-"$(hostname)"-p*.*-??????/ompi.* ]] ||
     { echo "FAIL: rank $r's mpirun session folder $(cat "$tmp/session.$r") is not a private one under $s"; exit 1; }
   [[ $(cat "$tmp/mode.$r") == 700 ]] || { echo "FAIL: the private session folder's mode is $(cat "$tmp/mode.$r")"; exit 1; }
 done
@@ -44,12 +45,33 @@ TMPDIR=$s OMPI_MCA_orte_tmpdir_base=$s/mine timeout 60 "$gpurun" -q --scheduler 
   { echo "FAIL: the user's OMPI_MCA_orte_tmpdir_base was not kept: $(cat "$tmp/session.mine")"; exit 1; }
 echo "ok: a single-machine mpirun has a private session folder, gone at the end; the user's choice is kept"
 
-# Rank folders. $$ is alive: a folder that names it with another start time was left by a dead
-# wrapper whose pid came back; one with its real start time has a live owner.
-t=$tmp/t; mkdir "$t"
+# ... and a gpurun SIGKILLed under its mpirun leaves it (no destructor runs): the next gpurun here
+# removes it, as it removes those named by a pid that is gone or reused, and keeps a live one's.
 h=$(hostname)
 start=$(awk '{ print $22 }' /proc/$$/stat)
 dead=$(bash -c 'echo $$')  # a pid that has just ended
+TMPDIR=$s timeout 60 "$gpurun" -q --scheduler local --launcher mpirun -n 1 -- \
+  bash -c 'echo "$OMPI_MCA_orte_tmpdir_base" > "$0/killed.session"; exec sleep "$1"' "$tmp" "6$$" &
+victim=$!
+for _ in $(seq 100); do [[ -s $tmp/killed.session ]] && break; sleep 0.1; done
+killed=$(cat "$tmp/killed.session")
+kill -9 "$(pgrep -P $victim -x gpurun)"  # (timeout's child)
+wait $victim 2>/dev/null || true
+pkill -f "^sleep 6$$\$" || true  # what the killed gpurun could not stop; its mpirun follows
+for _ in $(seq 100); do pgrep -f "killed.session" >/dev/null || break; sleep 0.1; done
+[[ -d $killed ]] || { echo "FAIL: the SIGKILLed gpurun's session folder $killed is not there to remove"; exit 1; }
+mkdir "$s/gpurun-ompi-$h-p$$.1-reused" "$s/gpurun-ompi-$h-p$$.$start-live" \
+  "$s/gpurun-ompi-$h-p$dead.1-gone"
+TMPDIR=$s timeout 60 "$gpurun" -q --scheduler local --launcher mpirun -n 1 -- true
+for d in "$killed" "$s/gpurun-ompi-$h-p$$.1-reused" "$s/gpurun-ompi-$h-p$dead.1-gone"; do
+  [[ ! -e $d ]] || { echo "FAIL: $d (owner gone) was not removed by the next gpurun"; ls "$s"; exit 1; }
+done
+[[ -d $s/gpurun-ompi-$h-p$$.$start-live ]] || { echo "FAIL: a live gpurun's session folder was removed"; exit 1; }
+echo "ok: a SIGKILLed gpurun's mpirun session folder is removed by the next gpurun; a live one's stays"
+
+# Rank folders. $$ is alive: a folder that names it with another start time was left by a dead
+# wrapper whose pid came back; one with its real start time has a live owner.
+t=$tmp/t; mkdir "$t"
 mkdir "$t/gpurun-$h-p$$.1-rank0-reused" "$t/gpurun-$h-p$$.$start-rank0-live" \
   "$t/gpurun-$h-p$dead-rank0-oldname"
 # A wrapper SIGKILLed under its running program (PR_SET_PDEATHSIG ends the program too).

@@ -534,6 +534,12 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
   Result twice = d.gpuq(fmt::format("show {} {} 999", run, run));  // each once, 999 skipped
   ASSERT_EQ(twice.rc, 0) << twice.err;
   EXPECT_EQ(twice.out.find("JobId="), twice.out.rfind("JobId=")) << twice.out;
+  // Requeue=1 as scontrol shows a requeueable job: gpuq requeue may put a batch job back,
+  // unless it was submitted with --no-requeue.
+  EXPECT_NE(both.out.find("Requeue=1 "), std::string::npos) << both.out;
+  const int64_t fixed = d.submit("-H --no-requeue sleep.sh");
+  Result no = d.gpuq(fmt::format("show {}", fixed));
+  EXPECT_NE(no.out.find("Requeue=0 "), std::string::npos) << no.out;
 
   ASSERT_EQ(d.gpuq(fmt::format("cancel {}", run)).rc, 0);
   d.wait_final(run);

@@ -127,6 +127,6 @@ refused "the argument ('x') for option '--local-sgd' is invalid" --device cpu --
 refused "does not go with --grad-compression" --device cpu --local-sgd 8 --grad-compression acp:2
 refused "does not go with --bucket-mb" --device cpu --local-sgd 8 --exchange allreduce --bucket-mb 1
 refused "does not go with --exchange hierarchical" --device cpu --local-sgd 8 --exchange hierarchical
-refused "does not go with the GPU path" --device cuda --local-sgd 8
+refused "--local-sgd is the CPU path's" --device cuda --local-sgd 8
 refused "give --local-sgd H too" --device cpu --local-sgd-bf16
 echo PASS

@@ -17,6 +17,7 @@
 
 #include "alloc/env_util.h"
 #include "control/rank_table.h"
+#include "gpurun/common/posix.h"
 #include "supervisor/supervisor.h"
 #include "sys/system.h"
 
@@ -118,14 +119,15 @@ void Supervisor::start_engine() {
 // Open MPI 4.1's mpirun makes TMPDIR/ompi.HOST.UID and removes it when it is empty at its end:
 // a second mpirun of the same user that starts at that moment fails in orte_init ("mkdir
 // /tmp/ompi.HOST.UID: File exists", open-mpi/ompi#8510). Two gpuq jobs of one user meet there.
-// A single-machine mpirun gets a folder of its own, kept through restarts; the user's own
-// OMPI_MCA_orte_tmpdir_base is kept.
+// A single-machine mpirun gets a folder of its own, kept through restarts (and removed by the
+// next gpurun here when a SIGKILL left it); the user's own OMPI_MCA_orte_tmpdir_base is kept.
 void Supervisor::private_mpi_session(Env& env) {
   if (cmd_.engine != Engine::mpirun || !single_machine_) return;
   if (env.count("OMPI_MCA_orte_tmpdir_base")) return;
   if (!mpi_session_)
-    mpi_session_ = proc::TempDir::create(std::filesystem::absolute(detail::temp_dir(env)),
-                                         "gpurun-ompi-", "mpirun's session folder");
+    mpi_session_ = proc::TempDir::create_owned(std::filesystem::absolute(detail::temp_dir(env)),
+                                               fmt::format("gpurun-ompi-{}-", common::hostname()),
+                                               "", "mpirun's session folder");
   env["OMPI_MCA_orte_tmpdir_base"] = mpi_session_->path();
 }
 

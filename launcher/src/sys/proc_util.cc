@@ -4,14 +4,19 @@
 #include <fcntl.h>
 #include <fmt/format.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <cerrno>
 #include <chrono>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
+
+#include "gpurun/gpuinfo/proc_usage.h"
 
 namespace gpurun::launcher::proc {
 namespace {
@@ -221,6 +226,48 @@ TempDir TempDir::create(const std::string& parent, const std::string& prefix,
   TempDir d;
   d.path_ = tmpl;
   return d;
+}
+
+namespace {
+
+std::int64_t own_start_ticks() {
+  auto me = gpuinfo::read_proc_stat(static_cast<int>(getpid()));
+  return me ? me->start_ticks : 0;
+}
+
+// Whether the process that named a folder "...pPID.START-..." is gone: no process PID, or one
+// that started at another time. A name without ".START" (an older gpurun) counts as gone only
+// when no process has the pid.
+bool owner_gone(const std::string& after_prefix) {
+  if (after_prefix.empty() || after_prefix[0] != 'p') return false;
+  char* end = nullptr;
+  const long pid = std::strtol(after_prefix.c_str() + 1, &end, 10);
+  if (pid <= 0 || end == after_prefix.c_str() + 1) return false;
+  if (*end != '.') return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  const long long start = std::strtoll(end + 1, nullptr, 10);
+  auto p = gpuinfo::read_proc_stat(static_cast<int>(pid));
+  return !p || p->start_ticks != start;
+}
+
+void remove_orphans(const std::string& parent, const std::string& prefix) {
+  std::error_code ec;
+  for (const auto& e : std::filesystem::directory_iterator(parent, ec)) {
+    std::string name = e.path().filename().string();
+    if (name.rfind(prefix, 0) != 0) continue;
+    struct stat st {};
+    if (lstat(e.path().c_str(), &st) == 0 && st.st_uid == geteuid() && S_ISDIR(st.st_mode) &&
+        owner_gone(name.substr(prefix.size())))
+      std::filesystem::remove_all(e.path(), ec);
+  }
+}
+
+}  // namespace
+
+TempDir TempDir::create_owned(const std::string& parent, const std::string& prefix,
+                              const std::string& tail, const std::string& what) {
+  remove_orphans(parent, prefix);
+  return create(parent, fmt::format("{}p{}.{}-{}", prefix, getpid(), own_start_ticks(), tail),
+                what);
 }
 
 TempDir& TempDir::operator=(TempDir&& o) noexcept {

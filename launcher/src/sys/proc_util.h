@@ -109,6 +109,12 @@ class TempDir {
   // `parent`/`prefix`XXXXXX. Throws Error naming `what`.
   static TempDir create(const std::string& parent, const std::string& prefix,
                         const std::string& what);
+  // For a folder its owner may leave behind when killed (SIGKILL runs no destructor):
+  // `parent`/`prefix`pPID.START-`tail`XXXXXX, PID and START (in clock ticks) this process's.
+  // First removes this user's folders of `prefix` whose owner is gone (no process PID, or one
+  // that started at another time: the pid reused).
+  static TempDir create_owned(const std::string& parent, const std::string& prefix,
+                              const std::string& tail, const std::string& what);
   TempDir(TempDir&& o) noexcept : path_(std::move(o.path_)) { o.path_.clear(); }
   TempDir& operator=(TempDir&& o) noexcept;
   TempDir(const TempDir&) = delete;

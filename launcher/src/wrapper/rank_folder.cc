@@ -3,19 +3,16 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <charconv>
-#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 
 #include "gpurun/common/posix.h"
 #include "gpurun/launcher/error.h"
-#include "gpurun/gpuinfo/proc_usage.h"
 #include "stacks/stacks.h"
 
 namespace gpurun::launcher {
@@ -34,53 +31,14 @@ std::optional<std::int64_t> parse_heartbeat(std::string_view s) {
   return v;
 }
 
-namespace {
-
-// This process's start time (proc_usage.h): with the pid in a folder's name, it tells a live
-// owner from a dead one whose pid was reused.
-std::int64_t own_start_ticks() {
-  auto me = gpuinfo::read_proc_stat(static_cast<int>(getpid()));
-  return me ? me->start_ticks : 0;
-}
-
-// Whether the wrapper that named a folder "...pPID.START-rank..." is gone: no process PID, or
-// one that started at another time (its pid reused). A name without ".START" (an older gpurun)
-// counts as gone only when no process has the pid.
-bool owner_gone(const std::string& after_prefix) {
-  char* end = nullptr;
-  const long pid = std::strtol(after_prefix.c_str(), &end, 10);
-  if (pid <= 0 || end == after_prefix.c_str()) return false;
-  if (*end != '.') return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
-  const long long start = std::strtoll(end + 1, nullptr, 10);
-  auto p = gpuinfo::read_proc_stat(static_cast<int>(pid));
-  return !p || p->start_ticks != start;
-}
-
-// Folders of wrappers that died without cleaning up (an engine that SIGKILLs its tasks while it
-// aborts, as mpirun does; a wrapper killed by hand): named with their host, pid and start time,
-// removed by the next wrapper there once their owner is gone. Only this user's folders.
-void remove_stale(const std::string& tmpdir, const std::string& prefix) {
-  std::error_code ec;
-  for (const auto& e : std::filesystem::directory_iterator(tmpdir, ec)) {
-    std::string name = e.path().filename().string();
-    if (name.rfind(prefix, 0) != 0) continue;
-    struct stat st {};
-    if (lstat(e.path().c_str(), &st) == 0 && st.st_uid == geteuid() && S_ISDIR(st.st_mode) &&
-        owner_gone(name.substr(prefix.size())))
-      std::filesystem::remove_all(e.path(), ec);
-  }
-}
-
-}  // namespace
-
 RankDir RankDir::create(const std::string& tmpdir, int rank) {
-  std::string prefix = fmt::format("gpurun-{}-p", common::hostname());
-  remove_stale(tmpdir, prefix);
   RankDir d;
   try {  // owned from here: removed on the errors below too
-    d.dir_ = proc::TempDir::create(
-        tmpdir, fmt::format("{}{}.{}-rank{}-", prefix, getpid(), own_start_ticks(), rank),
-        fmt::format("rank {}'s folder", rank));
+    // Folders of wrappers that died without cleaning up (an engine that SIGKILLs its tasks as
+    // it aborts, as mpirun does; a wrapper killed by hand) go as the next one here starts.
+    d.dir_ = proc::TempDir::create_owned(tmpdir, fmt::format("gpurun-{}-", common::hostname()),
+                                         fmt::format("rank{}-", rank),
+                                         fmt::format("rank {}'s folder", rank));
   } catch (const Error& e) {
     throw Error(std::string(e.what()) + " (set TMPDIR?)");
   }

@@ -63,14 +63,17 @@ void check_local_sgd(const BackendOptions& options) {
     throw std::invalid_argument("--local-sgd-bf16 is how local SGD's averages travel: give "
                                 "--local-sgd H too");
   if (c.local_sgd == 0) return;
-  const char* clash = options.device == Device::kCuda         ? "the GPU path (give --device cpu)"
-                      : c.powersgd_rank > 0                   ? "--grad-compression"
-                      : c.bucket_floats > 0                   ? "--bucket-mb"
-                      : c.exchange == Exchange::kHierarchical ? "--exchange hierarchical"
-                                                              : nullptr;
   if (c.local_sgd < 0)
     throw std::invalid_argument("--local-sgd must be >= 1 (steps between averages), got " +
                                 std::to_string(c.local_sgd));
+  if (options.device == Device::kCuda)
+    throw std::invalid_argument(
+        "--local-sgd is the CPU path's (runtime/src/cpu/model_average.h); the GPU path "
+        "allreduces the gradient every step with NCCL: give --device cpu, or no --local-sgd");
+  const char* clash = c.powersgd_rank > 0                     ? "--grad-compression"
+                      : c.bucket_floats > 0                   ? "--bucket-mb"
+                      : c.exchange == Exchange::kHierarchical ? "--exchange hierarchical"
+                                                              : nullptr;
   if (clash)
     throw std::invalid_argument(
         std::string("--local-sgd averages the parameters every few steps and sums no gradient "

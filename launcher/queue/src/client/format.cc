@@ -202,7 +202,10 @@ std::string format_show(const nlohmann::json& j, int64_t now_ms) {
   const std::string state = j.value("completing", false) ? "COMPLETING" : str(j, "state");
   out += fmt::format("   JobState={} Reason={} Dependency={}\n", state,
                      reason.empty() ? "None" : reason, deps.empty() ? "(null)" : deps);
-  out += fmt::format("   Requeue={} Restarts={} ExitCode={}\n", j["requeue"].get<bool>() ? 1 : 0,
+  // Requeue=1: `gpuq requeue` (or gpurun --requeue) may put it back, as scontrol says of a
+  // requeueable job: a batch job not submitted with --no-requeue.
+  const bool requeueable = !j.value("no_requeue", false) && !j.value("interactive", false);
+  out += fmt::format("   Requeue={} Restarts={} ExitCode={}\n", requeueable ? 1 : 0,
                      j["restart_count"].get<int>(),
                      exit_code_text(j["exit_code"].get<int>(), j["exit_signal"].get<int>()));
   out += fmt::format("   RunTime={} TimeLimit={}\n", squeue_time(elapsed_s(j, now_ms)),
