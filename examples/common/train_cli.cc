@@ -134,7 +134,8 @@ po::options_description describe(Options& o, const Example& ex) {
       "local-sgd", po::value(&o.backend.cpu.local_sgd),
       "CPU: local SGD: each rank steps its own copy of the weights from its own batch, and every "
       "H steps and at each epoch's end the ranks average their weights in one allreduce: a "
-      "step's traffic divided by H, for what it costs in accuracy, to be measured (PyTorch's "
+      "step's traffic divided by H; accuracy may drop as H grows. A stop signal takes effect "
+      "at the next average: keep H steps shorter than gpurun's --kill-grace (PyTorch's "
       "post-local SGD; not with --grad-compression, --bucket-mb or --exchange hierarchical)")(
       "local-sgd-bf16", po::bool_switch(&o.backend.cpu.local_sgd_bf16),
       "with --local-sgd: each average sends the rank's change since the last one as bfloat16, "

@@ -45,20 +45,28 @@ TMPDIR=$s OMPI_MCA_orte_tmpdir_base=$s/mine timeout 60 "$gpurun" -q --scheduler 
   { echo "FAIL: the user's OMPI_MCA_orte_tmpdir_base was not kept: $(cat "$tmp/session.mine")"; exit 1; }
 echo "ok: a single-machine mpirun has a private session folder, gone at the end; the user's choice is kept"
 
-# ... and a gpurun SIGKILLed under its mpirun leaves it (no destructor runs): the next gpurun here
-# removes it, as it removes those named by a pid that is gone or reused, and keeps a live one's.
+# ... and a gpurun SIGKILLed under its mpirun leaves it (no destructor runs), but not its job:
+# the wrappers see gpurun's control connection close and end their programs, and mpirun ends
+# with them (in 3-4 s here). The next gpurun here removes the folder, as it removes those named
+# by a pid that is gone or reused, and keeps a live one's.
 h=$(hostname)
 start=$(awk '{ print $22 }' /proc/$$/stat)
 dead=$(bash -c 'echo $$')  # a pid that has just ended
+fail() { echo "FAIL: $*"; exit 1; }
 TMPDIR=$s timeout 60 "$gpurun" -q --scheduler local --launcher mpirun -n 1 -- \
   bash -c 'echo "$OMPI_MCA_orte_tmpdir_base" > "$0/killed.session"; exec sleep "$1"' "$tmp" "6$$" &
 victim=$!
-for _ in $(seq 100); do [[ -s $tmp/killed.session ]] && break; sleep 0.1; done
+for _ in $(seq 300); do [[ -s $tmp/killed.session ]] && break; sleep 0.1; done
+[[ -s $tmp/killed.session ]] || fail "the rank under mpirun did not start in 30 s"
 killed=$(cat "$tmp/killed.session")
-kill -9 "$(pgrep -P $victim -x gpurun)"  # (timeout's child)
+gp=$(pgrep -P $victim -x gpurun) || fail "no gpurun under timeout $victim"
+kill -9 "$gp"
 wait $victim 2>/dev/null || true
-pkill -f "^sleep 6$$\$" || true  # what the killed gpurun could not stop; its mpirun follows
 for _ in $(seq 100); do pgrep -f "killed.session" >/dev/null || break; sleep 0.1; done
+if pgrep -fa "killed.session"; then
+  pkill -f "^sleep 6$$\$"
+  fail "10 s after gpurun was SIGKILLed, its mpirun job still runs (above)"
+fi
 [[ -d $killed ]] || { echo "FAIL: the SIGKILLed gpurun's session folder $killed is not there to remove"; exit 1; }
 mkdir "$s/gpurun-ompi-$h-p$$.1-reused" "$s/gpurun-ompi-$h-p$$.$start-live" \
   "$s/gpurun-ompi-$h-p$dead.1-gone"
@@ -67,7 +75,7 @@ for d in "$killed" "$s/gpurun-ompi-$h-p$$.1-reused" "$s/gpurun-ompi-$h-p$dead.1-
   [[ ! -e $d ]] || { echo "FAIL: $d (owner gone) was not removed by the next gpurun"; ls "$s"; exit 1; }
 done
 [[ -d $s/gpurun-ompi-$h-p$$.$start-live ]] || { echo "FAIL: a live gpurun's session folder was removed"; exit 1; }
-echo "ok: a SIGKILLed gpurun's mpirun session folder is removed by the next gpurun; a live one's stays"
+echo "ok: a SIGKILLed gpurun's mpirun job ends with it; its session folder is removed by the next gpurun, a live one's stays"
 
 # Rank folders. $$ is alive: a folder that names it with another start time was left by a dead
 # wrapper whose pid came back; one with its real start time has a live owner.

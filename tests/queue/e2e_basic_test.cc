@@ -536,7 +536,8 @@ TEST(GpuqE2E, QueueHistoryAndShowTakeJobIdsAndStates) {
   EXPECT_EQ(twice.out.find("JobId="), twice.out.rfind("JobId=")) << twice.out;
   // Requeue=1 as scontrol shows a requeueable job: gpuq requeue may put a batch job back,
   // unless it was submitted with --no-requeue.
-  EXPECT_NE(both.out.find("Requeue=1 "), std::string::npos) << both.out;
+  Result batch = d.gpuq(fmt::format("show {}", run));
+  EXPECT_NE(batch.out.find("Requeue=1 "), std::string::npos) << batch.out;
   const int64_t fixed = d.submit("-H --no-requeue sleep.sh");
   Result no = d.gpuq(fmt::format("show {}", fixed));
   EXPECT_NE(no.out.find("Requeue=0 "), std::string::npos) << no.out;

@@ -59,6 +59,14 @@ int main() {
       for (std::size_t i = 0; i < n; ++i)
         if (gpurun::runtime::from_bf16(h[i]) != float(rank_sum * (i % 7))) ++wrong;
     }
+    // Sums that round: every rank ends with rank 0's bits (MPI may add in any order per rank).
+    std::vector<std::uint16_t> odd(1000);
+    for (std::size_t i = 0; i < odd.size(); ++i)
+      odd[i] = gpurun::runtime::to_bf16(1.0f + float((std::size_t(r) * 37 + i) % 97) / 97.0f);
+    pg->allreduce_sum_bf16(odd.data(), odd.size());
+    std::vector<std::uint16_t> first = odd;
+    pg->broadcast(first.data(), first.size() * sizeof(std::uint16_t), 0);
+    if (first != odd) ++wrong;
     std::uint16_t tie = r == 0 ? 0x3f81 : 0x3f80;
     pg->allreduce_sum_bf16(&tie, 1);
     if (w == 2 && tie != 0x4000) ++wrong;

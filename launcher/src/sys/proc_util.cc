@@ -230,23 +230,26 @@ TempDir TempDir::create(const std::string& parent, const std::string& prefix,
 
 namespace {
 
-std::int64_t own_start_ticks() {
+// "pPID.START", or "pPID" when /proc does not say when this process started.
+std::string owner_tag() {
   auto me = gpuinfo::read_proc_stat(static_cast<int>(getpid()));
-  return me ? me->start_ticks : 0;
+  return me && me->start_ticks > 0 ? fmt::format("p{}.{}", getpid(), me->start_ticks)
+                                   : fmt::format("p{}", getpid());
 }
 
 // Whether the process that named a folder "...pPID.START-..." is gone: no process PID, or one
-// that started at another time. A name without ".START" (an older gpurun) counts as gone only
-// when no process has the pid.
+// that started at another time. Without ".START" (an older gpurun, or no /proc), or when /proc
+// cannot say, it counts as gone only when no process has the pid.
 bool owner_gone(const std::string& after_prefix) {
   if (after_prefix.empty() || after_prefix[0] != 'p') return false;
   char* end = nullptr;
   const long pid = std::strtol(after_prefix.c_str() + 1, &end, 10);
   if (pid <= 0 || end == after_prefix.c_str() + 1) return false;
-  if (*end != '.') return kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  const bool no_pid = kill(static_cast<pid_t>(pid), 0) != 0 && errno == ESRCH;
+  if (*end != '.' || no_pid) return no_pid;
   const long long start = std::strtoll(end + 1, nullptr, 10);
   auto p = gpuinfo::read_proc_stat(static_cast<int>(pid));
-  return !p || p->start_ticks != start;
+  return p && p->start_ticks != start;
 }
 
 void remove_orphans(const std::string& parent, const std::string& prefix) {
@@ -266,8 +269,7 @@ void remove_orphans(const std::string& parent, const std::string& prefix) {
 TempDir TempDir::create_owned(const std::string& parent, const std::string& prefix,
                               const std::string& tail, const std::string& what) {
   remove_orphans(parent, prefix);
-  return create(parent, fmt::format("{}p{}.{}-{}", prefix, getpid(), own_start_ticks(), tail),
-                what);
+  return create(parent, fmt::format("{}{}-{}", prefix, owner_tag(), tail), what);
 }
 
 TempDir& TempDir::operator=(TempDir&& o) noexcept {

@@ -64,8 +64,9 @@ void check_local_sgd(const BackendOptions& options) {
                                 "--local-sgd H too");
   if (c.local_sgd == 0) return;
   if (c.local_sgd < 0)
-    throw std::invalid_argument("--local-sgd must be >= 1 (steps between averages), got " +
-                                std::to_string(c.local_sgd));
+    throw std::invalid_argument(
+        "--local-sgd (steps between averages) must be >= 1, or 0 for none; got " +
+        std::to_string(c.local_sgd));
   if (options.device == Device::kCuda)
     throw std::invalid_argument(
         "--local-sgd is the CPU path's (runtime/src/cpu/model_average.h); the GPU path "

@@ -78,16 +78,7 @@ class CpuBackend final : public Backend {
     i.exchange_bytes_per_step = pg_.size() > 1 ? exchange_->bytes_per_step() : 0;
     i.wire_bytes_per_step = exchange_->wire_bytes_per_step();
     i.compression = exchange_->compression();
-    if (alone_) {
-      i.exchange = "local-sgd";
-      i.summary = "local SGD: each rank steps alone (" + i.summary +
-                  "), the ranks' parameters averaged every " + std::to_string(local_sgd_) +
-                  (average_->bf16() ? " steps, their changes sent as bfloat16" : " steps");
-      i.wire_bytes_per_step = average_->bytes() / std::size_t(local_sgd_);  // spread over steps
-      i.exchange_bytes_per_step = pg_.size() > 1 ? i.wire_bytes_per_step : 0;
-      if (average_->bf16()) i.compression = "bf16";
-      i.local_sgd = local_sgd_;
-    }
+    if (average_) average_->describe(i, local_sgd_);
     return i;
   }
 

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <string>
 
 #include "group/bf16.h"
 
@@ -44,6 +45,17 @@ void ModelAverage::average_bf16(float* params) {
   pg_.allreduce_sum_bf16(delta_.data(), n_);
   const float mean = 1.0f / float(pg_.size());
   for (std::size_t i = 0; i < n_; ++i) params[i] = last_[i] += from_bf16(delta_[i]) * mean;
+}
+
+void ModelAverage::describe(BackendInfo& info, int every) const {
+  info.exchange = "local-sgd";
+  info.summary = "local SGD: each rank steps alone (" + info.summary +
+                 "), the ranks' parameters averaged every " + std::to_string(every) +
+                 (bf16_ ? " steps, their changes sent as bfloat16" : " steps");
+  info.wire_bytes_per_step = bytes() / std::size_t(every);
+  info.exchange_bytes_per_step = pg_.size() > 1 ? info.wire_bytes_per_step : 0;
+  info.compression = bf16_ ? "bf16" : "none";
+  info.local_sgd = every;
 }
 
 std::size_t ModelAverage::bytes() const {

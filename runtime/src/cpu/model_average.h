@@ -23,12 +23,14 @@ class ModelAverage {
   // Collective: p's loss, correct count and stop flag summed over the ranks, then the
   // parameters averaged.
   void average(float* params, Progress& p);
-  std::size_t bytes() const;  // what one average hands to its allreduces
+  // What `info` (the rank's own exchange, over its one-rank group) becomes with averages every
+  // `every` steps: local-sgd, its bytes spread over the steps, and the compression.
+  void describe(BackendInfo& info, int every) const;
   double seconds() const { return seconds_; }
-  bool bf16() const { return bf16_; }
 
  private:
   void average_bf16(float* params);
+  std::size_t bytes() const;  // what one average hands to its allreduces
 
   ProcessGroup& pg_;
   const std::size_t n_;

@@ -118,6 +118,7 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   char sum[32];
   std::snprintf(sum, sizeof sum, "%016llx", static_cast<unsigned long long>(r.param_checksum));
   j["param_checksum"] = sum;
+  j["params_agree"] = r.params_agree;
 }
 
 }  // namespace

@@ -66,9 +66,13 @@ class Loop {
   void end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds);
   void take_figures();
   bool steps_used_up() const { return cfg_.max_steps >= 0 && global_step_ >= cfg_.max_steps; }
+  // A CPU step has run when step() returns, even between syncs (local SGD's are H steps apart);
+  // a GPU step is only queued, so the GPU path beats at syncs, once the device has answered.
+  bool beat_each_step() const { return res_.backend.device == "cpu"; }
   void checkpoint(std::int64_t epoch, std::int64_t step);
   void say_stopped();
   void say_max_steps();
+  void check_agreement();
 
   ProcessGroup& pg_;
   const ModelSpec& model_;
@@ -120,6 +124,7 @@ TrainResult Loop::run() {
   std::vector<float> params, velocity;
   backend_.get_state(&params, &velocity);
   res_.param_checksum = common::fnv1a(params.data(), params.size() * sizeof(float));
+  check_agreement();
   res_.seconds_total = seconds_since(t_start);
   return res_;
 }
@@ -229,6 +234,7 @@ void Loop::run_epoch(std::int64_t epoch) {
     backend_.step(done, StopSignalGuard::received() != 0);
     ++done;
     ++global_step_;
+    if (beat_each_step()) heartbeat_.beat(global_step_);
     if (done - synced < every && done != spe_) continue;
     synced = done;
     if (absorb(backend_.sync(), epoch, done)) break;
@@ -252,7 +258,7 @@ bool Loop::absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done
   for (double l : p.rank_losses) {
     if (std::int64_t(res_.step_losses.size()) < cfg_.record_losses) res_.step_losses.push_back(l);
   }
-  heartbeat_.beat(global_step_);
+  if (!beat_each_step()) heartbeat_.beat(global_step_);
   if (cfg_.progress && rank_ == 0) {
     char bar[128];
     const int filled = int(30.0 * double(steps_done) / double(spe_));
@@ -305,6 +311,19 @@ void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double e
   const std::string note = backend_.epoch_note();
   log_ << line << (note.empty() ? "" : "  ") << note << std::endl;
   checkpoint(epoch + 1, 0);
+}
+
+// Collective: whether every rank ends with rank 0's parameters, bit for bit, as data parallelism
+// promises (each rank steps its own copy with the allreduce exchange and with local SGD).
+void Loop::check_agreement() {
+  std::uint64_t first = res_.param_checksum;
+  pg_.broadcast(&first, sizeof first, 0);
+  double differ = first != res_.param_checksum ? 1.0 : 0.0;
+  pg_.allreduce_sum(&differ, 1);
+  res_.params_agree = differ == 0;
+  if (!res_.params_agree)
+    log_ << "warning: " << differ << " rank(s) ended with parameters other than rank 0's (param "
+         << "checksums differ): the ranks' copies have drifted apart\n";
 }
 
 void Loop::checkpoint(std::int64_t epoch, std::int64_t step) {

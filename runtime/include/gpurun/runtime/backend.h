@@ -156,9 +156,10 @@ struct CpuOptions {
   std::size_t bucket_floats = 0;
   // > 0: local SGD (Lin et al., "Don't Use Large Mini-Batches, Use Local SGD", ICLR 2020;
   // PyTorch's PeriodicModelAverager): each rank steps its own copy of the parameters from its own
-  // gradient (its threads combined as `exchange` says, one rank alone), and every local_sgd
-  // steps, at each sync (sync_every()), the ranks average their parameters in one allreduce.
-  // Momentum stays each rank's own. Not with PowerSGD, buckets or the hierarchical exchange.
+  // gradient (its threads combined as `exchange` says, one rank alone), and at each sync
+  // (sync_every() is local_sgd: every local_sgd steps and at each epoch's end) the ranks average
+  // their parameters in one allreduce. A stop signal takes effect there too. Momentum stays each
+  // rank's own. Not with PowerSGD, buckets or the hierarchical exchange.
   int local_sgd = 0;
   // With local_sgd: an average sends each rank's change since the last average as bfloat16
   // (half the bytes; PyTorch DDP's bf16_compress_hook does this to gradients) and adds the mean

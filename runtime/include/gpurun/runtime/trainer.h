@@ -86,6 +86,7 @@ struct TrainResult {
   bool resumed = false;
   std::int64_t resumed_epoch = 0, resumed_step = 0;
   std::uint64_t param_checksum = 0;  // FNV-1a of the final parameter bytes (bitwise comparisons)
+  bool params_agree = true;          // every rank ended with rank 0's param_checksum
   std::vector<double> step_losses;   // record_losses first steps: this rank's mean loss
 };
 
