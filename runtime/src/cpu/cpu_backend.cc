@@ -40,7 +40,6 @@ class CpuBackend final : public Backend {
         workers_(workers_for(opt, cfg.batch_per_rank)),
         slice_(batch_ / workers_),
         pool_(workers_),
-        local_sgd_(opt.local_sgd),
         x_(std::size_t(batch_) * data.train.image_floats()),
         y_(std::size_t(batch_)) {
     check(opt);
@@ -60,9 +59,9 @@ class CpuBackend final : public Backend {
     setup.powersgd_rank = opt.powersgd_rank;
     setup.powersgd_alternate = opt.powersgd_alternate;
     setup.bucket_floats = opt.bucket_floats;
-    if (local_sgd_ > 0) {
+    if (opt.local_sgd > 0) {
       alone_ = make_single_process_group();
-      average_.emplace(pg, models_[0]->param_floats(), opt.local_sgd_bf16);
+      average_.emplace(pg, opt.local_sgd, models_[0]->param_floats(), opt.local_sgd_bf16);
     }
     exchange_ = cpu::make_exchange(alone_ ? *alone_ : pg, models_, setup, log);
   }
@@ -78,7 +77,7 @@ class CpuBackend final : public Backend {
     i.exchange_bytes_per_step = pg_.size() > 1 ? exchange_->bytes_per_step() : 0;
     i.wire_bytes_per_step = exchange_->wire_bytes_per_step();
     i.compression = exchange_->compression();
-    if (average_) average_->describe(i, local_sgd_);
+    if (average_) average_->describe(i);
     return i;
   }
 
@@ -96,7 +95,7 @@ class CpuBackend final : public Backend {
 
   void begin_epoch(const EpochPlan& plan) override { plan_ = plan; }
   void step(std::int64_t step, bool stop_requested) override;
-  int sync_every() const override { return alone_ ? local_sgd_ : 1; }
+  int sync_every() const override { return average_ ? average_->every() : 1; }
   Progress sync() override;
   Evaluation evaluate(int eval_batch) override;
   BackendTimes times() const override {
@@ -113,7 +112,6 @@ class CpuBackend final : public Backend {
   const int batch_, micro_, workers_, slice_;
   WorkerPool pool_;
   std::vector<std::unique_ptr<Model>> models_;
-  const int local_sgd_;  // steps between averages (0: the exchange combines every rank)
   std::unique_ptr<ProcessGroup> alone_;  // local SGD: the one-rank group the exchange combines
   std::optional<cpu::ModelAverage> average_;  // local SGD: where the ranks meet
   std::unique_ptr<cpu::CpuExchange> exchange_;
@@ -137,7 +135,7 @@ void CpuBackend::check(const CpuOptions& opt) const {
 
 // With local SGD every rank is rank 0 of its own exchange: rank 0's state reaches the others here.
 void CpuBackend::set_state(const float* params, const float* velocity) {
-  if (!alone_) return exchange_->set_state(params, velocity);
+  if (!average_) return exchange_->set_state(params, velocity);
   const std::size_t n = models_[0]->param_floats();
   std::vector<float> p(n), v;
   int has_velocity = velocity != nullptr;  // rank 0's say

@@ -9,8 +9,8 @@
 
 namespace gpurun::runtime::cpu {
 
-ModelAverage::ModelAverage(ProcessGroup& pg, std::size_t floats, bool bf16)
-    : pg_(pg), n_(floats), bf16_(bf16) {
+ModelAverage::ModelAverage(ProcessGroup& pg, int every, std::size_t floats, bool bf16)
+    : pg_(pg), every_(every), n_(floats), bf16_(bf16) {
   if (bf16_) {
     last_.resize(n_);
     delta_.resize(n_);
@@ -47,15 +47,15 @@ void ModelAverage::average_bf16(float* params) {
   for (std::size_t i = 0; i < n_; ++i) params[i] = last_[i] += from_bf16(delta_[i]) * mean;
 }
 
-void ModelAverage::describe(BackendInfo& info, int every) const {
+void ModelAverage::describe(BackendInfo& info) const {
   info.exchange = "local-sgd";
   info.summary = "local SGD: each rank steps alone (" + info.summary +
-                 "), the ranks' parameters averaged every " + std::to_string(every) +
+                 "), the ranks' parameters averaged every " + std::to_string(every_) +
                  (bf16_ ? " steps, their changes sent as bfloat16" : " steps");
-  info.wire_bytes_per_step = bytes() / std::size_t(every);
+  info.wire_bytes_per_step = bytes() / std::size_t(every_);
   info.exchange_bytes_per_step = pg_.size() > 1 ? info.wire_bytes_per_step : 0;
   info.compression = bf16_ ? "bf16" : "none";
-  info.local_sgd = every;
+  info.local_sgd = every_;
 }
 
 std::size_t ModelAverage::bytes() const {

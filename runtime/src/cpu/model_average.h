@@ -17,15 +17,17 @@ namespace gpurun::runtime::cpu {
 
 class ModelAverage {
  public:
-  ModelAverage(ProcessGroup& pg, std::size_t floats, bool bf16);
+  // Averages every `every` steps (the backend's sync_every()) of `floats` parameters.
+  ModelAverage(ProcessGroup& pg, int every, std::size_t floats, bool bf16);
+  int every() const { return every_; }
   // Not collective: every rank's parameters are `params` now (the run's start, a resume).
   void reset(const float* params);
   // Collective: p's loss, correct count and stop flag summed over the ranks, then the
   // parameters averaged.
   void average(float* params, Progress& p);
-  // What `info` (the rank's own exchange, over its one-rank group) becomes with averages every
-  // `every` steps: local-sgd, its bytes spread over the steps, and the compression.
-  void describe(BackendInfo& info, int every) const;
+  // What `info` (the rank's own exchange, over its one-rank group) becomes with the averages:
+  // local-sgd, an average's bytes spread over its steps, and the compression.
+  void describe(BackendInfo& info) const;
   double seconds() const { return seconds_; }
 
  private:
@@ -33,6 +35,7 @@ class ModelAverage {
   std::size_t bytes() const;  // what one average hands to its allreduces
 
   ProcessGroup& pg_;
+  const int every_;
   const std::size_t n_;
   const bool bf16_;
   std::vector<float> last_;           // bf16: the last average, the same on every rank

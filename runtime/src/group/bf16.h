@@ -1,6 +1,6 @@
 // bf16.h (private): bfloat16, the upper half of a float, for sums that send half the bytes
-// (ProcessGroup::allreduce_sum_bf16; local SGD's averages, cpu_backend.cc). Rounded to nearest
-// even; a NaN stays a NaN. Plain integer code that the compiler vectorises on any x86-64.
+// (ProcessGroup::allreduce_sum_bf16; local SGD's averages, cpu/model_average.cc). Rounded to
+// nearest even; a NaN stays a NaN. Plain integer code that the compiler vectorises on any x86-64.
 #pragma once
 
 #include <cstdint>
