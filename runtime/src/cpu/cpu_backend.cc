@@ -168,7 +168,7 @@ void CpuBackend::step(std::int64_t step, bool stop_requested) {
     data_.train.gather(idx + std::size_t(w) * slice_, slice_, xw, yw);
     const StepResult r =
         exchange_->deferred()
-            ? models_[w]->forward_backward_deferred(slice_, xw, yw, exchange_->peers(w))
+            ? models_[w]->forward_backward_deferred(slice_, xw, yw, exchange_->peers(w, lr))
             : models_[w]->forward_backward(slice_, xw, yw, micro_, exchange_->ready_hook());
     loss[std::size_t(w)] = r.loss_sum;
   });

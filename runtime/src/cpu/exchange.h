@@ -40,12 +40,13 @@ class CpuExchange {
   // Whether the members run Model::forward_backward_deferred (the Dense layers' dW deferred).
   virtual bool deferred() const = 0;
   virtual bool fused() const { return false; }
-  // What worker w of this rank passes to Model::forward_backward_deferred (nullptr: nothing).
   // What the rank's model is told as backward finishes each layer (Model::forward_backward's
   // `ready`), or nullptr: the allreduce exchange with buckets starts their sums there.
   virtual const Model::GradReady* ready_hook() { return nullptr; }
-  virtual DeferredPeers* peers(int worker) {
-    (void)worker;
+  // What worker w of this rank passes to Model::forward_backward_deferred (nullptr: nothing) in
+  // a step whose learning rate is lr.
+  virtual DeferredPeers* peers(int worker, float lr) {
+    (void)worker, (void)lr;
     return nullptr;
   }
   // The parts of the gradient buffer (stat slots included) that the rank's workers add into

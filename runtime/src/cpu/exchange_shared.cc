@@ -132,7 +132,7 @@ class SharedExchange final : public CpuExchange {
       const Model::Deferred& d = model_.deferred()[k];
       // Split where every member gets a chunk's worth of columns.
       split_.push_back(members_ > 1 && model_.splittable(k) && d.in >= members_ * kChunkCols);
-      if (split_.back()) continue;
+      if (split_.back() || alone()) continue;
       for (int lo = 0; lo < d.in; lo += kChunkCols) {
         chunks_.push_back({k, lo, std::min(lo + kChunkCols, d.in)});
       }
@@ -213,7 +213,11 @@ class SharedExchange final : public CpuExchange {
     }
     return out;
   }
-  DeferredPeers* peers(int worker) override { return &peers_.at(std::size_t(worker)); }
+  DeferredPeers* peers(int worker, float lr) override {
+    Peers& p = peers_.at(std::size_t(worker));
+    p.set_lr(lr);
+    return &p;
+  }
   bool deferred() const override { return true; }
   bool fused() const override { return fused_; }
   const std::vector<Layer::Range>& summed() const override { return exchanged_; }
@@ -285,6 +289,11 @@ class SharedExchange final : public CpuExchange {
     void forward(std::size_t k, float* z) override { ex_.split_forward(k, *this, z); }
     void backward_data(std::size_t k) override { ex_.split_backward_data(k, *this); }
     void released() override { ex_.waits_->arrive(ex_.control_->released); }
+    bool updates_in_backward(std::size_t) const override { return ex_.alone(); }
+    void backward_and_update(std::size_t k, float* dx) override {
+      ex_.step_in_backward(k, dx, lr_);
+    }
+    void set_lr(float lr) { lr_ = lr; }
 
     int member() const { return m_; }
     // Runs f, counting its seconds as this member's split work of the step.
@@ -316,7 +325,24 @@ class SharedExchange final : public CpuExchange {
     bool timed_;  // the rank's first worker times the waits
     std::uint64_t meetings_ = 0;
     double busy_ = 0;  // seconds of split work in this step so far
+    float lr_ = 0;     // the step's learning rate
   };
+
+  // A member alone steps its Dense layers inside backward (DeferredPeers::updates_in_backward):
+  // no other member reads its weights or waits for their step. Then no chunk is left to claim.
+  bool alone() const { return members_ == 1; }
+
+  // Deferred layer k of a member alone, by kChunkCols columns: the block's dX (when dx is not
+  // null) from the weights before the step, then the block's step. Each column's dX and step
+  // are the same sgemm calls, with the same bits, as the whole layer's and update_chunks' are.
+  void step_in_backward(std::size_t k, float* dx, float lr) {
+    const int in = model_.deferred()[k].in;
+    for (int lo = 0; lo < in; lo += kChunkCols) {
+      const int hi = std::min(lo + kChunkCols, in);
+      if (dx) model_.deferred_input_grad_cols(k, setup_.slice, at(arena_.dz[k]), lo, hi, dx);
+      update_chunk(lr, {k, lo, hi});
+    }
+  }
 
   // Member m's forward of split layer k: once every X is in place, the partial product of each
   // of its blocks for all members' images; once every partial is in place, the sum of its

@@ -72,12 +72,21 @@ void Model::init(std::uint64_t seed) {
   spec_.init_params(seed, param_base_);
 }
 
-std::optional<std::size_t> Model::split_index(std::size_t i, const DeferredPeers* peers) const {
-  if (!peers) return std::nullopt;
+std::optional<std::size_t> Model::deferred_index(std::size_t i) const {
   for (std::size_t k = 0; k < deferred_.size(); ++k) {
-    if (deferred_[k].layer == i && peers->split(k)) return k;
+    if (deferred_[k].layer == i) return k;
   }
   return std::nullopt;
+}
+
+std::optional<std::size_t> Model::split_index(std::size_t i, const DeferredPeers* peers) const {
+  const std::optional<std::size_t> k = deferred_index(i);
+  return peers && k && peers->split(*k) ? k : std::nullopt;
+}
+
+std::optional<std::size_t> Model::stepped_index(std::size_t i, const DeferredPeers* peers) const {
+  const std::optional<std::size_t> k = deferred_index(i);
+  return peers && k && peers->updates_in_backward(*k) ? k : std::nullopt;
 }
 
 void Model::run_forward(int batch, const float* x, bool bound, DeferredPeers* peers) {
@@ -181,9 +190,11 @@ StepResult Model::forward_backward_deferred(int batch, const float* x, const std
     const InputGrad need = i == 0 ? InputGrad::kSkip : InputGrad::kCompute;
     if (layers_[i]->deferred_weights().end > 0) {
       const std::optional<std::size_t> k = split_index(i, peers);
+      const std::optional<std::size_t> stepped = stepped_index(i, peers);
       layers_[i]->backward_deferred(batch, in, act(i, true), dact(i, true), din,
-                                    k ? InputGrad::kSkip : need, ws);
+                                    k || stepped ? InputGrad::kSkip : need, ws);
       if (k) peers->backward_data(*k);
+      if (stepped) peers->backward_and_update(*stepped, din);
       if (peers && i == deferred_.front().layer) peers->released();
     } else if (i == 0 && peers && peers->split_first()) {
       peers->backward_first();

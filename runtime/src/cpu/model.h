@@ -42,6 +42,18 @@ class DeferredPeers {
   // Runs once the step has read the deferred layers' weights for the last time and written
   // their X and dZ: from then on other members may update those weights.
   virtual void released() = 0;
+  // Whether deferred layer k's weights take their step inside backward: block by block, each
+  // block stepped right after its columns of dX are formed from it, while it is in cache (one
+  // member alone, whom no one else's step waits for). Its backward then forms only dZ and calls
+  // backward_and_update(k, dx), which writes dX (when dx is not null) and steps the weights.
+  virtual bool updates_in_backward(std::size_t k) const {
+    (void)k;
+    return false;
+  }
+  virtual void backward_and_update(std::size_t k, float* dx) {
+    (void)k, (void)dx;
+    throw std::logic_error("deferred peers: no update inside backward");
+  }
   // Whether the first layer splits by output channels along with a split Dense layer right
   // after it (Layer::output_unit): then the model's input must be bound (Model::bind_input),
   // and forward_first() and backward_first() run that layer: this member's columns of its
@@ -152,8 +164,11 @@ class Model {
   // Layer i's backward in pieces (forward_backward's `ready`), its offsets made the buffer's.
   void backward_in_pieces(std::size_t i, int batch, const float* x, float* dx, InputGrad need,
                           kernels::Accumulate acc, kernels::Workspace ws, const GradReady& ready);
-  // The deferred index k of layer i, when `peers` split it.
+  // The deferred index k of layer i: when it is one; when `peers` split it; when `peers` step
+  // its weights inside backward.
+  std::optional<std::size_t> deferred_index(std::size_t i) const;
   std::optional<std::size_t> split_index(std::size_t i, const DeferredPeers* peers) const;
+  std::optional<std::size_t> stepped_index(std::size_t i, const DeferredPeers* peers) const;
   float* act(std::size_t i, bool bound) {
     return bound && bound_act_[i] ? bound_act_[i] : acts_[i].data();
   }
