@@ -9,7 +9,8 @@
 // run of blocks and is the only one to read or write those columns of W. Its forward forms the
 // partial product of each of its blocks for every member's images, and each member adds the
 // partials of its own images in block order; its backward forms its blocks of dX for every
-// member's images; after the step it updates its blocks from every member's X and dZ. So W
+// member's images and steps each block from every member's X and dZ right after forming its dX,
+// while the block is in cache (one pass over W in the backward, not two). So W
 // never travels between cores (between their caches): only X, dZ, dX and the partial products
 // do, which are smaller at these sizes. The members meet four times a step on `met` for it.
 //
@@ -34,6 +35,10 @@
 // claim from `claimed` once every member has released. Every chunk is the same sgemm whoever
 // runs it, so the result does not depend on who took which. One barrier ends the step: the new
 // parameters are in place before anyone's next forward.
+//
+// A member alone (one rank, one thread: no one else reads its weights or waits for their step)
+// steps every Dense layer that way, block by block inside its backward, with no split and no
+// chunk left to claim.
 //
 // Every wait on a counter is bounded by the communication timeout (shared_wait.h): a peer that is
 // stopped, stuck or dead is named, with its pid, instead of hanging the node's ranks.
@@ -236,7 +241,7 @@ class SharedExchange final : public CpuExchange {
   void combine_and_update(float lr, WorkerPool& pool) override {
     publish_small_gradients();
     pool.run([&](int w) {
-      update_owned(lr, peers_[std::size_t(w)]);
+      peers_[std::size_t(w)].publish_busy();
       update_chunks(lr, w == 0);
     });
     balance();
@@ -294,6 +299,7 @@ class SharedExchange final : public CpuExchange {
       ex_.step_in_backward(k, dx, lr_);
     }
     void set_lr(float lr) { lr_ = lr; }
+    float lr() const { return lr_; }
 
     int member() const { return m_; }
     // Runs f, counting its seconds as this member's split work of the step.
@@ -369,13 +375,15 @@ class SharedExchange final : public CpuExchange {
   }
 
   // Member m's columns of split layer k's dX, for all members' images, once every dZ is in
-  // place; returns when every member's columns are written.
+  // place, each block stepped right after its dX is formed from it (only its owner reads a
+  // block's weights); returns when every member's columns are written.
   void split_backward_data(std::size_t k, Peers& p) {
     p.meet();
     p.split_work([&] {
       each_own_block(k, p.member(), [&](int lo, int hi, int) {
         model_.deferred_input_grad_cols(k, all_images(), at(arena_.dz[k]), lo, hi,
                                         at(arena_.dx[k]));
+        update_chunk(p.lr(), {k, lo, hi});
       });
     });
     if (!owns_x(k)) p.meet();  // every member's dX is complete
@@ -466,18 +474,6 @@ class SharedExchange final : public CpuExchange {
     if (split_.empty() || !split_[0] || model_.deferred()[0].layer != 1) return;
     const int unit = model_.first_layer_unit(), in = model_.deferred()[0].in;
     first_split_ = unit > 0 && in % unit == 0 && in / unit >= members_;
-  }
-
-  // The member's blocks of the split layers, from every member's X and dZ; then its split
-  // seconds of the step are in place for the balance.
-  void update_owned(float lr, Peers& p) {
-    for (std::size_t k = 0; k < split_.size(); ++k) {
-      if (!split_[k]) continue;
-      p.split_work([&] {
-        each_own_block(k, p.member(), [&](int lo, int hi, int) { update_chunk(lr, {k, lo, hi}); });
-      });
-    }
-    p.publish_busy();
   }
 
   // Room for one RankArrivals per rank at whatever 64-byte boundary falls first in it.
