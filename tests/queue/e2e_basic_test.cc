@@ -635,7 +635,7 @@ TEST(GpuqE2E, ArrayRequestsThatDoNothingSaySo) {
       {fmt::format("cancel --signal USR1 {}", arr),
        fmt::format("cannot signal job {}: no task of the array is running", arr)},
       // Each task has a file of its own: `log` of the array's id printed task 0's without a word
-      // (a user's review); it asks which, as `stats` does.
+      // (a user's review); it asks which.
       {fmt::format("log {}", arr),
        fmt::format("job {} is an array of 2 tasks: ask for one task (ID_TASK)", arr)}};
   d.expect_refused(cases);

@@ -342,3 +342,48 @@ TEST(GpuqUsage, DaemonGpuListIsCheckedAgainstTheMachine) {
   Daemon d({}, "1-3");
   EXPECT_EQ(d.request(R"({"op":"ping"})")["gpus"], nlohmann::json({1, 2, 3}));
 }
+
+// `gpuq stats` of an array's id lists its tasks, one line each as sacct does, with each task's
+// state, exit code, elapsed and GPUs, a running one's elapsed counted to now; --csv and --plot,
+// which draw one job's samples, ask for one task. Before, the array's id was an error.
+TEST(GpuqUsage, StatsOfAnArrayListsItsTasks) {
+  Daemon d;
+  d.script("task.sh",
+           "#!/bin/sh\n[ \"$SLURM_ARRAY_TASK_ID\" = 2 ] && exit 3\n"
+           "[ \"$SLURM_ARRAY_TASK_ID\" = 1 ] && exec sleep 60\ntrue\n");
+  const int64_t arr = d.submit("--array=0-2 -J tasks task.sh");
+  d.wait_final(arr);
+  d.wait_final(arr + 2);
+  d.wait_state(arr + 1, "RUNNING");
+  std::this_thread::sleep_for(std::chrono::milliseconds(1100));  // the running task's elapsed
+  Result r = d.gpuq(fmt::format("stats {}", arr));
+  ASSERT_EQ(r.rc, 0) << r.err;
+  EXPECT_NE(r.out.find(fmt::format("Job {} is an array of 3 tasks", arr)), std::string::npos)
+      << r.out;
+  auto line = [&](int task) {
+    const std::string id = fmt::format("{}_{}", arr, task);
+    const size_t at = r.out.find("\n" + id + " ");
+    return at == std::string::npos ? std::string()
+                                   : r.out.substr(at + 1, r.out.find('\n', at + 1) - at - 1);
+  };
+  EXPECT_NE(line(0).find("COMPLETED"), std::string::npos) << r.out;
+  EXPECT_NE(line(0).find(" 0:0 "), std::string::npos) << r.out;
+  EXPECT_NE(line(1).find("RUNNING"), std::string::npos) << r.out;
+  EXPECT_EQ(line(1).find("00:00:00"), std::string::npos) << "a running task's elapsed: " << r.out;
+  EXPECT_NE(line(2).find("FAILED"), std::string::npos) << r.out;
+  EXPECT_NE(line(2).find(" 3:0 "), std::string::npos) << r.out;
+  const nlohmann::json j = stats_json(d, arr);
+  EXPECT_EQ(j["tasks"].size(), 3u);
+  EXPECT_EQ(j["tasks_total"], 3);
+  for (const char* one : {"--csv", "--plot x.png"}) {
+    Result refused = d.gpuq(fmt::format("stats {} {}", one, arr));
+    EXPECT_NE(refused.rc, 0) << one;
+    EXPECT_NE(refused.err.find(fmt::format("job {} is an array of 3 tasks: --csv and --plot take "
+                                           "one task (ID_TASK)",
+                                           arr)),
+              std::string::npos)
+        << refused.err;
+  }
+  EXPECT_EQ(d.gpuq(fmt::format("stats {}_1", arr)).rc, 0);
+  d.gpuq(fmt::format("cancel {}", arr));
+}

@@ -237,6 +237,37 @@ TEST(GpuqWeb, ServesNoJobOutputNoEnvironmentAndGivesUpRoot) {
   EXPECT_EQ(get(w.port(), "/").status, 200) << "back once the daemon is";
 }
 
+// /job/ARRAY_ID lists the array's tasks, each a link to its own page, with its state; a task's
+// page is the job page. Before, the array's id was a 404.
+TEST(GpuqWeb, AnArraysPageListsItsTasks) {
+  Daemon d;
+  d.script("task.sh", "#!/bin/sh\n[ \"$SLURM_ARRAY_TASK_ID\" = 1 ] && exit 3\ntrue\n");
+  const int64_t arr = d.submit("--array=0-1 -J '<b>arr</b>' task.sh");
+  d.wait_final(arr);
+  d.wait_final(arr + 1);
+  WebServer w(d);
+  Response page = get(w.port(), fmt::format("/job/{}", arr));
+  ASSERT_EQ(page.status, 200) << page.body;
+  EXPECT_NE(page.body.find(fmt::format("Array job <span id=\"job-id\">{}</span>: 2 tasks", arr)),
+            std::string::npos)
+      << page.body;
+  for (int task : {0, 1}) {
+    const std::string id = fmt::format("{}_{}", arr, task);
+    EXPECT_NE(page.body.find(fmt::format("<a class=\"job-id\" href=\"/job/{0}\">{0}</a>", id)),
+              std::string::npos)
+        << page.body;
+    Response one = get(w.port(), "/job/" + id);
+    EXPECT_EQ(one.status, 200) << id;
+    EXPECT_NE(one.body.find(fmt::format("<span id=\"job-id\">{}</span>", id)), std::string::npos)
+        << one.body;
+  }
+  EXPECT_NE(page.body.find("COMPLETED"), std::string::npos);
+  EXPECT_NE(page.body.find("FAILED"), std::string::npos);
+  EXPECT_NE(page.body.find("&lt;b&gt;arr&lt;/b&gt;"), std::string::npos);
+  EXPECT_EQ(page.body.find("<b>arr</b>"), std::string::npos);
+  EXPECT_EQ(page.body.find(d.dir()), std::string::npos) << "a path was served";
+}
+
 TEST(GpuqWeb, ListenIsCheckedAndLocalhostByDefault) {
   Daemon d;
   for (const char* bad : {"nonsense", "127.0.0.1", "127.0.0.1:99999", "localhost:80", ":80"}) {

@@ -606,7 +606,7 @@ nlohmann::json show_one(const std::string& socket, const std::string& id) {
   auto reply = call(socket, {{"op", "show"}, {"ids", {id}}, {"brief", true}});
   if (reply["jobs"].empty()) throw std::invalid_argument(fmt::format("invalid job id '{}'", id));
   // An array's id names all its tasks, and each has a file of its own: which one is meant, the
-  // user says (`gpuq stats` asks the same).
+  // user says.
   if (reply["jobs"].size() > 1)
     throw std::invalid_argument(fmt::format(
         "job {} is an array of {} tasks: ask for one task (ID_TASK)", id, reply["jobs"].size()));

@@ -112,13 +112,20 @@ int cmd_stats(const Args& a) {
              "usage: gpuq stats ID [--csv | --plot FILE.png | --json]\n"
              "What a job used (like seff): elapsed, GPU-hours, mean and max GPU utilisation, max\n"
              "GPU memory, CPU efficiency, peak RSS. --csv prints the samples with the header\n"
-             "time,gpu,util,mem_used_mib,power_w,temp_c.",
+             "time,gpu,util,mem_used_mib,power_w,temp_c. An array's ID lists its tasks (like\n"
+             "sacct), one line each.",
              &p))
     return 0;
   if (!p.vm.count("id")) throw std::invalid_argument("gpuq stats: no job id given");
   if (p.vm.count("csv") + p.vm.count("plot") + p.vm.count("json") > 1)
     throw std::invalid_argument("gpuq stats: give at most one of --csv, --plot, --json");
-  auto reply = call(p.socket, {{"op", "stats"}, {"ids", {p.vm["id"].as<std::string>()}}});
+  const std::string id = p.vm["id"].as<std::string>();
+  auto reply = call(p.socket, {{"op", "stats"}, {"ids", {id}}});
+  const bool array = reply.contains("tasks");
+  if (array && (p.vm.count("csv") || p.vm.count("plot")))
+    throw std::invalid_argument(fmt::format(
+        "gpuq stats: job {} is an array of {} tasks: --csv and --plot take one task (ID_TASK)", id,
+        reply.value("tasks_total", reply["tasks"].size())));
   if (p.vm.count("json")) {
     std::cout << reply.dump(2) << "\n";
   } else if (p.vm.count("csv")) {
@@ -127,7 +134,7 @@ int cmd_stats(const Args& a) {
     plot_png(reply, p.vm["plot"].as<std::string>());
     fmt::print("wrote {}\n", p.vm["plot"].as<std::string>());
   } else {
-    std::cout << format_stats(reply);
+    std::cout << (array ? format_array_stats(reply) : format_stats(reply));
   }
   return 0;
 }

@@ -153,6 +153,14 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
   return out;
 }
 
+// A job's elapsed seconds as the reply gives them (a brief: up to the daemon's now, for a running
+// job too), else from its start and end.
+namespace {
+int64_t shown_elapsed(const nlohmann::json& j) {
+  return j.contains("elapsed_s") ? j["elapsed_s"].get<int64_t>() : elapsed_s(j, 0);
+}
+}  // namespace
+
 std::string format_history(const nlohmann::json& jobs, bool header) {
   std::string out;
   if (header) {
@@ -176,7 +184,7 @@ std::string format_history(const nlohmann::json& jobs, bool header) {
         " " + sacct_cell(str(j, "user"), 9, false) + " " +
         sacct_cell(escape_control(state), 10, false) + " " +
         sacct_cell(exit_code_text(j.value("exit_code", 0), j.value("exit_signal", 0)), 8, false) +
-        " " + sacct_cell(sacct_elapsed(elapsed_s(j, 0)), 10, false) + " " +
+        " " + sacct_cell(sacct_elapsed(shown_elapsed(j)), 10, false) + " " +
         sacct_cell(std::to_string(j["gpus"].size()), 8, false) + " " + usage_cells(j) + "\n";
   }
   return out;

@@ -138,6 +138,17 @@ std::string format_stats(const nlohmann::json& reply) {
   return out;
 }
 
+std::string format_array_stats(const nlohmann::json& reply) {
+  const auto& tasks = reply.at("tasks");
+  const size_t total = reply.value("tasks_total", tasks.size());
+  std::string out =
+      fmt::format("Job {} is an array of {} tasks; gpuq stats ID_TASK shows one in full\n",
+                  common::escape_control(reply.value("array", std::string())), total);
+  out += format_history(tasks, true);
+  if (total > tasks.size()) out += fmt::format("and {} more tasks\n", total - tasks.size());
+  return out;
+}
+
 std::string samples_csv(const nlohmann::json& samples) {
   std::string out = "time,gpu,util,mem_used_mib,power_w,temp_c\n";
   auto cell = [](const nlohmann::json& v) {

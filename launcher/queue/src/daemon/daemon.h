@@ -156,6 +156,9 @@ class Daemon {
   // What `gpuq stats` shows of `j`: its brief and samples (at most max_points per GPU; 0 = all,
   // up to kMaxSamplesPerReply).
   nlohmann::json stats_reply(const Job& j, size_t max_points);
+  // What `gpuq stats` and the page show of an array's id: each task's brief (the first
+  // kMaxTasksListed; tasks_total says how many there are).
+  nlohmann::json array_stats_reply(const std::string& array, const std::vector<int64_t>& tasks);
   void start_sampling();   // in run(), once signals are blocked (the thread must not take them)
   void publish_targets();  // running jobs' sessions, to the sampling thread
   void on_usage_ticks();   // inside the batch

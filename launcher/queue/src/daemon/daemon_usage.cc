@@ -19,6 +19,7 @@ namespace gpurun::queue {
 namespace {
 
 constexpr size_t kMaxSamplesPerReply = 200000;
+constexpr size_t kMaxTasksListed = 1000;  // of an array, in a "stats" reply
 
 nlohmann::json figure(const std::optional<double>& v) {
   return v ? nlohmann::json(*v) : nlohmann::json(nullptr);
@@ -282,9 +283,7 @@ nlohmann::json Daemon::op_status(const Request& req) {
 nlohmann::json Daemon::op_stats(const Request& req) {
   auto ids = resolve_ids(req.ids);
   if (ids.empty()) throw std::invalid_argument("stats: no job id given");
-  if (ids.size() != 1)
-    throw std::invalid_argument(fmt::format(
-        "job {} is an array of {} tasks: ask for one task (ID_TASK)", req.ids[0].text, ids.size()));
+  if (ids.size() > 1) return array_stats_reply(req.ids[0].text, ids);
   std::optional<Job> j = jobs_->any_job(ids[0]);
   if (!j) throw std::invalid_argument(fmt::format("invalid job id '{}'", ids[0]));
   return stats_reply(*j, req.max_points);
@@ -308,6 +307,21 @@ nlohmann::json Daemon::stats_reply(const Job& job, size_t max_points) {
           {"sample_retention_s", cfg_.sample_retention_s},
           {"samples_averaged", capped},
           {"samples", rows}};
+}
+
+nlohmann::json Daemon::array_stats_reply(const std::string& array,
+                                         const std::vector<int64_t>& tasks) {
+  const int64_t now = now_ms();
+  nlohmann::json briefs = nlohmann::json::array();
+  for (int64_t id : tasks) {
+    if (briefs.size() == kMaxTasksListed) break;
+    if (std::optional<Job> j = jobs_->any_job(id)) briefs.push_back(job_brief(*j, now));
+  }
+  return {{"ok", true},
+          {"now_ms", now},
+          {"array", array},
+          {"tasks", std::move(briefs)},
+          {"tasks_total", tasks.size()}};
 }
 
 nlohmann::json Daemon::op_report(const Request& req) {

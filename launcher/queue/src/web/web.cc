@@ -303,6 +303,8 @@ void Session::route(const std::string& path) {
   if (!id.empty() && id.size() <= 24 && id.find_first_not_of("0123456789_") == std::string::npos) {
     return server_.call({{"op", "stats"}, {"ids", {id}}, {"max_points", 600}},
                         [self, id, refresh, html, unavailable](const Reply& r) {
+                          if (r.json && r.json->contains("tasks"))
+                            return self->respond(200, html, render_array_page(*r.json, refresh));
                           if (r.json)
                             return self->respond(200, html, render_job_page(*r.json, refresh));
                           if (!r.daemon_said_no) return unavailable(r);

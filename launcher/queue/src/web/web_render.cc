@@ -300,6 +300,23 @@ std::string render_job_page(const nlohmann::json& stats, int refresh_s) {
   return out + footer();
 }
 
+std::string render_array_page(const nlohmann::json& stats, int refresh_s) {
+  const std::string id = stats.value("array", std::string());
+  const auto& tasks = stats["tasks"];
+  bool live = false;
+  for (const auto& t : tasks) live = live || t["state"] == "RUNNING" || t["state"] == "PENDING";
+  const size_t total = stats.value("tasks_total", tasks.size());
+  std::string out = head("gpuq array job " + id, live ? refresh_s : 0);
+  out += fmt::format(
+      "<header><h1>Array job <span id=\"job-id\">{}</span>: {} tasks</h1><p class=\"meta\">"
+      "<a href=\"/\">all GPUs</a></p></header>",
+      html_escape(id), total);
+  out += history_table(tasks);
+  if (total > tasks.size())
+    out += fmt::format("<p class=\"meta\">and {} more tasks</p>", total - tasks.size());
+  return out + footer();
+}
+
 std::string render_error_page(int code, const std::string& title, const std::string& detail) {
   return head(fmt::format("{} {}", code, title), 0) +
          fmt::format("<h1>{} {}</h1><p>{}</p><p><a href=\"/\">gpuq status</a></p></body></html>",

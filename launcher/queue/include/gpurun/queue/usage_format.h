@@ -13,6 +13,9 @@ namespace gpurun::queue {
 // `gpuq stats ID` from a "stats" reply: elapsed, GPU-hours, mean/max utilisation overall and per
 // GPU, max GPU memory, CPU efficiency, peak RSS.
 std::string format_stats(const nlohmann::json& reply);
+// `gpuq stats ARRAY_ID` from a "stats" reply for an array (its "tasks"): one line a task, as
+// sacct lists an array: task, state, exit code, elapsed, GPUs, GPU-hours, mean utilisation.
+std::string format_array_stats(const nlohmann::json& reply);
 
 // The samples of a "stats" reply as CSV with the header time,gpu,util,mem_used_mib,power_w,temp_c
 // (time in UTC, ISO 8601; an empty field where the GPU gave no figure).

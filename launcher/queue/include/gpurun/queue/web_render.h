@@ -35,6 +35,8 @@ std::string svg_chart(const std::vector<ChartSeries>& series, const std::string&
 std::string render_status_page(const nlohmann::json& status, int refresh_s);
 // The page at /job/ID from a "stats" reply (samples downsampled by the daemon).
 std::string render_job_page(const nlohmann::json& stats, int refresh_s);
+// The page at /job/ARRAY_ID from a "stats" reply for an array: its tasks, each a link to its page.
+std::string render_array_page(const nlohmann::json& stats, int refresh_s);
 // A minimal page for errors (404, 405, a daemon that does not answer).
 std::string render_error_page(int code, const std::string& title, const std::string& detail);
 
