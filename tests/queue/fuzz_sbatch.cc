@@ -31,7 +31,7 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     s.script = "#!/bin/sh\n";
     s.job = *parsed;
     try {
-      // Replaced: the client refuses a script that is not UTF-8 before it sends anything.
+      // Replaced: the client refuses #SBATCH lines that are not UTF-8 before it sends anything.
       gpurun::queue::decode_request(gpurun::queue::encode_submit(s).dump(
           -1, ' ', false, nlohmann::json::error_handler_t::replace));
     } catch (const std::invalid_argument& e) {

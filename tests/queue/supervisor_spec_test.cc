@@ -4,6 +4,7 @@
 // And the attach sockets' listing the daemon reads to find gpuq run clients that went away.
 #include "supervise/supervisor_spec.h"
 
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -70,6 +71,26 @@ std::string read_error(const std::string& path) {
 }
 
 }  // namespace
+
+// Every byte value, alone and among others, comes back from the spec as it went in: a script,
+// an argument and an environment value of any bytes (a UTF-8 one stays a plain string).
+TEST(SupervisorSpec, AnyBytesTravelByteForByte) {
+  SupervisorSpec s = sample();
+  std::string all;
+  for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
+  s.script = "#!/bin/sh\n# " + all + "\n";
+  s.args = {all, "caf\xe9", "caf\xc3\xa9", ""};
+  for (int b = 0; b < 256; ++b) s.env[fmt::format("B{}", b)] = std::string(1, static_cast<char>(b));
+  TempFile f;
+  write_spec(f.path(), s);
+  const SupervisorSpec r = read_spec(f.path());
+  EXPECT_EQ(r.script, s.script);
+  EXPECT_EQ(r.args, s.args);
+  EXPECT_EQ(r.env, s.env);
+  const nlohmann::json j = spec_to_json(s);
+  EXPECT_EQ(j["args"][2], "caf\xc3\xa9") << "UTF-8 stays a string";
+  EXPECT_EQ(j["args"][1], nlohmann::json({{"latin1", "caf\xc3\xa9"}}));
+}
 
 TEST(SupervisorSpec, WrittenAndReadWhole) {
   const SupervisorSpec s = sample();
@@ -141,7 +162,13 @@ TEST(SupervisorSpec, ABadFieldIsRefusedNamingFileAndField) {
       {"job_id", 0, "field 'job_id': expected an integer from 1 to"},
       {"signal", 65, "field 'signal': expected an integer from 0 to 64, got 65"},
       {"umask", 512, "field 'umask': expected an integer from 0 to 511"},
-      {"env", {{"A", 1}}, "field 'env': expected a string for A, got 1"},
+      {"env",
+       {{"A", 1}},
+       "field 'env': expected a string or {\"latin1\": TEXT} (characters up "
+       "to U+00FF) for A, got 1"},
+      {"env", {{"A", {{"latin1", "\u0100"}}}}, "field 'env': expected a string or {\"latin1\""},
+      {"args", {{{"latin1", 1}}}, "field 'args': expected a list, each a string or {\"latin1\""},
+      {"script", {{"base64", "eA=="}}, "field 'script': expected a string or {\"latin1\""},
       {"args", "a", "field 'args': expected a list of strings"},
       {"drop_privileges", 1, "field 'drop_privileges': expected true or false, got 1"},
       {"cwd", nullptr, "field 'cwd': expected a string, got null"},

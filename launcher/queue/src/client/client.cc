@@ -3,7 +3,6 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <iconv.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -31,6 +30,7 @@
 #include "gpurun/queue/job.h"
 #include "gpurun/queue/protocol.h"
 #include "gpurun/queue/sbatch.h"
+#include "job/json_fields.h"
 #include "job/request.h"
 #include "supervise/attach.h"
 #include "supervise/runfiles.h"
@@ -100,20 +100,6 @@ std::string read_all(std::istream& in) {
   return ss.str();
 }
 
-// The offset of the first byte of `s` that is not valid UTF-8, by glibc's iconv, or npos.
-size_t invalid_utf8_at(const std::string& s) {
-  iconv_t cd = iconv_open("UTF-8", "UTF-8");
-  if (cd == reinterpret_cast<iconv_t>(-1)) return std::string::npos;  // cannot tell: let it pass
-  std::string in = s, out(4 * s.size() + 4, '\0');
-  char *ip = in.data(), *op = out.data();
-  size_t il = in.size(), ol = out.size();
-  size_t at = std::string::npos;
-  if (iconv(cd, &ip, &il, &op, &ol) == static_cast<size_t>(-1))
-    at = static_cast<size_t>(ip - in.data());
-  iconv_close(cd);
-  return at;
-}
-
 // What sbatch refuses too, said before the job is queued (it failed later, as 'exec ...: No such
 // file or directory'): DOS line breaks, and an interpreter in #! that is not an executable file
 // here (the job runs on this machine, as this user).
@@ -133,33 +119,29 @@ void require_runnable(const std::string& script, const std::string& name) {
                     errno == ENOENT ? "does not exist" : "is not executable by you"));
 }
 
-// gpuq keeps a job's script, arguments and environment as JSON text, which must be UTF-8: a
-// submission that is not is refused here, naming what and where, before anything is sent.
-void require_utf8(const std::string& script, const std::string& script_name,
-                  const std::vector<std::string>& args,
-                  const std::map<std::string, std::string>& env) {
-  auto byte = [](const std::string& s, size_t at) {
-    return fmt::format("byte 0x{:02x}", static_cast<unsigned char>(s[at]));
-  };
-  if (size_t at = invalid_utf8_at(script); at != std::string::npos) {
-    const auto line = 1 + std::count(script.begin(), script.begin() + long(at), '\n');
-    throw std::invalid_argument(fmt::format(
-        "{} line {} is not UTF-8 ({}): gpuq keeps scripts as UTF-8 text; convert it, e.g. "
-        "iconv -f latin1 -t utf-8",
-        script_name, line, byte(script, at)));
-  }
-  for (size_t i = 0; i < args.size(); ++i)
-    if (size_t at = invalid_utf8_at(args[i]); at != std::string::npos)
-      throw std::invalid_argument(
-          fmt::format("argument {} of the script is not UTF-8 ({})", i + 1, byte(args[i], at)));
-  for (const auto& [k, v] : env) {
-    const bool name_ok = invalid_utf8_at(k) == std::string::npos;
-    if (!name_ok || invalid_utf8_at(v) != std::string::npos)
+// A job's script, arguments and environment values go to the daemon as the bytes they are
+// (json_fields::bytes_json), but what gpuq keeps as text must be UTF-8: the #SBATCH lines (the
+// job's name, paths, mail address) and the environment's names. A submission whose are not is
+// refused here, naming the line or the variable, before anything is sent.
+void require_utf8_text(const std::string& script, const std::string& script_name,
+                       const std::map<std::string, std::string>& env) {
+  std::istringstream lines(script);
+  int n = 0;
+  for (std::string line; std::getline(lines, line);) {
+    ++n;
+    if (line.rfind("#SBATCH", 0) != 0) continue;
+    if (size_t at = json_fields::invalid_utf8_at(line); at != std::string::npos)
       throw std::invalid_argument(fmt::format(
-          "environment variable {} is not UTF-8: gpuq passes the environment to the job as "
-          "UTF-8 text; unset it (or fix its value) before submitting",
-          name_ok ? k : "(a name with non-UTF-8 bytes)"));
+          "{} line {} is not UTF-8 (byte 0x{:02x}): its #SBATCH options become the job's name, "
+          "paths and mail address, which gpuq keeps as UTF-8 text; convert the line, e.g. with "
+          "iconv -f latin1 -t utf-8",
+          script_name, n, static_cast<unsigned char>(line[at])));
   }
+  for (const auto& [k, v] : env)
+    if (json_fields::invalid_utf8_at(k) != std::string::npos)
+      throw std::invalid_argument(
+          "the environment has a variable whose name is not UTF-8: gpuq keeps the names as "
+          "UTF-8 text; unset it before submitting");
 }
 
 // The show reply of `id` (every task of an array), retried through a daemon restart of up to 60 s
@@ -322,9 +304,9 @@ int cmd_submit(const Args& a) {
   req.env = queue_env().all;
   const std::string shown =
       req.script_name == "sbatch" ? "the script on standard input" : req.script_name;
-  require_utf8(req.script, shown, req.args, req.env);
+  require_utf8_text(req.script, shown, req.env);
   require_runnable(req.script, shown);
-  if (invalid_utf8_at(cwd) != std::string::npos)
+  if (json_fields::invalid_utf8_at(cwd) != std::string::npos)
     throw std::invalid_argument(
         "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "
         "submit from another directory, or give -D/--chdir");

@@ -1,6 +1,8 @@
 // Job <-> JSON (job_json.h).
 #include "gpurun/queue/job_json.h"
 
+#include "job/json_fields.h"
+
 namespace gpurun::queue {
 
 nlohmann::json usage_to_json(const JobUsage& u) {
@@ -96,9 +98,9 @@ nlohmann::json job_to_json(const Job& j, JobView view) {
     o["mail_sent"] = j.mail_sent;
   }
   if (view == JobView::kFull) {
-    o["script"] = j.script;
-    o["args"] = j.args;
-    o["env"] = j.env;
+    o["script"] = json_fields::bytes_json(j.script);
+    o["args"] = json_fields::bytes_json(j.args);
+    o["env"] = json_fields::bytes_json(j.env);
     o["submit_key"] = j.submit_key;
     if (!j.attach.socket.empty())
       o["attach"] = {{"socket", j.attach.socket}, {"token", j.attach.token}, {"pty", j.attach.pty}};
@@ -154,9 +156,10 @@ Job job_from_json(const nlohmann::json& o) {
   j.cwd = o.value("cwd", "");
   j.output_pattern = o.value("output", "");
   j.error_pattern = o.value("error", "");
-  j.script = o.value("script", "");
-  j.args = o.value("args", std::vector<std::string>{});
-  j.env = o.value("env", std::map<std::string, std::string>{});
+  const json_fields::Obj record(o, "", "job record field");
+  j.script = json_fields::get_bytes(record, "script", "");
+  j.args = json_fields::get_bytes_list(record, "args");
+  j.env = json_fields::get_bytes_map(record, "env");
   j.submit_key = o.value("submit_key", "");
   j.boot_id = o.value("boot_id", "");
   j.account = o.value("account", "");

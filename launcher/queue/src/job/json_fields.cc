@@ -2,7 +2,9 @@
 #include "job/json_fields.h"
 
 #include <fmt/format.h>
+#include <iconv.h>
 
+#include <optional>
 #include <stdexcept>
 
 namespace gpurun::queue::json_fields {
@@ -64,6 +66,75 @@ std::string get_string(const Obj& o, const char* key, const std::string& fallbac
   return v->get<std::string>();
 }
 
+namespace {
+
+// `in` converted by glibc's iconv from the encoding `from` to `to`; nullopt where it has a byte
+// sequence `from` does not allow or a character `to` cannot hold.
+std::optional<std::string> convert(const std::string& in, const char* to, const char* from) {
+  iconv_t cd = iconv_open(to, from);
+  if (cd == reinterpret_cast<iconv_t>(-1))
+    throw std::runtime_error(fmt::format("iconv cannot convert {} to {}", from, to));
+  std::string src = in, out(2 * in.size() + 4, '\0');
+  char *ip = src.data(), *op = out.data();
+  size_t il = src.size(), ol = out.size();
+  const bool ok = iconv(cd, &ip, &il, &op, &ol) != static_cast<size_t>(-1);
+  iconv_close(cd);
+  if (!ok) return std::nullopt;
+  out.resize(out.size() - ol);
+  return out;
+}
+
+// What a bytes_json value must be, as an error says it.
+const char* const kBytesExpected = "a string or {\"latin1\": TEXT} (characters up to U+00FF)";
+
+// The bytes a bytes_json value stands for; nullopt when it is neither form.
+std::optional<std::string> bytes_of(const json& v) {
+  if (v.is_string()) return v.get<std::string>();
+  if (!v.is_object() || v.size() != 1 || !v.contains("latin1") || !v["latin1"].is_string())
+    return std::nullopt;
+  return convert(v["latin1"].get<std::string>(), "LATIN1", "UTF-8");
+}
+
+}  // namespace
+
+size_t invalid_utf8_at(const std::string& s) {
+  iconv_t cd = iconv_open("UTF-8", "UTF-8");
+  if (cd == reinterpret_cast<iconv_t>(-1)) return std::string::npos;  // cannot tell: let it pass
+  std::string in = s, out(4 * s.size() + 4, '\0');
+  char *ip = in.data(), *op = out.data();
+  size_t il = in.size(), ol = out.size();
+  size_t at = std::string::npos;
+  if (iconv(cd, &ip, &il, &op, &ol) == static_cast<size_t>(-1))
+    at = static_cast<size_t>(ip - in.data());
+  iconv_close(cd);
+  return at;
+}
+
+json bytes_json(const std::string& bytes) {
+  if (invalid_utf8_at(bytes) == std::string::npos) return bytes;
+  return {{"latin1", *convert(bytes, "UTF-8", "LATIN1")}};  // every byte is a Latin-1 character
+}
+
+json bytes_json(const std::vector<std::string>& list) {
+  json out = json::array();
+  for (const auto& s : list) out.push_back(bytes_json(s));
+  return out;
+}
+
+json bytes_json(const std::map<std::string, std::string>& map) {
+  json out = json::object();
+  for (const auto& [k, v] : map) out[k] = bytes_json(v);
+  return out;
+}
+
+std::string get_bytes(const Obj& o, const char* key, const std::string& fallback) {
+  const json* v = field(o, key);
+  if (!v) return fallback;
+  std::optional<std::string> bytes = bytes_of(*v);
+  if (!bytes) bad_field(o, o.name(key), kBytesExpected, *v);
+  return *bytes;
+}
+
 std::vector<std::string> get_strings(const Obj& o, const char* key) {
   std::vector<std::string> out;
   const json* v = field(o, key);
@@ -76,14 +147,28 @@ std::vector<std::string> get_strings(const Obj& o, const char* key) {
   return out;
 }
 
-std::map<std::string, std::string> get_string_map(const Obj& o, const char* key) {
+std::vector<std::string> get_bytes_list(const Obj& o, const char* key) {
+  std::vector<std::string> out;
+  const json* v = field(o, key);
+  if (!v) return out;
+  if (!v->is_array()) bad_field(o, o.name(key), "a list of strings", *v);
+  for (const auto& s : *v) {
+    std::optional<std::string> bytes = bytes_of(s);
+    if (!bytes) bad_field(o, o.name(key), fmt::format("a list, each {}", kBytesExpected), s);
+    out.push_back(std::move(*bytes));
+  }
+  return out;
+}
+
+std::map<std::string, std::string> get_bytes_map(const Obj& o, const char* key) {
   std::map<std::string, std::string> out;
   const json* v = field(o, key);
   if (!v) return out;
   if (!v->is_object()) bad_field(o, o.name(key), "an object of strings", *v);
   for (const auto& [k, s] : v->items()) {
-    if (!s.is_string()) bad_field(o, o.name(key), fmt::format("a string for {}", k), s);
-    out[k] = s.get<std::string>();
+    std::optional<std::string> bytes = bytes_of(s);
+    if (!bytes) bad_field(o, o.name(key), fmt::format("{} for {}", kBytesExpected, k), s);
+    out[k] = std::move(*bytes);
   }
   return out;
 }

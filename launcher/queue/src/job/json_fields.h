@@ -46,8 +46,20 @@ int64_t get_int(const Obj& o, const char* key, int64_t lo, int64_t hi, int64_t f
 size_t get_count(const Obj& o, const char* key, size_t hi, size_t fallback);
 bool get_bool(const Obj& o, const char* key, bool fallback);
 std::string get_string(const Obj& o, const char* key, const std::string& fallback);
-std::vector<std::string> get_strings(const Obj& o, const char* key);  // absent: empty
-std::map<std::string, std::string> get_string_map(const Obj& o, const char* key);
+
+// Bytes that need not be UTF-8: a job's script, its arguments, its environment's values (sbatch
+// passes whatever bytes they hold). JSON text is UTF-8, so bytes that are not go as
+// {"latin1": TEXT}, each byte as the character of that code (ISO-8859-1), and come back byte
+// for byte; UTF-8 goes as a plain string. get_bytes, get_bytes_list and get_bytes_map read both.
+json bytes_json(const std::string& bytes);
+json bytes_json(const std::vector<std::string>& list);
+json bytes_json(const std::map<std::string, std::string>& map);
+std::string get_bytes(const Obj& o, const char* key, const std::string& fallback);
+std::vector<std::string> get_bytes_list(const Obj& o, const char* key);           // absent: empty
+std::map<std::string, std::string> get_bytes_map(const Obj& o, const char* key);  // absent: empty
+std::vector<std::string> get_strings(const Obj& o, const char* key);              // absent: empty
+// The offset of the first byte of s that is not valid UTF-8 (by glibc's iconv), or npos.
+size_t invalid_utf8_at(const std::string& s);
 const json& get_object(const Obj& o, const char* key, const std::string& expected);
 
 // The keys `o` may have: anything else is refused by name, so a field the reader does not know is

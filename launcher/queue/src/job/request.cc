@@ -244,7 +244,7 @@ SubmitRequest decode_submit(const json& o) {
   get_int(o, "version", kSubmitVersion, kSubmitVersion, 0);
   SubmitRequest s;
   if (!field(o, "script")) bad_field("script", "the batch script's text", json());
-  s.script = get_string(o, "script", "");
+  s.script = json_fields::get_bytes(o, "script", "");
   s.script_name = get_string(o, "script_name", s.script_name);
   s.cwd = get_string(o, "cwd", "");
   if (s.script_name.size() > kMaxPathBytes || s.cwd.size() > kMaxPathBytes)
@@ -252,8 +252,8 @@ SubmitRequest decode_submit(const json& o) {
               fmt::format("at most {} bytes", kMaxPathBytes), json());
   s.submit_key = get_string(o, "submit_key", "");
   s.job = get_job(o);
-  s.args = get_strings(o, "args");
-  s.env = json_fields::get_string_map(o, "env");
+  s.args = json_fields::get_bytes_list(o, "args");
+  s.env = json_fields::get_bytes_map(o, "env");
   if (field(o, "umask")) s.umask = static_cast<uint32_t>(get_int(o, "umask", 0, 0777, 022));
   if (field(o, "attach")) {
     s.attach = get_attach(o);
@@ -380,13 +380,13 @@ json encode_job(const JobRequest& r) {
 json encode_submit(const SubmitRequest& s) {
   json req = {{"op", "submit"},
               {"version", kSubmitVersion},
-              {"script", s.script},
+              {"script", json_fields::bytes_json(s.script)},
               {"script_name", s.script_name},
               {"cwd", s.cwd},
               {"submit_key", s.submit_key},
               {"job", encode_job(s.job)},
-              {"args", s.args},
-              {"env", s.env}};
+              {"args", json_fields::bytes_json(s.args)},
+              {"env", json_fields::bytes_json(s.env)}};
   if (s.umask) req["umask"] = *s.umask;
   if (s.attach)
     req["attach"] = {

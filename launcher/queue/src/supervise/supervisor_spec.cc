@@ -15,27 +15,27 @@ using json = nlohmann::json;
 
 json spec_to_json(const SupervisorSpec& s) {
   json o = {{"version", SupervisorSpec::kVersion},
-          {"job_id", s.job_id},
-          {"uid", s.uid},
-          {"gid", s.gid},
-          {"user", s.user},
-          {"host", s.host},
-          {"umask", s.umask},
-          {"cwd", s.cwd},
-          {"script_path", s.script_path},
-          {"script", s.script},
-          {"args", s.args},
-          {"env", s.env},
-          {"output", s.output},
-          {"error", s.error},
-          {"append_output", s.append_output},
-          {"start_ms", s.start_ms},
-          {"time_limit_s", s.time_limit_s},
-          {"signal", s.signal.signal},
-          {"lead_seconds", s.signal.lead_seconds},
-          {"batch_only", s.signal.batch_only},
-          {"kill_wait_s", s.kill_wait_s},
-          {"drop_privileges", s.drop_privileges}};
+            {"job_id", s.job_id},
+            {"uid", s.uid},
+            {"gid", s.gid},
+            {"user", s.user},
+            {"host", s.host},
+            {"umask", s.umask},
+            {"cwd", s.cwd},
+            {"script_path", s.script_path},
+            {"script", json_fields::bytes_json(s.script)},
+            {"args", json_fields::bytes_json(s.args)},
+            {"env", json_fields::bytes_json(s.env)},
+            {"output", s.output},
+            {"error", s.error},
+            {"append_output", s.append_output},
+            {"start_ms", s.start_ms},
+            {"time_limit_s", s.time_limit_s},
+            {"signal", s.signal.signal},
+            {"lead_seconds", s.signal.lead_seconds},
+            {"batch_only", s.signal.batch_only},
+            {"kill_wait_s", s.kill_wait_s},
+            {"drop_privileges", s.drop_privileges}};
   if (!s.attach.socket.empty())
     o["attach"] = {
         {"socket", s.attach.socket}, {"token", s.attach.token}, {"pty", s.attach.pty}};
@@ -80,11 +80,12 @@ SupervisorSpec spec_from_json(const json& j, const std::string& file) {
   s.umask = static_cast<uint32_t>(json_fields::get_int(o, "umask", 0, 0777, 022));
   s.cwd = need_string(o, "cwd");
   s.script_path = need_string(o, "script_path");
-  s.script = need_string(o, "script");
+  json_fields::required(o, "script", "a string");
+  s.script = json_fields::get_bytes(o, "script", "");
   json_fields::required(o, "args", "a list of strings");
-  s.args = json_fields::get_strings(o, "args");
+  s.args = json_fields::get_bytes_list(o, "args");
   json_fields::required(o, "env", "an object of strings");
-  s.env = json_fields::get_string_map(o, "env");
+  s.env = json_fields::get_bytes_map(o, "env");
   s.output = need_string(o, "output");
   s.error = need_string(o, "error");
   s.append_output = need_bool(o, "append_output");
