@@ -353,10 +353,30 @@ TEST(GpuqE2E, NonUtf8BytesReachTheJobAndSurviveARestart) {
             std::string::npos)
       << name.err;
   d.script("ok.sh", "#!/bin/sh\ntrue\n");
-  Result env =
-      sh(fmt::format("cd {} && env $(printf 'B\\377')=1 {} submit ok.sh", d.dir(), d.cli()));
+  const std::string bad_name =
+      fmt::format("cd {} && env $(printf 'B\\377')=1 {} ", d.dir(), d.cli());
+  Result env = sh(bad_name + "submit ok.sh");
   EXPECT_NE(env.rc, 0);
-  EXPECT_NE(env.err.find("a variable whose name is not UTF-8"), std::string::npos) << env.err;
+  EXPECT_NE(env.err.find("the name of an environment variable is not UTF-8 (byte 0xff)"),
+            std::string::npos)
+      << env.err;
+  EXPECT_NE(sh(bad_name + "run true").err.find("the name of an environment variable"),
+            std::string::npos)
+      << "gpuq run says so too";
+  // --export=NONE leaves that variable behind: nothing to refuse.
+  Result none = sh(bad_name + "submit --parsable --export=NONE ok.sh");
+  ASSERT_EQ(none.rc, 0) << none.err;
+  EXPECT_EQ(d.wait_final(std::stoll(none.out))["state"], "COMPLETED");
+  Result option =
+      sh(fmt::format("cd {} && {} submit -J $(printf 'n\\351') ok.sh", d.dir(), d.cli()));
+  EXPECT_NE(option.rc, 0);
+  EXPECT_NE(option.err.find("an option's value is not UTF-8"), std::string::npos) << option.err;
+  d.script("caf\xe9.sh", "#!/bin/sh\ntrue\n");
+  Result script_name = sh(fmt::format("cd {} && {} submit caf\xe9.sh", d.dir(), d.cli()));
+  EXPECT_NE(script_name.rc, 0);
+  EXPECT_NE(script_name.err.find("the script's or program's name is not UTF-8 (byte 0xe9)"),
+            std::string::npos)
+      << script_name.err;
   EXPECT_EQ(d.gpuq("queue --noheader").out, "") << "a refused submission left a job";
 }
 

@@ -280,6 +280,9 @@ TEST(GpuqUsage, BadStatsRequestsAreRefusedNotFatal) {
   auto empty = d.request(R"({"op":"stats","ids":[]})");
   EXPECT_FALSE(empty.value("ok", true)) << empty.dump();
   EXPECT_NE(empty.value("error", "").find("no job id given"), std::string::npos) << empty.dump();
+  auto two = d.request(fmt::format(R"({{"op":"stats","ids":["{}","{}"]}})", id, id));
+  EXPECT_FALSE(two.value("ok", true)) << "two ids are not an array's: " << two.dump();
+  EXPECT_NE(two.value("error", "").find("one job id at a time"), std::string::npos) << two.dump();
   auto one = d.request(fmt::format(R"({{"op":"stats","ids":{},"max_points":1}})", ids));
   ASSERT_TRUE(one.value("ok", false)) << one.dump();
   EXPECT_EQ(one["samples"].size(), 1u) << "one GPU, one point";

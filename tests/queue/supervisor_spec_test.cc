@@ -79,7 +79,17 @@ TEST(SupervisorSpec, AnyBytesTravelByteForByte) {
   std::string all;
   for (int b = 0; b < 256; ++b) all += static_cast<char>(b);
   s.script = "#!/bin/sh\n# " + all + "\n";
-  s.args = {all, "caf\xe9", "caf\xc3\xa9", ""};
+  // Not UTF-8 for JSON though glibc's iconv lets them pass: past U+10FFFF, a lead byte past F4,
+  // a surrogate, an overlong NUL, a cut sequence.
+  s.args = {all,
+            "caf\xe9",
+            "caf\xc3\xa9",
+            "",
+            "\xf4\x90\x80\x80",
+            "\xf5\x80\x80\x80",
+            "\xed\xa0\x80",
+            "\xc0\x80",
+            "\xc3"};
   for (int b = 0; b < 256; ++b) s.env[fmt::format("B{}", b)] = std::string(1, static_cast<char>(b));
   TempFile f;
   write_spec(f.path(), s);
@@ -88,6 +98,7 @@ TEST(SupervisorSpec, AnyBytesTravelByteForByte) {
   EXPECT_EQ(r.args, s.args);
   EXPECT_EQ(r.env, s.env);
   const nlohmann::json j = spec_to_json(s);
+  EXPECT_NO_THROW((void)j.dump()) << "every value is JSON text";
   EXPECT_EQ(j["args"][2], "caf\xc3\xa9") << "UTF-8 stays a string";
   EXPECT_EQ(j["args"][1], nlohmann::json({{"latin1", "caf\xc3\xa9"}}));
 }

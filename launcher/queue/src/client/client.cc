@@ -119,31 +119,6 @@ void require_runnable(const std::string& script, const std::string& name) {
                     errno == ENOENT ? "does not exist" : "is not executable by you"));
 }
 
-// A job's script, arguments and environment values go to the daemon as the bytes they are
-// (json_fields::bytes_json), but what gpuq keeps as text must be UTF-8: the #SBATCH lines (the
-// job's name, paths, mail address) and the environment's names. A submission whose are not is
-// refused here, naming the line or the variable, before anything is sent.
-void require_utf8_text(const std::string& script, const std::string& script_name,
-                       const std::map<std::string, std::string>& env) {
-  std::istringstream lines(script);
-  int n = 0;
-  for (std::string line; std::getline(lines, line);) {
-    ++n;
-    if (line.rfind("#SBATCH", 0) != 0) continue;
-    if (size_t at = json_fields::invalid_utf8_at(line); at != std::string::npos)
-      throw std::invalid_argument(fmt::format(
-          "{} line {} is not UTF-8 (byte 0x{:02x}): its #SBATCH options become the job's name, "
-          "paths and mail address, which gpuq keeps as UTF-8 text; convert the line, e.g. with "
-          "iconv -f latin1 -t utf-8",
-          script_name, n, static_cast<unsigned char>(line[at])));
-  }
-  for (const auto& [k, v] : env)
-    if (json_fields::invalid_utf8_at(k) != std::string::npos)
-      throw std::invalid_argument(
-          "the environment has a variable whose name is not UTF-8: gpuq keeps the names as "
-          "UTF-8 text; unset it before submitting");
-}
-
 // The show reply of `id` (every task of an array), retried through a daemon restart of up to 60 s
 // (the job keeps running meanwhile); brief: without environments and scripts.
 nlohmann::json show_jobs(const std::string& socket, const std::string& id, bool brief) {
@@ -265,6 +240,36 @@ constexpr const char* kSubmitUsage =
     "an option gpuq does not know as sbatch's is an error here, and a warning in #SBATCH lines\n"
     "(another site's plugin option) unless it is a typo of one (--gress: an error).";
 
+void require_utf8_text(const SubmitRequest& req, const std::string& shown) {
+  auto refuse = [](const std::string& what, const std::string& text, size_t at,
+                   const std::string& advice) {
+    throw std::invalid_argument(fmt::format("{} is not UTF-8 (byte 0x{:02x}): {}", what,
+                                            static_cast<unsigned char>(text[at]), advice));
+  };
+  const std::string kept = "gpuq keeps it as UTF-8 text";
+  if (size_t at = json_fields::invalid_utf8_at(req.script_name); at != std::string::npos)
+    refuse("the script's or program's name", req.script_name, at, kept + "; rename it");
+  if (size_t at = json_fields::invalid_utf8_at(req.cwd); at != std::string::npos)
+    refuse("the current directory's path", req.cwd, at,
+           kept + "; submit from another directory, or give -D/--chdir");
+  for (const DirectiveLine& line : directive_lines(req.script))
+    if (size_t at = json_fields::invalid_utf8_at(line.tail); at != std::string::npos)
+      refuse(fmt::format("{} line {}", common::escape_control(shown), line.number), line.tail, at,
+             "its #SBATCH options become the job's name, paths and mail address, which gpuq "
+             "keeps as UTF-8 text; convert the line, e.g. with iconv -f latin1 -t utf-8");
+  for (const auto& [name, value] : req.env)
+    if (size_t at = json_fields::invalid_utf8_at(name); at != std::string::npos)
+      refuse("the name of an environment variable", name, at,
+             kept + "; unset it before submitting");
+  try {
+    (void)encode_submit(req).dump();  // the options: -J, -o, -e, --mail-user, --export values
+  } catch (const nlohmann::json::type_error&) {
+    throw std::invalid_argument(
+        "an option's value is not UTF-8: gpuq keeps the job's name, paths, mail address and "
+        "exported variables' names as UTF-8 text");
+  }
+}
+
 int cmd_submit(const Args& a) {
   const char* usage = kSubmitUsage;
   for (const auto& w : a) {  // --help among the options (before the script) wins
@@ -304,12 +309,7 @@ int cmd_submit(const Args& a) {
   req.env = queue_env().all;
   const std::string shown =
       req.script_name == "sbatch" ? "the script on standard input" : req.script_name;
-  require_utf8_text(req.script, shown, req.env);
   require_runnable(req.script, shown);
-  if (json_fields::invalid_utf8_at(cwd) != std::string::npos)
-    throw std::invalid_argument(
-        "the current directory's path is not UTF-8: gpuq keeps a job's directory as UTF-8 text; "
-        "submit from another directory, or give -D/--chdir");
   // #SBATCH lines and this command line are parsed here, once: the daemon gets the typed result.
   if (req.script.empty() && req.script_name == "sbatch")
     throw std::invalid_argument(
@@ -323,6 +323,7 @@ int cmd_submit(const Args& a) {
   req.job.merge_from(parse_sbatch_options(options, nullptr, UnknownOptions::kRefuse));
   req.job.resolve_gpus_per_task();
   req.job.apply_export(req.env, my_user_name());
+  require_utf8_text(req, shown);
   const mode_t mask = ::umask(0);  // the job and its output files get it, as under sbatch
   ::umask(mask);
   req.umask = mask;

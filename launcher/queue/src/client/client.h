@@ -8,11 +8,19 @@
 #include <string>
 #include <vector>
 
+#include "job/request.h"
+
 namespace gpurun::queue {
 
 using Args = std::vector<std::string>;  // the words after the subcommand
 
 int cmd_submit(const Args& a);
+// What gpuq keeps of a submission as text must be UTF-8: the script's or program's name, the
+// directory, the #SBATCH lines (the job's name, paths, mail address), the environment's names
+// and the options. Refused here, naming it, before anything is sent (the script, its arguments
+// and the environment's values go as the bytes they are: json_fields::bytes_json). `shown`: how
+// an error names the script.
+void require_utf8_text(const SubmitRequest& req, const std::string& shown);
 int cmd_queue(const Args& a);
 int cmd_cancel(const Args& a);
 int cmd_show(const Args& a);

@@ -47,10 +47,13 @@ int64_t elapsed_s(const nlohmann::json& j, int64_t now_ms) {
 // GPUHours (GPUs held x elapsed, and the runs before a requeue) and MeanUtil (over the last
 // run's samples; "-" without any).
 std::string usage_cells(const nlohmann::json& j) {
+  // A brief (an array's tasks in `gpuq stats`) has them, up to the daemon's now.
   double hours =
-      (static_cast<double>(j["gpus"].size()) * static_cast<double>(elapsed_s(j, 0)) +
-       j.value("earlier_gpu_seconds", 0.0)) /
-      3600.0;
+      j.contains("gpu_hours")
+          ? j["gpu_hours"].get<double>()
+          : (static_cast<double>(j["gpus"].size()) * static_cast<double>(elapsed_s(j, 0)) +
+             j.value("earlier_gpu_seconds", 0.0)) /
+                3600.0;
   auto mean = util_mean(usage_from_json(j.value("usage", nlohmann::json::object())));
   return sacct_cell(fmt::format("{:.2f}", hours), 8, false) + " " +
          sacct_cell(mean ? fmt::format("{:.1f}%", *mean) : "-", 8, false);

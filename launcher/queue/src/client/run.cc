@@ -117,6 +117,7 @@ SubmitRequest run_request(const RunArgs& r, const AttachSpec& attach) {
   req.env = queue_env().all;
   req.job = r.job;
   req.job.apply_export(req.env, my_user_name());
+  require_utf8_text(req, req.script_name);
   const mode_t mask = ::umask(0);
   ::umask(mask);
   req.umask = mask;

@@ -283,7 +283,8 @@ nlohmann::json Daemon::op_status(const Request& req) {
 nlohmann::json Daemon::op_stats(const Request& req) {
   auto ids = resolve_ids(req.ids);
   if (ids.empty()) throw std::invalid_argument("stats: no job id given");
-  if (ids.size() > 1) return array_stats_reply(req.ids[0].text, ids);
+  if (req.ids.size() > 1) throw std::invalid_argument("stats: one job id at a time");
+  if (ids.size() > 1) return array_stats_reply(req.ids[0].text, ids);  // an array's tasks
   std::optional<Job> j = jobs_->any_job(ids[0]);
   if (!j) throw std::invalid_argument(fmt::format("invalid job id '{}'", ids[0]));
   return stats_reply(*j, req.max_points);

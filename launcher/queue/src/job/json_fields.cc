@@ -2,8 +2,9 @@
 #include "job/json_fields.h"
 
 #include <fmt/format.h>
-#include <iconv.h>
 
+#include <boost/locale/utf.hpp>
+#include <iterator>
 #include <optional>
 #include <stdexcept>
 
@@ -68,19 +69,27 @@ std::string get_string(const Obj& o, const char* key, const std::string& fallbac
 
 namespace {
 
-// `in` converted by glibc's iconv from the encoding `from` to `to`; nullopt where it has a byte
-// sequence `from` does not allow or a character `to` cannot hold.
-std::optional<std::string> convert(const std::string& in, const char* to, const char* from) {
-  iconv_t cd = iconv_open(to, from);
-  if (cd == reinterpret_cast<iconv_t>(-1))
-    throw std::runtime_error(fmt::format("iconv cannot convert {} to {}", from, to));
-  std::string src = in, out(2 * in.size() + 4, '\0');
-  char *ip = src.data(), *op = out.data();
-  size_t il = src.size(), ol = out.size();
-  const bool ok = iconv(cd, &ip, &il, &op, &ol) != static_cast<size_t>(-1);
-  iconv_close(cd);
-  if (!ok) return std::nullopt;
-  out.resize(out.size() - ol);
+using Utf8 = boost::locale::utf::utf_traits<char>;
+
+// Each byte as the character of that code (ISO-8859-1 to UTF-8).
+std::string latin1_to_utf8(const std::string& bytes) {
+  std::string out;
+  out.reserve(2 * bytes.size());
+  for (unsigned char b : bytes) Utf8::encode(b, std::back_inserter(out));
+  return out;
+}
+
+// The bytes latin1_to_utf8 made `text` from; nullopt when it is not UTF-8 or has a character
+// past U+00FF.
+std::optional<std::string> utf8_to_latin1(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (auto it = text.begin(); it != text.end();) {
+    const boost::locale::utf::code_point c = Utf8::decode(it, text.end());
+    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete || c > 0xFF)
+      return std::nullopt;
+    out.push_back(static_cast<char>(c));
+  }
   return out;
 }
 
@@ -92,27 +101,24 @@ std::optional<std::string> bytes_of(const json& v) {
   if (v.is_string()) return v.get<std::string>();
   if (!v.is_object() || v.size() != 1 || !v.contains("latin1") || !v["latin1"].is_string())
     return std::nullopt;
-  return convert(v["latin1"].get<std::string>(), "LATIN1", "UTF-8");
+  return utf8_to_latin1(v["latin1"].get<std::string>());
 }
 
 }  // namespace
 
 size_t invalid_utf8_at(const std::string& s) {
-  iconv_t cd = iconv_open("UTF-8", "UTF-8");
-  if (cd == reinterpret_cast<iconv_t>(-1)) return std::string::npos;  // cannot tell: let it pass
-  std::string in = s, out(4 * s.size() + 4, '\0');
-  char *ip = in.data(), *op = out.data();
-  size_t il = in.size(), ol = out.size();
-  size_t at = std::string::npos;
-  if (iconv(cd, &ip, &il, &op, &ol) == static_cast<size_t>(-1))
-    at = static_cast<size_t>(ip - in.data());
-  iconv_close(cd);
-  return at;
+  for (auto it = s.begin(); it != s.end();) {
+    const auto at = it;
+    const boost::locale::utf::code_point c = Utf8::decode(it, s.end());
+    if (c == boost::locale::utf::illegal || c == boost::locale::utf::incomplete)
+      return static_cast<size_t>(at - s.begin());
+  }
+  return std::string::npos;
 }
 
 json bytes_json(const std::string& bytes) {
   if (invalid_utf8_at(bytes) == std::string::npos) return bytes;
-  return {{"latin1", *convert(bytes, "UTF-8", "LATIN1")}};  // every byte is a Latin-1 character
+  return {{"latin1", latin1_to_utf8(bytes)}};
 }
 
 json bytes_json(const std::vector<std::string>& list) {

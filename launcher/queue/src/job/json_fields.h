@@ -58,7 +58,8 @@ std::string get_bytes(const Obj& o, const char* key, const std::string& fallback
 std::vector<std::string> get_bytes_list(const Obj& o, const char* key);           // absent: empty
 std::map<std::string, std::string> get_bytes_map(const Obj& o, const char* key);  // absent: empty
 std::vector<std::string> get_strings(const Obj& o, const char* key);              // absent: empty
-// The offset of the first byte of s that is not valid UTF-8 (by glibc's iconv), or npos.
+// The offset of the first byte of s that is not valid UTF-8 (RFC 3629, as Boost.Locale decodes
+// it: no overlong forms, surrogates or code points past U+10FFFF), or npos.
 size_t invalid_utf8_at(const std::string& s);
 const json& get_object(const Obj& o, const char* key, const std::string& expected);
 

@@ -315,14 +315,6 @@ std::optional<std::string> near_option(const std::string& name) {
 
 }  // namespace
 
-namespace {
-
-struct DirectiveLine {
-  int number;  // in the script, from 1
-  std::string tail;
-};
-
-// The #SBATCH lines up to the first command, with their line numbers.
 std::vector<DirectiveLine> directive_lines(const std::string& script) {
   std::vector<DirectiveLine> out;
   size_t pos = 0;
@@ -342,8 +334,6 @@ std::vector<DirectiveLine> directive_lines(const std::string& script) {
   }
   return out;
 }
-
-}  // namespace
 
 std::vector<std::string> sbatch_directive_words(const std::string& script) {
   std::vector<std::string> words;

@@ -12,6 +12,14 @@
 
 namespace gpurun::queue {
 
+// The #SBATCH lines sbatch reads (those before the first command), with their line numbers:
+// each line's text after "#SBATCH".
+struct DirectiveLine {
+  int number;  // in the script, from 1
+  std::string tail;
+};
+std::vector<DirectiveLine> directive_lines(const std::string& script);
+
 // The option words of every #SBATCH line, in order (quotes honoured, "# comment" tails dropped).
 std::vector<std::string> sbatch_directive_words(const std::string& script);
 
