@@ -44,6 +44,12 @@ int64_t elapsed_s(const nlohmann::json& j, int64_t now_ms) {
   return std::max<int64_t>(0, ((end ? end : now_ms) - start) / 1000);
 }
 
+// A job's elapsed seconds as the reply gives them (a brief: up to the daemon's now, for a running
+// job too), else from its start and end.
+int64_t shown_elapsed(const nlohmann::json& j) {
+  return j.contains("elapsed_s") ? j["elapsed_s"].get<int64_t>() : elapsed_s(j, 0);
+}
+
 // GPUHours (GPUs held x elapsed, and the runs before a requeue) and MeanUtil (over the last
 // run's samples; "-" without any).
 std::string usage_cells(const nlohmann::json& j) {
@@ -155,14 +161,6 @@ std::string format_queue(const std::vector<QueueRow>& rows, QueueFormat f, bool 
   }
   return out;
 }
-
-// A job's elapsed seconds as the reply gives them (a brief: up to the daemon's now, for a running
-// job too), else from its start and end.
-namespace {
-int64_t shown_elapsed(const nlohmann::json& j) {
-  return j.contains("elapsed_s") ? j["elapsed_s"].get<int64_t>() : elapsed_s(j, 0);
-}
-}  // namespace
 
 std::string format_history(const nlohmann::json& jobs, bool header) {
   std::string out;
