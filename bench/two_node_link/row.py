@@ -16,14 +16,16 @@ from pairs import against_twins, efficiency, ips
 
 
 def config_name(config):
-    """run.sh's config ("none", "powersgd:R", "acp:R", "overlap:MB", "local:H" or "local:H:bf16") as the
-    tables name it."""
+    """run.sh's config ("none", "powersgd:R", "acp:R", "overlap:MB" or "local:H[:bf16][:overlap]")
+    as the tables name it."""
     kind, _, value = config.partition(":")
+    if kind == "local":
+        h, *how = value.split(":")
+        return (f"local SGD, averaged every {h} steps" + (", in bfloat16" if "bf16" in how else "")
+                + (", overlapped" if "overlap" in how else ""))
     return {"none": "plain allreduce", "powersgd": f"PowerSGD rank {value}",
             "acp": f"alternating PowerSGD (ACP-SGD) rank {value}",
-            "overlap": f"overlapped, {value} MB buckets",
-            "local": f"local SGD, averaged every {value.split(':')[0]} steps"
-                     + (", in bfloat16" if value.endswith(":bf16") else "")}[kind]
+            "overlap": f"overlapped, {value} MB buckets"}[kind]
 
 
 def span(effs):

@@ -33,7 +33,9 @@
 # as fast but diverged on one seed of six, bench/results/two_node_link.md). local:H (not a
 # default row) is local SGD, --local-sgd H: each rank trains alone with one node's fastest
 # exchange and the two average their weights every H steps (and at each epoch's end);
-# local:H:bf16 adds --local-sgd-bf16 (each average's changes in bfloat16, half the bytes).
+# local:H:bf16 adds --local-sgd-bf16 (each average's changes in bfloat16, half the bytes), and
+# :overlap --local-sgd-overlap (each average within an epoch travels while the next H steps
+# train, and is applied at the next one).
 # Weak scaling: B images per rank (default 64); efficiency = the two nodes' images/s / (2 x the
 # one node's, uncompressed and with one node's fastest exchange, of the same pair); against twins
 # = the two nodes' images/s / the sum of the twins'. Each row runs N pairs (default 3) and reports
@@ -208,18 +210,33 @@ pairs() {
 }
 
 # config_args CONFIG: mnist_cnn's options for a row: none, powersgd:R, acp:R, overlap:MB (the
-# allreduce exchange) or local:H (local SGD, each rank alone with one node's fastest exchange;
-# local:H:bf16, its averages' changes sent as bfloat16).
+# allreduce exchange) or local:H[:bf16][:overlap] (local SGD, each rank alone with one node's
+# fastest exchange; :bf16, its averages' changes sent as bfloat16; :overlap, each average within
+# an epoch travelling while the next H steps train).
 config_args() {
   case $1 in
     none) echo "--exchange allreduce" ;;
     powersgd:* | acp:*) echo "--exchange allreduce --grad-compression $1" ;;
     overlap:*) echo "--exchange allreduce --bucket-mb ${1#overlap:}" ;;
-    local:*:bf16) local h=${1#local:}; echo "--exchange auto --local-sgd ${h%:bf16} --local-sgd-bf16" ;;
-    local:*) echo "--exchange auto --local-sgd ${1#local:}" ;;
-    *) die "config '$1': expected none, powersgd:R, acp:R, overlap:MB, local:H or local:H:bf16" ;;
+    local:*) local_sgd_args "$1" ;;
+    *) die "config '$1': expected none, powersgd:R, acp:R, overlap:MB or local:H[:bf16][:overlap]" ;;
   esac
 }
+local_sgd_args() {
+  local parts args=(--exchange auto --local-sgd) p
+  IFS=: read -r -a parts <<< "$1"
+  [[ ${parts[1]:-} =~ ^[0-9]+$ ]] || die "config '$1': local:H needs H, the steps between averages"
+  args+=("${parts[1]}")
+  for p in "${parts[@]:2}"; do
+    case $p in
+      bf16) args+=(--local-sgd-bf16) ;;
+      overlap) args+=(--local-sgd-overlap) ;;
+      *) die "config '$1': '$p' is not bf16 or overlap" ;;
+    esac
+  done
+  echo "${args[*]}"
+}
+for config in ${configs//,/ }; do config_args "$config" > /dev/null; done  # a typo, before any run
 
 # two_nodes REPORT CONFIG: gpurun under a PBS-style allocation of both nodes, mpirun over TCP.
 two_nodes() {

@@ -140,6 +140,12 @@ po::options_description describe(Options& o, const Example& ex) {
       "local-sgd-bf16", po::bool_switch(&o.backend.cpu.local_sgd_bf16),
       "with --local-sgd: each average sends the rank's change since the last one as bfloat16, "
       "half the bytes (the ranks still end each average with the same weights)")(
+      "local-sgd-overlap", po::bool_switch(&o.backend.cpu.local_sgd_overlap),
+      "with --local-sgd: each average within an epoch travels while the next H steps train, and "
+      "is applied at the next average with each rank's own steps since kept (Overlap Local-SGD): "
+      "the link's time is hidden and a slower rank holds the others back only at epoch ends. "
+      "The loss figures and a stop signal arrive one average later; each epoch still ends with "
+      "the ranks' weights averaged at once, the same on every rank")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "

@@ -63,7 +63,7 @@ Trained train_steps(const CpuOptions& cpu, float momentum = 0.9f) {
   backend->begin_epoch(plan);
   for (int t = 0; t < kSteps; ++t) {
     backend->step(t, false);
-    if ((t + 1) % backend->sync_every() == 0 || t + 1 == kSteps) backend->sync();
+    if ((t + 1) % backend->sync_every() == 0 || t + 1 == kSteps) backend->sync(SyncAt::kSettle);
   }
   Trained r;
   backend->get_state(&r.params, &r.velocity);

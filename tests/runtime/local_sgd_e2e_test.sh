@@ -14,7 +14,9 @@
 #   float and in bfloat16; the report and the lines say local-sgd and what a step sends (the
 #   weights' bytes / 16, half that in bfloat16).
 # - A stop signal that reaches one rank only stops both at the same sync (a multiple of H in the
-#   epoch, or its end), with a checkpoint the run resumes from.
+#   epoch, or its end), with a checkpoint the run resumes from; overlapped too.
+# - Overlapped (--local-sgd-overlap): the ranks still end with the same weights and the
+#   accuracy holds (both checked as above), and the weights differ from those of the averages at once.
 # - Bad values and what does not go with it are refused by name.
 #   local_sgd_e2e_test.sh MNIST_CNN GPURUN CHECKPOINT_DIFF DATA_DIR
 set -euo pipefail
@@ -80,6 +82,13 @@ agree agree
 agree agree-bf16 --local-sgd-bf16
 agree agree-momentum --momentum 0.9 --lr 0.02
 agree agree-micro --micro-batch 32
+agree agree-overlap --local-sgd-overlap
+agree agree-overlap-bf16 --local-sgd-bf16 --local-sgd-overlap
+# Overlapped, the averages arrive a sync later: other parameters than at once.
+if "$ckdiff" "$work/agree-bf16/checkpoint.bin" "$work/agree-overlap-bf16/checkpoint.bin" 1e-3 \
+  > "$work/diff-overlap"; then
+  fail "overlapped averages, the same parameters as at once: $(cat "$work/diff-overlap")"
+fi
 threads=2 agree agree-threads
 grep -q "shared-memory exchange, 1 Dense layer split" "$work/agree-threads.log" ||
   fail "two threads a rank: not the shared exchange between them: $(cat "$work/agree-threads.log")"
@@ -88,12 +97,15 @@ grep -q "shared-memory exchange, 1 Dense layer split" "$work/agree-threads.log" 
 run sync4 --exchange allreduce --epochs 4
 run local4 --local-sgd 16 --epochs 4
 run local4-bf16 --local-sgd 16 --local-sgd-bf16 --epochs 4
+run local4-overlap --local-sgd 16 --local-sgd-bf16 --local-sgd-overlap --epochs 4
 python3 - "$work" <<'PY'
 import json, sys
 w = sys.argv[1]
 plain = json.load(open(f"{w}/sync4.json"))
-for name, size, compression in (("local4", 4, "none"), ("local4-bf16", 2, "bf16")):
+for name, size, compression in (("local4", 4, "none"), ("local4-bf16", 2, "bf16"),
+                                ("local4-overlap", 2, "bf16")):
     local = json.load(open(f"{w}/{name}.json"))
+    assert local["local_sgd_overlap"] == (name == "local4-overlap"), local["local_sgd_overlap"]
     gap = 100 * (plain["test_accuracy"] - local["test_accuracy"])
     print(f"4 epochs: test accuracy {100 * plain['test_accuracy']:.2f}% plain, "
           f"{100 * local['test_accuracy']:.2f}% averaged every 16 steps ({compression})")
@@ -108,30 +120,40 @@ for name, size, compression in (("local4", 4, "none"), ("local4-bf16", 2, "bf16"
 PY
 grep -q "local SGD: each rank steps alone (shared-memory exchange), the ranks' parameters averaged every 16 steps" \
   "$work/local4.log" || fail "no local SGD summary: $(cat "$work/local4.log")"
+grep -q "averaged every 16 steps, their changes sent as bfloat16, each average overlapping the steps after it" \
+  "$work/local4-overlap.log" || fail "no overlap in the summary: $(cat "$work/local4-overlap.log")"
 
 # A stop signal on one rank: both stop at the same sync, checkpointed; the run resumes.
-"$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 40 \
-  --local-sgd 40 --checkpoint "$work/stop" > "$work/stop.log" 2>&1 &
-gp=$!
-for _ in $(seq 300); do grep -q "^epoch 2/40" "$work/stop.log" && break; sleep 0.1; done
-grep -q "^epoch 2/40" "$work/stop.log" || { kill -TERM $gp; fail "no second epoch: $(cat "$work/stop.log")"; }
-rank=$(pgrep -n -f -- "--checkpoint $work/stop") || fail "no rank to signal"
-kill -USR1 "$rank"
-timeout 60 tail --pid=$gp -f /dev/null ||
-  { kill -TERM $gp; sleep 5; kill -KILL $gp 2>/dev/null; fail "the ranks did not stop together"; }
-wait $gp || true
-step=$(sed -n 's/.*stopped at a step boundary (global step \([0-9]*\)).*/\1/p' "$work/stop.log")
-[ -n "$step" ] || fail "no stop at a step boundary: $(cat "$work/stop.log")"
-spe=$(sed -n 's/^training: .* images, \([0-9]*\) steps\/epoch.*/\1/p' "$work/stop.log")
-(( step % spe % 40 == 0 )) || fail "stopped at step $step: not a sync of every 40 in $spe-step epochs"
-mv "$work/stop" "$work/resumed"  # (run's checkpoint folder)
-run resumed --epochs 40 --local-sgd 40 --resume --max-steps $((step + 20))
-grep -q "resumed from" "$work/resumed.log" ||
-  fail "not resumed: $(cat "$work/resumed.log")"
-python3 -c "import json, sys; r = json.load(open(sys.argv[1])); \
-  sys.exit(0 if r['steps_run'] == 20 and r['global_steps'] == $step + 20 and \
-  r['test_accuracy'] > 0.8 else 1)" "$work/resumed.json" ||
-  fail "the resumed run: $(cat "$work/resumed.log")"
+# Overlapped, the stop travels with an average and takes effect at the sync after it, which
+# then settles (every 10 steps: at a multiple of 10 in the epoch, or at its end).
+stop_and_resume() {  # stop_and_resume NAME H ARGS...
+  local name=$1 h=$2 gp rank step spe; shift 2
+  "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 40 \
+    --local-sgd "$h" "$@" --checkpoint "$work/$name" > "$work/$name.log" 2>&1 &
+  gp=$!
+  for _ in $(seq 300); do grep -q "^epoch 2/40" "$work/$name.log" && break; sleep 0.1; done
+  grep -q "^epoch 2/40" "$work/$name.log" ||
+    { kill -TERM $gp; fail "no second epoch: $(cat "$work/$name.log")"; }
+  rank=$(pgrep -n -f -- "--checkpoint $work/$name") || fail "no rank to signal"
+  kill -USR1 "$rank"
+  timeout 60 tail --pid=$gp -f /dev/null ||
+    { kill -TERM $gp; sleep 5; kill -KILL $gp 2>/dev/null; fail "the ranks did not stop together"; }
+  wait $gp || true
+  step=$(sed -n 's/.*stopped at a step boundary (global step \([0-9]*\)).*/\1/p' "$work/$name.log")
+  [ -n "$step" ] || fail "no stop at a step boundary: $(cat "$work/$name.log")"
+  spe=$(sed -n 's/^training: .* images, \([0-9]*\) steps\/epoch.*/\1/p' "$work/$name.log")
+  (( step % spe % h == 0 )) || fail "stopped at step $step: not a sync of every $h in $spe-step epochs"
+  mv "$work/$name" "$work/$name-resumed"  # (run's checkpoint folder)
+  run "$name-resumed" --epochs 40 --local-sgd "$h" "$@" --resume --max-steps $((step + 20))
+  grep -q "resumed from" "$work/$name-resumed.log" ||
+    fail "not resumed: $(cat "$work/$name-resumed.log")"
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1])); \
+    sys.exit(0 if r['steps_run'] == 20 and r['global_steps'] == $step + 20 and \
+    r['test_accuracy'] > 0.8 and r['params_agree'] is True else 1)" "$work/$name-resumed.json" ||
+    fail "the resumed run: $(cat "$work/$name-resumed.log")"
+}
+stop_and_resume stop 40
+stop_and_resume stop-overlap 10 --local-sgd-overlap
 
 refused() {  # refused WHAT ARGS...: mnist_cnn with ARGS must fail saying WHAT
   local what=$1; shift
@@ -149,4 +171,5 @@ refused "does not go with --bucket-mb" --device cpu --local-sgd 8 --exchange all
 refused "does not go with --exchange hierarchical" --device cpu --local-sgd 8 --exchange hierarchical
 refused "--local-sgd is the CPU path's" --device cuda --local-sgd 8
 refused "give --local-sgd H too" --device cpu --local-sgd-bf16
+refused "give --local-sgd H too" --device cpu --local-sgd-overlap
 echo PASS

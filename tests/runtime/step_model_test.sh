@@ -58,6 +58,15 @@ want = 0.010 + S / 32 / link + 2 * (2 / 16) * 50e-6
 assert abs(two["step"] - want) < 1e-12, (two, want)
 args = type("Args", (), dict(ranks_per_node=1, gbit=[10], nodes=[1, 2], latency_us=50))()
 assert "averaged every 16 steps in bfloat16" in m.table(lsgd, args), "no local SGD in the table"
+# Overlapped: an average hides behind the 16 steps after it; at 0.1 Gbit/s (an average of
+# S / 2 bytes takes 0.44 s, longer than 16 steps' 0.128 s of compute) the rest shows.
+over = dict(lsgd, local_sgd_overlap=True)
+two = m.predict(over, 2, 10, 50e-6, 1, hierarchical=False)
+assert abs(two["step"] - 0.010) < 1e-12, two
+two = m.predict(over, 2, 0.1, 50e-6, 1, hierarchical=False)
+ring = S / 32 / (0.1e9 / 8) + 2 * (2 / 16) * 50e-6
+assert abs(two["step"] - (0.010 + ring - 0.008)) < 1e-12, (two, ring)
+assert "each overlapping the next steps" in m.table(over, args), "no overlap in the table"
 # An older report, without wire bytes: the whole gradient, one sum.
 assert m.wire_bytes(r) == S and not m.compressed(r)
 print("formula: ok")

@@ -62,6 +62,10 @@ void check_local_sgd(const BackendOptions& options) {
   if (c.local_sgd_bf16 && c.local_sgd == 0)
     throw std::invalid_argument("--local-sgd-bf16 is how local SGD's averages travel: give "
                                 "--local-sgd H too");
+  if (c.local_sgd_overlap && c.local_sgd == 0)
+    throw std::invalid_argument(
+        "--local-sgd-overlap is how local SGD's averages travel: give "
+        "--local-sgd H too");
   if (c.local_sgd == 0) return;
   if (c.local_sgd < 0)
     throw std::invalid_argument(

@@ -61,7 +61,8 @@ class CpuBackend final : public Backend {
     setup.bucket_floats = opt.bucket_floats;
     if (opt.local_sgd > 0) {
       alone_ = make_single_process_group();
-      average_.emplace(pg, opt.local_sgd, models_[0]->param_floats(), opt.local_sgd_bf16);
+      average_.emplace(pg, opt.local_sgd, models_[0]->param_floats(), opt.local_sgd_bf16,
+                       opt.local_sgd_overlap);
     }
     exchange_ = cpu::make_exchange(alone_ ? *alone_ : pg, models_, setup, log);
   }
@@ -96,7 +97,7 @@ class CpuBackend final : public Backend {
   void begin_epoch(const EpochPlan& plan) override { plan_ = plan; }
   void step(std::int64_t step, bool stop_requested) override;
   int sync_every() const override { return average_ ? average_->every() : 1; }
-  Progress sync() override;
+  Progress sync(SyncAt at) override;
   Evaluation evaluate(int eval_batch) override;
   BackendTimes times() const override {
     return {exchange_->seconds() + (average_ ? average_->seconds() : 0.0), 0, 0};
@@ -151,9 +152,9 @@ void CpuBackend::set_state(const float* params, const float* velocity) {
   average_->reset(p.data());
 }
 
-Progress CpuBackend::sync() {
+Progress CpuBackend::sync(SyncAt at) {
   Progress p = std::exchange(pending_, Progress{});
-  if (average_) average_->average(models_[0]->params(), p);
+  if (average_) average_->average(models_[0]->params(), p, at);
   return p;
 }
 
@@ -183,6 +184,7 @@ void CpuBackend::step(std::int64_t step, bool stop_requested) {
   pending_.correct += stats[kCorrect];
   pending_.stop = pending_.stop || stats[kStopFlag] > 0.0f;
   pending_.rank_losses.push_back(mine / batch_);
+  if (average_) average_->progress();
 }
 
 // grads_0 += grads_1 + ... in worker order (the order micro-batch accumulation uses), each worker

@@ -4,10 +4,20 @@
 // their sums. In float, one allreduce of the parameters; in bfloat16 (local_sgd_bf16), one of
 // each rank's change since the last average, added to that average (kept on every rank): half
 // the bytes, and still the same bits on every rank after it.
+//
+// Overlapped (local_sgd_overlap), a partway average is only started: each rank's change since
+// the last average (in float or bfloat16) and its statistics go to MPI_Iallreduce, and the
+// steps go on while they travel (progress() moves them after each step). At the next sync the
+// sum arrives: the last average moves by the mean change, and so does each rank's parameters,
+// less the change the rank itself sent, so its own steps since are kept (Wang, Liang and
+// Joshi, "Overlap Local-SGD", ICASSP 2020, with the anchor taken whole). A settling sync
+// (SyncAt::kSettle), or one whose arriving statistics carry a stop, then averages at once, so
+// every rank leaves it with the same parameters, as without overlap.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "gpurun/runtime/backend.h"
@@ -18,28 +28,43 @@ namespace gpurun::runtime::cpu {
 class ModelAverage {
  public:
   // Averages every `every` steps (the backend's sync_every()) of `floats` parameters.
-  ModelAverage(ProcessGroup& pg, int every, std::size_t floats, bool bf16);
+  ModelAverage(ProcessGroup& pg, int every, std::size_t floats, bool bf16, bool overlap);
   int every() const { return every_; }
   // Not collective: every rank's parameters are `params` now (the run's start, a resume).
   void reset(const float* params);
-  // Collective: p's loss, correct count and stop flag summed over the ranks, then the
-  // parameters averaged.
-  void average(float* params, Progress& p);
+  // Collective: the parameters averaged, and `p` (this rank's steps since the last sync) made
+  // what the sync reports, the same on every rank: its loss, correct count and stop flag
+  // summed over the ranks. Overlapped and partway, the average is started instead, and `p`
+  // becomes the previous sync's progress (none at the first).
+  void average(float* params, Progress& p, SyncAt at);
+  // Between syncs (after each step): an overlapped average in flight moves on (Open MPI moves a
+  // non-blocking collective only inside MPI calls). Not collective.
+  void progress();
   // What `info` (the rank's own exchange, over its one-rank group) becomes with the averages:
   // local-sgd, an average's bytes spread over its steps, and the compression.
   void describe(BackendInfo& info) const;
   double seconds() const { return seconds_; }
 
  private:
+  void average_now(float* params, Progress& p);
   void average_bf16(float* params);
+  void start(const float* params, const Progress& p);
+  Progress finish(float* params);
   std::size_t bytes() const;  // what one average hands to its allreduces
 
   ProcessGroup& pg_;
   const int every_;
   const std::size_t n_;
-  const bool bf16_;
-  std::vector<float> last_;           // bf16: the last average, the same on every rank
+  const bool bf16_, overlap_;
+  std::vector<float> last_;           // bf16 or overlap: the last average, the same on every rank
   std::vector<std::uint16_t> delta_;  // bf16: this rank's change since, then the ranks' sum
+  // Overlap: the average in flight. The change this rank sent (bf16: own16_; float: own_), the
+  // sum that arrives in place of a copy of it (sum16_, sum_), and the statistics.
+  std::vector<std::uint16_t> own16_, sum16_;
+  std::vector<float> own_, sum_;
+  double stats_[3] = {0, 0, 0};
+  Progress sent_;  // the steps whose statistics are in flight
+  std::unique_ptr<PendingSum> params_sum_, stats_sum_;
   double seconds_ = 0;
 };
 

@@ -203,7 +203,7 @@ class CudaBackend final : public Backend {
   void begin_epoch(const EpochPlan& plan) override;
   void step(std::int64_t step, bool stop_requested) override;
   int sync_every() const override { return opt_.loss_every; }
-  Progress sync() override;
+  Progress sync(SyncAt) override;  // every sync settles: nothing runs past it
   Evaluation evaluate(int eval_batch) override;
   BackendTimes times() const override;
 
@@ -537,7 +537,7 @@ void CudaBackend::sample_breakdown(std::int64_t steps) {
   allreduce_est_ += 1e-3 * double(b) * double(steps);
 }
 
-Progress CudaBackend::sync() {
+Progress CudaBackend::sync(SyncAt) {
   const std::size_t from = std::size_t(synced_), to = std::size_t(next_step_);
   const cudaStream_t s = compute_.get();
   Progress p;

@@ -152,14 +152,14 @@ class MpiProcessGroup final : public ProcessGroup {
   }
   int nodes() const override { return nodes_; }
   std::unique_ptr<PendingSum> start_allreduce_sum(float* data, std::size_t n) override {
-    std::vector<MPI_Request> reqs;
-    for (std::size_t off = 0; size_ > 1 && off < n; off += kMaxChunk) {
-      const int c = int(std::min(kMaxChunk, n - off));
-      reqs.push_back(MPI_REQUEST_NULL);
-      GPURUN_MPI_CHECK(MPI_Iallreduce(MPI_IN_PLACE, data + off, c, MPI_FLOAT, MPI_SUM,
-                                      MPI_COMM_WORLD, &reqs.back()));
-    }
-    return std::make_unique<MpiPendingSum>(std::move(reqs));
+    return start_sum(data, n, MPI_FLOAT, MPI_SUM);
+  }
+  std::unique_ptr<PendingSum> start_allreduce_sum(double* data, std::size_t n) override {
+    return start_sum(data, n, MPI_DOUBLE, MPI_SUM);
+  }
+  std::unique_ptr<PendingSum> start_allreduce_sum_bf16(std::uint16_t* data,
+                                                       std::size_t n) override {
+    return start_sum(data, n, MPI_UINT16_T, bf16_sum_);
   }
   void allreduce_sum_hierarchical(float* data, std::size_t n) override {
     if (nodes_ <= 1 || nodes_ == size_) return allreduce_sum(data, n);  // nothing to group
@@ -214,6 +214,18 @@ class MpiProcessGroup final : public ProcessGroup {
   }
 
  private:
+  // One MPI_Iallreduce per chunk of kMaxChunk elements, left to run.
+  template <typename T>
+  std::unique_ptr<PendingSum> start_sum(T* data, std::size_t n, MPI_Datatype type, MPI_Op op) {
+    std::vector<MPI_Request> reqs;
+    for (std::size_t off = 0; size_ > 1 && off < n; off += kMaxChunk) {
+      const int c = int(std::min(kMaxChunk, n - off));
+      reqs.push_back(MPI_REQUEST_NULL);
+      GPURUN_MPI_CHECK(
+          MPI_Iallreduce(MPI_IN_PLACE, data + off, c, type, op, MPI_COMM_WORLD, &reqs.back()));
+    }
+    return std::make_unique<MpiPendingSum>(std::move(reqs));
+  }
   // MPI_Iallreduce polled against a deadline: spin briefly (a step's sum takes milliseconds),
   // then sleep between tests so a stuck peer costs no CPU.
   template <typename T>

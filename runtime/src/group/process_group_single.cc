@@ -59,6 +59,17 @@ std::unique_ptr<PendingSum> ProcessGroup::start_allreduce_sum(float* data, std::
   return std::make_unique<DoneSum>();
 }
 
+std::unique_ptr<PendingSum> ProcessGroup::start_allreduce_sum(double* data, std::size_t n) {
+  allreduce_sum(data, n);
+  return std::make_unique<DoneSum>();
+}
+
+std::unique_ptr<PendingSum> ProcessGroup::start_allreduce_sum_bf16(std::uint16_t* data,
+                                                                   std::size_t n) {
+  allreduce_sum_bf16(data, n);
+  return std::make_unique<DoneSum>();
+}
+
 void ProcessGroup::allreduce_sum_bf16(std::uint16_t* data, std::size_t n) {
   if (size() == 1) return;
   std::vector<float> sum(n);

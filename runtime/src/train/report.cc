@@ -66,6 +66,7 @@ void add_step_model(nlohmann::json& j, const TrainResult& r) {
   j["wire_bytes_per_step"] = r.backend.wire_bytes_per_step;
   j["grad_compression"] = r.backend.compression;
   j["local_sgd"] = r.backend.local_sgd;
+  j["local_sgd_overlap"] = r.backend.local_sgd_overlap;
   j["compute_seconds_per_step"] = r.compute_seconds / steps;
   j["exchange_seconds_per_step"] = r.exchange_seconds / steps;
 }

@@ -237,9 +237,11 @@ void Loop::run_epoch(std::int64_t epoch) {
     if (beat_each_step()) heartbeat_.beat(global_step_);
     if (done - synced < every && done != spe_) continue;
     synced = done;
-    if (absorb(backend_.sync(), epoch, done)) break;
+    // The parameters are read (evaluated, saved) after an epoch's last step and max_steps'.
+    const bool last = done == spe_ || steps_used_up();
+    if (absorb(backend_.sync(last ? SyncAt::kSettle : SyncAt::kPartway), epoch, done)) break;
   }
-  if (synced < done) absorb(backend_.sync(), epoch, done);  // steps queued before max_steps
+  if (synced < done) absorb(backend_.sync(SyncAt::kSettle), epoch, done);  // before max_steps
   const double seconds = seconds_since(t_epoch);
   const std::int64_t images = (done - first) * cfg_.batch_per_rank * world_;
   res_.train_seconds += seconds;

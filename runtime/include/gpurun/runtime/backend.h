@@ -77,7 +77,14 @@ struct BackendInfo {
   std::string compression = "none";  // the report's grad_compression: none, powersgd:R, acp:R,
                                      // or bf16 (local SGD's averages)
   int local_sgd = 0;  // CPU: local SGD's steps between averages (0: an exchange every step)
+  bool local_sgd_overlap = false;  // CPU: local SGD's averages overlap the steps after them
 };
+
+// Where a sync falls: partway through an epoch, or where the run reads or saves the parameters
+// next (an epoch's end, max_steps, a run's last step). A backend that overlaps its syncs with
+// the steps after them (local SGD's averages with local_sgd_overlap) finishes them at kSettle,
+// so that every rank then holds the same parameters.
+enum class SyncAt { kPartway, kSettle };
 
 class Backend {
  public:
@@ -94,8 +101,10 @@ class Backend {
   // Collective, at the same step on every rank: at least every sync_every() steps and after the
   // last step of an epoch or of a run. A CPU step combines its statistics with its gradients, so
   // a CPU backend syncs every step for free; a GPU backend reads its device back less often.
+  // With overlapped syncs, a partway sync returns the progress of the one before it (the same
+  // on every rank; its stop flag then stops every rank here), and a settling sync returns both.
   virtual int sync_every() const = 0;
-  virtual Progress sync() = 0;
+  virtual Progress sync(SyncAt at) = 0;
   // Collective: loss and accuracy on the dataset's test split, eval_batch images at a time.
   virtual Evaluation evaluate(int eval_batch) = 0;
   virtual BackendTimes times() const = 0;
@@ -165,6 +174,12 @@ struct CpuOptions {
   // (half the bytes; PyTorch DDP's bf16_compress_hook does this to gradients) and adds the mean
   // change to the last average, kept on every rank; the ranks still end each average equal.
   bool local_sgd_bf16 = false;
+  // With local_sgd: each partway average runs while the next local_sgd steps train
+  // (MPI_Iallreduce, moved on after each step) and is applied at the next sync, each rank's own
+  // change since kept (Wang et al., "Overlap Local-SGD", 2020): the link's time is hidden, and a
+  // slower rank holds the others back only where the run settles (SyncAt). Its statistics and a
+  // stop request take effect one average later. An epoch's end still averages at once.
+  bool local_sgd_overlap = false;
 };
 
 enum class GraphMode { kCapture, kEager };  // --no-graph selects kEager

@@ -69,10 +69,13 @@ class ProcessGroup {
   // The sum of allreduce_sum, started and left to run (MPI_Iallreduce) while the caller computes.
   // The default sums at once and returns a finished one.
   virtual std::unique_ptr<PendingSum> start_allreduce_sum(float* data, std::size_t n);
+  virtual std::unique_ptr<PendingSum> start_allreduce_sum(double* data, std::size_t n);
   // In-place sum over all ranks of bfloat16 values (each a float's upper 16 bits): half the bytes
   // of a float sum, each addition made in float and rounded back to nearest even, the same bits
   // on every rank. The default sums in float and rounds once at the end.
   virtual void allreduce_sum_bf16(std::uint16_t* data, std::size_t n);
+  // The same, started and left to run (as start_allreduce_sum).
+  virtual std::unique_ptr<PendingSum> start_allreduce_sum_bf16(std::uint16_t* data, std::size_t n);
   virtual int nodes() const { return 1; }  // the nodes allreduce_sum_hierarchical sees
   virtual void broadcast(void* data, std::size_t bytes, int root) = 0;
   virtual void barrier() = 0;
