@@ -7,7 +7,7 @@ efficiency), TWINS.a and TWINS.b the same pair's twins (a one-node run on each c
 every pair's efficiencies (pairs.py), CONF the same pair's one-node run of the row's config. The
 model's efficiency is scripts/step_model.py's for two nodes at GBIT Gbit/s from CONF (its
 compute, its exchange, PowerSGD's CPU time included, its wire bytes) against ONE's step: what a
-user could predict from one node before the run. It models no overlap.
+user could predict from one node before the run. It models no overlap but that of overlapped local SGD averages.
 """
 import json
 import sys

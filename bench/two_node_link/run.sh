@@ -294,7 +294,7 @@ fi
   echo "against two one-node runs at once, one on each core, which share the L3 and memory bus as"
   echo "the two nodes do (two real nodes would not): what the exchange alone costs. Model's"
   echo "efficiency: scripts/step_model.py's two nodes from a one-node run of the row's config in"
-  echo "the same pair (its compute, exchange and wire bytes; no overlap), against one node."
+  echo "the same pair (its compute, exchange and wire bytes; no overlap but of overlapped averages), against one node."
   echo
   echo "| link | exchange | MB a step | 1 node images/s | 2 nodes images/s | efficiency | pairs' range | twins images/s | against twins | pairs' range | exchange share | exchange ms/step | model's efficiency | 1-node test acc | 2-node test acc |"
   echo "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"
