@@ -143,7 +143,8 @@ po::options_description describe(Options& o, const Example& ex) {
       "local-sgd-overlap", po::bool_switch(&o.backend.cpu.local_sgd_overlap),
       "with --local-sgd: each average within an epoch travels while the next H steps train, and "
       "is applied at the next average with each rank's own steps since kept (Overlap Local-SGD): "
-      "the link's time is hidden and a slower rank holds the others back only at epoch ends. "
+      "the link's time hides behind the H steps (one MPI_Test a step moves it) and a rank waits "
+      "for a slower one only when it is over H steps ahead, or at an epoch's end. "
       "The loss figures and a stop signal arrive one average later; each epoch still ends with "
       "the ranks' weights averaged at once, the same on every rank")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),

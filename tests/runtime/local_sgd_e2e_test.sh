@@ -84,6 +84,14 @@ agree agree-momentum --momentum 0.9 --lr 0.02
 agree agree-micro --micro-batch 32
 agree agree-overlap --local-sgd-overlap
 agree agree-overlap-bf16 --local-sgd-bf16 --local-sgd-overlap
+# Overlapped, stopped by max_steps between two syncs (after the loop's settling sync) and at
+# one (29 and 24 steps, every 8): the ranks still agree.
+for m in 29 24; do
+  run "overlap-max$m" --local-sgd 8 --local-sgd-bf16 --local-sgd-overlap --max-steps $m
+  python3 -c "import json, sys; r = json.load(open(sys.argv[1])); \
+    sys.exit(0 if r['params_agree'] is True and r['steps_run'] == $m else 1)" \
+    "$work/overlap-max$m.json" || fail "overlapped, max_steps $m: $(cat "$work/overlap-max$m.log")"
+done
 # Overlapped, the averages arrive a sync later: other parameters than at once.
 if "$ckdiff" "$work/agree-bf16/checkpoint.bin" "$work/agree-overlap-bf16/checkpoint.bin" 1e-3 \
   > "$work/diff-overlap"; then
@@ -108,7 +116,7 @@ for name, size, compression in (("local4", 4, "none"), ("local4-bf16", 2, "bf16"
     assert local["local_sgd_overlap"] == (name == "local4-overlap"), local["local_sgd_overlap"]
     gap = 100 * (plain["test_accuracy"] - local["test_accuracy"])
     print(f"4 epochs: test accuracy {100 * plain['test_accuracy']:.2f}% plain, "
-          f"{100 * local['test_accuracy']:.2f}% averaged every 16 steps ({compression})")
+          f"{100 * local['test_accuracy']:.2f}% averaged every 16 steps ({name}: {compression})")
     assert local["exchange"] == "local-sgd" and local["local_sgd"] == 16, (local["exchange"], local["local_sgd"])
     assert local["grad_compression"] == compression, local["grad_compression"]
     assert local["test_accuracy"] > 0.9 and abs(gap) <= 1.5, (local["test_accuracy"], gap)
@@ -125,9 +133,12 @@ grep -q "averaged every 16 steps, their changes sent as bfloat16, each average o
 
 # A stop signal on one rank: both stop at the same sync, checkpointed; the run resumes.
 # Overlapped, the stop travels with an average and takes effect at the sync after it, which
-# then settles (every 10 steps: at a multiple of 10 in the epoch, or at its end).
-stop_and_resume() {  # stop_and_resume NAME H ARGS...
-  local name=$1 h=$2 gp rank step spe; shift 2
+# then settles (every 10 steps: at a multiple of 10 in the epoch, or at its end). The signal
+# goes where the epoch has room for that (read from the rank's heartbeat: its global step), so
+# a stop lost on the way, which would wait for the epoch's end, is seen: the ranks must stop
+# within BOUND steps of the signal (H + 2 at once, 2H + 2 overlapped).
+stop_and_resume() {  # stop_and_resume NAME H BOUND ARGS...
+  local name=$1 h=$2 bound=$3 gp rank hb spe at step; shift 3
   "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 40 \
     --local-sgd "$h" "$@" --checkpoint "$work/$name" > "$work/$name.log" 2>&1 &
   gp=$!
@@ -135,14 +146,25 @@ stop_and_resume() {  # stop_and_resume NAME H ARGS...
   grep -q "^epoch 2/40" "$work/$name.log" ||
     { kill -TERM $gp; fail "no second epoch: $(cat "$work/$name.log")"; }
   rank=$(pgrep -n -f -- "--checkpoint $work/$name") || fail "no rank to signal"
+  hb=$(tr '\0' '\n' < "/proc/$rank/environ" | sed -n 's/^GPURUN_HEARTBEAT=//p')
+  [ -f "$hb" ] || fail "no heartbeat file for rank $rank"
+  spe=$(sed -n 's/^training: .* images, \([0-9]*\) steps\/epoch.*/\1/p' "$work/$name.log")
+  for _ in $(seq 1000); do  # at most 10 s: an epoch takes under 2
+    at=$(cat "$hb")
+    [[ $at =~ ^[0-9]+$ ]] && at=$((10#$at)) || { at=0; continue; }
+    (( at % spe >= 1 && at % spe < spe - bound - 1 )) && break
+    sleep 0.01
+  done
   kill -USR1 "$rank"
   timeout 60 tail --pid=$gp -f /dev/null ||
     { kill -TERM $gp; sleep 5; kill -KILL $gp 2>/dev/null; fail "the ranks did not stop together"; }
   wait $gp || true
   step=$(sed -n 's/.*stopped at a step boundary (global step \([0-9]*\)).*/\1/p' "$work/$name.log")
   [ -n "$step" ] || fail "no stop at a step boundary: $(cat "$work/$name.log")"
-  spe=$(sed -n 's/^training: .* images, \([0-9]*\) steps\/epoch.*/\1/p' "$work/$name.log")
   (( step % spe % h == 0 )) || fail "stopped at step $step: not a sync of every $h in $spe-step epochs"
+  (( step > at && step - at <= bound )) ||
+    fail "signalled at step $at, stopped at $step: not within $bound steps"
+  echo "$name: signalled at global step $at, stopped at $step"
   mv "$work/$name" "$work/$name-resumed"  # (run's checkpoint folder)
   run "$name-resumed" --epochs 40 --local-sgd "$h" "$@" --resume --max-steps $((step + 20))
   grep -q "resumed from" "$work/$name-resumed.log" ||
@@ -152,8 +174,8 @@ stop_and_resume() {  # stop_and_resume NAME H ARGS...
     r['test_accuracy'] > 0.8 and r['params_agree'] is True else 1)" "$work/$name-resumed.json" ||
     fail "the resumed run: $(cat "$work/$name-resumed.log")"
 }
-stop_and_resume stop 40
-stop_and_resume stop-overlap 10 --local-sgd-overlap
+stop_and_resume stop 40 42
+stop_and_resume stop-overlap 10 22 --local-sgd-overlap
 
 refused() {  # refused WHAT ARGS...: mnist_cnn with ARGS must fail saying WHAT
   local what=$1; shift

@@ -62,17 +62,26 @@ class MpiPendingSum final : public PendingSum {
   bool test() override {
     int done = 1;
     if (!reqs_.empty())
-      GPURUN_MPI_CHECK(MPI_Testall(int(reqs_.size()), reqs_.data(), &done, MPI_STATUSES_IGNORE));
+      check(MPI_Testall(int(reqs_.size()), reqs_.data(), &done, MPI_STATUSES_IGNORE), "MPI_Testall",
+            __LINE__);
     if (done) reqs_.clear();
     return done != 0;
   }
   void wait() override {
     if (!reqs_.empty())
-      GPURUN_MPI_CHECK(MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE));
+      check(MPI_Waitall(int(reqs_.size()), reqs_.data(), MPI_STATUSES_IGNORE), "MPI_Waitall",
+            __LINE__);
     reqs_.clear();
   }
 
  private:
+  // A failed test or wait ends the requests' story: the destructor must not wait for them again
+  // (it could block this rank before it reaches abort_job_if_parallel).
+  void check(int rc, const char* call, int line) {
+    if (rc == MPI_SUCCESS) return;
+    reqs_.clear();
+    mpi_fail(rc, call, __FILE__, line);
+  }
   std::vector<MPI_Request> reqs_;
 };
 

@@ -176,9 +176,11 @@ struct CpuOptions {
   bool local_sgd_bf16 = false;
   // With local_sgd: each partway average runs while the next local_sgd steps train
   // (MPI_Iallreduce, moved on after each step) and is applied at the next sync, each rank's own
-  // change since kept (Wang et al., "Overlap Local-SGD", 2020): the link's time is hidden, and a
-  // slower rank holds the others back only where the run settles (SyncAt). Its statistics and a
-  // stop request take effect one average later. An epoch's end still averages at once.
+  // change since kept (Wang et al., "Overlap Local-SGD", 2020): the link's time hides behind
+  // the H steps when they are long enough (one MPI_Test a step moves it), and a rank waits for a
+  // slower one only when it is over H steps ahead, or where the run settles (SyncAt). Its
+  // statistics and a stop request take effect one average later. An epoch's end still averages
+  // at once.
   bool local_sgd_overlap = false;
 };
 
