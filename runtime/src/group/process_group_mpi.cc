@@ -91,6 +91,12 @@ class MpiProcessGroup final : public ProcessGroup {
     int init = 0;
     GPURUN_MPI_CHECK(MPI_Initialized(&init));
     if (!init) {
+      // Started alone (no mpirun, no srun), this process is an MPI singleton, for which Open MPI
+      // would start a daemon (orted) to serve MPI_Comm_spawn, which the runtime never calls.
+      // Without it a run starts with nothing to fail: in CI two singletons started at once in
+      // two network namespaces once failed to start theirs ("Unable to start a daemon on the
+      // local node"). A launched process ignores the setting; a value the user set stands.
+      ::setenv("OMPI_MCA_ess_singleton_isolated", "1", 0);
       int provided = 0;
       // FUNNELED: only the main thread calls MPI; OpenBLAS threads never do.
       GPURUN_MPI_CHECK(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_FUNNELED, &provided));
