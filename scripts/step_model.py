@@ -35,7 +35,8 @@ so with local SGD, whose average waits for the steps before it. Overlapped local
 (--local-sgd-overlap, the report's local_sgd_overlap) sends each average while the next H steps
 compute, so only what the ring takes beyond them is added: ring(N) / H becomes
 max(0, ring(N) / H - compute): a best case, as the averages move only at one MPI_Test a step.
-The model leaves out that each epoch's last average is not overlapped.
+The model leaves out the averages that are not overlapped: the run's last, and each epoch's
+end where a checkpoint is written.
 
 Weak scaling keeps the images per rank, so the efficiency against one node is step(1) / step(N);
 with --baseline, against BASE.json's step instead (compute + exchange): the one-node run you

@@ -144,9 +144,11 @@ po::options_description describe(Options& o, const Example& ex) {
       "with --local-sgd: each average within an epoch travels while the next H steps train, and "
       "is applied at the next average with each rank's own steps since kept (Overlap Local-SGD): "
       "the link's time hides behind the H steps (one MPI_Test a step moves it) and a rank waits "
-      "for a slower one only when it is over H steps ahead, or at an epoch's end. "
-      "The loss figures and a stop signal arrive one average later; each epoch still ends with "
-      "the ranks' weights averaged at once, the same on every rank")(
+      "for a slower one only when it is over H steps ahead, or where the run settles. "
+      "The loss figures and a stop signal arrive one average later. An epoch's end overlaps "
+      "too, its line printed at the next average, except where a checkpoint is written "
+      "(--checkpoint) and at the run's end: there the ranks' weights are averaged at once, the "
+      "same on every rank")(
       "split-balance", po::value(&o.split_balance)->default_value(o.split_balance),
       "CPU, shared exchange: how the ranks (and threads) of a node share the split Dense layer's "
       "columns: measured (start even, then follow each one's measured speed), even, or fixed "

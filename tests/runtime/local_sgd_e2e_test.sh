@@ -17,6 +17,10 @@
 #   epoch, or its end), with a checkpoint the run resumes from; overlapped too.
 # - Overlapped (--local-sgd-overlap): the ranks still end with the same weights and the
 #   accuracy holds (both checked as above), and the weights differ from those of the averages at once.
+# - Overlapped with no checkpoint, each epoch's end but the last overlaps too, its line printed
+#   at the next average: every epoch's line, in order; the first epoch's training loss and test
+#   loss those of a 1-epoch run, which settles there (the same bfloat16 sums); accuracy holds;
+#   with checkpoints, every epoch's end settles.
 # - Bad values and what does not go with it are refused by name.
 #   local_sgd_e2e_test.sh MNIST_CNN GPURUN CHECKPOINT_DIFF DATA_DIR
 set -euo pipefail
@@ -24,10 +28,12 @@ mnist=$1 gpurun=$2 ckdiff=$3 data=$4
 work=$(mktemp -d "${TMPDIR:-/tmp}/gpurun-local-sgd.XXXXXX")
 trap 'rm -rf "$work"' EXIT
 fail() { echo "FAIL: $*" >&2; exit 1; }
-run() {  # run NAME ARGS...: 2 ranks, seed 5, checkpoint in $work/NAME, report $work/NAME.json
-  local name=$1; shift
+run() {  # run NAME ARGS...: 2 ranks, seed 5, checkpoint in $work/NAME (none if $bare is set),
+  local name=$1 ck; shift  # report $work/NAME.json
+  ck=(--checkpoint "$work/$name")
+  [ -z "${bare:-}" ] || ck=()
   "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads "${threads:-1}" --seed 5 \
-    --checkpoint "$work/$name" --report "$work/$name.json" "$@" > "$work/$name.log" 2>&1 ||
+    "${ck[@]}" --report "$work/$name.json" "$@" > "$work/$name.log" 2>&1 ||
     { cat "$work/$name.log"; fail "the $name run failed"; }
 }
 
@@ -126,6 +132,41 @@ for name, size, compression in (("local4", 4, "none"), ("local4-bf16", 2, "bf16"
     epochs = [l for l in open(f"{w}/{name}.log") if l.startswith("epoch ")]
     assert len(epochs) == 4 and all(" local-sgd " in l for l in epochs), epochs
 PY
+
+# Overlapped with no checkpoint: the epochs' ends overlap too (all but the last), and their
+# figures are those of the average each carried.
+bare=1 run ends4 --local-sgd 16 --local-sgd-bf16 --local-sgd-overlap --epochs 4
+bare=1 run ends1 --local-sgd 16 --local-sgd-bf16 --local-sgd-overlap --epochs 1
+bare=1 run ends2-float --local-sgd 16 --local-sgd-overlap --epochs 2
+python3 - "$work" <<'PY'
+import json, sys
+w = sys.argv[1]
+plain, four, one, flt, ck = (json.load(open(f"{w}/{n}.json"))
+                             for n in ("sync4", "ends4", "ends1", "ends2-float", "local4-overlap"))
+print(f"epochs' ends overlapped: {four['epoch_ends_overlapped']} of 4, {flt['epoch_ends_overlapped']} "
+      f"of 2 in float, {one['epoch_ends_overlapped']} of 1, {ck['epoch_ends_overlapped']} of 4 with checkpoints")
+assert (four["epoch_ends_overlapped"], flt["epoch_ends_overlapped"], one["epoch_ends_overlapped"],
+        ck["epoch_ends_overlapped"]) == (3, 1, 0, 0)
+assert four["params_agree"] is True and flt["params_agree"] is True
+lines = [l.split()[1] for l in open(f"{w}/ends4.log") if l.startswith("epoch ")]
+assert lines == ["1/4", "2/4", "3/4", "4/4"], lines
+for key in ("seconds_per_epoch", "loss_per_epoch", "test_loss_per_epoch", "test_accuracy_per_epoch"):
+    assert len(four[key]) == 4 and len(flt[key]) == 2, key
+# Epoch 1's figures, landed in epoch 2: the statistics its last average carried, and its
+# average evaluated (not either rank's weights after epoch 2's first steps).
+print(f"epoch 1: training loss {four['loss_per_epoch'][0]:.9f} (1-epoch run "
+      f"{one['loss_per_epoch'][0]:.9f}), test loss {four['test_loss_per_epoch'][0]:.9f} "
+      f"(1-epoch run {one['test_loss']:.9f})")
+assert abs(four["loss_per_epoch"][0] - one["loss_per_epoch"][0]) <= 1e-9 * one["loss_per_epoch"][0]
+assert abs(four["test_loss_per_epoch"][0] - one["test_loss"]) <= 1e-9 * one["test_loss"]
+assert four["test_accuracy_per_epoch"][0] == one["test_accuracy"]
+assert four["test_loss_per_epoch"][3] == four["test_loss"], "the last epoch: the final weights"
+gap = 100 * (plain["test_accuracy"] - four["test_accuracy"])
+print(f"4 epochs, every end overlapped: test accuracy {100 * four['test_accuracy']:.2f}%, "
+      f"plain {100 * plain['test_accuracy']:.2f}%")
+assert four["test_accuracy"] > 0.9 and abs(gap) <= 1.5, (four["test_accuracy"], gap)
+PY
+
 grep -q "local SGD: each rank steps alone (shared-memory exchange), the ranks' parameters averaged every 16 steps" \
   "$work/local4.log" || fail "no local SGD summary: $(cat "$work/local4.log")"
 grep -q "averaged every 16 steps, their changes sent as bfloat16, each average overlapping the steps after it" \

@@ -5,13 +5,17 @@
 // - overlapped: a partway average is only started (the parameters as they were, the previous
 //   sync's progress returned: none at the first); at the next sync each rank's parameters move
 //   by the mean change less its own, so its steps since stay; a settling sync leaves every rank
-//   with the same parameters and both syncs' progress; a stop that arrives partway settles too.
+//   with the same parameters and both syncs' progress; a stop that arrives partway settles too;
+// - an epoch's end overlapped (SyncAt::kEpochEnd): started as partway; land() applies it with its
+//   progress before the next sync, and the average it made can be swapped in (for the epoch's
+//   evaluation) and out again; land() with nothing in flight is refused.
 // Each case in float and in bfloat16. Run alone (one rank) it checks that nothing moves.
 #include "cpu/model_average.h"
 
 #include <cmath>
 #include <cstdio>
 #include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -121,6 +125,49 @@ void overlapped(rt::ProcessGroup& pg, bool bf16, bool stop_partway) {
              how + ": the next average, from the settled one");
 }
 
+void epoch_end(rt::ProcessGroup& pg, bool bf16) {
+  const std::string how = std::string("an epoch's end overlapped, ") + (bf16 ? "bf16" : "float");
+  const int r = pg.rank(), w = pg.size();
+  const float own1 = 0.5f * float(r + 1), own2 = 0.25f * float(r + 1);
+  const float mean1 = 0.5f * float(w + 1) / 2.0f, mean2 = 0.25f * float(w + 1) / 2.0f;
+  std::vector<float> p(kN, 1.0f);
+  rt::cpu::ModelAverage avg(pg, 4, kN, bf16, true);
+  avg.reset(p.data());
+  p.assign(kN, 1.0f + own1);
+  rt::Progress pr = progress(4, 1.0 + r);
+  avg.average(p.data(), pr, rt::SyncAt::kEpochEnd);
+  if (w == 1) {
+    expect_all(p, 1.0f + own1, how + ": alone, the parameters as they were");
+    return expect(pr.steps == 4 && pr.loss_sum == 1.0, how + ": alone, the progress as it was");
+  }
+  expect_all(p, 1.0f + own1, how + ": the epoch's end only started its average");
+  expect(pr.steps == 0 && !pr.stop, how + ": the epoch's end reported nothing yet");
+
+  // The next epoch's first steps, then the landing: the epoch's steps' progress, summed.
+  for (float& x : p) x += own2;
+  pr = avg.land(p.data());
+  expect(pr.steps == 4 && pr.loss_sum == 3.0 && pr.correct == 8.0 && pr.rank_losses.size() == 4,
+         how + ": landed, the epoch's last steps' progress summed");
+  expect_all(p, 1.0f + mean1 + own2, how + ": landed, the mean applied, the rank's own kept");
+  avg.swap_with_average(p.data());
+  expect_all(p, 1.0f + mean1, how + ": swapped in, the epoch's end's average");
+  avg.swap_with_average(p.data());
+  expect_all(p, 1.0f + mean1 + own2, how + ": swapped out, the rank's own again");
+  bool refused = false;
+  try {
+    avg.land(p.data());
+  } catch (const std::logic_error&) {
+    refused = true;
+  }
+  expect(refused, how + ": a second landing refused");
+
+  // The next sync starts from the landed average: settled, every rank has the mean.
+  pr = progress(4, 10.0);
+  avg.average(p.data(), pr, rt::SyncAt::kSettle);
+  expect_all(p, 1.0f + mean1 + mean2, how + ": settled after the landing, the mean");
+  expect(pr.steps == 4 && pr.loss_sum == 20.0, how + ": the settling sync, its own progress only");
+}
+
 }  // namespace
 
 int main() {
@@ -130,6 +177,7 @@ int main() {
       at_once(*pg, bf16);
       overlapped(*pg, bf16, false);
       overlapped(*pg, bf16, true);
+      epoch_end(*pg, bf16);
     }
     std::printf("rank %d of %d: %d failures\n", pg->rank(), pg->size(), failures);
     return failures == 0 ? 0 : 1;

@@ -25,6 +25,15 @@ const char* exchange_name(Exchange e) {
   return "?";
 }
 
+// Only a backend that overlaps its syncs is handed SyncAt::kEpochEnd (trainer.cc).
+Progress Backend::land_epoch_end() {
+  throw std::logic_error("land_epoch_end: this backend does not overlap its syncs");
+}
+
+Evaluation Backend::evaluate_epoch_end(int) {
+  throw std::logic_error("evaluate_epoch_end: this backend does not overlap its syncs");
+}
+
 bool cuda_available() noexcept {
 #if GPURUN_HAVE_CUDA
   return cuda_device_usable();

@@ -99,6 +99,8 @@ class CpuBackend final : public Backend {
   int sync_every() const override { return average_ ? average_->every() : 1; }
   Progress sync(SyncAt at) override;
   Evaluation evaluate(int eval_batch) override;
+  Progress land_epoch_end() override;
+  Evaluation evaluate_epoch_end(int eval_batch) override;
   BackendTimes times() const override {
     return {exchange_->seconds() + (average_ ? average_->seconds() : 0.0), 0, 0};
   }
@@ -156,6 +158,27 @@ Progress CpuBackend::sync(SyncAt at) {
   Progress p = std::exchange(pending_, Progress{});
   if (average_) average_->average(models_[0]->params(), p, at);
   return p;
+}
+
+Progress CpuBackend::land_epoch_end() {
+  if (!average_) return Backend::land_epoch_end();
+  return average_->land(models_[0]->params());
+}
+
+// The epoch's average swapped in for the evaluation (every replica shares models_[0]'s
+// parameters), and out again after it.
+Evaluation CpuBackend::evaluate_epoch_end(int eval_batch) {
+  if (!average_) return Backend::evaluate_epoch_end(eval_batch);
+  float* params = models_[0]->params();
+  average_->swap_with_average(params);
+  try {
+    const Evaluation e = evaluate(eval_batch);
+    average_->swap_with_average(params);
+    return e;
+  } catch (...) {
+    average_->swap_with_average(params);
+    throw;
+  }
 }
 
 void CpuBackend::step(std::int64_t step, bool stop_requested) {

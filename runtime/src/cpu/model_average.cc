@@ -31,7 +31,7 @@ void ModelAverage::average(float* params, Progress& p, SyncAt at) {
     average_now(params, p);
   } else {
     Progress earlier = finish(params);
-    if (at == SyncAt::kPartway && !earlier.stop) {
+    if (at != SyncAt::kSettle && !earlier.stop) {
       start(params, p);
       p = std::move(earlier);
     } else {
@@ -45,6 +45,19 @@ void ModelAverage::average(float* params, Progress& p, SyncAt at) {
     }
   }
   seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+}
+
+Progress ModelAverage::land(float* params) {
+  if (!params_sum_) throw std::logic_error("local SGD: land with no average in flight");
+  const auto t = std::chrono::steady_clock::now();
+  Progress p = finish(params);
+  seconds_ += std::chrono::duration<double>(std::chrono::steady_clock::now() - t).count();
+  return p;
+}
+
+void ModelAverage::swap_with_average(float* params) {
+  if (!overlap_ || params_sum_) throw std::logic_error("local SGD: no landed average to swap in");
+  std::swap_ranges(params, params + n_, last_.begin());
 }
 
 void ModelAverage::average_now(float* params, Progress& p) {

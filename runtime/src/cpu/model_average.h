@@ -12,7 +12,9 @@
 // less the change the rank itself sent, so its own steps since are kept (Wang, Liang and
 // Joshi, "Overlap Local-SGD", ICASSP 2020, with the anchor taken whole). A settling sync
 // (SyncAt::kSettle), or one whose arriving statistics carry a stop, then averages at once, so
-// every rank leaves it with the same parameters, as without overlap.
+// every rank leaves it with the same parameters, as without overlap. An epoch's end
+// (SyncAt::kEpochEnd) starts one as partway does; land() then applies it before the next sync,
+// and the average it made (the last average) can be evaluated in place of the rank's own.
 #pragma once
 
 #include <cstddef>
@@ -40,6 +42,12 @@ class ModelAverage {
   // Between syncs (after each step): an overlapped average in flight moves on (Open MPI moves a
   // non-blocking collective only inside MPI calls). Not collective.
   void progress();
+  // Collective, overlapped, with an average in flight (started by a kEpochEnd sync): it is waited
+  // for and applied, and its progress returned, as the next sync would.
+  Progress land(float* params);
+  // Overlapped: `params` and the last average change places (twice: back again). After land(),
+  // the last average is what a settling sync would have left where the average was started.
+  void swap_with_average(float* params);
   // What `info` (the rank's own exchange, over its one-rank group) becomes with the averages:
   // local-sgd, an average's bytes spread over its steps, and the compression.
   void describe(BackendInfo& info) const;

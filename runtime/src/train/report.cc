@@ -67,6 +67,7 @@ void add_step_model(nlohmann::json& j, const TrainResult& r) {
   j["grad_compression"] = r.backend.compression;
   j["local_sgd"] = r.backend.local_sgd;
   j["local_sgd_overlap"] = r.backend.local_sgd_overlap;
+  j["epoch_ends_overlapped"] = r.epoch_ends_overlapped;
   j["compute_seconds_per_step"] = r.compute_seconds / steps;
   j["exchange_seconds_per_step"] = r.exchange_seconds / steps;
 }
@@ -90,14 +91,16 @@ void add_result(nlohmann::json& j, const TrainResult& r) {
   j["train_seconds"] = r.train_seconds;
   j["train_cpu_seconds"] = r.train_cpu_seconds;
   nlohmann::json spe = nlohmann::json::array(), acc = nlohmann::json::array(),
-                 loss = nlohmann::json::array();
+                 loss = nlohmann::json::array(), test_loss = nlohmann::json::array();
   for (const EpochStats& e : r.epochs) {
     spe.push_back(e.seconds);
     acc.push_back(e.test_accuracy);
     loss.push_back(e.loss);
+    test_loss.push_back(e.test_loss);
   }
   j["seconds_per_epoch"] = spe;
   j["test_accuracy_per_epoch"] = acc;
+  j["test_loss_per_epoch"] = test_loss;
   j["loss_per_epoch"] = loss;
   j["images"] = r.images;
   // null, like the training figures, when this run trained nothing (a finished run resumed)

@@ -9,16 +9,18 @@
 #include <csignal>
 #include <cstdio>
 #include <iostream>
+#include <optional>
 #include <ostream>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
+#include "data/sampler.h"
 #include "gpurun/common/posix.h"
 #include "gpurun/common/strings.h"
-#include "train/checkpoint.h"
-#include "data/sampler.h"
 #include "gpurun/runtime/stop_signal.h"
 #include "heartbeat.h"
+#include "train/checkpoint.h"
 
 namespace gpurun::runtime {
 namespace {
@@ -36,6 +38,14 @@ using common::seconds_since;
 // Where an epoch stands: its running sums are what a checkpoint saves mid-epoch.
 struct EpochSums {
   double loss = 0, correct = 0, seen = 0;
+};
+
+// An epoch whose end averages in flight (SyncAt::kEpochEnd): what its line needs, kept until the
+// average lands at the next sync.
+struct EpochInFlight {
+  std::int64_t epoch = 0;
+  double seconds = 0, images = 0, exchange_seconds = 0;
+  EpochSums sums;
 };
 
 class Loop {
@@ -61,10 +71,18 @@ class Loop {
   bool resume();
   void run_epoch(std::int64_t epoch);
   EpochPlan plan(std::int64_t epoch, std::int64_t first);
+  // The sync `at` (an epoch's end in flight landed first); folding it in is absorb's.
+  Progress sync(SyncAt at);
+  SyncAt where(std::int64_t epoch, std::int64_t done) const;
+  bool land_epoch_end();
   // Folds a sync into the epoch's sums; true when the ranks agreed to stop.
   bool absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done);
-  void end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds);
-  void take_figures();
+  void add(EpochSums& sums, const Progress& p);
+  void end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds,
+                 const Evaluation& ev, const EpochSums& sums);
+  void set_figures(const Evaluation& ev, const EpochSums& sums);
+  void take_figures() { set_figures(backend_.evaluate(eval_batch_), sums_); }
+  void clear_bar();
   bool steps_used_up() const { return cfg_.max_steps >= 0 && global_step_ >= cfg_.max_steps; }
   // A CPU step has run when step() returns, even between syncs (local SGD's are H steps apart);
   // a GPU step is only queued, so the GPU path beats at syncs, once the device has answered.
@@ -87,6 +105,9 @@ class Loop {
   TrainResult res_;
   std::int64_t start_epoch_ = 0, start_step_ = 0, global_step_ = 0;
   EpochSums sums_;
+  std::optional<EpochInFlight> in_flight_;
+  // This epoch's seconds (wall and CPU) spent on the figures of the one before: not training.
+  double set_aside_ = 0, set_aside_cpu_ = 0;
 };
 
 TrainResult Loop::run() {
@@ -110,6 +131,7 @@ TrainResult Loop::run() {
     run_epoch(epoch);
     if (res_.stop != StopReason::kFinished) break;
   }
+  if (in_flight_) land_epoch_end();  // (a sync of the next epoch lands it: never left, but safe)
   if (global_step_ == first_step) take_figures();  // none trained: the checkpoint's, evaluated
   if (res_.stop == StopReason::kSignal) say_stopped();
   if (res_.stop == StopReason::kMaxSteps) say_max_steps();
@@ -224,8 +246,10 @@ void Loop::run_epoch(std::int64_t epoch) {
   backend_.begin_epoch(plan(epoch, first));
   const auto t_epoch = Clock::now();
   const double cpu0 = process_cpu_seconds(), exchange0 = backend_.times().exchange;
+  set_aside_ = set_aside_cpu_ = 0;
   const int every = std::max(1, backend_.sync_every());
   std::int64_t done = first, synced = first;  // steps run, and run and synced
+  bool ends_in_flight = false;
   while (done < spe_) {
     if (steps_used_up()) {
       res_.stop = StopReason::kMaxSteps;
@@ -237,29 +261,85 @@ void Loop::run_epoch(std::int64_t epoch) {
     if (beat_each_step()) heartbeat_.beat(global_step_);
     if (done - synced < every && done != spe_) continue;
     synced = done;
-    // The parameters are read (evaluated, saved) after an epoch's last step and max_steps'.
-    const bool last = done == spe_ || steps_used_up();
-    if (absorb(backend_.sync(last ? SyncAt::kSettle : SyncAt::kPartway), epoch, done)) break;
+    const SyncAt at = where(epoch, done);
+    const Progress p = sync(at);
+    ends_in_flight = at == SyncAt::kEpochEnd && !p.stop;  // a stop settled it
+    if (absorb(p, epoch, done)) break;
   }
-  if (synced < done) absorb(backend_.sync(SyncAt::kSettle), epoch, done);  // before max_steps
-  const double seconds = seconds_since(t_epoch);
+  if (synced < done) absorb(sync(SyncAt::kSettle), epoch, done);  // before max_steps
+  const double seconds = seconds_since(t_epoch) - set_aside_;
   const std::int64_t images = (done - first) * cfg_.batch_per_rank * world_;
   res_.train_seconds += seconds;
-  res_.train_cpu_seconds += process_cpu_seconds() - cpu0;
+  res_.train_cpu_seconds += process_cpu_seconds() - cpu0 - set_aside_cpu_;
   res_.images += images;
-  if (cfg_.progress && rank_ == 0) log_ << "\r" << std::string(70, ' ') << "\r";
+  clear_bar();
   if (res_.stop == StopReason::kSignal) return;
+  const double exchange = backend_.times().exchange - exchange0;
+  if (ends_in_flight) {
+    in_flight_ = EpochInFlight{epoch, seconds, double(images), exchange, sums_};
+    ++res_.epoch_ends_overlapped;
+    return;
+  }
   if (res_.stop == StopReason::kMaxSteps) checkpoint(epoch, done);
-  end_epoch(epoch, seconds, double(images), backend_.times().exchange - exchange0);
+  end_epoch(epoch, seconds, double(images), exchange, backend_.evaluate(eval_batch_), sums_);
+  if (res_.stop == StopReason::kFinished) checkpoint(epoch + 1, 0);
 }
 
-bool Loop::absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done) {
-  sums_.loss += p.loss_sum;
-  sums_.correct += p.correct;
-  sums_.seen += double(p.steps) * cfg_.batch_per_rank * world_;
+// Where the sync after `done` steps of `epoch` falls. The parameters are read (evaluated, saved)
+// after an epoch's last step and max_steps'; a backend whose averages overlap the steps after
+// them (over more than one rank) may leave an epoch's end in flight when no checkpoint is
+// written there and the run goes on: its figures then wait for the next sync.
+SyncAt Loop::where(std::int64_t epoch, std::int64_t done) const {
+  if (done != spe_ && !steps_used_up()) return SyncAt::kPartway;
+  const bool overlaps = res_.backend.local_sgd_overlap && world_ > 1;
+  if (overlaps && cfg_.checkpoint_dir.empty() && done == spe_ && !steps_used_up() &&
+      epoch + 1 < cfg_.epochs)
+    return SyncAt::kEpochEnd;
+  return SyncAt::kSettle;
+}
+
+// An epoch's end still in flight lands first; a stop that came with it makes this sync settle
+// and stop every rank.
+Progress Loop::sync(SyncAt at) {
+  const bool stop = in_flight_ && land_epoch_end();
+  Progress p = backend_.sync(stop ? SyncAt::kSettle : at);
+  p.stop = p.stop || stop;
+  return p;
+}
+
+// Collective: the average started at the last epoch's end, landed. That epoch's last steps'
+// statistics, its test split evaluated with its average, and its line; the evaluation's seconds
+// are set aside from this epoch's. True when a stop came with the statistics.
+bool Loop::land_epoch_end() {
+  EpochInFlight e = std::move(*in_flight_);
+  in_flight_.reset();
+  const Progress p = backend_.land_epoch_end();
+  const auto t = Clock::now();
+  const double cpu = process_cpu_seconds();
+  add(e.sums, p);
+  clear_bar();
+  end_epoch(e.epoch, e.seconds, e.images, e.exchange_seconds,
+            backend_.evaluate_epoch_end(eval_batch_), e.sums);
+  set_aside_ += seconds_since(t);
+  set_aside_cpu_ += process_cpu_seconds() - cpu;
+  return p.stop;
+}
+
+void Loop::clear_bar() {
+  if (cfg_.progress && rank_ == 0) log_ << "\r" << std::string(70, ' ') << "\r";
+}
+
+void Loop::add(EpochSums& sums, const Progress& p) {
+  sums.loss += p.loss_sum;
+  sums.correct += p.correct;
+  sums.seen += double(p.steps) * cfg_.batch_per_rank * world_;
   for (double l : p.rank_losses) {
     if (std::int64_t(res_.step_losses.size()) < cfg_.record_losses) res_.step_losses.push_back(l);
   }
+}
+
+bool Loop::absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done) {
+  add(sums_, p);
   if (!beat_each_step()) heartbeat_.beat(global_step_);
   if (cfg_.progress && rank_ == 0) {
     char bar[128];
@@ -277,21 +357,21 @@ bool Loop::absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done
   return true;
 }
 
-// The result's figures: the test split evaluated now, and the epoch's training figures so far. An
+// The result's figures: the test split as evaluated, and the epoch's training figures so far. An
 // epoch with no steps yet (a checkpoint at step 0) leaves those as they were: none, or the
 // figures of the epoch that a checkpoint written at its end carried.
-void Loop::take_figures() {
-  const Evaluation ev = backend_.evaluate(eval_batch_);
+void Loop::set_figures(const Evaluation& ev, const EpochSums& sums) {
   res_.test_accuracy = ev.accuracy;
   res_.test_loss = ev.loss;
-  if (sums_.seen > 0) {
-    res_.final_loss = sums_.loss / sums_.seen;
-    res_.train_accuracy = sums_.correct / sums_.seen;
+  if (sums.seen > 0) {
+    res_.final_loss = sums.loss / sums.seen;
+    res_.train_accuracy = sums.correct / sums.seen;
   }
 }
 
-void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds) {
-  take_figures();
+void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds,
+                     const Evaluation& ev, const EpochSums& sums) {
+  set_figures(ev, sums);
   if (res_.stop == StopReason::kMaxSteps) return;  // a partial epoch: no epoch line
   EpochStats es;
   es.epoch = int(epoch) + 1;
@@ -312,7 +392,6 @@ void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double e
                 100 * es.exchange_share);
   const std::string note = backend_.epoch_note();
   log_ << line << (note.empty() ? "" : "  ") << note << std::endl;
-  checkpoint(epoch + 1, 0);
 }
 
 // Collective: whether every rank ends with rank 0's parameters, bit for bit, as data parallelism

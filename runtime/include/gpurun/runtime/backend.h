@@ -80,11 +80,15 @@ struct BackendInfo {
   bool local_sgd_overlap = false;  // CPU: local SGD's averages overlap the steps after them
 };
 
-// Where a sync falls: partway through an epoch, or where the run reads or saves the parameters
-// next (an epoch's end, max_steps, a run's last step). A backend that overlaps its syncs with
-// the steps after them (local SGD's averages with local_sgd_overlap) finishes them at kSettle,
-// so that every rank then holds the same parameters.
-enum class SyncAt { kPartway, kSettle };
+// Where a sync falls: partway through an epoch; at an epoch's end whose figures can wait for the
+// next sync (kEpochEnd: no checkpoint is written there and the run goes on); or where the run
+// reads or saves the parameters next (kSettle: an epoch's end otherwise, max_steps, a run's last
+// step). A backend that overlaps its syncs with the steps after them (local SGD's averages with
+// local_sgd_overlap) starts them at kPartway and kEpochEnd and finishes them at kSettle, so that
+// every rank then holds the same parameters; after kEpochEnd the trainer asks for the epoch's
+// figures with land_epoch_end() and evaluate_epoch_end(). A backend that does not overlap
+// (BackendInfo::local_sgd_overlap false) is never handed kEpochEnd.
+enum class SyncAt { kPartway, kEpochEnd, kSettle };
 
 class Backend {
  public:
@@ -107,6 +111,12 @@ class Backend {
   virtual Progress sync(SyncAt at) = 0;
   // Collective: loss and accuracy on the dataset's test split, eval_batch images at a time.
   virtual Evaluation evaluate(int eval_batch) = 0;
+  // Collective, once after a kEpochEnd sync and before the next sync: the average started there
+  // waited for and applied; returns the progress of the epoch's steps it carried.
+  virtual Progress land_epoch_end();
+  // Collective, after land_epoch_end(): evaluate() of the parameters the epoch ended with,
+  // averaged (what a kSettle sync there would have left on every rank), not of this rank's now.
+  virtual Evaluation evaluate_epoch_end(int eval_batch);
   virtual BackendTimes times() const = 0;
   // What the end of each epoch's line adds (the CPU shared exchange: each member's share of the
   // split layer, e.g. "split 17:15 blocks"), or "".
@@ -179,8 +189,9 @@ struct CpuOptions {
   // change since kept (Wang et al., "Overlap Local-SGD", 2020): the link's time hides behind
   // the H steps when they are long enough (one MPI_Test a step moves it), and a rank waits for a
   // slower one only when it is over H steps ahead, or where the run settles (SyncAt). Its
-  // statistics and a stop request take effect one average later. An epoch's end still averages
-  // at once.
+  // statistics and a stop request take effect one average later. An epoch's end is overlapped
+  // too (SyncAt::kEpochEnd: its line comes at the next average) unless a checkpoint is written
+  // there or the run ends there.
   bool local_sgd_overlap = false;
 };
 

@@ -81,6 +81,8 @@ struct TrainResult {
   std::optional<float> lr_last;
   std::int64_t global_steps = 0, steps_per_epoch = 0;
   std::int64_t steps_run = 0;  // the steps this process ran (a resumed run: since its checkpoint)
+  // Epochs whose end averaged in flight (SyncAt::kEpochEnd), their lines printed at the next sync.
+  std::int64_t epoch_ends_overlapped = 0;
   std::size_t param_count = 0;
   double train_flops_per_example = 0;  // ModelSpec::train_flops_per_example
   bool resumed = false;
