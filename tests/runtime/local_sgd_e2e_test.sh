@@ -98,6 +98,14 @@ for m in 29 24; do
     sys.exit(0 if r['params_agree'] is True and r['steps_run'] == $m else 1)" \
     "$work/overlap-max$m.json" || fail "overlapped, max_steps $m: $(cat "$work/overlap-max$m.log")"
 done
+# ... and with no checkpoint, stopped by max_steps in epoch 2 before its first average (62
+# steps an epoch, every 16): epoch 1's end, in flight, lands at the stop's settling sync.
+bare=1 run overlap-max70 --local-sgd 16 --local-sgd-bf16 --local-sgd-overlap --epochs 4 --max-steps 70
+python3 -c "import json, sys; r = json.load(open(sys.argv[1])); \
+  sys.exit(0 if r['params_agree'] is True and r['steps_run'] == 70 and \
+  r['epoch_ends_overlapped'] == 1 and len(r['test_loss_per_epoch']) == 1 else 1)" \
+  "$work/overlap-max70.json" && grep -q "^epoch 1/4 " "$work/overlap-max70.log" ||
+  fail "overlapped, max_steps 70: $(cat "$work/overlap-max70.log")"
 # Overlapped, the averages arrive a sync later: other parameters than at once.
 if "$ckdiff" "$work/agree-bf16/checkpoint.bin" "$work/agree-overlap-bf16/checkpoint.bin" 1e-3 \
   > "$work/diff-overlap"; then

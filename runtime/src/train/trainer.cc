@@ -280,9 +280,12 @@ void Loop::run_epoch(std::int64_t epoch) {
     ++res_.epoch_ends_overlapped;
     return;
   }
-  if (res_.stop == StopReason::kMaxSteps) checkpoint(epoch, done);
+  if (res_.stop == StopReason::kMaxSteps) {  // a partial epoch: its figures, no epoch line
+    checkpoint(epoch, done);
+    return take_figures();
+  }
   end_epoch(epoch, seconds, double(images), exchange, backend_.evaluate(eval_batch_), sums_);
-  if (res_.stop == StopReason::kFinished) checkpoint(epoch + 1, 0);
+  checkpoint(epoch + 1, 0);
 }
 
 // Where the sync after `done` steps of `epoch` falls. The parameters are read (evaluated, saved)
@@ -372,7 +375,6 @@ void Loop::set_figures(const Evaluation& ev, const EpochSums& sums) {
 void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds,
                      const Evaluation& ev, const EpochSums& sums) {
   set_figures(ev, sums);
-  if (res_.stop == StopReason::kMaxSteps) return;  // a partial epoch: no epoch line
   EpochStats es;
   es.epoch = int(epoch) + 1;
   es.loss = *res_.final_loss;
