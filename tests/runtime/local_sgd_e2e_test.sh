@@ -185,9 +185,11 @@ grep -q "averaged every 16 steps, their changes sent as bfloat16, each average o
 # then settles (every 10 steps: at a multiple of 10 in the epoch, or at its end). The signal
 # goes where the epoch has room for that (read from the rank's heartbeat: its global step), so
 # a stop lost on the way, which would wait for the epoch's end, is seen: the ranks must stop
-# within BOUND steps of the signal (H + 2 at once, 2H + 2 overlapped).
+# within BOUND steps of the signal (H + 2 at once, 2H + 2 overlapped), counted from the step
+# the heartbeat shows just after the signal (on a loaded machine the rank may have gone on
+# between the reading before it and the signal).
 stop_and_resume() {  # stop_and_resume NAME H BOUND ARGS...
-  local name=$1 h=$2 bound=$3 gp rank hb spe at step; shift 3
+  local name=$1 h=$2 bound=$3 gp rank hb spe at after step; shift 3
   "$gpurun" -q -n 2 -- "$mnist" --device cpu --data "$data" --threads 1 --seed 5 --epochs 40 \
     --local-sgd "$h" "$@" --checkpoint "$work/$name" > "$work/$name.log" 2>&1 &
   gp=$!
@@ -205,15 +207,18 @@ stop_and_resume() {  # stop_and_resume NAME H BOUND ARGS...
     sleep 0.01
   done
   kill -USR1 "$rank"
+  for _ in $(seq 100); do after=$(cat "$hb"); [[ $after =~ ^[0-9]+$ ]] && break; sleep 0.01; done
+  [[ $after =~ ^[0-9]+$ ]] || fail "no heartbeat after the signal"
+  after=$((10#$after))
   timeout 60 tail --pid=$gp -f /dev/null ||
     { kill -TERM $gp; sleep 5; kill -KILL $gp 2>/dev/null; fail "the ranks did not stop together"; }
   wait $gp || true
   step=$(sed -n 's/.*stopped at a step boundary (global step \([0-9]*\)).*/\1/p' "$work/$name.log")
   [ -n "$step" ] || fail "no stop at a step boundary: $(cat "$work/$name.log")"
   (( step % spe % h == 0 )) || fail "stopped at step $step: not a sync of every $h in $spe-step epochs"
-  (( step > at && step - at <= bound )) ||
-    fail "signalled at step $at, stopped at $step: not within $bound steps"
-  echo "$name: signalled at global step $at, stopped at $step"
+  (( step > at && step - after <= bound )) ||
+    fail "signalled at step $at (heartbeat $after just after), stopped at $step: not within $bound steps"
+  echo "$name: signalled at global step $at ($after just after), stopped at $step"
   mv "$work/$name" "$work/$name-resumed"  # (run's checkpoint folder)
   run "$name-resumed" --epochs 40 --local-sgd "$h" "$@" --resume --max-steps $((step + 20))
   grep -q "resumed from" "$work/$name-resumed.log" ||
