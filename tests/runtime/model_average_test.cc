@@ -52,6 +52,18 @@ rt::Progress progress(int steps, double loss, bool stop = false) {
   return p;
 }
 
+// Rank r's change in each of two rounds of steps (exact in bfloat16), and their means over the
+// ranks.
+struct Changes {
+  float own1, own2, mean1, mean2;
+};
+
+Changes changes(const rt::ProcessGroup& pg) {
+  const int r = pg.rank(), w = pg.size();
+  return {0.5f * float(r + 1), 0.25f * float(r + 1), 0.5f * float(w + 1) / 2.0f,
+          0.25f * float(w + 1) / 2.0f};
+}
+
 void at_once(rt::ProcessGroup& pg, bool bf16) {
   const std::string how = std::string("at once, ") + (bf16 ? "bf16" : "float");
   const int r = pg.rank(), w = pg.size();
@@ -71,8 +83,7 @@ void overlapped(rt::ProcessGroup& pg, bool bf16, bool stop_partway) {
   const std::string how = std::string("overlapped, ") + (bf16 ? "bf16" : "float") +
                           (stop_partway ? ", a stop partway" : "");
   const int r = pg.rank(), w = pg.size();
-  const float own1 = 0.5f * float(r + 1), own2 = 0.25f * float(r + 1);
-  const float mean1 = 0.5f * float(w + 1) / 2.0f, mean2 = 0.25f * float(w + 1) / 2.0f;
+  const auto [own1, own2, mean1, mean2] = changes(pg);
   std::vector<float> p(kN, 1.0f);
   rt::cpu::ModelAverage avg(pg, 4, kN, bf16, true);
   avg.reset(p.data());
@@ -128,8 +139,7 @@ void overlapped(rt::ProcessGroup& pg, bool bf16, bool stop_partway) {
 void epoch_end(rt::ProcessGroup& pg, bool bf16) {
   const std::string how = std::string("an epoch's end overlapped, ") + (bf16 ? "bf16" : "float");
   const int r = pg.rank(), w = pg.size();
-  const float own1 = 0.5f * float(r + 1), own2 = 0.25f * float(r + 1);
-  const float mean1 = 0.5f * float(w + 1) / 2.0f, mean2 = 0.25f * float(w + 1) / 2.0f;
+  const auto [own1, own2, mean1, mean2] = changes(pg);
   std::vector<float> p(kN, 1.0f);
   rt::cpu::ModelAverage avg(pg, 4, kN, bf16, true);
   avg.reset(p.data());
