@@ -64,6 +64,13 @@ Changes changes(const rt::ProcessGroup& pg) {
           0.25f * float(w + 1) / 2.0f};
 }
 
+// An overlapped average of kN parameters, every rank's 1 at the start, and those parameters.
+struct Overlapped {
+  Overlapped(rt::ProcessGroup& pg, bool bf16) : avg(pg, 4, kN, bf16, true) { avg.reset(p.data()); }
+  std::vector<float> p = std::vector<float>(kN, 1.0f);
+  rt::cpu::ModelAverage avg;
+};
+
 void at_once(rt::ProcessGroup& pg, bool bf16) {
   const std::string how = std::string("at once, ") + (bf16 ? "bf16" : "float");
   const int r = pg.rank(), w = pg.size();
@@ -84,9 +91,8 @@ void overlapped(rt::ProcessGroup& pg, bool bf16, bool stop_partway) {
                           (stop_partway ? ", a stop partway" : "");
   const int r = pg.rank(), w = pg.size();
   const auto [own1, own2, mean1, mean2] = changes(pg);
-  std::vector<float> p(kN, 1.0f);
-  rt::cpu::ModelAverage avg(pg, 4, kN, bf16, true);
-  avg.reset(p.data());
+  Overlapped start(pg, bf16);
+  auto& [p, avg] = start;
 
   // Sync 1, partway: started only; nothing came before it.
   p.assign(kN, 1.0f + own1);
@@ -140,9 +146,8 @@ void epoch_end(rt::ProcessGroup& pg, bool bf16) {
   const std::string how = std::string("an epoch's end overlapped, ") + (bf16 ? "bf16" : "float");
   const int r = pg.rank(), w = pg.size();
   const auto [own1, own2, mean1, mean2] = changes(pg);
-  std::vector<float> p(kN, 1.0f);
-  rt::cpu::ModelAverage avg(pg, 4, kN, bf16, true);
-  avg.reset(p.data());
+  Overlapped start(pg, bf16);
+  auto& [p, avg] = start;
   p.assign(kN, 1.0f + own1);
   rt::Progress pr = progress(4, 1.0 + r);
   avg.average(p.data(), pr, rt::SyncAt::kEpochEnd);

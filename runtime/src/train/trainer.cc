@@ -40,9 +40,9 @@ struct EpochSums {
   double loss = 0, correct = 0, seen = 0;
 };
 
-// An epoch whose end averages in flight (SyncAt::kEpochEnd): what its line needs, kept until the
-// average lands at the next sync.
-struct EpochInFlight {
+// What an epoch's line needs, taken at its end; kept while the end's average is in flight
+// (SyncAt::kEpochEnd), until it lands at the next sync.
+struct EpochDone {
   std::int64_t epoch = 0;
   double seconds = 0, images = 0, exchange_seconds = 0;
   EpochSums sums;
@@ -78,8 +78,7 @@ class Loop {
   // Folds a sync into the epoch's sums; true when the ranks agreed to stop.
   bool absorb(const Progress& p, std::int64_t epoch, std::int64_t steps_done);
   void add(EpochSums& sums, const Progress& p);
-  void end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds,
-                 const Evaluation& ev, const EpochSums& sums);
+  void end_epoch(const EpochDone& e, const Evaluation& ev);
   void set_figures(const Evaluation& ev, const EpochSums& sums);
   void take_figures() { set_figures(backend_.evaluate(eval_batch_), sums_); }
   void clear_bar();
@@ -105,7 +104,7 @@ class Loop {
   TrainResult res_;
   std::int64_t start_epoch_ = 0, start_step_ = 0, global_step_ = 0;
   EpochSums sums_;
-  std::optional<EpochInFlight> in_flight_;
+  std::optional<EpochDone> in_flight_;
   // This epoch's seconds (wall and CPU) spent on the figures of the one before: not training.
   double set_aside_ = 0, set_aside_cpu_ = 0;
 };
@@ -274,9 +273,9 @@ void Loop::run_epoch(std::int64_t epoch) {
   res_.images += images;
   clear_bar();
   if (res_.stop == StopReason::kSignal) return;
-  const double exchange = backend_.times().exchange - exchange0;
+  EpochDone e{epoch, seconds, double(images), backend_.times().exchange - exchange0, sums_};
   if (ends_in_flight) {
-    in_flight_ = EpochInFlight{epoch, seconds, double(images), exchange, sums_};
+    in_flight_ = std::move(e);
     ++res_.epoch_ends_overlapped;
     return;
   }
@@ -284,7 +283,7 @@ void Loop::run_epoch(std::int64_t epoch) {
     checkpoint(epoch, done);
     return take_figures();
   }
-  end_epoch(epoch, seconds, double(images), exchange, backend_.evaluate(eval_batch_), sums_);
+  end_epoch(e, backend_.evaluate(eval_batch_));
   checkpoint(epoch + 1, 0);
 }
 
@@ -314,15 +313,14 @@ Progress Loop::sync(SyncAt at) {
 // statistics, its test split evaluated with its average, and its line; the evaluation's seconds
 // are set aside from this epoch's. True when a stop came with the statistics.
 bool Loop::land_epoch_end() {
-  EpochInFlight e = std::move(*in_flight_);
+  EpochDone e = std::move(*in_flight_);
   in_flight_.reset();
   const Progress p = backend_.land_epoch_end();
   const auto t = Clock::now();
   const double cpu = process_cpu_seconds();
   add(e.sums, p);
   clear_bar();
-  end_epoch(e.epoch, e.seconds, e.images, e.exchange_seconds,
-            backend_.evaluate_epoch_end(eval_batch_), e.sums);
+  end_epoch(e, backend_.evaluate_epoch_end(eval_batch_));
   set_aside_ += seconds_since(t);
   set_aside_cpu_ += process_cpu_seconds() - cpu;
   return p.stop;
@@ -372,18 +370,17 @@ void Loop::set_figures(const Evaluation& ev, const EpochSums& sums) {
   }
 }
 
-void Loop::end_epoch(std::int64_t epoch, double seconds, double images, double exchange_seconds,
-                     const Evaluation& ev, const EpochSums& sums) {
-  set_figures(ev, sums);
+void Loop::end_epoch(const EpochDone& e, const Evaluation& ev) {
+  set_figures(ev, e.sums);
   EpochStats es;
-  es.epoch = int(epoch) + 1;
+  es.epoch = int(e.epoch) + 1;
   es.loss = *res_.final_loss;
   es.train_accuracy = *res_.train_accuracy;
   es.test_loss = res_.test_loss;
   es.test_accuracy = res_.test_accuracy;
-  es.seconds = seconds;
-  es.images_per_second = seconds > 0 ? images / seconds : 0;
-  es.exchange_share = seconds > 0 ? std::min(1.0, exchange_seconds / seconds) : 0;
+  es.seconds = e.seconds;
+  es.images_per_second = e.seconds > 0 ? e.images / e.seconds : 0;
+  es.exchange_share = e.seconds > 0 ? std::min(1.0, e.exchange_seconds / e.seconds) : 0;
   res_.epochs.push_back(es);
   char line[256];
   std::snprintf(line, sizeof line,
